@@ -1,0 +1,44 @@
+# vgpu-host — make help lists the targets.
+SHELL := /bin/bash
+GO ?= go
+export PATH := /usr/local/go/bin:$(PATH)
+BIN := bin/vgpu-host
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: help deps build demo test test-unit test-libvirt e2e lab-snapshot bench lint clean
+
+help: ## list targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+deps: ## install the Debian packages the build, tests and lab need (root; only what is missing)
+	@scripts/deps.sh
+
+build: deps ## build bin/vgpu-host
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/vgpu-host
+
+demo: build ## run the main job on this host: check, inspect, render an example VM (read-only)
+	@scripts/demo.sh
+
+lint: deps ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+test-unit: deps ## fast unit tests (fake sysfs trees, libvirt test:///default)
+	$(GO) test -count=1 ./...
+
+test-libvirt: build ## integration tests against a real libvirtd started by the test (root)
+	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 -tags libvirtd -run Libvirtd ./...
+
+e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
+	@test/e2e/run.sh
+
+lab-snapshot: build ## capture the lab guest's sysfs into host/testdata
+	@test/e2e/run.sh --snapshot
+
+test: lint test-unit test-libvirt e2e ## everything CI runs: lint, unit, libvirtd integration, real-kernel lab
+
+bench: build ## benchmarks as ratios against peers measured in the same run
+	@bench/run.sh
+
+clean: ## remove build outputs and the lab cache
+	rm -rf bin .cache

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// Exit codes, documented in the README. Scripts can rely on them.
+const (
+	exitOK         = 0 // success (including "already in that state")
+	exitFailure    = 1 // the operation failed; the message says where and why
+	exitUsage      = 2 // bad command line or input (flag, address, spec)
+	exitNotReady   = 3 // check: nothing on this host can be assigned to a VM
+	exitRefused    = 4 // a safety check refused; re-run with --force if you mean it
+	exitBusy       = 5 // device or resource in use (held open, allocated elsewhere)
+	exitNotFound   = 6 // the named device, type, instance or VM does not exist
+	exitUnsupported = 7 // the host or driver cannot do it (no IOMMU, no SR-IOV, no mdev)
+)
+
+// exitCode maps an error to the documented exit code.
+func exitCode(err error) int {
+	var ec cli.ExitCoder
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ec):
+		return ec.ExitCode()
+	case errors.Is(err, host.ErrInvalid), errors.Is(err, errUsage):
+		return exitUsage
+	case errors.Is(err, host.ErrNotReady):
+		return exitNotReady
+	case errors.Is(err, host.ErrRefused):
+		return exitRefused
+	case errors.Is(err, host.ErrBusy):
+		return exitBusy
+	case errors.Is(err, host.ErrNotFound):
+		return exitNotFound
+	case errors.Is(err, host.ErrUnsupported):
+		return exitUnsupported
+	case isFlagError(err):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+var errUsage = errors.New("usage")
+
+// usageErr reports a command-line mistake (exit 2).
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
+func isFlagError(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "flag provided but not defined") || strings.Contains(s, "invalid value") ||
+		strings.Contains(s, "No help topic") || strings.Contains(s, "Required flag")
+}
+
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{
+			Name:    "host-root",
+			Value:   "/",
+			Usage:   "resolve every host path (/sys, /proc, /dev, /etc, /var/lib) under `DIR`",
+			Sources: cli.EnvVars("VGPU_HOST_ROOT"),
+		},
+		&cli.StringFlag{
+			Name:    "output",
+			Aliases: []string{"o"},
+			Value:   "table",
+			Usage:   "output format: table, json or yaml",
+			Sources: cli.EnvVars("VGPU_HOST_OUTPUT"),
+		},
+	}
+}
+
+// rootOf returns the validated --host-root of the invocation.
+func rootOf(cmd *cli.Command) (host.Root, error) {
+	r, err := host.NewRoot(cmd.String("host-root"))
+	if err != nil {
+		return host.Root{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return r, nil
+}
+
+// outputOf returns the validated --output format.
+func outputOf(cmd *cli.Command) (string, error) {
+	o := cmd.String("output")
+	switch o {
+	case "table", "json", "yaml":
+		return o, nil
+	}
+	return "", usageErr("unknown output format %q: use table, json or yaml", o)
+}
+
+// emit writes v as JSON or YAML, or calls table for the human format.
+func emit(cmd *cli.Command, v any, table func(w io.Writer) error) error {
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	w := cmd.Root().Writer
+	switch o {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case "yaml":
+		// Round-trip through JSON so YAML uses the same (json-tagged) field names.
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		var generic any
+		if err := json.Unmarshal(b, &generic); err != nil {
+			return err
+		}
+		enc := yaml.NewEncoder(w)
+		enc.SetIndent(2)
+		defer enc.Close()
+		return enc.Encode(generic)
+	}
+	return table(w)
+}
+
+// notYet is the Action of a command whose issue has not landed yet.
+func notYet(name string) cli.ActionFunc {
+	return func(context.Context, *cli.Command) error {
+		return fmt.Errorf("%s: %w in this build", name, host.ErrUnsupported)
+	}
+}

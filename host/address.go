@@ -1,0 +1,99 @@
+package host
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"libvirt.org/go/libvirtxml"
+)
+
+// Address is a PCI function address: domain:bus:device.function.
+//
+// Addresses are values: parse them once at the edge (CLI flags, specs, sysfs link names)
+// and pass Address around, never raw strings.
+type Address struct {
+	Domain   uint32
+	Bus      uint8
+	Device   uint8
+	Function uint8
+}
+
+// ParseAddress accepts the forms users and tools print: "0000:01:00.0", "01:00.0"
+// (domain 0), and libvirt's node-device name "pci_0000_01_00_0".
+func ParseAddress(s string) (Address, error) {
+	orig := s
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "pci_") {
+		p := strings.Split(strings.TrimPrefix(s, "pci_"), "_")
+		if len(p) != 4 {
+			return Address{}, fmt.Errorf("parse PCI address %q: want pci_DDDD_BB_SS_F", orig)
+		}
+		s = p[0] + ":" + p[1] + ":" + p[2] + "." + p[3]
+	}
+	parts := strings.Split(s, ":")
+	var dom, bus, devfn string
+	switch len(parts) {
+	case 2:
+		dom, bus, devfn = "0", parts[0], parts[1]
+	case 3:
+		dom, bus, devfn = parts[0], parts[1], parts[2]
+	default:
+		return Address{}, fmt.Errorf("parse PCI address %q: want DDDD:BB:SS.F (e.g. 0000:01:00.0)", orig)
+	}
+	dev, fn, ok := strings.Cut(devfn, ".")
+	if !ok {
+		return Address{}, fmt.Errorf("parse PCI address %q: missing .function (e.g. 0000:01:00.0)", orig)
+	}
+	d, err1 := strconv.ParseUint(dom, 16, 32)
+	b, err2 := strconv.ParseUint(bus, 16, 8)
+	v, err3 := strconv.ParseUint(dev, 16, 8)
+	f, err4 := strconv.ParseUint(fn, 16, 8)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || v > 0x1f || f > 7 || len(bus) > 2 || len(dev) > 2 || len(fn) > 1 {
+		return Address{}, fmt.Errorf("parse PCI address %q: want DDDD:BB:SS.F with hex fields, slot <= 1f, function <= 7", orig)
+	}
+	return Address{Domain: uint32(d), Bus: uint8(b), Device: uint8(v), Function: uint8(f)}, nil
+}
+
+// MustParseAddress is ParseAddress for constants in tests and tables; it panics on a bad address.
+func MustParseAddress(s string) Address {
+	a, err := ParseAddress(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// String returns the canonical sysfs form, e.g. "0000:01:00.0".
+func (a Address) String() string {
+	return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
+}
+
+// NodeDevName returns libvirt's node-device name, e.g. "pci_0000_01_00_0".
+func (a Address) NodeDevName() string {
+	return fmt.Sprintf("pci_%04x_%02x_%02x_%x", a.Domain, a.Bus, a.Device, a.Function)
+}
+
+// SameSlot reports whether b is another function of a's slot (same domain, bus and device).
+func (a Address) SameSlot(b Address) bool {
+	return a.Domain == b.Domain && a.Bus == b.Bus && a.Device == b.Device
+}
+
+// MarshalText implements encoding.TextMarshaler so addresses print canonically in JSON/YAML.
+func (a Address) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Address) UnmarshalText(b []byte) error {
+	v, err := ParseAddress(string(b))
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Libvirt returns the address as libvirtxml's PCI address, for hostdev sources.
+func (a Address) Libvirt() *libvirtxml.DomainAddressPCI {
+	dom, bus, slot, fn := uint(a.Domain), uint(a.Bus), uint(a.Device), uint(a.Function)
+	return &libvirtxml.DomainAddressPCI{Domain: &dom, Bus: &bus, Slot: &slot, Function: &fn}
+}

@@ -1,0 +1,50 @@
+package host
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestParseAddress(t *testing.T) {
+	good := map[string]string{
+		"0000:01:00.0":     "0000:01:00.0",
+		"01:00.1":          "0000:01:00.1",
+		"pci_0000_41_00_3": "0000:41:00.3",
+		"10000:e1:1f.7":    "10000:e1:1f.7",
+		" 0000:0a:00.2 ":   "0000:0a:00.2",
+	}
+	for in, want := range good {
+		a, err := ParseAddress(in)
+		if err != nil {
+			t.Errorf("ParseAddress(%q): %v", in, err)
+			continue
+		}
+		if a.String() != want {
+			t.Errorf("ParseAddress(%q) = %s, want %s", in, a, want)
+		}
+	}
+	for _, in := range []string{"", "01:00", "0000:01:20.0", "0000:01:00.8", "zz:00.0", "0000:001:00.0", "pci_0000_01_00"} {
+		if _, err := ParseAddress(in); err == nil {
+			t.Errorf("ParseAddress(%q) accepted a bad address", in)
+		}
+	}
+}
+
+func TestAddressJSONAndLibvirt(t *testing.T) {
+	a := MustParseAddress("0000:41:00.1")
+	b, _ := json.Marshal(map[string]Address{"a": a})
+	if string(b) != `{"a":"0000:41:00.1"}` {
+		t.Fatalf("json = %s", b)
+	}
+	var back map[string]Address
+	if err := json.Unmarshal(b, &back); err != nil || back["a"] != a {
+		t.Fatalf("round trip = %v, %v", back, err)
+	}
+	l := a.Libvirt()
+	if *l.Bus != 0x41 || *l.Function != 1 || *l.Slot != 0 || *l.Domain != 0 {
+		t.Fatalf("libvirt address = %+v", l)
+	}
+	if a.NodeDevName() != "pci_0000_41_00_1" || !a.SameSlot(MustParseAddress("0000:41:00.0")) {
+		t.Fatal("node dev name / same slot")
+	}
+}

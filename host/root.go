@@ -1,0 +1,135 @@
+// Package host is vgpu-host's view of a host: every path under /sys, /proc, /dev, /etc and
+// /var/lib is resolved under a Root, so the same code runs against a real host ("/"), a
+// sysfs snapshot from the real-kernel lab, or a fake tree built by a test.
+package host
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Root is the directory under which every host path is resolved ("/" on a real host).
+type Root struct {
+	dir string
+}
+
+// ErrNoRoot is returned by NewRoot when the host root does not exist or is not a directory.
+var ErrNoRoot = errors.New("host root is not a directory")
+
+// NewRoot returns the Root for dir, which must be an existing directory.
+func NewRoot(dir string) (Root, error) {
+	if dir == "" {
+		dir = "/"
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Root{}, fmt.Errorf("resolve host root %q: %w", dir, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return Root{}, fmt.Errorf("open host root %s: %w (pass an existing directory to --host-root or VGPU_HOST_ROOT)", abs, errors.Join(ErrNoRoot, err))
+	}
+	if !st.IsDir() {
+		return Root{}, fmt.Errorf("open host root %s: %w", abs, ErrNoRoot)
+	}
+	return Root{dir: abs}, nil
+}
+
+// Dir returns the root directory.
+func (r Root) Dir() string {
+	if r.dir == "" {
+		return "/"
+	}
+	return r.dir
+}
+
+// IsReal reports whether the root is this machine's real root, where changes touch the
+// running host. Risky operations refuse to run on a real host without --force.
+func (r Root) IsReal() bool { return r.Dir() == "/" }
+
+// Path joins elem under the root: Path("sys", "bus", "pci") is ROOT/sys/bus/pci.
+func (r Root) Path(elem ...string) string {
+	return filepath.Join(append([]string{r.Dir()}, elem...)...)
+}
+
+// Sys returns ROOT/sys/elem...
+func (r Root) Sys(elem ...string) string { return r.Path(append([]string{"sys"}, elem...)...) }
+
+// Proc returns ROOT/proc/elem...
+func (r Root) Proc(elem ...string) string { return r.Path(append([]string{"proc"}, elem...)...) }
+
+// Dev returns ROOT/dev/elem...
+func (r Root) Dev(elem ...string) string { return r.Path(append([]string{"dev"}, elem...)...) }
+
+// Etc returns ROOT/etc/elem...
+func (r Root) Etc(elem ...string) string { return r.Path(append([]string{"etc"}, elem...)...) }
+
+// StateDir returns ROOT/var/lib/vgpu-host/elem..., where vgpu-host keeps its own state.
+func (r Root) StateDir(elem ...string) string {
+	return r.Path(append([]string{"var", "lib", "vgpu-host"}, elem...)...)
+}
+
+// PCIDevice returns ROOT/sys/bus/pci/devices/ADDR/elem...
+func (r Root) PCIDevice(a Address, elem ...string) string {
+	return r.Sys(append([]string{"bus", "pci", "devices", a.String()}, elem...)...)
+}
+
+// PCIDriver returns ROOT/sys/bus/pci/drivers/NAME/elem...
+func (r Root) PCIDriver(name string, elem ...string) string {
+	return r.Sys(append([]string{"bus", "pci", "drivers", name}, elem...)...)
+}
+
+// ReadString reads a sysfs-style attribute and trims surrounding whitespace. Errors name the path.
+func ReadString(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// ReadInt reads a decimal (or 0x-prefixed hex) integer attribute such as numa_node or sriov_numvfs.
+func ReadInt(path string) (int64, error) {
+	s, err := ReadString(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: not an integer: %q", path, s)
+	}
+	return v, nil
+}
+
+// ReadHex reads a hex attribute such as vendor ("0x10de") or class ("0x030000").
+func ReadHex(path string) (uint32, error) {
+	s, err := ReadString(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: not a hex number: %q", path, s)
+	}
+	return uint32(v), nil
+}
+
+// LinkBase returns the last element of a symlink's target: for ".../driver -> ../../bus/pci/drivers/nvme"
+// it returns "nvme". A missing link returns "" and an error satisfying errors.Is(err, fs.ErrNotExist).
+func LinkBase(path string) (string, error) {
+	t, err := os.Readlink(path)
+	if err != nil {
+		return "", fmt.Errorf("read link %s: %w", path, err)
+	}
+	return filepath.Base(t), nil
+}
+
+// Exists reports whether path exists (following symlinks).
+func Exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,159 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Writer makes host changes. Every write vgpu-host makes to a kernel attribute (sysfs) goes
+// through a Writer, so a dry run can record the exact writes and a unit test can emulate the
+// kernel's reaction on a fake tree (see package hosttest).
+type Writer interface {
+	// Write writes value to the attribute at path (an absolute path under the Root) in a
+	// single write(2), as `echo -n value > path` would. It returns when the kernel answers
+	// or ctx ends, whichever comes first.
+	Write(ctx context.Context, path, value string) error
+}
+
+// ErrWriteTimeout is returned when a sysfs write did not return before its deadline: the kernel
+// is usually waiting for something that holds the device (an open /dev/vfio group, a DRM client).
+var ErrWriteTimeout = errors.New("sysfs write did not return in time")
+
+// SysfsWriter writes to the real files under a Root.
+type SysfsWriter struct{}
+
+// Write opens path write-only (never creating it: a missing attribute is the kernel's answer
+// that the feature is absent) and writes value. A write that blocks past ctx's deadline is
+// abandoned and reported with ErrWriteTimeout; the kernel may still complete it later.
+func (SysfsWriter) Write(ctx context.Context, path, value string) error {
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.WriteString(f, value)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("write %q to %s: %w", strings.TrimSpace(value), path, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("write %q to %s: %w (%v)", strings.TrimSpace(value), path, ErrWriteTimeout, ctx.Err())
+	}
+}
+
+// RecordedWrite is one write a Recorder saw.
+type RecordedWrite struct {
+	Path  string `json:"path"`
+	Value string `json:"value"`
+}
+
+// String renders the write the way a user would type it in a shell.
+func (w RecordedWrite) String() string {
+	v := w.Value
+	if v == "\n" {
+		return fmt.Sprintf("echo > %s", w.Path)
+	}
+	return fmt.Sprintf("echo %s > %s", v, w.Path)
+}
+
+// Recorder is the dry-run Writer: it records writes in order and changes nothing.
+// If Next is set, writes are also passed on to it (useful to trace a real run).
+type Recorder struct {
+	Next   Writer
+	mu     sync.Mutex
+	writes []RecordedWrite
+}
+
+// Write records the write and passes it on to Next, if any.
+func (r *Recorder) Write(ctx context.Context, path, value string) error {
+	r.mu.Lock()
+	r.writes = append(r.writes, RecordedWrite{Path: path, Value: value})
+	r.mu.Unlock()
+	if r.Next != nil {
+		return r.Next.Write(ctx, path, value)
+	}
+	return nil
+}
+
+// Writes returns the writes recorded so far, in order.
+func (r *Recorder) Writes() []RecordedWrite {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]RecordedWrite(nil), r.writes...)
+}
+
+// WaitFor polls cond every interval until it returns true, returns an error, or timeout passes.
+// The kernel binds drivers asynchronously to some writes (drivers_probe, sriov_numvfs): callers
+// wait for the visible result (the driver link, the virtfn links) rather than sleeping.
+func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waited %s: %w", timeout, ErrWriteTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// WriteFileAtomic writes data to path by writing a temporary file in the same directory,
+// syncing it and renaming it over path, so a reader (or a crash) never sees half a file.
+// Parent directories are created.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: sync: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
