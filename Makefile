@@ -5,7 +5,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 BIN := bin/vgpu-host
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: help deps build demo test test-unit test-libvirt e2e lab-snapshot bench lint clean
+.PHONY: help deps build demo test test-unit test-go e2e lab-snapshot bench lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -23,11 +23,11 @@ lint: deps ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-test-unit: deps ## fast unit tests (fake sysfs trees, libvirt test:///default)
+test-unit: deps ## fast unit tests (fake sysfs trees, libvirt test:///default); real-libvirtd tests skip
 	$(GO) test -count=1 ./...
 
-test-libvirt: build ## integration tests against a real libvirtd started by the test (root)
-	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 -tags libvirtd -run Libvirtd ./...
+test-go: deps ## every Go test, including those against a real libvirtd the tests start (root)
+	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 ./...
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
 	@test/e2e/run.sh
@@ -35,7 +35,7 @@ e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and
 lab-snapshot: build ## capture the lab guest's sysfs into host/testdata
 	@test/e2e/run.sh --snapshot
 
-test: lint test-unit test-libvirt e2e ## everything CI runs: lint, unit, libvirtd integration, real-kernel lab
+test: lint test-go e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), real-kernel lab
 
 bench: build ## benchmarks as ratios against peers measured in the same run
 	@bench/run.sh

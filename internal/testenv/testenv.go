@@ -1,0 +1,80 @@
+// Package testenv gives tests the real things they need (root, a running libvirtd) and decides
+// when a test may skip: only in a quick local loop, never in CI (CI=true), where a missing
+// prerequisite is a failure.
+package testenv
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// EnvLibvirtd enables tests that need a real libvirtd. `make test` sets it; `make test-unit` does not.
+const EnvLibvirtd = "VGPU_TEST_LIBVIRTD"
+
+// skipOrFail skips locally but fails in CI.
+func skipOrFail(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI must run this test, but: %s", why)
+	}
+	t.Skip(why)
+}
+
+// RequireRoot skips (locally) or fails (CI) unless the test runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root")
+	}
+}
+
+// LibvirtSocket is where libvirtd (monolithic, Debian 12) listens for qemu:///system.
+const LibvirtSocket = "/run/libvirt/libvirt-sock"
+
+// Libvirtd makes sure virtlogd and libvirtd run on this machine (starting them as root when
+// they do not) and returns the URI to connect to. Tests using it create only domains and
+// volumes named with the "vgpuhost-test-" prefix and remove them when they end.
+func Libvirtd(t testing.TB) string {
+	t.Helper()
+	if os.Getenv(EnvLibvirtd) == "" {
+		skipOrFail(t, "needs a real libvirtd: run with "+EnvLibvirtd+"=1 (make test does)")
+	}
+	RequireRoot(t)
+	if err := StartLibvirtd(); err != nil {
+		t.Fatalf("start libvirtd: %v", err)
+	}
+	return "qemu:///system"
+}
+
+// StartLibvirtd starts virtlogd and libvirtd when libvirtd's socket does not answer, and waits
+// up to 30 s for it. It is safe to call from several test processes at once.
+func StartLibvirtd() error {
+	if socketAnswers() {
+		return nil
+	}
+	for _, d := range []string{"virtlogd", "libvirtd"} {
+		if exec.Command("pgrep", "-x", d).Run() != nil {
+			_ = exec.Command(d, "-d").Run() // a racing second start fails on the pidfile; fine
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if socketAnswers() {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return &net.OpError{Op: "dial", Net: "unix", Err: os.ErrDeadlineExceeded}
+}
+
+func socketAnswers() bool {
+	c, err := net.DialTimeout("unix", LibvirtSocket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
