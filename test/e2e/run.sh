@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# The real-kernel lab (docs/lab.md). Boots the installed Debian kernel under QEMU/TCG with an
+# emulated Intel IOMMU and GPU-like devices, runs test/e2e/scenarios/*.sh inside the guest and
+# fails unless every check passed. Nothing here touches the host's own devices or drivers.
+#
+#   test/e2e/run.sh                 run every scenario
+#   test/e2e/run.sh --only 40-mdev  run the scenarios whose file name contains the pattern
+#   test/e2e/run.sh --bench         run test/e2e/bench/*.sh instead (prints BENCH lines)
+#   test/e2e/run.sh --snapshot      capture the guest's sysfs into host/testdata/lab-snapshot.tar.gz
+#
+# Environment: VGPU_LAB_TIMEOUT (seconds for the whole guest run, default 600),
+# VGPU_LAB_KVER (kernel version; default: newest with image, modules and headers installed),
+# VGPU_LAB_CACHE (default .cache/lab), VGPU_LAB_BIN (default bin/vgpu-host).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+mode=test
+only=
+timeout_s=${VGPU_LAB_TIMEOUT:-600}
+cache_root=${VGPU_LAB_CACHE:-$repo/.cache/lab}
+bin=${VGPU_LAB_BIN:-$repo/bin/vgpu-host}
+out=$here/out
+snapshot_dest=$repo/host/testdata/lab-snapshot.tar.gz
+
+usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
+die() { echo "lab: $*" >&2; exit 1; }
+log() { echo "lab: $*" >&2; }
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --snapshot) mode=snapshot ;;
+    --bench) mode=bench ;;
+    --only) [ $# -ge 2 ] || die "--only needs a pattern"; only=$2; shift ;;
+    --only=*) only=${1#--only=} ;;
+    --timeout) [ $# -ge 2 ] || die "--timeout needs seconds"; timeout_s=$2; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument $1" ;;
+  esac
+  shift
+done
+
+# Guest modules, in load order; dependencies are resolved with modprobe --show-depends.
+# virtio_pci first so virtio-gpu and virtio-blk find their transport.
+guest_modules=(
+  virtio_pci virtio_blk virtio-gpu qxl bochs snd_hda_intel e1000 e1000e nvme
+  vfio-pci vfio_iommu_type1 mdev
+)
+# The kernel's mdev sample drivers, built out of tree (linux-source samples/vfio-mdev).
+mdev_samples=(mtty mdpy mbochs)
+
+need() {
+  local missing=() t
+  for t in "$@"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+  [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (run 'make deps')"
+}
+need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd
+
+# pick_kver: the newest kernel that has an image in /boot, modules and headers (build link).
+pick_kver() {
+  local k best=
+  for k in $(ls /lib/modules 2>/dev/null | sort -V); do
+    [ -f "/boot/vmlinuz-$k" ] && [ -e "/lib/modules/$k/build/Makefile" ] && best=$k
+  done
+  [ -n "$best" ] || die "no kernel with image, modules and headers installed (need linux-image-amd64 and linux-headers-amd64: make deps)"
+  echo "$best"
+}
+kver=${VGPU_LAB_KVER:-$(pick_kver)}
+kernel=/boot/vmlinuz-$kver
+[ -r "$kernel" ] || die "cannot read $kernel (the lab boots the host's kernel image; run as root or make it readable)"
+[ -x "$bin" ] || die "$bin missing: run 'make build' first"
+busybox=$(command -v busybox || true)
+[ -n "$busybox" ] || die "busybox missing (busybox-static: make deps)"
+if ldd "$busybox" >/dev/null 2>&1; then die "$busybox is dynamically linked; install busybox-static"; fi
+
+cache=$cache_root/$kver
+mkdir -p "$cache" "$out"
+
+key() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
+
+# build_mdev_samples: mtty/mdpy/mbochs .ko for $kver, cached by kernel, source and Kbuild.
+build_mdev_samples() {
+  local series src kbuild k dir tmp t0
+  series=$(echo "$kver" | cut -d. -f1,2)
+  src=/usr/src/linux-source-$series.tar.xz
+  [ -r "$src" ] || die "$src missing (linux-source-$series: make deps)"
+  kbuild="obj-m := $(printf '%s.o ' "${mdev_samples[@]}")"
+  k=$(key "$kver" "$(stat -c '%s %Y' "$src")" "$kbuild" "$(stat -c '%Y' "/lib/modules/$kver/build/Makefile")")
+  dir=$cache/mdev-$k
+  mdev_dir=$dir
+  if [ -f "$dir/.done" ]; then
+    log "mdev sample modules: cached ($dir)"
+    return
+  fi
+  t0=$SECONDS
+  tmp=$(mktemp -d "$cache/mdev-build.XXXXXX")
+  tar -xJf "$src" -C "$tmp" --wildcards "linux-source-$series/samples/vfio-mdev/*"
+  local m=$tmp/linux-source-$series/samples/vfio-mdev
+  echo "$kbuild" >"$m/Kbuild"
+  make -s -C "/lib/modules/$kver/build" M="$m" modules >"$tmp/build.log" 2>&1 ||
+    { cat "$tmp/build.log" >&2; die "building mdev samples failed"; }
+  rm -rf "$dir" && mkdir -p "$dir"
+  local s
+  for s in "${mdev_samples[@]}"; do cp "$m/$s.ko" "$dir/"; done
+  touch "$dir/.done"
+  rm -rf "$tmp"
+  log "mdev sample modules: built in $((SECONDS - t0))s ($dir)"
+}
+
+# copy_module SRC ROOT: put a module under ROOT at the same path, decompressed (busybox insmod
+# reads plain .ko only); prints the guest path.
+copy_module() {
+  local src=$1 root=$2 dst
+  dst=${src%.xz}
+  dst=${dst%.zst}
+  mkdir -p "$root$(dirname "$dst")"
+  case $src in
+    *.xz) xz -dc "$src" >"$root$dst" ;;
+    *.zst) zstd -qdc "$src" >"$root$dst" ;;
+    *) cp "$src" "$root$dst" ;;
+  esac
+  echo "$dst"
+}
+
+mkcpio() { # mkcpio DIR OUT: newc archive, owned by root, reproducible
+  (cd "$1" && find . -mindepth 1 -print0 | LC_ALL=C sort -z |
+    cpio --null -o -H newc --reproducible -R 0:0 --quiet) >"$2"
+}
+
+# build_base: busybox and the kernel modules, cached; the part of the initramfs that only
+# changes with the kernel.
+build_base() {
+  local k root list m cmd path n seen=" " t0
+  k=$(key "$kver" "${guest_modules[*]}" "$(sha256sum "$busybox")" "$mdev_dir")
+  base=$cache/base-$k.cpio
+  if [ -f "$base" ]; then
+    log "base initramfs: cached ($base)"
+    return
+  fi
+  t0=$SECONDS
+  root=$(mktemp -d "$cache/base-build.XXXXXX")
+  mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,e2e,lib64}
+  cp "$busybox" "$root/bin/busybox"
+  list=$root/e2e/modules.list
+  : >"$list"
+  for m in "${guest_modules[@]}"; do
+    while read -r cmd path _; do
+      [ "$cmd" = insmod ] || continue # "builtin X" lines need nothing
+      case $seen in *" $path "*) continue ;; esac
+      seen="$seen$path "
+      copy_module "$path" "$root" >>"$list"
+    done < <(modprobe -S "$kver" --show-depends "$m" || die "modprobe cannot resolve $m for $kver")
+  done
+  mkdir -p "$root/lib/modules/$kver/extra"
+  for m in "${mdev_samples[@]}"; do
+    cp "$mdev_dir/$m.ko" "$root/lib/modules/$kver/extra/"
+    echo "/lib/modules/$kver/extra/$m.ko" >>"$list"
+  done
+  n=$(wc -l <"$list")
+  mkcpio "$root" "$base.tmp"
+  mv "$base.tmp" "$base"
+  rm -rf "$root"
+  log "base initramfs: built in $((SECONDS - t0))s ($(du -h "$base" | cut -f1), $n modules)"
+}
+
+# build_run_part: init, lib.sh, scenarios, the binary and its shared libraries. Rebuilt every
+# run (it is small and changes with every edit).
+build_run_part() {
+  local root lib f
+  root=$(mktemp -d "$out/run-root.XXXXXX")
+  mkdir -p "$root"/{bin,e2e/scenarios,e2e/bench}
+  cp "$here/init" "$root/init"
+  chmod 755 "$root/init"
+  cp "$here/lib.sh" "$here/lab.env" "$here/snapshot.sh" "$root/e2e/"
+  for f in "$here"/scenarios/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/scenarios/"; done
+  for f in "$here"/bench/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/bench/"; done
+  cp "$bin" "$root/bin/vgpu-host"
+  # Shared libraries (libvirt through cgo): every "=> /path" and the loader line of ldd.
+  if ldd "$bin" >/dev/null 2>&1; then
+    while read -r lib; do
+      mkdir -p "$root$(dirname "$lib")"
+      cp -L "$lib" "$root$lib"
+    done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
+  fi
+  {
+    echo "E2E_MODE=$mode"
+    printf 'E2E_ONLY=%q\n' "$only"
+  } >"$root/e2e/config"
+  mkcpio "$root" "$out/run.cpio"
+  rm -rf "$root"
+}
+
+build_mdev_samples
+build_base
+build_run_part
+cat "$base" "$out/run.cpio" >"$out/initrd.cpio"
+rm -f "$out/run.cpio"
+
+# The result/snapshot disk (virtio-blk at 00:1e.0, as in the shared fixture). The guest writes
+# a plain tar to it in --snapshot mode; otherwise it is just part of the device layout.
+disk=$out/disk.img
+rm -f "$disk"
+truncate -s 16M "$disk"
+
+console=$out/console.log
+: >"$console"
+
+# Device layout: keep in sync with lab.env (00-kernel.sh checks the kernel agrees).
+qemu_args=(
+  -machine q35,kernel-irqchip=split -accel tcg,thread=multi -cpu max -smp 2 -m 1024
+  -nodefaults -display none -monitor none -no-reboot
+  -serial "file:$console"
+  -kernel "$kernel" -initrd "$out/initrd.cpio"
+  -append "console=ttyS0 intel_iommu=on iommu=pt quiet loglevel=3 panic=-1 rdinit=/init"
+  -device intel-iommu,intremap=on,caching-mode=on
+  -audiodev none,id=snd0
+  # 00:02.0 boot VGA
+  -device qxl-vga,bus=pcie.0,addr=02.0
+  # 00:03.0 a plain NIC
+  -netdev user,id=net0,restrict=on -device e1000e,bus=pcie.0,addr=03.0,netdev=net0
+  # 00:04.0 root port → 01:00.0 GPU + 01:00.1 its HDMI-style audio, one IOMMU group
+  -device pcie-root-port,id=rp1,bus=pcie.0,addr=04.0,chassis=1,port=1
+  -device ati-vga,bus=rp1,addr=00.0,multifunction=on
+  -device intel-hda,id=hda1,bus=rp1,addr=00.1
+  -device hda-duplex,bus=hda1.0,audiodev=snd0
+  # 00:05.0 root port → 02:00.0 an identical second GPU
+  -device pcie-root-port,id=rp2,bus=pcie.0,addr=05.0,chassis=2,port=2
+  -device ati-vga,bus=rp2,addr=00.0
+  # 00:06.0 paravirtual GPU
+  -device virtio-gpu-pci,bus=pcie.0,addr=06.0
+  # 00:0a.0 nvme SR-IOV PF, VFs at 00:0a.1-3 (QEMU needs a subsystem and flexible resources:
+  # vq_flexible >= 2*VFs, max_ioqpairs >= vq_flexible+2, msix_qsize >= vi_flexible+2)
+  -device nvme-subsys,id=nvsub0,nqn=vgpu-host-lab
+  -device nvme,bus=pcie.0,addr=0a.0,serial=vgpulab0,subsys=nvsub0,sriov_max_vfs=3,sriov_vq_flexible=6,sriov_vi_flexible=3,max_ioqpairs=8,msix_qsize=5
+  # 00:0b.0 PCIe-to-PCI bridge → 03:01.0 GPU + 03:02.0 NIC, one IOMMU group with the bridge
+  -device pcie-pci-bridge,id=br1,bus=pcie.0,addr=0b.0
+  -device bochs-display,bus=br1,addr=01.0
+  -netdev user,id=net1,restrict=on -device e1000,bus=br1,addr=02.0,netdev=net1
+  # 00:1e.0 the lab's disk
+  -drive "file=$disk,if=none,id=disk0,format=raw"
+  -device virtio-blk-pci,drive=disk0,bus=pcie.0,addr=1e.0
+)
+
+log "kernel $kver, mode $mode${only:+, only *$only*}; booting (timeout ${timeout_s}s, console: ${console#"$repo/"})"
+t0=$SECONDS
+timeout -k 10 "$timeout_s" qemu-system-x86_64 "${qemu_args[@]}" >"$out/qemu.log" 2>&1 &
+qpid=$!
+trap 'kill "$qpid" 2>/dev/null || true' EXIT INT TERM
+# Live progress: the scenario lines, as they arrive.
+tail -n +1 -F --pid="$qpid" "$console" 2>/dev/null | tr -d '\r' |
+  grep --line-buffered -E '^(PASS|FAIL|SKIP|BENCH|== )' &
+tpid=$!
+rc=0
+wait "$qpid" || rc=$?
+wait "$tpid" || true
+trap - EXIT INT TERM
+elapsed=$((SECONDS - t0))
+
+transcript=$out/console.txt
+tr -d '\r' <"$console" >"$transcript"
+
+failed() {
+  echo "----- guest transcript ($transcript) -----" >&2
+  cat "$transcript" >&2
+  if [ -s "$out/qemu.log" ]; then
+    echo "----- qemu ($out/qemu.log) -----" >&2
+    cat "$out/qemu.log" >&2
+  fi
+  die "$*"
+}
+
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || failed "timeout: the guest did not finish within ${timeout_s}s"
+[ "$rc" -eq 0 ] || failed "qemu exited with status $rc"
+summary=$(grep -E '^E2E SUMMARY ' "$transcript" | tail -n 1 || true)
+[ -n "$summary" ] || failed "no summary line from the guest (init died or the kernel panicked)"
+log "guest ran ${elapsed}s: ${summary#E2E SUMMARY }"
+nfail=$(grep -c '^FAIL' "$transcript" || true)
+case $summary in *" fail=0"*) ;; *) nfail=$((nfail + 1)) ;; esac
+[ "$nfail" -eq 0 ] || failed "$nfail failing check(s); see FAIL lines above"
+case $summary in *" pass=0"*)
+  [ "$mode" = bench ] || failed "no checks ran${only:+ (does --only '$only' match a scenario?)}" ;;
+esac
+
+if [ "$mode" = snapshot ]; then
+  stage=$(mktemp -d "$out/snapshot.XXXXXX")
+  tar -xf "$disk" -C "$stage" 2>/dev/null || failed "the snapshot disk holds no readable tar"
+  [ -d "$stage/sys/kernel/iommu_groups" ] || failed "snapshot has no sys/kernel/iommu_groups"
+  mkdir -p "$(dirname "$snapshot_dest")"
+  (cd "$stage" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort >"$out/snapshot.list")
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=gnu \
+    -C "$stage" -cf - dev proc sys | gzip -9n >"$snapshot_dest.tmp"
+  mv "$snapshot_dest.tmp" "$snapshot_dest"
+  rm -rf "$stage"
+  size=$(stat -c %s "$snapshot_dest")
+  log "snapshot: ${snapshot_dest#"$repo/"} ($((size / 1024)) KiB, $(wc -l <"$out/snapshot.list") entries)"
+  [ "$size" -lt 204800 ] || die "snapshot is ${size} bytes; keep it under 200 KiB (drop a directory in snapshot.sh)"
+fi
