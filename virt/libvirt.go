@@ -1,0 +1,378 @@
+package virt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"libvirt.org/go/libvirt"
+	"libvirt.org/go/libvirtxml"
+)
+
+// Libvirt is the Conn that talks to a libvirt daemon.
+type Libvirt struct {
+	uri  string
+	conn *libvirt.Connect
+}
+
+var _ Conn = (*Libvirt)(nil)
+
+// Open connects to libvirt at uri ("" means DefaultURI).
+func Open(uri string) (*Libvirt, error) {
+	if uri == "" {
+		uri = DefaultURI
+	}
+	c, err := libvirt.NewConnect(uri)
+	if err != nil {
+		return nil, fmt.Errorf("connect to libvirt at %s: %w (is libvirtd running? try: libvirtd -d)", uri, err)
+	}
+	return &Libvirt{uri: uri, conn: c}, nil
+}
+
+// URI returns the connection URI.
+func (l *Libvirt) URI() string { return l.uri }
+
+// Close closes the connection.
+func (l *Libvirt) Close() error {
+	if _, err := l.conn.Close(); err != nil {
+		return fmt.Errorf("close libvirt connection %s: %w", l.uri, err)
+	}
+	return nil
+}
+
+// lverr maps libvirt's "no such object" errors to this package's sentinels.
+func lverr(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	var le libvirt.Error
+	if errors.As(err, &le) {
+		switch le.Code {
+		case libvirt.ERR_NO_DOMAIN:
+			return fmt.Errorf("%s: %w: %s", what, ErrNoDomain, le.Message)
+		case libvirt.ERR_NO_STORAGE_VOL:
+			return fmt.Errorf("%s: %w: %s", what, ErrNoVolume, le.Message)
+		case libvirt.ERR_NO_STORAGE_POOL:
+			return fmt.Errorf("%s: %w: %s", what, ErrNoPool, le.Message)
+		}
+		return fmt.Errorf("%s: %s", what, le.Message)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// VirtTypes asks libvirt's domain capabilities which domain types work for x86_64 guests.
+func (l *Libvirt) VirtTypes(context.Context) ([]string, error) {
+	var out []string
+	var last error
+	for _, t := range []string{"kvm", "qemu"} {
+		if _, err := l.conn.GetDomainCapabilities("", "x86_64", "", t, 0); err != nil {
+			last = err
+			continue
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, lverr(last, "domain capabilities for x86_64")
+	}
+	return out, nil
+}
+
+func (l *Libvirt) domain(name string) (*libvirt.Domain, error) {
+	d, err := l.conn.LookupDomainByName(name)
+	if err != nil {
+		return nil, lverr(err, "look up domain "+name)
+	}
+	return d, nil
+}
+
+// Define defines a persistent domain, asking libvirt to validate the XML against its schema.
+func (l *Libvirt) Define(_ context.Context, xml string) (string, error) {
+	d, err := l.conn.DomainDefineXMLFlags(xml, libvirt.DOMAIN_DEFINE_VALIDATE)
+	if err != nil {
+		return "", lverr(err, "define domain")
+	}
+	defer d.Free()
+	name, err := d.GetName()
+	if err != nil {
+		return "", lverr(err, "name of defined domain")
+	}
+	return name, nil
+}
+
+// Start starts the domain unless it runs already.
+func (l *Libvirt) Start(ctx context.Context, name string) error {
+	d, err := l.domain(name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	if active, err := d.IsActive(); err == nil && active {
+		return nil
+	}
+	return lverr(d.Create(), "start domain "+name)
+}
+
+// Shutdown asks the guest to power off.
+func (l *Libvirt) Shutdown(_ context.Context, name string) error {
+	d, err := l.domain(name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	return lverr(d.Shutdown(), "shut down domain "+name)
+}
+
+// Destroy stops the domain at once; a stopped domain is left as it is.
+func (l *Libvirt) Destroy(_ context.Context, name string) error {
+	d, err := l.domain(name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	if active, err := d.IsActive(); err == nil && !active {
+		return nil
+	}
+	return lverr(d.Destroy(), "destroy domain "+name)
+}
+
+// Undefine removes the persistent definition with its NVRAM, managed save and snapshot metadata.
+func (l *Libvirt) Undefine(_ context.Context, name string) error {
+	d, err := l.domain(name)
+	if err != nil {
+		return err
+	}
+	defer d.Free()
+	return lverr(d.UndefineFlags(libvirt.DOMAIN_UNDEFINE_NVRAM|libvirt.DOMAIN_UNDEFINE_MANAGED_SAVE|
+		libvirt.DOMAIN_UNDEFINE_SNAPSHOTS_METADATA|libvirt.DOMAIN_UNDEFINE_CHECKPOINTS_METADATA), "undefine domain "+name)
+}
+
+// State returns the domain's run state.
+func (l *Libvirt) State(_ context.Context, name string) (State, error) {
+	d, err := l.domain(name)
+	if err != nil {
+		return "", err
+	}
+	defer d.Free()
+	s, _, err := d.GetState()
+	if err != nil {
+		return "", lverr(err, "state of domain "+name)
+	}
+	switch s {
+	case libvirt.DOMAIN_RUNNING, libvirt.DOMAIN_BLOCKED:
+		return StateRunning, nil
+	case libvirt.DOMAIN_SHUTOFF:
+		return StateShutoff, nil
+	case libvirt.DOMAIN_PAUSED, libvirt.DOMAIN_PMSUSPENDED:
+		return StatePaused, nil
+	case libvirt.DOMAIN_SHUTDOWN:
+		return StateShutdown, nil
+	case libvirt.DOMAIN_CRASHED:
+		return StateCrashed, nil
+	}
+	return StateOther, nil
+}
+
+// DomainXML returns the persistent XML of the domain.
+func (l *Libvirt) DomainXML(_ context.Context, name string) (string, error) {
+	d, err := l.domain(name)
+	if err != nil {
+		return "", err
+	}
+	defer d.Free()
+	x, err := d.GetXMLDesc(libvirt.DOMAIN_XML_INACTIVE)
+	return x, lverr(err, "XML of domain "+name)
+}
+
+// ListDomainXMLs returns every domain's live XML (inactive XML for stopped domains), by name.
+func (l *Libvirt) ListDomainXMLs(context.Context) (map[string]string, error) {
+	doms, err := l.conn.ListAllDomains(0)
+	if err != nil {
+		return nil, lverr(err, "list domains")
+	}
+	out := make(map[string]string, len(doms))
+	for i := range doms {
+		d := &doms[i]
+		name, nerr := d.GetName()
+		x, xerr := d.GetXMLDesc(0)
+		d.Free()
+		if nerr != nil || xerr != nil {
+			continue // the domain went away while we listed
+		}
+		out[name] = x
+	}
+	return out, nil
+}
+
+// QMP passes a QMP command through libvirt to the domain's QEMU monitor.
+func (l *Libvirt) QMP(_ context.Context, name, command string) (string, error) {
+	d, err := l.domain(name)
+	if err != nil {
+		return "", err
+	}
+	defer d.Free()
+	out, err := d.QemuMonitorCommand(command, libvirt.DOMAIN_QEMU_MONITOR_COMMAND_DEFAULT)
+	if err != nil {
+		return "", lverr(err, "QMP to domain "+name)
+	}
+	return out, nil
+}
+
+// EnsureDirPool defines, builds and starts a dir pool at path unless one named name exists;
+// an existing inactive pool is started.
+func (l *Libvirt) EnsureDirPool(_ context.Context, name, path string) error {
+	p, err := l.conn.LookupStoragePoolByName(name)
+	if err != nil {
+		if !errors.Is(lverr(err, ""), ErrNoPool) {
+			return lverr(err, "look up storage pool "+name)
+		}
+		if err := os.MkdirAll(path, 0o711); err != nil {
+			return fmt.Errorf("create storage pool directory %s: %w", path, err)
+		}
+		x, merr := (&libvirtxml.StoragePool{Type: "dir", Name: name, Target: &libvirtxml.StoragePoolTarget{Path: path}}).Marshal()
+		if merr != nil {
+			return fmt.Errorf("storage pool %s XML: %w", name, merr)
+		}
+		p, err = l.conn.StoragePoolDefineXML(x, 0)
+		if err != nil {
+			// Another process may have defined it between our lookup and define.
+			if p2, err2 := l.conn.LookupStoragePoolByName(name); err2 == nil {
+				p = p2
+			} else {
+				return lverr(err, "define storage pool "+name)
+			}
+		}
+		_ = p.SetAutostart(true)
+	}
+	defer p.Free()
+	active, err := p.IsActive()
+	if err != nil {
+		return lverr(err, "storage pool "+name)
+	}
+	if !active {
+		if err := p.Create(libvirt.STORAGE_POOL_CREATE_WITH_BUILD); err != nil {
+			if a, _ := p.IsActive(); !a {
+				return lverr(err, "start storage pool "+name)
+			}
+		}
+	}
+	return nil
+}
+
+func (l *Libvirt) pool(name string) (*libvirt.StoragePool, error) {
+	p, err := l.conn.LookupStoragePoolByName(name)
+	if err != nil {
+		return nil, lverr(err, "look up storage pool "+name)
+	}
+	// A dir pool only sees files created behind its back after a refresh.
+	_ = p.Refresh(0)
+	return p, nil
+}
+
+// volumeXML renders the <volume> for v.
+func volumeXML(v Volume) (string, error) {
+	vol := &libvirtxml.StorageVolume{
+		Name:     v.Name,
+		Capacity: &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: v.Capacity},
+		Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: v.Format}},
+	}
+	if v.BackingPath != "" {
+		vol.BackingStore = &libvirtxml.StorageVolumeBackingStore{
+			Path:   v.BackingPath,
+			Format: &libvirtxml.StorageVolumeTargetFormat{Type: v.BackingFormat},
+		}
+	}
+	return vol.Marshal()
+}
+
+// CreateVolume creates v in pool (a qcow2 overlay when v.BackingPath is set).
+func (l *Libvirt) CreateVolume(_ context.Context, pool string, v Volume) error {
+	p, err := l.pool(pool)
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	x, err := volumeXML(v)
+	if err != nil {
+		return fmt.Errorf("volume %s XML: %w", v.Name, err)
+	}
+	vol, err := p.StorageVolCreateXML(x, 0)
+	if err != nil {
+		return lverr(err, fmt.Sprintf("create volume %s in pool %s", v.Name, pool))
+	}
+	return vol.Free()
+}
+
+// UploadVolume creates a raw volume of len(data) bytes (replacing one of the same name) and
+// streams data into it.
+func (l *Libvirt) UploadVolume(ctx context.Context, pool, name string, data []byte) error {
+	p, err := l.pool(pool)
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	if old, err := p.LookupStorageVolByName(name); err == nil {
+		derr := old.Delete(0)
+		old.Free()
+		if derr != nil {
+			return lverr(derr, fmt.Sprintf("replace volume %s in pool %s", name, pool))
+		}
+	}
+	x, err := volumeXML(Volume{Name: name, Format: "raw", Capacity: uint64(len(data))})
+	if err != nil {
+		return fmt.Errorf("volume %s XML: %w", name, err)
+	}
+	vol, err := p.StorageVolCreateXML(x, 0)
+	if err != nil {
+		return lverr(err, fmt.Sprintf("create volume %s in pool %s", name, pool))
+	}
+	defer vol.Free()
+	st, err := l.conn.NewStream(0)
+	if err != nil {
+		return lverr(err, "open upload stream for "+name)
+	}
+	defer st.Free()
+	if err := vol.Upload(st, 0, uint64(len(data)), 0); err != nil {
+		return lverr(err, "upload volume "+name)
+	}
+	for off := 0; off < len(data); {
+		n, err := st.Send(data[off:])
+		if err != nil {
+			_ = st.Abort()
+			return lverr(err, "upload volume "+name)
+		}
+		off += n
+	}
+	return lverr(st.Finish(), "finish upload of volume "+name)
+}
+
+// VolumePath returns the file of a volume.
+func (l *Libvirt) VolumePath(_ context.Context, pool, name string) (string, error) {
+	p, err := l.pool(pool)
+	if err != nil {
+		return "", err
+	}
+	defer p.Free()
+	v, err := p.LookupStorageVolByName(name)
+	if err != nil {
+		return "", lverr(err, fmt.Sprintf("look up volume %s in pool %s", name, pool))
+	}
+	defer v.Free()
+	path, err := v.GetPath()
+	return path, lverr(err, "path of volume "+name)
+}
+
+// DeleteVolume deletes a volume from pool.
+func (l *Libvirt) DeleteVolume(_ context.Context, pool, name string) error {
+	p, err := l.pool(pool)
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	v, err := p.LookupStorageVolByName(name)
+	if err != nil {
+		return lverr(err, fmt.Sprintf("look up volume %s in pool %s", name, pool))
+	}
+	defer v.Free()
+	return lverr(v.Delete(0), fmt.Sprintf("delete volume %s from pool %s", name, pool))
+}
