@@ -1,4 +1,4 @@
-# shellcheck shell=sh
+# shellcheck shell=sh disable=SC2012 # ls on sysfs: names are plain
 # Assertion library for lab scenarios (busybox sh inside the guest; sourced by init before each
 # scenario, so scenarios just call these). Every check prints one line:
 #   PASS <scenario>: <what>

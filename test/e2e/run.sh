@@ -15,7 +15,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-mode=test
+mode="test"
 only=
 timeout_s=${VGPU_LAB_TIMEOUT:-600}
 cache_root=${VGPU_LAB_CACHE:-$repo/.cache/lab}
@@ -54,12 +54,12 @@ need() {
   for t in "$@"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
   [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (run 'make deps')"
 }
-need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd
+need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd flock
 
 # pick_kver: the newest kernel that has an image in /boot, modules and headers (build link).
 pick_kver() {
   local k best=
-  for k in $(ls /lib/modules 2>/dev/null | sort -V); do
+  for k in $(find /lib/modules -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort -V); do
     [ -f "/boot/vmlinuz-$k" ] && [ -e "/lib/modules/$k/build/Makefile" ] && best=$k
   done
   [ -n "$best" ] || die "no kernel with image, modules and headers installed (need linux-image-amd64 and linux-headers-amd64: make deps)"
@@ -75,6 +75,12 @@ if ldd "$busybox" >/dev/null 2>&1; then die "$busybox is dynamically linked; ins
 
 cache=$cache_root/$kver
 mkdir -p "$cache" "$out"
+# One lab at a time per work tree: engineers share it, and the runs share out/ and the cache.
+exec 9>"$out/.lock"
+if ! flock -n 9; then
+  log "another lab run holds $out/.lock; waiting"
+  flock 9
+fi
 
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 
@@ -93,13 +99,13 @@ build_mdev_samples() {
     return
   fi
   t0=$SECONDS
-  tmp=$(mktemp -d "$cache/mdev-build.XXXXXX")
+  tmp=$(mktemp -d "$cache/build-mdev.XXXXXX")
   tar -xJf "$src" -C "$tmp" --wildcards "linux-source-$series/samples/vfio-mdev/*"
   local m=$tmp/linux-source-$series/samples/vfio-mdev
   echo "$kbuild" >"$m/Kbuild"
   make -s -C "/lib/modules/$kver/build" M="$m" modules >"$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log" >&2; die "building mdev samples failed"; }
-  rm -rf "$dir" && mkdir -p "$dir"
+  rm -rf "$cache"/mdev-* && mkdir -p "$dir" # older builds are never used again
   local s
   for s in "${mdev_samples[@]}"; do cp "$m/$s.ko" "$dir/"; done
   touch "$dir/.done"
@@ -138,7 +144,7 @@ build_base() {
     return
   fi
   t0=$SECONDS
-  root=$(mktemp -d "$cache/base-build.XXXXXX")
+  root=$(mktemp -d "$cache/build-base.XXXXXX")
   mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,e2e,lib64}
   cp "$busybox" "$root/bin/busybox"
   list=$root/e2e/modules.list
@@ -157,6 +163,7 @@ build_base() {
     echo "/lib/modules/$kver/extra/$m.ko" >>"$list"
   done
   n=$(wc -l <"$list")
+  rm -f "$cache"/base-*.cpio
   mkcpio "$root" "$base.tmp"
   mv "$base.tmp" "$base"
   rm -rf "$root"
@@ -206,6 +213,7 @@ console=$out/console.log
 : >"$console"
 
 # Device layout: keep in sync with lab.env (00-kernel.sh checks the kernel agrees).
+# shellcheck disable=SC2054 # the commas are QEMU's property lists
 qemu_args=(
   -machine q35,kernel-irqchip=split -accel tcg,thread=multi -cpu max -smp 2 -m 1024
   -nodefaults -display none -monitor none -no-reboot
@@ -269,16 +277,18 @@ failed() {
   die "$*"
 }
 
-[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || failed "timeout: the guest did not finish within ${timeout_s}s"
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  failed "timeout: the guest did not finish within ${timeout_s}s"
+fi
 [ "$rc" -eq 0 ] || failed "qemu exited with status $rc"
 summary=$(grep -E '^E2E SUMMARY ' "$transcript" | tail -n 1 || true)
 [ -n "$summary" ] || failed "no summary line from the guest (init died or the kernel panicked)"
 log "guest ran ${elapsed}s: ${summary#E2E SUMMARY }"
 nfail=$(grep -c '^FAIL' "$transcript" || true)
-case $summary in *" fail=0"*) ;; *) nfail=$((nfail + 1)) ;; esac
+case $summary in *" fail=0 "*) ;; *) [ "$nfail" -gt 0 ] || nfail=1 ;; esac
 [ "$nfail" -eq 0 ] || failed "$nfail failing check(s); see FAIL lines above"
 case $summary in *" pass=0"*)
-  [ "$mode" = bench ] || failed "no checks ran${only:+ (does --only '$only' match a scenario?)}" ;;
+  [ "$mode" = bench ] || failed "no checks ran${only:+ (does --only \"$only\" match a scenario?)}" ;;
 esac
 
 if [ "$mode" = snapshot ]; then

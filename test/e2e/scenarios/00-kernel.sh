@@ -1,4 +1,4 @@
-# shellcheck shell=sh
+# shellcheck shell=sh disable=SC2012 # ls on sysfs: names are plain
 # The lab proves itself: the kernel sees the device layout of lab.env, with an IOMMU, the
 # groups the other scenarios rely on, an SR-IOV PF, the mdev sample parents and vfio.
 # Read-only: changes nothing, so later scenarios start from the boot state.

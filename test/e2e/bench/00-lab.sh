@@ -1,0 +1,13 @@
+# shellcheck shell=sh
+# Lab baseline numbers, so other benches have a scale: guest boot to init, and the cost of
+# starting the binary under TCG (every vgpu-host call in a scenario pays it).
+bench lab_boot_to_init_ms "$(awk -v t="$E2E_T0" 'BEGIN {printf "%d", t * 1000}')" ms
+n=20
+t0=$(now_ms)
+i=0
+while [ "$i" -lt "$n" ]; do
+  vgpu-host --version >/dev/null || fail "vgpu-host --version failed"
+  i=$((i + 1))
+done
+t1=$(now_ms)
+bench vgpu_host_version_ms $(((t1 - t0) / n)) ms/op
