@@ -1,0 +1,289 @@
+// Package ledger is vgpu-host's allocation ledger: which VM holds which PCI function, VF,
+// mdev instance or vendor vGPU type, and the journal of every host or libvirt step an apply
+// takes, each recorded before it is taken.
+//
+// The ledger is one JSON document, ROOT/var/lib/vgpu-host/ledger.json, so an operator can read
+// it with jq. Every change is a transaction: Update takes an exclusive flock(2) on
+// ledger.lock, reads the document, lets the caller change it, and replaces the file by an
+// atomic rename (host.WriteFileAtomic), all before releasing the lock. Two vgpu-host processes
+// therefore never both see a device as free: the second one reads the first one's claim.
+// A process killed mid-transaction leaves the previous document intact (the rename never
+// happened) and the kernel drops its lock.
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// FormatVersion is the "version" of the JSON document this package writes.
+const FormatVersion = 1
+
+// Claim kinds.
+const (
+	KindPCI        = "pci"         // a whole PCI function (GPU, companion, or VF) given to the VM
+	KindMdev       = "mdev"        // an mdev instance, by UUID
+	KindVendorVGPU = "vendor-vgpu" // a VF whose nvidia/current_vgpu_type this VM set
+)
+
+// Step statuses.
+const (
+	StepStarted = "started" // recorded, about to be taken (or the process died while taking it)
+	StepDone    = "done"    // taken
+	StepUndone  = "undone"  // rolled back by a failed apply, a re-converging apply or destroy
+)
+
+// VM phases.
+const (
+	PhaseApplying   = "applying"
+	PhaseApplied    = "applied"
+	PhaseDestroying = "destroying"
+)
+
+// Book is the whole ledger document.
+type Book struct {
+	Version int            `json:"version"`
+	VMs     map[string]*VM `json:"vms"`
+}
+
+// VM is one VM's entry.
+type VM struct {
+	Name string `json:"name"`
+	// SpecHash identifies the spec (and resolved allocation) last applied, so a re-apply of
+	// the same spec can be a no-op.
+	SpecHash string `json:"spec_hash"`
+	// URI is the libvirt connection the domain lives on; Pool the storage pool of its volumes.
+	URI  string `json:"uri"`
+	Pool string `json:"pool,omitempty"`
+	// Phase is "applying", "applied" or "destroying".
+	Phase string `json:"phase"`
+	// Claims are the devices the VM holds.
+	Claims []Claim `json:"claims"`
+	// Fallback says why a gpus[] entry fell back to virtio-gpu, if one did.
+	Fallback []string `json:"fallback,omitempty"`
+	// Journal lists the steps taken for this VM, oldest first.
+	Journal   []Step    `json:"journal"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Claim is one device held by a VM.
+type Claim struct {
+	Kind string `json:"kind"` // pci, mdev, vendor-vgpu
+	ID   string `json:"id"`   // PCI address or mdev UUID
+	// Detail says what the claim is for: the mdev type, the vGPU type id, "companion".
+	Detail string `json:"detail,omitempty"`
+}
+
+// Key returns "kind:id", the unit of exclusivity.
+func (c Claim) Key() string { return c.Kind + ":" + c.ID }
+
+// Step is one journal entry: a host or libvirt change with what is needed to undo it.
+type Step struct {
+	N      int               `json:"n"`
+	Action string            `json:"action"`
+	Target string            `json:"target"`
+	Params map[string]string `json:"params,omitempty"`
+	Status string            `json:"status"`
+	At     time.Time         `json:"at"`
+}
+
+// Ledger is the on-disk ledger.
+type Ledger struct {
+	path string
+	lock string
+}
+
+// Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger.json).
+func Open(root host.Root) *Ledger { return OpenPath(root.StateDir("ledger.json")) }
+
+// OpenPath returns the ledger stored at path (its lock file is path with ".lock").
+func OpenPath(path string) *Ledger {
+	return &Ledger{path: path, lock: path[:len(path)-len(filepath.Ext(path))] + ".lock"}
+}
+
+// Path returns the ledger file.
+func (l *Ledger) Path() string { return l.path }
+
+func (l *Ledger) locked(how int, fn func() error) error {
+	if err := os.MkdirAll(filepath.Dir(l.lock), 0o755); err != nil {
+		return fmt.Errorf("ledger directory %s: %w", filepath.Dir(l.lock), err)
+	}
+	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open ledger lock %s: %w", l.lock, err)
+	}
+	defer f.Close()
+	for {
+		err = syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lock ledger %s: %w", l.lock, err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing drops it anyway
+	return fn()
+}
+
+func (l *Ledger) load() (*Book, error) {
+	b := &Book{Version: FormatVersion, VMs: map[string]*VM{}}
+	data, err := os.ReadFile(l.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return b, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ledger: %w", err)
+	}
+	if err := json.Unmarshal(data, b); err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", l.path, err)
+	}
+	if b.Version > FormatVersion {
+		return nil, fmt.Errorf("read ledger %s: format version %d is newer than this vgpu-host (%d): %w", l.path, b.Version, FormatVersion, host.ErrUnsupported)
+	}
+	if b.VMs == nil {
+		b.VMs = map[string]*VM{}
+	}
+	return b, nil
+}
+
+// Read returns a snapshot of the ledger (under a shared lock).
+func (l *Ledger) Read() (*Book, error) {
+	var b *Book
+	err := l.locked(syscall.LOCK_SH, func() error {
+		var err error
+		b, err = l.load()
+		return err
+	})
+	return b, err
+}
+
+// Update runs fn on the ledger under an exclusive lock and writes the result atomically.
+// If fn returns an error nothing is written and the error is returned.
+func (l *Ledger) Update(fn func(*Book) error) error {
+	return l.locked(syscall.LOCK_EX, func() error {
+		b, err := l.load()
+		if err != nil {
+			return err
+		}
+		if err := fn(b); err != nil {
+			return err
+		}
+		b.Version = FormatVersion
+		data, err := json.MarshalIndent(b, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode ledger: %w", err)
+		}
+		return host.WriteFileAtomic(l.path, append(data, '\n'), 0o644)
+	})
+}
+
+// Holder returns the VM holding the claim kind:id, or "".
+func (b *Book) Holder(c Claim) string {
+	names := make([]string, 0, len(b.VMs))
+	for n := range b.VMs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, have := range b.VMs[n].Claims {
+			if have.Key() == c.Key() {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+// Claim gives claims to vm, creating its entry. A claim held by another VM fails with an
+// error wrapping host.ErrBusy and changes nothing; a claim vm holds already is kept once.
+func (b *Book) Claim(vm string, claims ...Claim) error {
+	for _, c := range claims {
+		if h := b.Holder(c); h != "" && h != vm {
+			return fmt.Errorf("%s %s is allocated to VM %q (ledger): %w", c.Kind, c.ID, h, host.ErrBusy)
+		}
+	}
+	e := b.Entry(vm)
+	for _, c := range claims {
+		if b.Holder(c) != vm {
+			e.Claims = append(e.Claims, c)
+		}
+	}
+	e.UpdatedAt = time.Now().UTC()
+	return nil
+}
+
+// Release drops claims from vm (all of them when none are named).
+func (b *Book) Release(vm string, claims ...Claim) {
+	e := b.VMs[vm]
+	if e == nil {
+		return
+	}
+	if len(claims) == 0 {
+		e.Claims = nil
+		return
+	}
+	drop := map[string]bool{}
+	for _, c := range claims {
+		drop[c.Key()] = true
+	}
+	kept := e.Claims[:0]
+	for _, c := range e.Claims {
+		if !drop[c.Key()] {
+			kept = append(kept, c)
+		}
+	}
+	e.Claims = kept
+}
+
+// Entry returns vm's entry, creating an empty one.
+func (b *Book) Entry(vm string) *VM {
+	e := b.VMs[vm]
+	if e == nil {
+		e = &VM{Name: vm, Phase: PhaseApplying}
+		b.VMs[vm] = e
+	}
+	return e
+}
+
+// Record appends a step with status "started" to vm's journal and returns its number.
+func (e *VM) Record(action, target string, params map[string]string) int {
+	n := 1
+	if len(e.Journal) > 0 {
+		n = e.Journal[len(e.Journal)-1].N + 1
+	}
+	e.Journal = append(e.Journal, Step{N: n, Action: action, Target: target, Params: params, Status: StepStarted, At: time.Now().UTC()})
+	e.UpdatedAt = time.Now().UTC()
+	return n
+}
+
+// Mark sets the status of step n.
+func (e *VM) Mark(n int, status string) {
+	for i := range e.Journal {
+		if e.Journal[i].N == n {
+			e.Journal[i].Status = status
+			e.Journal[i].At = time.Now().UTC()
+		}
+	}
+	e.UpdatedAt = time.Now().UTC()
+}
+
+// Live returns the steps that are started or done (not undone), oldest first: what a
+// rollback or destroy must undo, newest first.
+func (e *VM) Live() []Step {
+	var out []Step
+	for _, s := range e.Journal {
+		if s.Status != StepUndone {
+			out = append(out, s)
+		}
+	}
+	return out
+}
