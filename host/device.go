@@ -1,0 +1,272 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// PCI class codes vgpu-host cares about (the top 16 bits of the 24-bit class).
+const (
+	classDisplay   = 0x03   // base class: VGA 0300, XGA 0301, 3D 0302, other 0380
+	classVGA       = 0x0300 // the only subclass with boot_vga
+	classAudio     = 0x0403 // HDA audio: the HDMI/DP audio function of a GPU
+	classUSB       = 0x0c03 // USB controller: VirtualLink / USB-C on Turing cards
+	classSerialBus = 0x0c80 // "other serial bus": the UCSI (USB-C) controller next to it
+)
+
+// scanner carries one scan's state: the root, the lazy pci.ids resolver and the warnings met.
+type scanner struct {
+	root Root
+	ids  *PCIIDs
+
+	mu       sync.Mutex
+	warnings []string
+}
+
+func newScanner(root Root) *scanner { return &scanner{root: root, ids: pciIDsFor(root)} }
+
+func (s *scanner) warn(format string, a ...any) {
+	s.mu.Lock()
+	s.warnings = append(s.warnings, fmt.Sprintf(format, a...))
+	s.mu.Unlock()
+}
+
+// pciIDsCache keeps one lazy resolver per root so that repeated ReadDevice calls read pci.ids once.
+var pciIDsCache sync.Map // root dir -> *PCIIDs
+
+func pciIDsFor(root Root) *PCIIDs {
+	if v, ok := pciIDsCache.Load(root.Dir()); ok {
+		return v.(*PCIIDs)
+	}
+	v, _ := pciIDsCache.LoadOrStore(root.Dir(), NewPCIIDs(root))
+	return v.(*PCIIDs)
+}
+
+// ReadDevice reads one PCI function from ROOT/sys/bus/pci/devices/ADDR: IDs and names (from
+// pci.ids), class, driver, driver_override, IOMMU group, NUMA, BARs, boot_vga, reset methods,
+// SR-IOV (on a PF), physfn (on a VF) and NVIDIA vendor-specific vGPU files. It does not fill
+// Companions or Mdev, which need the rest of the host (Scan fills them). A device that does not
+// exist returns an error satisfying errors.Is(err, ErrNotFound); an optional attribute that
+// cannot be read is left at its zero value (Scan reports those as warnings).
+func ReadDevice(root Root, addr Address) (Device, error) {
+	return newScanner(root).readDevice(addr)
+}
+
+// readDevice reads addr, recording problems with optional attributes as warnings.
+func (s *scanner) readDevice(addr Address) (Device, error) {
+	dir := s.root.PCIDevice(addr)
+	d := Device{Address: addr, IOMMUGroup: -1, NUMANode: -1}
+	vendor, err := ReadHex(filepath.Join(dir, "vendor"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
+		}
+		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+	}
+	device, err := ReadHex(filepath.Join(dir, "device"))
+	if err != nil {
+		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+	}
+	class, err := ReadHex(filepath.Join(dir, "class"))
+	if err != nil {
+		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+	}
+	d.VendorID, d.DeviceID = fmt.Sprintf("%04x", vendor), fmt.Sprintf("%04x", device)
+	d.Class = fmt.Sprintf("%06x", class)
+	d.IsGPU = class>>16 == classDisplay
+	d.IsBridge = isBridgeClass(class)
+	if sv, err := ReadHex(filepath.Join(dir, "subsystem_vendor")); err == nil {
+		d.SubsysVendorID = fmt.Sprintf("%04x", sv)
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	if sd, err := ReadHex(filepath.Join(dir, "subsystem_device")); err == nil {
+		d.SubsysDeviceID = fmt.Sprintf("%04x", sd)
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	d.Driver = s.optionalLink(addr, filepath.Join(dir, "driver"))
+	if ov := s.optionalString(addr, filepath.Join(dir, "driver_override")); ov != "(null)" {
+		d.DriverOverride = ov
+	}
+	if g := s.optionalLink(addr, filepath.Join(dir, "iommu_group")); g != "" {
+		if n, err := strconv.Atoi(g); err == nil {
+			d.IOMMUGroup = n
+		} else {
+			s.warn("%s: iommu_group link %s names %q, not a group number", addr, filepath.Join(dir, "iommu_group"), g)
+		}
+	}
+	if n, err := ReadInt(filepath.Join(dir, "numa_node")); err == nil {
+		d.NUMANode = int(n)
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	if c, err := ReadString(filepath.Join(dir, "local_cpulist")); err == nil {
+		d.LocalCPUs = c
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	if class>>8 == classVGA {
+		d.BootVGA = s.optionalString(addr, filepath.Join(dir, "boot_vga")) == "1"
+	}
+	// reset_method exists since Linux 5.15; older kernels simply lack it.
+	if rm := s.optionalString(addr, filepath.Join(dir, "reset_method")); rm != "" {
+		d.ResetMethods = strings.Fields(rm)
+	}
+	if bars, err := ReadBARs(filepath.Join(dir, "resource")); err == nil {
+		d.BARs = bars
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	d.SRIOV = s.readSRIOV(addr, dir)
+	if pf := s.optionalLink(addr, filepath.Join(dir, "physfn")); pf != "" {
+		if a, err := ParseAddress(pf); err == nil {
+			d.PhysFn = &a
+		} else {
+			s.warn("%s: physfn link names %q: %v", addr, pf, err)
+		}
+	}
+	if v, err := ReadVendorVGPU(s.root, addr); err != nil {
+		s.warn("%v", err)
+	} else {
+		d.VendorVGPU = v
+	}
+	d.VendorName = s.ids.Vendor(d.VendorID)
+	d.DeviceName = s.ids.Device(d.VendorID, d.DeviceID)
+	if d.SubsysVendorID != "" && d.SubsysDeviceID != "" {
+		d.SubsystemName = s.ids.Subsystem(d.VendorID, d.DeviceID, d.SubsysVendorID, d.SubsysDeviceID)
+	}
+	d.ClassName = s.ids.Class(d.Class)
+	return d, nil
+}
+
+// optionalString reads an attribute that may legitimately be absent: absent gives "", any
+// other failure is a warning.
+func (s *scanner) optionalString(addr Address, path string) string {
+	v, err := ReadString(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.warn("%s: %v", addr, err)
+	}
+	return v
+}
+
+// optionalLink is optionalString for a symlink's last element (driver, iommu_group, physfn).
+func (s *scanner) optionalLink(addr Address, path string) string {
+	v, err := LinkBase(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.warn("%s: %v", addr, err)
+	}
+	return v
+}
+
+// isBridgeClass reports whether a class is a bridge that may stay on the host when the rest
+// of its group moves to vfio: host (0600), PCI-to-PCI (0604) and CardBus (0607) bridges.
+func isBridgeClass(class uint32) bool {
+	switch class >> 8 {
+	case 0x0600, 0x0604, 0x0607:
+		return true
+	}
+	return false
+}
+
+// isCompanionClass reports whether a class is one of a GPU's companion functions: HDMI/DP
+// audio (0403), USB (0c03) or the UCSI USB-C controller (0c80).
+func isCompanionClass(class string) bool {
+	c, err := strconv.ParseUint(class, 16, 32)
+	if err != nil {
+		return false
+	}
+	switch c >> 8 {
+	case classAudio, classUSB, classSerialBus:
+		return true
+	}
+	return false
+}
+
+// Resource flags from include/linux/ioport.h, as printed in the third column of `resource`.
+const (
+	ioresourceIO       = 0x00000100
+	ioresourceMem      = 0x00000200
+	ioresourcePrefetch = 0x00002000
+	ioresourceMem64    = 0x00100000
+)
+
+// ReadBARs parses a device's `resource` file: one "start end flags" line per region, BARs 0-5
+// first, then the expansion ROM and bridge windows (which it skips). Unused BARs (all zero)
+// are left out.
+//
+//	0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200   BAR0: 64 MiB, 32-bit, non-prefetchable
+func ReadBARs(path string) ([]BAR, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	var bars []BAR
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for i := 0; sc.Scan() && i < 6; i++ {
+		f := strings.Fields(sc.Text())
+		if len(f) != 3 {
+			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, sc.Text())
+		}
+		start, err1 := strconv.ParseUint(f[0], 0, 64)
+		end, err2 := strconv.ParseUint(f[1], 0, 64)
+		flags, err3 := strconv.ParseUint(f[2], 0, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, sc.Text())
+		}
+		if end == 0 && start == 0 || flags&(ioresourceIO|ioresourceMem) == 0 {
+			continue
+		}
+		bars = append(bars, BAR{
+			Index: i, Start: start, Size: end - start + 1,
+			Is64: flags&ioresourceMem64 != 0, Prefetch: flags&ioresourcePrefetch != 0, IO: flags&ioresourceIO != 0,
+		})
+	}
+	return bars, nil
+}
+
+// readSRIOV reads a PF's SR-IOV attributes; nil when the device has no SR-IOV capability.
+//
+//	sriov_totalvfs 3, sriov_numvfs 3, virtfn0 -> ../0000:00:0a.1
+func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
+	total, err := ReadInt(filepath.Join(dir, "sriov_totalvfs"))
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.warn("%s: %v", addr, err)
+		}
+		return nil
+	}
+	sr := &SRIOV{TotalVFs: int(total), VFs: []Address{}}
+	if n, err := ReadInt(filepath.Join(dir, "sriov_numvfs")); err == nil {
+		sr.NumVFs = int(n)
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	if ap, err := ReadInt(filepath.Join(dir, "sriov_drivers_autoprobe")); err == nil {
+		v := ap != 0
+		sr.DriversAutoprobe = &v
+	}
+	for i := 0; i < sr.NumVFs; i++ {
+		link := filepath.Join(dir, fmt.Sprintf("virtfn%d", i))
+		name, err := LinkBase(link)
+		if err != nil {
+			s.warn("%s: sriov_numvfs is %d but %v", addr, sr.NumVFs, err)
+			continue
+		}
+		a, err := ParseAddress(name)
+		if err != nil {
+			s.warn("%s: %s names %q: %v", addr, link, name, err)
+			continue
+		}
+		sr.VFs = append(sr.VFs, a)
+	}
+	return sr
+}

@@ -1,0 +1,108 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// Drivers that may stay bound to a bridge in a group handed to vfio.
+var bridgeDrivers = map[string]bool{"": true, "pcieport": true, "shpchp": true}
+
+// VFIODriver is the driver every endpoint of an assigned IOMMU group must be on (or have none).
+const VFIODriver = "vfio-pci"
+
+// GroupOf returns the IOMMU group of the function at addr, with every member's class and
+// driver and the viability verdict. It returns an error satisfying errors.Is(err, ErrNotFound)
+// when the device does not exist, and ErrUnsupported when it has no group (no IOMMU).
+func GroupOf(root Root, addr Address) (Group, error) {
+	dir := root.PCIDevice(addr)
+	if _, err := os.Lstat(dir); err != nil {
+		return Group{}, fmt.Errorf("iommu group of %s: %s: %w", addr, dir, ErrNotFound)
+	}
+	g, err := LinkBase(filepath.Join(dir, "iommu_group"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Group{}, fmt.Errorf("iommu group of %s: no iommu_group link in %s: %w (is the IOMMU enabled?)", addr, dir, ErrUnsupported)
+		}
+		return Group{}, fmt.Errorf("iommu group of %s: %w", addr, err)
+	}
+	id, err := strconv.Atoi(g)
+	if err != nil {
+		return Group{}, fmt.Errorf("iommu group of %s: link names %q, not a number", addr, g)
+	}
+	return ReadGroup(root, id)
+}
+
+// ReadGroup reads IOMMU group id from ROOT/sys/kernel/iommu_groups/ID/devices: every member's
+// class and driver, and the viability verdict (see EvaluateGroup).
+func ReadGroup(root Root, id int) (Group, error) {
+	dir := root.Sys("kernel", "iommu_groups", strconv.Itoa(id), "devices")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Group{}, fmt.Errorf("read iommu group %d at %s: %w", id, dir, ErrNotFound)
+		}
+		return Group{}, fmt.Errorf("read iommu group %d: %w", id, err)
+	}
+	g := Group{ID: id, Members: []GroupMember{}}
+	for _, e := range ents {
+		a, err := ParseAddress(e.Name())
+		if err != nil {
+			continue // not a PCI function (an mdev's UUID in a virtual group, say)
+		}
+		class, err := ReadHex(root.PCIDevice(a, "class"))
+		if err != nil {
+			return g, fmt.Errorf("read iommu group %d: member %s: %w", id, a, err)
+		}
+		drv, err := LinkBase(root.PCIDevice(a, "driver"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return g, fmt.Errorf("read iommu group %d: member %s: %w", id, a, err)
+		}
+		g.Members = append(g.Members, GroupMember{Address: a, Class: fmt.Sprintf("%06x", class), Driver: drv, IsBridge: isBridgeClass(class)})
+	}
+	sortMembers(g.Members)
+	EvaluateGroup(&g)
+	return g, nil
+}
+
+func sortMembers(m []GroupMember) {
+	sort.Slice(m, func(i, j int) bool { return addrLess(m[i].Address, m[j].Address) })
+}
+
+func addrLess(a, b Address) bool {
+	if a.Domain != b.Domain {
+		return a.Domain < b.Domain
+	}
+	if a.Bus != b.Bus {
+		return a.Bus < b.Bus
+	}
+	if a.Device != b.Device {
+		return a.Device < b.Device
+	}
+	return a.Function < b.Function
+}
+
+// EvaluateGroup sets g.Viable and g.Blockers from g.Members: a group can be given to a guest
+// when every endpoint is on vfio-pci or has no driver; bridges on pcieport (or shpchp, or no
+// driver) may stay. Any other member is a blocker, named with its driver and the fix.
+func EvaluateGroup(g *Group) {
+	g.Blockers = []Blocker{}
+	for _, m := range g.Members {
+		switch {
+		case m.IsBridge && bridgeDrivers[m.Driver]:
+		case !m.IsBridge && (m.Driver == "" || m.Driver == VFIODriver):
+		case m.IsBridge:
+			g.Blockers = append(g.Blockers, Blocker{Address: m.Address, Driver: m.Driver,
+				Reason: fmt.Sprintf("bridge bound to %s, not pcieport: unbind it or bind it to vfio-pci", m.Driver)})
+		default:
+			g.Blockers = append(g.Blockers, Blocker{Address: m.Address, Driver: m.Driver,
+				Reason: fmt.Sprintf("class %s bound to host driver %s: the whole group must move to vfio-pci (vgpu-host bind binds every member)", m.Class, m.Driver)})
+		}
+	}
+	g.Viable = len(g.Members) > 0 && len(g.Blockers) == 0
+}

@@ -1,0 +1,146 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// MdevParents lists the devices under ROOT/sys/class/mdev_bus with their types: PCI functions
+// (NVIDIA vGPU up to 16.x, Intel GVT-g) and virtual parents such as the kernel's mbochs, mdpy
+// and mtty samples. A host without the mdev bus returns an empty list and no error. Attributes
+// that cannot be read are left at their zero value (Scan reports them as warnings).
+//
+//	/sys/class/mdev_bus/mdpy -> ../../devices/virtual/mdpy/mdpy
+//	.../mdpy/mdev_supported_types/mdpy-hd/{name,description,device_api,available_instances,devices/UUID}
+func MdevParents(root Root) ([]MdevParent, error) {
+	return newScanner(root).mdevParents()
+}
+
+func (s *scanner) mdevParents() ([]MdevParent, error) {
+	dir := s.root.Sys("class", "mdev_bus")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return []MdevParent{}, nil
+		}
+		return []MdevParent{}, fmt.Errorf("list mdev parents: %w", err)
+	}
+	out := []MdevParent{}
+	for _, e := range ents {
+		p := MdevParent{Parent: e.Name(), Types: []MdevType{}}
+		if a, err := ParseAddress(e.Name()); err == nil {
+			p.Address = &a
+		}
+		types, err := s.mdevTypes(e.Name(), filepath.Join(dir, e.Name(), "mdev_supported_types"))
+		if err != nil {
+			s.warn("%v", err)
+		}
+		p.Types = types
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Parent < out[j].Parent })
+	return out, nil
+}
+
+// mdevTypes reads every type directory of one parent.
+func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return []MdevType{}, fmt.Errorf("mdev parent %s: list types: %w", parent, err)
+	}
+	types := []MdevType{}
+	for _, e := range ents {
+		td := filepath.Join(dir, e.Name())
+		t := MdevType{ID: e.Name(), Instances: []string{}}
+		// name is optional in the kernel's mdev ABI (mtty has none on some kernels).
+		if v, err := ReadString(filepath.Join(td, "name")); err == nil {
+			t.Name = v
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			s.warn("mdev parent %s: %v", parent, err)
+		}
+		if v, err := ReadString(filepath.Join(td, "description")); err == nil {
+			t.Description = v
+		}
+		if v, err := ReadString(filepath.Join(td, "device_api")); err == nil {
+			t.DeviceAPI = v
+		} else {
+			s.warn("mdev parent %s: %v", parent, err)
+		}
+		if v, err := ReadInt(filepath.Join(td, "available_instances")); err == nil {
+			t.AvailableInstances = int(v)
+		} else {
+			s.warn("mdev parent %s: %v", parent, err)
+		}
+		if inst, err := os.ReadDir(filepath.Join(td, "devices")); err == nil {
+			for _, i := range inst {
+				t.Instances = append(t.Instances, i.Name())
+			}
+		} else {
+			s.warn("mdev parent %s: list instances of %s: %v", parent, e.Name(), err)
+		}
+		types = append(types, t)
+	}
+	return types, nil
+}
+
+// ReadVendorVGPU reads NVIDIA's vendor-specific vGPU files of a VF (vGPU 17+ on
+// Ada/Hopper/Blackwell with kernel >= 6.8, which has no mdev bus). It returns nil and no error
+// when the device has no ROOT/sys/bus/pci/devices/ADDR/nvidia/creatable_vgpu_types.
+//
+//	$ cat nvidia/creatable_vgpu_types        $ cat nvidia/current_vgpu_type
+//	ID    : vGPU Name                        0
+//	1155  : NVIDIA L40S-1Q
+func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
+	path := root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: read %s: %w", addr, path, err)
+	}
+	types, err := ParseCreatableVGPUTypes(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", addr, path, err)
+	}
+	v := &VendorVGPU{Creatable: types}
+	cur := root.PCIDevice(addr, "nvidia", "current_vgpu_type")
+	if n, err := ReadInt(cur); err == nil {
+		v.CurrentType = int(n)
+	} else {
+		return v, fmt.Errorf("%s: %w", addr, err)
+	}
+	return v, nil
+}
+
+// ParseCreatableVGPUTypes parses the text of nvidia/creatable_vgpu_types: an optional header
+// line ("ID    : vGPU Name") and then one "ID : NAME" line per type the VF can still take. An
+// empty file (or a header alone) means nothing more can be created on this GPU.
+func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
+	out := []VendorVGPUType{}
+	for i, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		id, name, ok := strings.Cut(line, ":")
+		if !ok {
+			return out, fmt.Errorf("creatable_vgpu_types line %d: want \"ID : NAME\", got %q", i+1, line)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(id))
+		if err != nil {
+			if i == 0 || len(out) == 0 && strings.EqualFold(strings.TrimSpace(id), "ID") {
+				continue // the header line
+			}
+			return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %q is not a number", i+1, strings.TrimSpace(id))
+		}
+		out = append(out, VendorVGPUType{ID: n, Name: strings.TrimSpace(name)})
+	}
+	return out, nil
+}

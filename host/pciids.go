@@ -1,0 +1,171 @@
+package host
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync"
+)
+
+// pciIDsPaths are where Debian's pci.ids package (and other distributions) install the PCI ID
+// database, relative to a root. Scan looks under the host root first, then on this machine.
+var pciIDsPaths = []string{"usr/share/misc/pci.ids", "usr/share/hwdata/pci.ids", "usr/share/pci.ids"}
+
+// PCIIDs resolves vendor, device, subsystem and class names from a pci.ids file. It reads the
+// file once, on the first lookup, and then finds each name by searching the raw bytes for the
+// one line it needs: no map of all ~36,000 lines is ever built (ghw's pci.New() builds one on
+// every call, ~40 ms), so a scan pays only for the IDs present on the host. The zero value and
+// a nil *PCIIDs answer "" for every lookup. Safe for concurrent use.
+type PCIIDs struct {
+	paths []string
+	once  sync.Once
+	data  []byte
+	path  string
+	err   error
+}
+
+// NewPCIIDs returns a lazy resolver that uses the first readable pci.ids among root's
+// usr/share/misc/pci.ids (and the other usual places), then this machine's.
+func NewPCIIDs(root Root) *PCIIDs {
+	var paths []string
+	for _, p := range pciIDsPaths {
+		paths = append(paths, root.Path(p))
+	}
+	if !root.IsReal() {
+		for _, p := range pciIDsPaths {
+			paths = append(paths, string(os.PathSeparator)+p)
+		}
+	}
+	return &PCIIDs{paths: paths}
+}
+
+// NewPCIIDsFile returns a lazy resolver that reads exactly the file at path.
+func NewPCIIDsFile(path string) *PCIIDs { return &PCIIDs{paths: []string{path}} }
+
+func (p *PCIIDs) load() []byte {
+	if p == nil {
+		return nil
+	}
+	p.once.Do(func() {
+		for _, path := range p.paths {
+			b, err := os.ReadFile(path)
+			if err == nil {
+				p.data, p.path = b, path
+				return
+			}
+			if p.err == nil {
+				p.err = err
+			}
+		}
+	})
+	return p.data
+}
+
+// Path returns the pci.ids file in use ("" when none was found); it triggers the load.
+func (p *PCIIDs) Path() string {
+	p.load()
+	if p == nil {
+		return ""
+	}
+	return p.path
+}
+
+// Vendor returns the vendor name for a 4-hex-digit vendor ID such as "10de", or "".
+func (p *PCIIDs) Vendor(vendor string) string {
+	_, name := findLine(p.load(), 0, []byte("\n"+strings.ToLower(vendor)+"  "))
+	return name
+}
+
+// Device returns the device name for vendor and device IDs, or "".
+func (p *PCIIDs) Device(vendor, device string) string {
+	data := p.load()
+	vs, _ := findLine(data, 0, []byte("\n"+strings.ToLower(vendor)+"  "))
+	if vs < 0 {
+		return ""
+	}
+	block := sectionOf(data, vs, 0)
+	_, name := findLine(block, 0, []byte("\n\t"+strings.ToLower(device)+"  "))
+	return name
+}
+
+// Subsystem returns the subsystem name for a device's subsystem vendor/device IDs, or "".
+func (p *PCIIDs) Subsystem(vendor, device, subVendor, subDevice string) string {
+	data := p.load()
+	vs, _ := findLine(data, 0, []byte("\n"+strings.ToLower(vendor)+"  "))
+	if vs < 0 {
+		return ""
+	}
+	vblock := sectionOf(data, vs, 0)
+	ds, _ := findLine(vblock, 0, []byte("\n\t"+strings.ToLower(device)+"  "))
+	if ds < 0 {
+		return ""
+	}
+	dblock := sectionOf(vblock, ds, 1)
+	_, name := findLine(dblock, 0, []byte("\n\t\t"+strings.ToLower(subVendor)+" "+strings.ToLower(subDevice)+"  "))
+	return name
+}
+
+// Class returns the name of a 6-hex-digit class code such as "030200": the subclass name
+// ("3D controller") as lspci prints it, else the base class name, else "".
+func (p *PCIIDs) Class(class string) string {
+	class = strings.ToLower(class)
+	if len(class) < 4 {
+		return ""
+	}
+	data := p.load()
+	cs, cname := findLine(data, 0, []byte("\nC "+class[:2]+"  "))
+	if cs < 0 {
+		return ""
+	}
+	block := sectionOf(data, cs, 0)
+	if _, sub := findLine(block, 0, []byte("\n\t"+class[2:4]+"  ")); sub != "" {
+		return sub
+	}
+	return cname
+}
+
+// findLine finds the line starting with key (which begins with "\n") and returns the offset
+// of that "\n" in data and the rest of the line (the name); -1 and "" when absent.
+func findLine(data []byte, from int, key []byte) (int, string) {
+	if len(data) == 0 {
+		return -1, ""
+	}
+	i := bytes.Index(data[from:], key)
+	if i < 0 {
+		return -1, ""
+	}
+	i += from
+	rest := data[i+len(key):]
+	end := bytes.IndexByte(rest, '\n')
+	if end < 0 {
+		end = len(rest)
+	}
+	return i, strings.TrimSpace(string(rest[:end]))
+}
+
+// sectionOf returns data from the line at start to just before the next line indented by at
+// most depth tabs (the next vendor for depth 0, the next device for depth 1). Comment lines
+// ("#") inside a section do not end it.
+func sectionOf(data []byte, start, depth int) []byte {
+	i := start + 1
+	for {
+		j := bytes.IndexByte(data[i:], '\n')
+		if j < 0 {
+			return data[start:]
+		}
+		i += j + 1
+		if i >= len(data) {
+			return data[start:]
+		}
+		tabs := 0
+		for i+tabs < len(data) && data[i+tabs] == '\t' {
+			tabs++
+		}
+		if i+tabs >= len(data) {
+			return data[start:]
+		}
+		if tabs <= depth && data[i+tabs] != '#' && data[i+tabs] != '\n' {
+			return data[start : i-1]
+		}
+	}
+}
