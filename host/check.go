@@ -1,0 +1,376 @@
+package host
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Verdict is the outcome of one readiness check.
+type Verdict string
+
+// Verdicts, from best to worst.
+const (
+	VerdictOK   Verdict = "ok"
+	VerdictWarn Verdict = "warn"
+	VerdictFail Verdict = "fail"
+)
+
+// GPU capabilities reported by Check (GPUReadiness.Capabilities).
+const (
+	CapPassthrough = "passthrough-ready" // group holds only the GPU, its companions and bridges
+	CapGroupShared = "group-shared"      // group holds host devices (NIC, storage...) too
+	CapBootVGA     = "boot-vga"          // the host console runs on it
+	CapMdev        = "mdev-capable"      // mdev parent with types (NVIDIA vGPU <= 16, GVT-g)
+	CapSRIOV       = "sriov-capable"     // PF with sriov_totalvfs > 0
+	CapVendorVGPU  = "vendor-vgpu"       // VFs with nvidia/creatable_vgpu_types (vGPU 17+)
+	CapParavirtual = "paravirtual-only"  // nothing to assign: use virtio-gpu
+)
+
+// CheckResult is one line of `vgpu-host check`.
+type CheckResult struct {
+	Name    string  `json:"name"`
+	Verdict Verdict `json:"verdict"`
+	Detail  string  `json:"detail"`
+	Fix     string  `json:"fix,omitempty"`
+}
+
+// GPUReadiness is the per-GPU line of `vgpu-host check`.
+type GPUReadiness struct {
+	Address      Address  `json:"address"`
+	Name         string   `json:"name"`
+	Verdict      Verdict  `json:"verdict"`
+	Capabilities []string `json:"capabilities"`
+	Detail       string   `json:"detail"`
+	Fix          string   `json:"fix,omitempty"`
+	// Assignable is true when this GPU (or a vGPU of it) can be given to a VM now or after
+	// `vgpu-host bind`/`vf`/`mdev` alone, without reboots or hardware changes.
+	Assignable bool `json:"assignable"`
+}
+
+// Readiness is the report of `vgpu-host check`.
+type Readiness struct {
+	Root   string         `json:"host_root"`
+	Checks []CheckResult  `json:"checks"`
+	GPUs   []GPUReadiness `json:"gpus"`
+	// VirtualMdev lists virtual display mdev parents (mbochs, mdpy) with free instances.
+	VirtualMdev []string `json:"virtual_mdev,omitempty"`
+	// Assignable is true when at least one GPU or vGPU can be given to a VM; `check` exits 3
+	// (ErrNotReady) when it is false. virtio-gpu alone does not count.
+	Assignable bool     `json:"assignable"`
+	Warnings   []string `json:"warnings,omitempty"`
+}
+
+// virtualDisplayMdev are the kernel's sample mdev drivers that present a display device.
+var virtualDisplayMdev = map[string]bool{"mbochs": true, "mdpy": true}
+
+// Check scans the host under root and judges it: CPU virtualization, /dev/kvm, IOMMU, kernel
+// command line, interrupt remapping, vfio, render nodes, and a verdict per GPU.
+func Check(root Root) (*Readiness, error) {
+	inv, err := Scan(root)
+	if err != nil {
+		return nil, err
+	}
+	return CheckInventory(root, inv), nil
+}
+
+// CheckInventory judges a host from an inventory already scanned from root.
+func CheckInventory(root Root, inv *Inventory) *Readiness {
+	r := &Readiness{Root: root.Dir(), Checks: []CheckResult{}, GPUs: []GPUReadiness{}, Warnings: inv.Warnings}
+	cpuinfo, _ := os.ReadFile(root.Proc("cpuinfo"))
+	cmdline, _ := ReadString(root.Proc("cmdline"))
+	amd := strings.Contains(string(cpuinfo), "AuthenticAMD")
+	r.Checks = append(r.Checks,
+		checkCPU(root, string(cpuinfo)),
+		checkKVM(root),
+		checkIOMMU(root, inv, amd),
+		checkCmdline(root, cmdline, amd),
+		checkInterruptRemapping(root),
+		checkVFIO(root),
+		checkRenderNode(root),
+	)
+	groups := map[int]Group{}
+	for _, g := range inv.Groups {
+		groups[g.ID] = g
+	}
+	byAddr := map[Address]*Device{}
+	for i := range inv.Devices {
+		byAddr[inv.Devices[i].Address] = &inv.Devices[i]
+	}
+	for _, d := range inv.Devices {
+		if !d.IsGPU || d.PhysFn != nil {
+			continue // VFs are judged through their PF
+		}
+		g := judgeGPU(d, inv.IOMMU, groups, byAddr)
+		r.Assignable = r.Assignable || g.Assignable
+		r.GPUs = append(r.GPUs, g)
+	}
+	for _, p := range inv.MdevParents {
+		if p.Address != nil || !virtualDisplayMdev[p.Parent] {
+			continue
+		}
+		for _, t := range p.Types {
+			if t.AvailableInstances > 0 {
+				r.VirtualMdev = append(r.VirtualMdev, p.Parent)
+				r.Assignable = true
+				break
+			}
+		}
+	}
+	return r
+}
+
+func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*Device) GPUReadiness {
+	g := GPUReadiness{Address: d.Address, Name: strings.TrimSpace(d.VendorName + " " + d.DeviceName), Verdict: VerdictOK, Capabilities: []string{}}
+	if g.Name == "" {
+		g.Name = d.VendorID + ":" + d.DeviceID
+	}
+	var details, fixes []string
+	grp, hasGroup := groups[d.IOMMUGroup]
+	var hostDevs []string
+	for _, m := range grp.Members {
+		if m.Address == d.Address || m.IsBridge {
+			continue
+		}
+		if o, ok := byAddr[m.Address]; ok && (o.IsGPU || isCompanionClass(o.Class)) {
+			continue
+		}
+		desc := m.Address.String() + " (class " + m.Class
+		if m.Driver != "" {
+			desc += ", " + m.Driver
+		}
+		hostDevs = append(hostDevs, desc+")")
+	}
+	switch {
+	case !iommu || !hasGroup:
+		details = append(details, "no IOMMU group: cannot be passed through")
+		fixes = append(fixes, "enable the IOMMU (see the iommu check)")
+	case len(hostDevs) > 0:
+		g.Capabilities = append(g.Capabilities, CapGroupShared)
+		details = append(details, fmt.Sprintf("IOMMU group %d also holds host devices %s", grp.ID, strings.Join(hostDevs, ", ")))
+		fixes = append(fixes, "give the whole group to the VM, or move the card to a slot with its own group (pcie_acs_override only hides the problem)")
+	case d.BootVGA:
+		details = append(details, fmt.Sprintf("IOMMU group %d is clean", grp.ID))
+	default:
+		g.Capabilities = append(g.Capabilities, CapPassthrough)
+		g.Assignable = true
+		if grp.Viable {
+			details = append(details, fmt.Sprintf("IOMMU group %d is bound to vfio-pci", grp.ID))
+		} else {
+			details = append(details, fmt.Sprintf("IOMMU group %d: `vgpu-host bind %s` moves %d function(s) to vfio-pci", grp.ID, d.Address, len(grp.Members)))
+		}
+	}
+	if d.BootVGA {
+		g.Capabilities = append(g.Capabilities, CapBootVGA)
+		details = append(details, "boot VGA: the host console uses it")
+		fixes = append(fixes, "keep it for the host, or pass it through with --force after moving the console (video=efifb:off) to another GPU")
+	}
+	if d.Mdev != nil {
+		free := 0
+		for _, t := range d.Mdev.Types {
+			free += t.AvailableInstances
+		}
+		g.Capabilities = append(g.Capabilities, CapMdev)
+		details = append(details, fmt.Sprintf("%d mdev types, %d instances available", len(d.Mdev.Types), free))
+		if free > 0 {
+			g.Assignable = true
+		}
+	}
+	if d.SRIOV != nil && d.SRIOV.TotalVFs > 0 {
+		g.Capabilities = append(g.Capabilities, CapSRIOV)
+		details = append(details, fmt.Sprintf("SR-IOV %d/%d VFs", d.SRIOV.NumVFs, d.SRIOV.TotalVFs))
+		creatable, used := 0, 0
+		for _, vf := range d.SRIOV.VFs {
+			if v, ok := byAddr[vf]; ok && v.VendorVGPU != nil {
+				if v.VendorVGPU.CurrentType != 0 {
+					used++
+				} else if len(v.VendorVGPU.Creatable) > 0 {
+					creatable++
+				}
+			}
+		}
+		if creatable+used > 0 {
+			g.Capabilities = append(g.Capabilities, CapVendorVGPU)
+			details = append(details, fmt.Sprintf("vendor vGPU: %d VFs free, %d in use", creatable, used))
+			if creatable > 0 && iommu {
+				g.Assignable = true
+			}
+		}
+		if d.SRIOV.NumVFs == 0 {
+			fixes = append(fixes, fmt.Sprintf("enable VFs with `vgpu-host vf enable %s N`", d.Address))
+		}
+	}
+	if len(g.Capabilities) == 0 {
+		g.Capabilities = append(g.Capabilities, CapParavirtual)
+	}
+	switch {
+	case g.Assignable && d.BootVGA:
+		g.Verdict = VerdictWarn
+	case g.Assignable:
+	case len(g.Capabilities) == 1 && g.Capabilities[0] == CapParavirtual:
+		g.Verdict = VerdictFail
+		fixes = append(fixes, "use virtio-gpu (virgl) for this VM")
+	default:
+		g.Verdict = VerdictWarn
+	}
+	g.Detail = strings.Join(details, "; ")
+	g.Fix = strings.Join(fixes, "; ")
+	return g
+}
+
+func checkCPU(root Root, cpuinfo string) CheckResult {
+	c := CheckResult{Name: "cpu-virtualization"}
+	if cpuinfo == "" {
+		c.Verdict, c.Detail = VerdictFail, "cannot read "+root.Proc("cpuinfo")
+		return c
+	}
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if strings.TrimSpace(k) != "flags" {
+			continue
+		}
+		for _, f := range strings.Fields(v) {
+			if f == "vmx" || f == "svm" {
+				c.Verdict, c.Detail = VerdictOK, "CPU has "+f
+				return c
+			}
+		}
+		break
+	}
+	c.Verdict, c.Detail = VerdictFail, "no vmx or svm flag in "+root.Proc("cpuinfo")
+	c.Fix = "enable Intel VT-x or AMD-V (SVM) in the firmware setup"
+	return c
+}
+
+func checkKVM(root Root) CheckResult {
+	c := CheckResult{Name: "kvm"}
+	if Exists(root.Dev("kvm")) {
+		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
+		return c
+	}
+	c.Verdict, c.Detail = VerdictFail, root.Dev("kvm")+" missing"
+	c.Fix = "modprobe kvm_intel (or kvm_amd) and enable virtualization in the firmware; libvirt would fall back to slow TCG"
+	return c
+}
+
+func checkIOMMU(root Root, inv *Inventory, amd bool) CheckResult {
+	c := CheckResult{Name: "iommu"}
+	units, _ := os.ReadDir(root.Sys("class", "iommu"))
+	groups, _ := os.ReadDir(root.Sys("kernel", "iommu_groups"))
+	if len(units) > 0 && len(groups) > 0 {
+		c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%d IOMMU unit(s), %d groups", len(units), len(groups))
+		return c
+	}
+	c.Verdict = VerdictFail
+	c.Detail = fmt.Sprintf("%d IOMMU units in %s, %d groups in %s", len(units), root.Sys("class", "iommu"), len(groups), root.Sys("kernel", "iommu_groups"))
+	if amd {
+		c.Fix = "enable AMD-Vi/IOMMU in the firmware and boot with amd_iommu=on iommu=pt"
+	} else {
+		c.Fix = "enable VT-d in the firmware and boot with intel_iommu=on iommu=pt (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub)"
+	}
+	return c
+}
+
+func checkCmdline(root Root, cmdline string, amd bool) CheckResult {
+	c := CheckResult{Name: "kernel-cmdline", Verdict: VerdictOK}
+	args := map[string]string{}
+	for _, f := range strings.Fields(cmdline) {
+		k, v, _ := strings.Cut(f, "=")
+		args[k] = v
+	}
+	var notes, fixes []string
+	switch {
+	case args["intel_iommu"] == "on" || args["amd_iommu"] == "on":
+		notes = append(notes, "IOMMU enabled on the command line")
+	case amd && args["amd_iommu"] != "off":
+		notes = append(notes, "AMD IOMMU is on by default")
+	default:
+		c.Verdict = VerdictWarn
+		notes = append(notes, "no intel_iommu=on / amd_iommu=on")
+		fixes = append(fixes, "add intel_iommu=on (Intel) or amd_iommu=on (AMD) to the kernel command line")
+	}
+	if args["iommu"] == "pt" {
+		notes = append(notes, "iommu=pt")
+	} else {
+		c.Verdict = worse(c.Verdict, VerdictWarn)
+		notes = append(notes, "no iommu=pt")
+		fixes = append(fixes, "add iommu=pt so host devices skip IOMMU translation")
+	}
+	if _, ok := args["pcie_acs_override"]; ok {
+		c.Verdict = worse(c.Verdict, VerdictWarn)
+		notes = append(notes, "pcie_acs_override is set: groups no longer reflect real isolation")
+		fixes = append(fixes, "remove pcie_acs_override; it lets a guest reach host devices by peer-to-peer DMA")
+	}
+	if cmdline == "" {
+		c.Verdict = VerdictWarn
+		notes = []string{"cannot read " + root.Proc("cmdline")}
+	}
+	c.Detail, c.Fix = strings.Join(notes, "; "), strings.Join(fixes, "; ")
+	return c
+}
+
+// checkInterruptRemapping looks for interrupt remapping three ways: the Intel IOMMU's extended
+// capability register (bit 3, IR), "IR-" interrupt chips in /proc/interrupts, or an AMD IOMMU
+// (AMD-Vi always remaps when enabled):
+//
+//	$ cat /sys/class/iommu/dmar0/intel-iommu/ecap     $ grep -m1 IR- /proc/interrupts
+//	f00f4a   (0xa = 1010b: bit 3 set)                   0:  100  0  IR-IO-APIC  2-edge  timer
+func checkInterruptRemapping(root Root) CheckResult {
+	c := CheckResult{Name: "interrupt-remapping"}
+	units, _ := os.ReadDir(root.Sys("class", "iommu"))
+	for _, u := range units {
+		ecap, err := ReadString(filepath.Join(root.Sys("class", "iommu"), u.Name(), "intel-iommu", "ecap"))
+		if err != nil {
+			if strings.HasPrefix(u.Name(), "ivhd") {
+				c.Verdict, c.Detail = VerdictOK, "AMD-Vi "+u.Name()
+				return c
+			}
+			continue
+		}
+		if v, err := strconv.ParseUint(ecap, 16, 64); err == nil && v&(1<<3) != 0 {
+			c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%s ecap %s has IR", u.Name(), ecap)
+			return c
+		}
+	}
+	if b, err := os.ReadFile(root.Proc("interrupts")); err == nil && strings.Contains(string(b), "IR-") {
+		c.Verdict, c.Detail = VerdictOK, "IR- interrupt chips in "+root.Proc("interrupts")
+		return c
+	}
+	c.Verdict, c.Detail = VerdictWarn, "no interrupt remapping found"
+	c.Fix = "enable interrupt remapping (x2APIC/VT-d IR) in the firmware; without it vfio needs allow_unsafe_interrupts=1"
+	return c
+}
+
+func checkVFIO(root Root) CheckResult {
+	c := CheckResult{Name: "vfio"}
+	mod, drv := Exists(root.Sys("module", "vfio_pci")), Exists(root.PCIDriver(VFIODriver))
+	if mod || drv {
+		c.Verdict, c.Detail = VerdictOK, "vfio-pci loaded"
+		return c
+	}
+	c.Verdict, c.Detail = VerdictWarn, "vfio-pci is not loaded ("+root.PCIDriver(VFIODriver)+" missing)"
+	c.Fix = "modprobe vfio-pci and list it in /etc/modules-load.d/vfio.conf (vgpu-host bind loads it on demand)"
+	return c
+}
+
+func checkRenderNode(root Root) CheckResult {
+	c := CheckResult{Name: "render-node"}
+	nodes, _ := filepath.Glob(root.Dev("dri", "renderD*"))
+	if len(nodes) > 0 {
+		c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%d render node(s) for virgl: %s", len(nodes), filepath.Base(nodes[0]))
+		return c
+	}
+	c.Verdict, c.Detail = VerdictWarn, "no "+root.Dev("dri", "renderD*")+": virtio-gpu works without 3D only"
+	c.Fix = "load a DRM driver for a host GPU (i915, amdgpu, nouveau/nvidia with nvidia-drm) to get virgl 3D"
+	return c
+}
+
+func worse(a, b Verdict) Verdict {
+	rank := map[Verdict]int{VerdictOK: 0, VerdictWarn: 1, VerdictFail: 2}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
