@@ -600,18 +600,23 @@ func stepGraphics(p *Plan, d *libvirtxml.Domain) error {
 	return nil
 }
 
-// stepMMIO64 sizes the guest's 64-bit PCI MMIO window for large-BAR GPUs. OVMF reads the
-// window from fw_cfg (opt/ovmf/X-PciMmio64Mb), QEMU's ACPI tables from pcihole64, and the
-// guest CPU must have enough physical address bits to reach it. All three are plain domain
-// XML; <qemu:commandline> would taint the domain.
+// stepMMIO64 sizes the guest's 64-bit PCI MMIO window for large-BAR GPUs without
+// <qemu:commandline> (which taints the domain), in the two ways libvirt 9.0 accepts:
+//
+//   - <pcihole64> on the root controller: QEMU's pci-hole64-size, the window its ACPI tables
+//     describe to the guest OS;
+//   - <maxphysaddr>: OVMF (PlatformDynamicMmioWindow) makes its 64-bit aperture the top eighth
+//     of the guest physical address space, so the window needs phys-bits >= log2(window) + 3.
+//     host-passthrough CPUs get mode='passthrough' (the host's bits); others mode='emulate'
+//     with the bits computed here.
+//
+// OVMF's own knob, fw_cfg opt/ovmf/X-PciMmio64Mb, cannot be set through <sysinfo type='fwcfg'>:
+// libvirt's qemu driver rejects every opt/ovmf/ name ("That firmware name is reserved").
 func stepMMIO64(p *Plan, d *libvirtxml.Domain) error {
 	mib := p.Alloc.MMIO64MiB
 	if mib == 0 {
 		return nil
 	}
-	d.SysInfo = append(d.SysInfo, libvirtxml.DomainSysInfo{FWCfg: &libvirtxml.DomainSysInfoFWCfg{
-		Entry: []libvirtxml.DomainSysInfoEntry{{Name: "opt/ovmf/X-PciMmio64Mb", Value: strconv.FormatUint(mib, 10)}},
-	}})
 	root := "pcie-root"
 	if !isQ35(p.VM.Spec.Machine) {
 		root = "pci-root"
@@ -620,24 +625,36 @@ func stepMMIO64(p *Plan, d *libvirtxml.Domain) error {
 		Type: "pci", Index: uintp(0), Model: root,
 		PCI: &libvirtxml.DomainControllerPCI{Hole64: &libvirtxml.DomainControllerPCIHole64{Size: mib << 10, Unit: "KiB"}},
 	}}, d.Devices.Controllers...)
-	if d.CPU != nil {
-		if d.CPU.Mode == "host-passthrough" {
-			d.CPU.MaxPhysAddr = &libvirtxml.DomainCPUMaxPhysAddr{Mode: "passthrough"}
-		} else {
-			d.CPU.MaxPhysAddr = &libvirtxml.DomainCPUMaxPhysAddr{Mode: "emulate", Bits: physBits(p.VM.Spec.Memory.Bytes, mib<<20)}
-		}
+	if d.CPU == nil {
+		return nil
 	}
+	if d.CPU.Mode == "host-passthrough" {
+		d.CPU.MaxPhysAddr = &libvirtxml.DomainCPUMaxPhysAddr{Mode: "passthrough"}
+		return nil
+	}
+	b, err := PhysBits(p.VM.Spec.Memory.Bytes, mib<<20)
+	if err != nil {
+		return err
+	}
+	d.CPU.MaxPhysAddr = &libvirtxml.DomainCPUMaxPhysAddr{Mode: "emulate", Bits: b}
 	return nil
 }
 
-// physBits is the guest physical address width that reaches a window of size win placed,
-// size-aligned, above RAM (and above 4 GiB): at least 40, at most 52.
-func physBits(ram, win uint64) uint {
-	top := max(ram+(2<<30), 4<<30) // RAM above 4G plus the 32-bit hole, roughly
+// OVMFMaxPhysBits is the widest guest physical address OVMF uses (it avoids 5-level paging).
+const OVMFMaxPhysBits = 46
+
+// PhysBits is the guest physical address width that gives a 64-bit MMIO window of win bytes:
+// OVMF's dynamic window is 2^(bits-3), placed size-aligned above RAM. At least 40 (QEMU's
+// default), at most OVMFMaxPhysBits.
+func PhysBits(ram, win uint64) (uint, error) {
+	top := max(ram+(2<<30), 4<<30) // RAM above 4 GiB plus the 32-bit PCI hole, roughly
 	start := (top + win - 1) / win * win
-	end := start + win
-	b := uint(bits.Len64(end - 1))
-	return min(max(b, 40), 52)
+	need := max(uint(bits.Len64(start+win-1)), uint(bits.Len64(win-1))+3, 40)
+	if need > OVMFMaxPhysBits {
+		return 0, fmt.Errorf("a %d GiB 64-bit MMIO window over %d GiB of RAM needs %d physical address bits; OVMF uses at most %d: %w",
+			win>>30, ram>>30, need, OVMFMaxPhysBits, host.ErrInvalid)
+	}
+	return need, nil
 }
 
 // metadata is what vgpu-host records in the domain's <metadata>: where it came from and what

@@ -24,8 +24,8 @@ const (
 	KindVirtioGPU   GPUKind = "virtio-gpu"  // paravirtual GPU (asked for, or a fallback)
 )
 
-// OVMFDefaultMMIO64MiB is the 64-bit PCI MMIO aperture that OVMF (edk2 2022.11, Debian 12)
-// gives a guest without opt/ovmf/X-PciMmio64Mb: 32 GiB. Auto sizing only ever grows it.
+// OVMFDefaultMMIO64MiB is the fixed 64-bit PCI MMIO aperture older OVMF builds give a guest
+// (PcdPciMmio64Size, 32 GiB). Auto sizing leaves windows up to this size alone.
 const OVMFDefaultMMIO64MiB = 32 << 10
 
 // Allocation is the resolved form of a spec: what each gpus[] entry gets on this host. The
@@ -40,7 +40,8 @@ type Allocation struct {
 	NUMANode int `json:"numa_node"`
 	// CPUSet is the node's CPU list (local_cpulist), e.g. "0-15,32-47".
 	CPUSet string `json:"cpuset,omitempty"`
-	// MMIO64MiB is the guest's 64-bit MMIO window in MiB; 0 leaves the firmware default.
+	// MMIO64MiB is the guest's 64-bit MMIO window in MiB (a power of two); 0 leaves the
+	// firmware default. Build turns it into <pcihole64> and <maxphysaddr>.
 	MMIO64MiB uint64 `json:"mmio64_mib,omitempty"`
 	// Notes explain choices a user may want to know about (placeholders, defaults kept).
 	Notes []string `json:"notes,omitempty"`
