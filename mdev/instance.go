@@ -1,0 +1,230 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// CreateRequest asks for Count instances of one profile on one parent.
+type CreateRequest struct {
+	// Parent names the parent: a PCI address (a VF's address names its GPU for the
+	// vendor-VFIO backend) or a virtual parent's name ("mbochs").
+	Parent string
+	// Profile is a type ID or name (see MatchType).
+	Profile string
+	// Count is the number of instances (default 1).
+	Count int
+	// UUIDs are explicit UUIDs for mdev instances (len(UUIDs) == Count); optional.
+	UUIDs []string
+	// Owner is the VM the instances are for: mdev UUIDs derive from it, and the state file
+	// records it so only this owner's release clears them.
+	Owner string
+	// FirstIndex is the owner's index of the first instance (when one VM's instances span
+	// several parents, the second parent's instances continue the numbering).
+	FirstIndex int
+}
+
+// ResolveType returns the parent and type a request names, or an error listing what exists.
+func (m *Manager) ResolveType(parent, profile string) (Parent, Type, error) {
+	p, err := m.Parent(parent)
+	if err != nil {
+		return Parent{}, Type{}, err
+	}
+	t, ok := FindType(p, profile)
+	if !ok {
+		return Parent{}, Type{}, fmt.Errorf("vGPU type %q on %s: %w (types: %s)", profile, p.Name, host.ErrNotFound, typeList(p.Types))
+	}
+	return p, t, nil
+}
+
+// Create creates req.Count instances of req.Profile on req.Parent, all or none. Instances that
+// already exist for the same owner/UUID and type count as created, so a re-run converges.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) ([]Instance, error) {
+	if req.Count == 0 {
+		req.Count = 1
+		if len(req.UUIDs) > 0 {
+			req.Count = len(req.UUIDs)
+		}
+	}
+	if req.Count < 0 {
+		return nil, fmt.Errorf("create vGPU instances: %w: count %d", host.ErrInvalid, req.Count)
+	}
+	if len(req.UUIDs) > 0 && len(req.UUIDs) != req.Count {
+		return nil, fmt.Errorf("create vGPU instances: %w: %d UUIDs for count %d", host.ErrInvalid, len(req.UUIDs), req.Count)
+	}
+	p, t, err := m.ResolveType(req.Parent, req.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if p.Backend == BackendNvidiaVFIO {
+		return m.createVendor(ctx, p, t, req)
+	}
+	return m.createMdev(ctx, p, t, req)
+}
+
+// CreatePlacement creates the instances of a placement for owner, numbering them across
+// parents from 0. It is all or none: a failure on a later parent removes what earlier parents
+// got in this call. Re-running with the same owner converges.
+func (m *Manager) CreatePlacement(ctx context.Context, owner string, p Placement) ([]Instance, error) {
+	var out []Instance
+	rv := &revert{}
+	index := 0
+	for _, a := range p.Assignments {
+		got, err := m.Create(ctx, CreateRequest{Parent: a.Parent, Profile: a.Type, Count: a.Count, Owner: owner, FirstIndex: index})
+		if err != nil {
+			return nil, errors.Join(err, undoErr(rv.fail()))
+		}
+		for _, in := range got {
+			in := in
+			rv.add(func() error { return m.remove(context.WithoutCancel(ctx), in) })
+		}
+		out = append(out, got...)
+		index += a.Count
+	}
+	rv.success()
+	return out, nil
+}
+
+// RemoveOptions controls Remove.
+type RemoveOptions struct {
+	// Force removes instances a libvirt domain uses, and vendor-VFIO types vgpu-host did not set.
+	Force bool
+	// Owner, when set, refuses instances recorded for another owner (unless Force).
+	Owner string
+	// Undefine also deletes the instance's persistent definition (mdevctl JSON / vendor state).
+	Undefine bool
+}
+
+// Remove removes the instances named by ids (mdev UUIDs or VF addresses). Missing instances
+// are already removed. An instance a libvirt domain uses is refused (host.ErrRefused) unless
+// opts.Force; so is a vendor-VFIO type this tool did not set. Every instance is checked before
+// any is removed.
+func (m *Manager) Remove(ctx context.Context, ids []string, opts RemoveOptions) ([]Instance, error) {
+	all, err := m.Instances()
+	if err != nil {
+		return nil, err
+	}
+	st, err := m.readState()
+	if err != nil {
+		return nil, err
+	}
+	var todo []Instance
+	for _, raw := range ids {
+		id := strings.ToLower(strings.TrimSpace(raw))
+		if a, err := host.ParseAddress(id); err == nil {
+			id = a.String()
+		} else if u, err := ParseUUID(id); err == nil {
+			id = u
+		} else {
+			return nil, fmt.Errorf("remove %q: %w: name an mdev UUID or a VF address", raw, host.ErrInvalid)
+		}
+		var found *Instance
+		for i := range all {
+			if all[i].ID() == id {
+				found = &all[i]
+			}
+		}
+		if found == nil {
+			continue // already gone
+		}
+		if err := m.checkRemovable(ctx, *found, st, opts); err != nil {
+			return nil, err
+		}
+		todo = append(todo, *found)
+	}
+	var done []Instance
+	for _, in := range todo {
+		if err := m.remove(ctx, in); err != nil {
+			return done, err
+		}
+		if opts.Undefine {
+			if err := m.undefineInstance(in); err != nil {
+				return done, err
+			}
+		}
+		done = append(done, in)
+	}
+	return done, nil
+}
+
+// RemoveOwner removes every instance recorded for owner (see Remove for the checks).
+func (m *Manager) RemoveOwner(ctx context.Context, owner string, opts RemoveOptions) ([]Instance, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("remove instances: %w: empty owner", host.ErrInvalid)
+	}
+	all, err := m.Instances()
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, in := range all {
+		if in.Owner == owner {
+			ids = append(ids, in.ID())
+		}
+	}
+	opts.Owner = owner
+	return m.Remove(ctx, ids, opts)
+}
+
+// OwnerInstances returns the instances recorded for owner, by index.
+func (m *Manager) OwnerInstances(owner string) ([]Instance, error) {
+	all, err := m.Instances()
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	for _, in := range all {
+		if in.Owner == owner && owner != "" {
+			out = append(out, in)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out, nil
+}
+
+func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, opts RemoveOptions) error {
+	i, recorded := st.find(in.ID())
+	if opts.Owner != "" && recorded && st.Instances[i].Owner != opts.Owner && !opts.Force {
+		return fmt.Errorf("remove %s: %w: it was created for %q, not %q", in.ID(), host.ErrRefused, st.Instances[i].Owner, opts.Owner)
+	}
+	if in.Backend == BackendNvidiaVFIO && in.Active && !recorded && !opts.Force {
+		return fmt.Errorf("clear vGPU type %s of VF %s: %w: vgpu-host did not set it (no record in %s); another tool or an operator did",
+			in.Type, in.ID(), host.ErrRefused, m.statePath())
+	}
+	if m.Domains == nil || opts.Force || !in.Active {
+		return nil
+	}
+	doms, err := m.Domains.DomainsUsing(ctx, in)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w: cannot tell whether a libvirt domain uses it: %w", in.ID(), host.ErrRefused, err)
+	}
+	if len(doms) > 0 {
+		return fmt.Errorf("remove %s: %w: used by libvirt domain(s) %s (undefine them or detach the hostdev first)", in.ID(), host.ErrRefused, strings.Join(doms, ", "))
+	}
+	return nil
+}
+
+// remove removes one instance and drops its state record.
+func (m *Manager) remove(ctx context.Context, in Instance) error {
+	var err error
+	switch {
+	case in.Backend == BackendNvidiaVFIO && in.Active:
+		err = m.clearVendor(ctx, *in.VF)
+	case in.Backend == BackendMdev && in.Active:
+		err = m.removeMdev(ctx, in.UUID)
+	}
+	if err != nil {
+		return err
+	}
+	return m.updateState(func(st *state) error {
+		if in.Backend == BackendNvidiaVFIO || !in.Defined {
+			st.drop(in.ID())
+		}
+		return nil
+	})
+}

@@ -1,0 +1,181 @@
+package mdev
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// Request asks Place for Count instances of Profile.
+type Request struct {
+	// Profile is a type ID or name (MatchType): "A100-4C", "nvidia-471", "mbochs-small", "1160".
+	Profile string `json:"profile"`
+	// Count is the number of instances (default 1).
+	Count int `json:"count"`
+	// NUMA is the preferred NUMA node; -1 for no preference.
+	NUMA int `json:"numa_node"`
+	// Backend limits placement to one backend ("" for either).
+	Backend string `json:"backend,omitempty"`
+}
+
+// Assignment is one parent's share of a placement.
+type Assignment struct {
+	Parent   string `json:"parent"`
+	Backend  string `json:"backend"`
+	Type     string `json:"type"`
+	TypeName string `json:"type_name"`
+	Count    int    `json:"count"`
+	NUMA     int    `json:"numa_node"`
+	// Free is how many instances of the type the parent could host before this placement.
+	Free int `json:"free"`
+}
+
+// Placement is where Place put the instances. CreatePlacement creates them.
+type Placement struct {
+	Request     Request      `json:"request"`
+	Assignments []Assignment `json:"assignments"`
+	// Notes explain compromises (a NUMA preference that could not be met in full).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Place chooses parents for req among parents (from Manager.Parents) by best fit: while
+// instances remain, the parent with the fewest free slots that still fits all of them wins
+// (keeping big holes for big requests and limiting fragmentation); when none fits all, the
+// parent with the most free slots takes as many as it can. Parents on the requested NUMA node
+// are used before any other. Availability already encodes "one vGPU type per physical GPU at a
+// time": a parent running another type reports 0 available for this one.
+//
+// A refusal names every parent and why it cannot help, e.g.
+//
+//	no parent can host 2× A100-20C: 0000:41:00.0 has 1 free, 0000:81:00.0 runs A100-4C
+//
+// wrapped in host.ErrBusy (parents exist but are full) or host.ErrNotFound (no parent offers
+// the profile at all).
+func Place(req Request, parents []Parent) (Placement, error) {
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 0 || strings.TrimSpace(req.Profile) == "" {
+		return Placement{}, fmt.Errorf("place vGPU: %w: need a profile and a positive count", host.ErrInvalid)
+	}
+	type cand struct {
+		p Parent
+		t Type
+	}
+	var cands []cand
+	var reasons []string
+	offered := false
+	for _, p := range parents {
+		if req.Backend != "" && p.Backend != req.Backend {
+			continue
+		}
+		t, ok := FindType(p, req.Profile)
+		if !ok {
+			reasons = append(reasons, fmt.Sprintf("%s does not offer it", p.Name))
+			continue
+		}
+		offered = true
+		if t.Available > 0 {
+			cands = append(cands, cand{p, t})
+			reasons = append(reasons, fmt.Sprintf("%s has %d free", p.Name, t.Available))
+			continue
+		}
+		var others []string
+		for _, id := range p.Running {
+			if id != t.ID {
+				others = append(others, typeDisplay(p, id))
+			}
+		}
+		if len(others) > 0 {
+			reasons = append(reasons, fmt.Sprintf("%s runs %s", p.Name, strings.Join(others, ", ")))
+		} else {
+			reasons = append(reasons, fmt.Sprintf("%s is full (0 free)", p.Name))
+		}
+	}
+	refuse := func(sentinel error) error {
+		if len(reasons) == 0 {
+			reasons = []string{"the host has no vGPU parent"}
+		}
+		return fmt.Errorf("no parent can host %d× %s: %s: %w", req.Count, req.Profile, strings.Join(reasons, ", "), sentinel)
+	}
+	if !offered {
+		return Placement{}, refuse(host.ErrNotFound)
+	}
+	total := 0
+	for _, c := range cands {
+		total += c.t.Available
+	}
+	if total < req.Count {
+		return Placement{}, refuse(host.ErrBusy)
+	}
+
+	pl := Placement{Request: req}
+	near, far := cands, []cand(nil)
+	if req.NUMA >= 0 {
+		near = nil
+		for _, c := range cands {
+			if c.p.NUMA == req.NUMA {
+				near = append(near, c)
+			} else {
+				far = append(far, c)
+			}
+		}
+	}
+	left := req.Count
+	fill := func(pool []cand) {
+		free := map[string]int{}
+		for _, c := range pool {
+			free[c.p.Name] = c.t.Available
+		}
+		for left > 0 {
+			best := -1
+			// Best fit: the smallest free count that still fits everything left.
+			for i, c := range pool {
+				f := free[c.p.Name]
+				if f >= left && (best < 0 || f < free[pool[best].p.Name]) {
+					best = i
+				}
+			}
+			if best < 0 { // nothing fits all: the roomiest parent takes what it can
+				for i, c := range pool {
+					f := free[c.p.Name]
+					if f > 0 && (best < 0 || f > free[pool[best].p.Name]) {
+						best = i
+					}
+				}
+			}
+			if best < 0 {
+				return
+			}
+			c := pool[best]
+			n := min(free[c.p.Name], left)
+			free[c.p.Name] -= n
+			left -= n
+			pl.Assignments = append(pl.Assignments, Assignment{Parent: c.p.Name, Backend: c.p.Backend, Type: c.t.ID, TypeName: c.t.Name,
+				Count: n, NUMA: c.p.NUMA, Free: c.t.Available})
+		}
+	}
+	sortCands := func(cs []cand) {
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].p.Name < cs[j].p.Name })
+	}
+	sortCands(near)
+	sortCands(far)
+	fill(near)
+	if left > 0 && req.NUMA >= 0 {
+		pl.Notes = append(pl.Notes, fmt.Sprintf("NUMA node %d could host %d of %d; the rest go to other nodes", req.NUMA, req.Count-left, req.Count))
+	}
+	fill(far)
+	return pl, nil
+}
+
+// typeDisplay names a running type for a message: its short name when the parent lists it.
+func typeDisplay(p Parent, id string) string {
+	for _, t := range p.Types {
+		if t.ID == id && t.Name != "" {
+			return ShortName(t.Name)
+		}
+	}
+	return id
+}

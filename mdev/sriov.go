@@ -1,0 +1,298 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// SR-IOV. The kernel's rules (drivers/pci/iov.c, sriov_numvfs_store):
+//
+//	# echo 3 > sriov_numvfs      (while 2 are enabled)
+//	-bash: echo: write error: Device or resource busy     → write 0 first
+//	ERANGE above sriov_totalvfs; ENOENT when the PF's driver has no sriov_configure.
+//
+// sriov_drivers_autoprobe=0 keeps host drivers off new VFs meant for guests.
+
+// Driver choices for EnableVFs.
+const (
+	// DriverKeep leaves VFs to whatever the kernel binds (sriov_drivers_autoprobe untouched).
+	DriverKeep = "keep"
+	// DriverVFIO sets sriov_drivers_autoprobe=0 and binds every VF to vfio-pci by address.
+	DriverVFIO = "vfio-pci"
+)
+
+// PF is an SR-IOV physical function and its VFs.
+type PF struct {
+	Address   host.Address `json:"address"`
+	Driver    string       `json:"driver"`
+	TotalVFs  int          `json:"total_vfs"`
+	NumVFs    int          `json:"num_vfs"`
+	Autoprobe *bool        `json:"drivers_autoprobe,omitempty"`
+	VFs       []VF         `json:"vfs"`
+	// Persisted is the VF count `host restore` applies at boot (nil when none is recorded).
+	Persisted *PersistedPF `json:"persisted,omitempty"`
+}
+
+// VF is one virtual function.
+type VF struct {
+	Address host.Address `json:"address"`
+	Driver  string       `json:"driver"`
+	// VendorVGPU is true when the VF offers NVIDIA's vendor-specific vGPU files.
+	VendorVGPU bool `json:"vendor_vgpu"`
+}
+
+// EnableOptions controls EnableVFs.
+type EnableOptions struct {
+	// Driver is DriverKeep (default) or DriverVFIO.
+	Driver string
+	// Persist records the count and driver for `host restore` at boot.
+	Persist bool
+}
+
+// ReadPF reads a PF's SR-IOV state; ErrUnsupported when the device has no SR-IOV capability.
+func (m *Manager) ReadPF(a host.Address) (PF, error) {
+	if !host.Exists(m.Root.PCIDevice(a)) {
+		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: no %s", a, host.ErrNotFound, m.Root.PCIDevice(a))
+	}
+	total, err := host.ReadInt(m.Root.PCIDevice(a, "sriov_totalvfs"))
+	if err != nil {
+		if _, ok := m.physfn(a); ok {
+			return PF{}, fmt.Errorf("SR-IOV PF %s: %w: %s is itself a VF (name its PF)", a, host.ErrInvalid, a)
+		}
+		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: the device has no SR-IOV capability (no %s)", a, host.ErrUnsupported, m.Root.PCIDevice(a, "sriov_totalvfs"))
+	}
+	num, err := host.ReadInt(m.Root.PCIDevice(a, "sriov_numvfs"))
+	if err != nil {
+		return PF{}, fmt.Errorf("SR-IOV PF %s: %w", a, err)
+	}
+	pf := PF{Address: a, Driver: m.driverOf(a), TotalVFs: int(total), NumVFs: int(num), VFs: []VF{}}
+	if s, err := host.ReadString(m.Root.PCIDevice(a, "sriov_drivers_autoprobe")); err == nil {
+		b := s != "0"
+		pf.Autoprobe = &b
+	}
+	for i := 0; ; i++ {
+		name, err := host.LinkBase(m.Root.PCIDevice(a, fmt.Sprintf("virtfn%d", i)))
+		if err != nil {
+			break
+		}
+		vf, err := host.ParseAddress(name)
+		if err != nil {
+			continue
+		}
+		pf.VFs = append(pf.VFs, VF{Address: vf, Driver: m.driverOf(vf), VendorVGPU: m.IsVendorVF(vf)})
+	}
+	if p, ok := m.persistedPF(a); ok {
+		pf.Persisted = &p
+	}
+	return pf, nil
+}
+
+// ListPFs returns every SR-IOV capable PF, sorted by address.
+func (m *Manager) ListPFs() ([]PF, error) {
+	d := m.Root.Sys("bus", "pci", "devices")
+	ents, err := os.ReadDir(d)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return []PF{}, nil
+		}
+		return nil, fmt.Errorf("list PCI devices in %s: %w", d, err)
+	}
+	out := []PF{}
+	for _, e := range ents {
+		a, err := host.ParseAddress(e.Name())
+		if err != nil || !host.Exists(filepath.Join(d, e.Name(), "sriov_totalvfs")) {
+			continue
+		}
+		pf, err := m.ReadPF(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pf)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Address.String() < out[j].Address.String() })
+	return out, nil
+}
+
+// VFAddresses computes the addresses of a PF's first n VFs from sriov_offset and
+// sriov_stride (routing ID = PF's + offset + i*stride), as the kernel does; this works before
+// the VFs exist, so a dry run can name them.
+func (m *Manager) VFAddresses(pf host.Address, n int) ([]host.Address, error) {
+	off, err := host.ReadInt(m.Root.PCIDevice(pf, "sriov_offset"))
+	if err != nil {
+		return nil, fmt.Errorf("VF addresses of %s: %w", pf, err)
+	}
+	stride, err := host.ReadInt(m.Root.PCIDevice(pf, "sriov_stride"))
+	if err != nil {
+		return nil, fmt.Errorf("VF addresses of %s: %w", pf, err)
+	}
+	rid := int(pf.Bus)<<8 | int(pf.Device)<<3 | int(pf.Function)
+	out := make([]host.Address, n)
+	for i := range out {
+		r := rid + int(off) + i*int(stride)
+		out[i] = host.Address{Domain: pf.Domain, Bus: uint8(r >> 8), Device: uint8(r>>3) & 0x1f, Function: uint8(r & 7)}
+	}
+	return out, nil
+}
+
+// EnableVFs makes pf have exactly n VFs, following the kernel's rules for the user: the count
+// is checked against sriov_totalvfs first, a different non-zero count is set to 0 before the
+// new one, and nothing is written when n VFs are already enabled (a re-run converges). With
+// opts.Driver == DriverVFIO it sets sriov_drivers_autoprobe=0 before enabling, so host
+// drivers do not grab the VFs, and binds each VF to vfio-pci by address. If enabling the new
+// count fails after the old one was cleared, the old count is restored.
+func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts EnableOptions) (PF, error) {
+	if opts.Driver == "" {
+		opts.Driver = DriverKeep
+	}
+	if opts.Driver != DriverKeep && opts.Driver != DriverVFIO {
+		return PF{}, fmt.Errorf("enable VFs on %s: %w: --driver %q (use vfio-pci or keep)", pf, host.ErrInvalid, opts.Driver)
+	}
+	if n < 1 {
+		return PF{}, fmt.Errorf("enable VFs on %s: %w: count %d (use 'vf disable' for 0)", pf, host.ErrInvalid, n)
+	}
+	st, err := m.ReadPF(pf)
+	if err != nil {
+		return PF{}, err
+	}
+	numPath := m.Root.PCIDevice(pf, "sriov_numvfs")
+	if n > st.TotalVFs {
+		return PF{}, fmt.Errorf("enable %d VFs on %s: %w: the device supports at most %d (%s); the kernel would answer ERANGE",
+			n, pf, host.ErrInvalid, st.TotalVFs, m.Root.PCIDevice(pf, "sriov_totalvfs"))
+	}
+	if st.Driver == "" {
+		return PF{}, fmt.Errorf("enable VFs on %s: %w: no driver is bound to the PF, and sriov_numvfs needs the PF driver's sriov_configure (bind its host driver first)", pf, host.ErrUnsupported)
+	}
+	if opts.Driver == DriverVFIO && (st.Autoprobe == nil || *st.Autoprobe) && st.NumVFs != n {
+		if err := m.write(ctx, m.Root.PCIDevice(pf, "sriov_drivers_autoprobe"), "0"); err != nil {
+			return PF{}, fmt.Errorf("enable VFs on %s: set sriov_drivers_autoprobe=0 so host drivers leave the VFs alone: %w", pf, err)
+		}
+	}
+	if st.NumVFs != n {
+		if st.NumVFs != 0 {
+			if err := m.setNumVFs(ctx, pf, st.Driver, 0); err != nil {
+				return PF{}, fmt.Errorf("change %s from %d to %d VFs: the kernel needs 0 first: %w", pf, st.NumVFs, n, err)
+			}
+		}
+		if err := m.setNumVFs(ctx, pf, st.Driver, n); err != nil {
+			if st.NumVFs != 0 {
+				if rerr := m.setNumVFs(context.WithoutCancel(ctx), pf, st.Driver, st.NumVFs); rerr != nil {
+					return PF{}, errors.Join(err, undoErr(rerr))
+				}
+				return PF{}, fmt.Errorf("%w (restored the previous %d VFs)", err, st.NumVFs)
+			}
+			return PF{}, err
+		}
+		if err := m.wait(ctx, func() (bool, error) {
+			return host.Exists(m.Root.PCIDevice(pf, fmt.Sprintf("virtfn%d", n-1))) && !host.Exists(m.Root.PCIDevice(pf, fmt.Sprintf("virtfn%d", n))), nil
+		}); err != nil {
+			return PF{}, fmt.Errorf("enable %d VFs on %s via %s: the virtfn links did not appear: %w", n, pf, numPath, err)
+		}
+	}
+	if opts.Driver == DriverVFIO {
+		vfs, err := m.VFAddresses(pf, n)
+		if err != nil {
+			return PF{}, err
+		}
+		for _, vf := range vfs {
+			if err := m.bindVFIO(ctx, vf); err != nil {
+				return PF{}, fmt.Errorf("enable VFs on %s: %w", pf, err)
+			}
+		}
+	}
+	if opts.Persist {
+		if err := m.persistPF(PersistedPF{Address: pf.String(), NumVFs: n, Driver: opts.Driver}); err != nil {
+			return PF{}, err
+		}
+	}
+	if m.DryRun {
+		return st, nil
+	}
+	return m.ReadPF(pf)
+}
+
+// DisableVFs sets sriov_numvfs to 0 (nothing is written when it already is). With persist
+// it also forgets the count `host restore` would apply.
+func (m *Manager) DisableVFs(ctx context.Context, pf host.Address, persist bool) (PF, error) {
+	st, err := m.ReadPF(pf)
+	if err != nil {
+		return PF{}, err
+	}
+	if st.NumVFs != 0 {
+		if err := m.setNumVFs(ctx, pf, st.Driver, 0); err != nil {
+			return PF{}, err
+		}
+		if err := m.wait(ctx, func() (bool, error) { return !host.Exists(m.Root.PCIDevice(pf, "virtfn0")), nil }); err != nil {
+			return PF{}, fmt.Errorf("disable VFs on %s: the virtfn links did not go away: %w", pf, err)
+		}
+	}
+	if persist {
+		if err := m.forgetPF(pf); err != nil {
+			return PF{}, err
+		}
+	}
+	if m.DryRun {
+		return st, nil
+	}
+	return m.ReadPF(pf)
+}
+
+func (m *Manager) setNumVFs(ctx context.Context, pf host.Address, driver string, n int) error {
+	path := m.Root.PCIDevice(pf, "sriov_numvfs")
+	err := m.write(ctx, path, strconv.Itoa(n))
+	if err == nil {
+		return nil
+	}
+	switch errno(err) {
+	case syscall.ENOENT:
+		return fmt.Errorf("set %s to %d: %w: the PF's driver %q cannot create VFs (it has no sriov_configure; some drivers need a module parameter or firmware setting instead): %w",
+			path, n, host.ErrUnsupported, driver, err)
+	case syscall.ERANGE:
+		return fmt.Errorf("set %s to %d: %w: more than sriov_totalvfs: %w", path, n, host.ErrInvalid, err)
+	case syscall.EBUSY:
+		return fmt.Errorf("set %s to %d: %w: VFs are enabled or in use (a VM or driver holds one): %w", path, n, host.ErrBusy, err)
+	}
+	return fmt.Errorf("set %s to %d: %w", path, n, err)
+}
+
+// bindVFIO binds vf to vfio-pci with the Binder, or with the minimal sequence:
+//
+//	echo vfio-pci > devices/VF/driver_override
+//	echo VF > devices/VF/driver/unbind            (when a driver is bound)
+//	echo VF > /sys/bus/pci/drivers_probe           then wait for devices/VF/driver -> vfio-pci
+func (m *Manager) bindVFIO(ctx context.Context, vf host.Address) error {
+	if m.Binder != nil {
+		return m.Binder.BindVFIO(ctx, vf)
+	}
+	if m.driverOf(vf) == DriverVFIO {
+		return nil
+	}
+	if !m.DryRun && !host.Exists(m.Root.PCIDriver(DriverVFIO)) {
+		return fmt.Errorf("bind VF %s to vfio-pci: %w: the vfio-pci driver is not loaded (%s missing; run modprobe vfio-pci)", vf, host.ErrNotReady, m.Root.PCIDriver(DriverVFIO))
+	}
+	ov := m.Root.PCIDevice(vf, "driver_override")
+	cur, _ := host.ReadString(ov)
+	if cur != DriverVFIO {
+		if err := m.write(ctx, ov, DriverVFIO); err != nil {
+			return fmt.Errorf("bind VF %s to vfio-pci: set %s: %w", vf, ov, err)
+		}
+	}
+	if d := m.driverOf(vf); d != "" {
+		ub := m.Root.PCIDriver(d, "unbind")
+		if err := m.write(ctx, ub, vf.String()); err != nil {
+			return fmt.Errorf("bind VF %s to vfio-pci: unbind from %s via %s: %w", vf, d, ub, err)
+		}
+	}
+	probe := m.Root.Sys("bus", "pci", "drivers_probe")
+	if err := m.write(ctx, probe, vf.String()); err != nil {
+		return fmt.Errorf("bind VF %s to vfio-pci via %s: %w", vf, probe, err)
+	}
+	return m.wait(ctx, func() (bool, error) { return m.driverOf(vf) == DriverVFIO, nil })
+}

@@ -1,0 +1,359 @@
+package mdev
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// The NVIDIA vendor-specific VFIO backend (vGPU 17+, Ada/Hopper/Blackwell, kernel >= 6.8).
+// Each VF of the GPU carries, while bound to the nvidia driver:
+//
+//	$ cat /sys/bus/pci/devices/0000:41:00.4/nvidia/creatable_vgpu_types
+//	ID    : vGPU Name
+//	1155  : NVIDIA L40S-1Q
+//	$ echo 1155 > /sys/bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type   # 0 clears
+//
+// The creatable list shrinks on every sibling VF as types are assigned (one type per GPU at a
+// time, limited instances), so it is re-read per VF. The VF stays on nvidia and is attached
+// to a guest as a PCI hostdev with managed='no'.
+
+// VendorVF is one VF of a vendor-VFIO GPU as sysfs shows it now.
+type VendorVF struct {
+	Address host.Address `json:"address"`
+	PF      host.Address `json:"physfn"`
+	Driver  string       `json:"driver"`
+	// Current is the assigned type ID (0 = none).
+	Current   int    `json:"current_vgpu_type"`
+	Creatable []Type `json:"creatable"`
+}
+
+// IsVendorVF reports whether a is a VF using NVIDIA's vendor-specific VFIO interface: it has
+// nvidia/creatable_vgpu_types and no mdev_supported_types.
+func (m *Manager) IsVendorVF(a host.Address) bool {
+	return host.Exists(m.Root.PCIDevice(a, "nvidia", "creatable_vgpu_types")) &&
+		!host.Exists(m.Root.PCIDevice(a, "mdev_supported_types"))
+}
+
+// ReadVendorVF reads a VF's vendor vGPU files.
+func (m *Manager) ReadVendorVF(a host.Address) (VendorVF, error) {
+	v := VendorVF{Address: a, Driver: m.driverOf(a)}
+	pf, ok := m.physfn(a)
+	if !ok {
+		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w: no physfn link at %s (not a VF)", a, host.ErrNotFound, m.Root.PCIDevice(a, "physfn"))
+	}
+	v.PF = pf
+	cur, err := host.ReadInt(m.Root.PCIDevice(a, "nvidia", "current_vgpu_type"))
+	if err != nil {
+		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w: %w", a, host.ErrNotFound, err)
+	}
+	v.Current = int(cur)
+	v.Creatable, err = readCreatable(m.Root.PCIDevice(a, "nvidia", "creatable_vgpu_types"))
+	if err != nil {
+		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w", a, err)
+	}
+	return v, nil
+}
+
+// readCreatable parses creatable_vgpu_types: a header line, then "ID : NAME" lines. Lines
+// whose first field is not a number (the header) are skipped.
+func readCreatable(path string) ([]Type, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	out := []Type{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		id, name, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		id = strings.TrimSpace(id)
+		if _, err := strconv.Atoi(id); err != nil {
+			continue
+		}
+		out = append(out, Type{ID: id, Name: strings.TrimSpace(name), DeviceAPI: "vfio-pci"})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// vendorVFs returns every vendor-VFIO VF, grouped by PF, each group sorted by address.
+func (m *Manager) vendorVFs() (map[host.Address][]VendorVF, error) {
+	d := m.Root.Sys("bus", "pci", "devices")
+	ents, err := os.ReadDir(d)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list PCI devices in %s: %w", d, err)
+	}
+	out := map[host.Address][]VendorVF{}
+	for _, e := range ents {
+		a, err := host.ParseAddress(e.Name())
+		if err != nil || !m.IsVendorVF(a) {
+			continue
+		}
+		v, err := m.ReadVendorVF(a)
+		if err != nil {
+			return nil, err
+		}
+		out[v.PF] = append(out[v.PF], v)
+	}
+	for pf := range out {
+		vs := out[pf]
+		sort.Slice(vs, func(i, j int) bool { return vs[i].Address.String() < vs[j].Address.String() })
+	}
+	return out, nil
+}
+
+// vendorParents returns one Parent per physical GPU with vendor-VFIO VFs. A type's Available
+// is the number of free VFs (no type assigned) that list it now.
+func (m *Manager) vendorParents() ([]Parent, error) {
+	byPF, err := m.vendorVFs()
+	if err != nil {
+		return nil, err
+	}
+	var out []Parent
+	for pf, vfs := range byPF {
+		pf := pf
+		p := Parent{Name: pf.String(), Address: &pf, Backend: BackendNvidiaVFIO, Driver: m.driverOf(pf), NUMA: numaOf(m.Root.PCIDevice(pf))}
+		idx := map[string]int{}
+		running := map[string]bool{}
+		add := func(t Type) int {
+			if i, ok := idx[t.ID]; ok {
+				return i
+			}
+			t.Instances = []string{}
+			p.Types = append(p.Types, t)
+			idx[t.ID] = len(p.Types) - 1
+			return idx[t.ID]
+		}
+		for _, v := range vfs {
+			if v.Current != 0 {
+				id := strconv.Itoa(v.Current)
+				i := add(Type{ID: id, Name: m.vendorTypeName(v.Address, v.Current), DeviceAPI: "vfio-pci"})
+				p.Types[i].Instances = append(p.Types[i].Instances, v.Address.String())
+				running[id] = true
+				continue
+			}
+			for _, t := range v.Creatable {
+				i := add(t)
+				p.Types[i].Available++
+			}
+		}
+		for id := range running {
+			p.Running = append(p.Running, id)
+		}
+		sort.Strings(p.Running)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// vendorTypeName finds the name of type id for a VF that holds it: the VF's own list is empty
+// then, so look in the state file's record, then in the siblings' lists.
+func (m *Manager) vendorTypeName(vf host.Address, id int) string {
+	want := strconv.Itoa(id)
+	if pf, ok := m.physfn(vf); ok {
+		for i := 0; ; i++ {
+			name, err := host.LinkBase(m.Root.PCIDevice(pf, fmt.Sprintf("virtfn%d", i)))
+			if err != nil {
+				break
+			}
+			sib, err := host.ParseAddress(name)
+			if err != nil {
+				continue
+			}
+			ts, _ := readCreatable(m.Root.PCIDevice(sib, "nvidia", "creatable_vgpu_types"))
+			for _, t := range ts {
+				if t.ID == want {
+					return t.Name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func (m *Manager) vendorInstances(st *state) ([]Instance, error) {
+	byPF, err := m.vendorVFs()
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	seen := map[string]bool{}
+	for _, vfs := range byPF {
+		for _, v := range vfs {
+			v := v
+			i, recorded := st.find(v.Address.String())
+			if v.Current == 0 && !recorded {
+				continue
+			}
+			in := Instance{Backend: BackendNvidiaVFIO, Parent: v.PF.String(), VF: &v.Address, Active: v.Current != 0}
+			if v.Current != 0 {
+				in.Type = strconv.Itoa(v.Current)
+				in.TypeName = m.vendorTypeName(v.Address, v.Current)
+			}
+			if recorded {
+				e := st.Instances[i]
+				in.Owner, in.Index, in.Defined = e.Owner, e.Index, true
+				if in.Type == "" {
+					in.Type = e.Type
+				}
+			}
+			seen[v.Address.String()] = true
+			out = append(out, in)
+		}
+	}
+	// Recorded instances whose VF is gone (VFs not enabled yet after a reboot).
+	for _, e := range st.Instances {
+		if e.Backend != BackendNvidiaVFIO || seen[e.VF] {
+			continue
+		}
+		a, err := host.ParseAddress(e.VF)
+		if err != nil {
+			continue
+		}
+		out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: e.Parent, Type: e.Type, VF: &a, Owner: e.Owner, Index: e.Index, Defined: true})
+	}
+	return out, nil
+}
+
+// createVendor assigns type t to req.Count VFs of the GPU p. For an owner, instance number
+// FirstIndex+i that the state already records on a VF is reused (a re-run converges). Free VFs
+// are taken in address order, re-reading each VF's creatable list because it shrinks as
+// siblings are assigned; a failure part-way clears what this call assigned.
+func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req CreateRequest) ([]Instance, error) {
+	if len(req.UUIDs) > 0 {
+		return nil, fmt.Errorf("create %s on %s: %w: vendor-VFIO instances are VFs, not UUIDs (drop --uuid)", t.ID, p.Name, host.ErrInvalid)
+	}
+	id, err := strconv.Atoi(t.ID)
+	if err != nil {
+		return nil, fmt.Errorf("create %s on %s: %w: vendor vGPU type IDs are numbers", t.ID, p.Name, host.ErrInvalid)
+	}
+	var out []Instance
+	rv := &revert{}
+	err = m.updateState(func(st *state) error {
+		byPF, err := m.vendorVFs()
+		if err != nil {
+			return err
+		}
+		vfs := byPF[*p.Address]
+		taken := map[string]bool{}
+		for _, e := range st.Instances {
+			if e.VF != "" {
+				taken[e.VF] = true // reserved by a recorded instance, even while cleared (after a reboot)
+			}
+		}
+		for i := 0; i < req.Count; i++ {
+			index := req.FirstIndex + i
+			if e, ok := st.ownerEntry(BackendNvidiaVFIO, req.Owner, index); ok {
+				if e.Type != t.ID || e.Parent != p.Name {
+					return fmt.Errorf("create %s for %s (instance %d) on %s: %w: %s already holds type %s for it on %s (remove it first)",
+						t.ID, req.Owner, index, p.Name, host.ErrBusy, e.VF, e.Type, e.Parent)
+				}
+				a, _ := host.ParseAddress(e.VF)
+				cur, err := host.ReadInt(m.Root.PCIDevice(a, "nvidia", "current_vgpu_type"))
+				if err == nil && int(cur) == id {
+					out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
+					continue
+				}
+				if err == nil && cur == 0 {
+					if err := m.assignVendor(ctx, a, id, t); err != nil {
+						return err
+					}
+					rv.add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
+					out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
+					continue
+				}
+				return fmt.Errorf("create %s for %s (instance %d): %w: recorded VF %s now has current_vgpu_type %d", t.ID, req.Owner, index, host.ErrBusy, a, cur)
+			}
+			var free *VendorVF
+			for j := range vfs {
+				v := vfs[j]
+				if taken[v.Address.String()] || v.Current != 0 {
+					continue
+				}
+				if !m.DryRun {
+					fresh, err := m.ReadVendorVF(v.Address) // the list shrinks as siblings are used
+					if err != nil {
+						return err
+					}
+					v = fresh
+				}
+				if v.Current != 0 || !hasType(v.Creatable, t.ID) {
+					continue
+				}
+				free = &v
+				break
+			}
+			if free == nil {
+				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); undid this call's assignments",
+					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID)
+			}
+			a := free.Address
+			taken[a.String()] = true
+			if err := m.assignVendor(ctx, a, id, t); err != nil {
+				return err
+			}
+			rv.add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
+			out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
+		}
+		for _, in := range out {
+			st.put(stateEntry{Backend: BackendNvidiaVFIO, Parent: in.Parent, Type: in.Type, VF: in.VF.String(), Owner: in.Owner, Index: in.Index})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(err, undoErr(rv.fail()))
+	}
+	rv.success()
+	return out, nil
+}
+
+func hasType(ts []Type, id string) bool {
+	for _, t := range ts {
+		if t.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) assignVendor(ctx context.Context, vf host.Address, id int, t Type) error {
+	path := m.Root.PCIDevice(vf, "nvidia", "current_vgpu_type")
+	if err := m.write(ctx, path, strconv.Itoa(id)); err != nil {
+		switch errno(err) {
+		case syscall.EBUSY:
+			return fmt.Errorf("assign vGPU type %s (%s) to VF %s via %s: %w: the VF already has a type: %w", t.ID, t.Name, vf, path, host.ErrBusy, err)
+		case syscall.EINVAL:
+			return fmt.Errorf("assign vGPU type %s (%s) to VF %s via %s: %w: the driver no longer lists it as creatable (the GPU runs another type or is full): %w", t.ID, t.Name, vf, path, host.ErrBusy, err)
+		}
+		return fmt.Errorf("assign vGPU type %s to VF %s via %s: %w", t.ID, vf, path, err)
+	}
+	return nil
+}
+
+func (m *Manager) clearVendor(ctx context.Context, vf host.Address) error {
+	path := m.Root.PCIDevice(vf, "nvidia", "current_vgpu_type")
+	if err := m.write(ctx, path, "0"); err != nil {
+		if errno(err) == syscall.EBUSY {
+			return fmt.Errorf("clear vGPU type of VF %s via %s: %w: a VM has the VF open; stop it first: %w", vf, path, host.ErrBusy, err)
+		}
+		return fmt.Errorf("clear vGPU type of VF %s via %s: %w", vf, path, err)
+	}
+	return nil
+}
