@@ -84,7 +84,19 @@ run_fails() {
   if [ "$E2E_RC" -ne 0 ]; then pass "fails as expected ($E2E_RC): $*"; else fail "expected failure: $*" "exit status 0, output:
 $(tail -n 30 "$E2E_OUT")"; fi
 }
-# output: the last run_ok/run_fails output.
+# write_ok PATH VALUE [MSG]: writing VALUE to the sysfs attribute PATH succeeds.
+# write_fails PATH VALUE [MSG]: the write is refused (EBUSY, EINVAL, ...); the error is in output.
+write_ok() {
+  E2E_RC=0
+  (echo "$2" >"$1") >"$E2E_OUT" 2>&1 || E2E_RC=$?
+  if [ "$E2E_RC" -eq 0 ]; then pass "${3:-write $2 > $1}"; else fail "${3:-write $2 > $1}" "$(cat "$E2E_OUT")"; fi
+}
+write_fails() {
+  E2E_RC=0
+  (echo "$2" >"$1") >"$E2E_OUT" 2>&1 || E2E_RC=$?
+  if [ "$E2E_RC" -ne 0 ]; then pass "${3:-write $2 > $1 refused}: $(cat "$E2E_OUT")"; else fail "${3:-write $2 > $1 refused}" "the write succeeded"; fi
+}
+# output: the last run_ok/run_fails/write_ok/write_fails output.
 output() { cat "$E2E_OUT"; }
 
 # wait_for SECONDS CMD...: poll CMD every 0.1 s until it succeeds; returns 1 on timeout (no
@@ -99,6 +111,9 @@ wait_for() {
   done
   return 1
 }
+
+# new_uuid: a random UUID (for mdev instances; busybox has no uuidgen).
+new_uuid() { cat /proc/sys/kernel/random/uuid; }
 
 # Small sysfs helpers.
 pci_dev() { echo "/sys/bus/pci/devices/$1"; }

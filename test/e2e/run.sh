@@ -189,6 +189,12 @@ build_run_part() {
       cp -L "$lib" "$root$lib"
     done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
   fi
+  # PCI names for inspect, where the host has them (Debian's pci.ids).
+  for f in /usr/share/misc/pci.ids /usr/share/hwdata/pci.ids; do
+    [ -e "$f" ] || continue
+    mkdir -p "$root$(dirname "$f")"
+    cp -L "$f" "$root$f"
+  done
   {
     echo "E2E_MODE=$mode"
     printf 'E2E_ONLY=%q\n' "$only"

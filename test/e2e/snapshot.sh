@@ -11,10 +11,10 @@ pf=/sys/bus/pci/devices/$LAB_NVME_PF
 
 # State: VFs without a host driver (the QEMU nvme VFs are offline until virt-mgmt assigns them
 # resources, so probing them only produces errors), and one mdpy-hd instance.
-run_ok sh -c "echo 0 >$pf/sriov_drivers_autoprobe"
-run_ok sh -c "echo 2 >$pf/sriov_numvfs"
+write_ok "$pf/sriov_drivers_autoprobe" 0
+write_ok "$pf/sriov_numvfs" 2
 expect_content "$pf/sriov_numvfs" 2 "nvme PF has 2 VFs"
-run_ok sh -c "echo $snap_mdev_uuid >/sys/class/mdev_bus/mdpy/mdev_supported_types/mdpy-hd/create"
+write_ok /sys/class/mdev_bus/mdpy/mdev_supported_types/mdpy-hd/create "$snap_mdev_uuid"
 expect_file "/sys/bus/mdev/devices/$snap_mdev_uuid" "mdpy-hd instance exists"
 
 stage=/tmp/snap
