@@ -157,7 +157,7 @@ func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*De
 		g.Capabilities = append(g.Capabilities, CapPassthrough)
 		g.Assignable = true
 		if grp.Viable {
-			details = append(details, fmt.Sprintf("IOMMU group %d is bound to vfio-pci", grp.ID))
+			details = append(details, fmt.Sprintf("IOMMU group %d is viable now (every endpoint on vfio-pci or driverless)", grp.ID))
 		} else {
 			details = append(details, fmt.Sprintf("IOMMU group %d: `vgpu-host bind %s` moves %d function(s) to vfio-pci", grp.ID, d.Address, len(grp.Members)))
 		}

@@ -1,8 +1,289 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
 
-// PLACEHOLDER: replaced by the issue that builds 'inspect'.
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
 func inspectCommand() *cli.Command {
-	return &cli.Command{Name: "inspect", Usage: "(not built yet)", Action: notYet("inspect")}
+	return &cli.Command{
+		Name:      "inspect",
+		Usage:     "show the host's GPUs, IOMMU groups, SR-IOV, mdev and vendor vGPU types (JSON: docs/inspect.md)",
+		ArgsUsage: "[ADDR]",
+		Description: "Without ADDR, the whole inventory. With ADDR (e.g. 0000:01:00.0), one PCI function and its\n" +
+			"IOMMU group, read even when it is not a GPU.",
+		Action: runInspect,
+	}
+}
+
+// deviceReport is `inspect ADDR`'s output: one device and its group.
+type deviceReport struct {
+	Device host.Device `json:"device"`
+	Group  *host.Group `json:"group"`
+}
+
+func runInspect(_ context.Context, cmd *cli.Command) error {
+	root, err := rootOf(cmd)
+	if err != nil {
+		return err
+	}
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	if cmd.Args().Len() > 1 {
+		return usageErr("inspect takes at most one address, got %d arguments", cmd.Args().Len())
+	}
+	if cmd.Args().Len() == 1 {
+		a, err := host.ParseAddress(cmd.Args().First())
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		d, err := host.ReadDevice(root, a)
+		if err != nil {
+			return err
+		}
+		rep := deviceReport{Device: d}
+		if d.IOMMUGroup >= 0 {
+			g, err := host.ReadGroup(root, d.IOMMUGroup)
+			if err != nil {
+				return err
+			}
+			rep.Group = &g
+		}
+		return emit(cmd, rep, func(w io.Writer) error { return deviceTable(w, rep) })
+	}
+	inv, err := host.Scan(root)
+	if err != nil {
+		return err
+	}
+	return emit(cmd, inv, func(w io.Writer) error { return inventoryTable(w, inv) })
+}
+
+func inventoryTable(out io.Writer, inv *host.Inventory) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	iommu := "off"
+	if inv.IOMMU {
+		iommu = "on"
+	}
+	fmt.Fprintf(w, "host root %s, IOMMU %s, %d GPU(s)\n\n", inv.Root, iommu, countGPUs(inv))
+	groups := map[int]host.Group{}
+	for _, g := range inv.Groups {
+		groups[g.ID] = g
+	}
+	fmt.Fprintln(w, "ADDRESS\tID\tCLASS\tDEVICE\tDRIVER\tGROUP\tNUMA\tVFIO-VIABLE\tBARS")
+	for _, d := range inv.Devices {
+		fmt.Fprintf(w, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Address, d.VendorID, d.DeviceID, d.Class[:4], deviceName(d),
+			dash(d.Driver), groupCell(d.IOMMUGroup), numaCell(d.NUMANode), viableCell(d, groups), barSummary(d.BARs))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var notes []string
+	for _, d := range inv.Devices {
+		var bits []string
+		if d.BootVGA {
+			bits = append(bits, "boot VGA")
+		}
+		if len(d.Companions) > 0 {
+			bits = append(bits, "companions "+joinAddrs(d.Companions))
+		}
+		if d.SRIOV != nil {
+			bits = append(bits, fmt.Sprintf("SR-IOV %d/%d VFs %s", d.SRIOV.NumVFs, d.SRIOV.TotalVFs, joinAddrs(d.SRIOV.VFs)))
+		}
+		if d.PhysFn != nil {
+			bits = append(bits, "VF of "+d.PhysFn.String())
+		}
+		if v := d.VendorVGPU; v != nil {
+			var types []string
+			for _, t := range v.Creatable {
+				types = append(types, fmt.Sprintf("%d %s", t.ID, t.Name))
+			}
+			bits = append(bits, fmt.Sprintf("vendor vGPU current %d, creatable [%s]", v.CurrentType, strings.Join(types, ", ")))
+		}
+		if len(d.ResetMethods) > 0 && d.IsGPU {
+			bits = append(bits, "reset "+strings.Join(d.ResetMethods, ","))
+		}
+		if d.DriverOverride != "" {
+			bits = append(bits, "driver_override "+d.DriverOverride)
+		}
+		if len(bits) > 0 {
+			notes = append(notes, fmt.Sprintf("  %s: %s", d.Address, strings.Join(bits, "; ")))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(out, "\n%s\n", strings.Join(notes, "\n"))
+	}
+	var blocked []string
+	for _, g := range inv.Groups {
+		for _, b := range g.Blockers {
+			blocked = append(blocked, fmt.Sprintf("  group %d: %s (%s): %s", g.ID, b.Address, dash(b.Driver), b.Reason))
+		}
+	}
+	if len(blocked) > 0 {
+		fmt.Fprintf(out, "\nvfio blockers:\n%s\n", strings.Join(blocked, "\n"))
+	}
+	if len(inv.MdevParents) > 0 {
+		fmt.Fprintln(out, "\nmdev parents:")
+		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "  PARENT\tTYPE\tNAME\tAPI\tAVAILABLE\tINSTANCES")
+		for _, p := range inv.MdevParents {
+			for _, t := range p.Types {
+				fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%d\t%s\n", p.Parent, t.ID, dash(t.Name), t.DeviceAPI, t.AvailableInstances, dash(strings.Join(t.Instances, ",")))
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(inv.Warnings) > 0 {
+		fmt.Fprintf(out, "\nwarnings:\n  %s\n", strings.Join(inv.Warnings, "\n  "))
+	}
+	return nil
+}
+
+func deviceTable(out io.Writer, r deviceReport) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	d := r.Device
+	fmt.Fprintf(w, "address\t%s\n", d.Address)
+	fmt.Fprintf(w, "device\t%s:%s %s\n", d.VendorID, d.DeviceID, deviceName(d))
+	if d.SubsysVendorID != "" {
+		fmt.Fprintf(w, "subsystem\t%s:%s %s\n", d.SubsysVendorID, d.SubsysDeviceID, d.SubsystemName)
+	}
+	fmt.Fprintf(w, "class\t%s %s\n", d.Class, d.ClassName)
+	fmt.Fprintf(w, "driver\t%s\n", dash(d.Driver))
+	fmt.Fprintf(w, "numa node\t%s (cpus %s)\n", numaCell(d.NUMANode), dash(d.LocalCPUs))
+	fmt.Fprintf(w, "bars\t%s\n", barSummary(d.BARs))
+	if d.SRIOV != nil {
+		fmt.Fprintf(w, "sr-iov\t%d/%d VFs %s\n", d.SRIOV.NumVFs, d.SRIOV.TotalVFs, joinAddrs(d.SRIOV.VFs))
+	}
+	if d.PhysFn != nil {
+		fmt.Fprintf(w, "physfn\t%s\n", d.PhysFn)
+	}
+	if v := d.VendorVGPU; v != nil {
+		fmt.Fprintf(w, "vendor vgpu\tcurrent %d, %d creatable type(s)\n", v.CurrentType, len(v.Creatable))
+	}
+	if r.Group != nil {
+		var members []string
+		for _, m := range r.Group.Members {
+			members = append(members, fmt.Sprintf("%s (%s, %s)", m.Address, m.Class, dash(m.Driver)))
+		}
+		fmt.Fprintf(w, "iommu group\t%d: %s\n", r.Group.ID, strings.Join(members, ", "))
+		fmt.Fprintf(w, "vfio viable\t%s\n", viableCell(d, map[int]host.Group{r.Group.ID: *r.Group}))
+	} else {
+		fmt.Fprintf(w, "iommu group\tnone\n")
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func countGPUs(inv *host.Inventory) int {
+	n := 0
+	for _, d := range inv.Devices {
+		if d.IsGPU && d.PhysFn == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func deviceName(d host.Device) string {
+	s := strings.TrimSpace(d.VendorName + " " + d.DeviceName)
+	if s == "" {
+		return d.ClassName
+	}
+	if len(s) > 48 {
+		s = s[:47] + "…"
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func groupCell(g int) string {
+	if g < 0 {
+		return "-"
+	}
+	return fmt.Sprint(g)
+}
+
+func numaCell(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+func viableCell(d host.Device, groups map[int]host.Group) string {
+	g, ok := groups[d.IOMMUGroup]
+	if !ok {
+		return "no (no IOMMU group)"
+	}
+	if g.Viable {
+		return "yes"
+	}
+	var b []string
+	for _, x := range g.Blockers {
+		b = append(b, x.Address.String()+" "+x.Driver)
+	}
+	return "no: " + strings.Join(b, ", ")
+}
+
+func joinAddrs(as []host.Address) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// barSummary prints memory BARs as "1:64G/64p": index, size, 64-bit, prefetchable; I/O BARs as "5:io".
+func barSummary(bars []host.BAR) string {
+	if len(bars) == 0 {
+		return "-"
+	}
+	var s []string
+	for _, b := range bars {
+		if b.IO {
+			s = append(s, fmt.Sprintf("%d:io", b.Index))
+			continue
+		}
+		f := ""
+		if b.Is64 {
+			f += "64"
+		}
+		if b.Prefetch {
+			f += "p"
+		}
+		if f != "" {
+			f = "/" + f
+		}
+		s = append(s, fmt.Sprintf("%d:%s%s", b.Index, humanSize(b.Size), f))
+	}
+	return strings.Join(s, " ")
+}
+
+func humanSize(n uint64) string {
+	for _, u := range []struct {
+		shift uint
+		unit  string
+	}{{40, "T"}, {30, "G"}, {20, "M"}, {10, "K"}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d%s", n>>u.shift, u.unit)
+		}
+	}
+	return fmt.Sprint(n)
 }

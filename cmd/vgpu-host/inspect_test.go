@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// run executes the CLI in-process and returns stdout and the exit code main would use.
+func run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out bytes.Buffer
+	app := newApp()
+	app.Writer = &out
+	app.ErrWriter = &out
+	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	return out.String(), exitCode(err)
+}
+
+func fakeHost(t *testing.T) *hosttest.Tree {
+	tr := hosttest.New(t)
+	tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 1)
+	tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
+	tr.Mbochs()
+	return tr
+}
+
+func TestInspectJSON(t *testing.T) {
+	tr := fakeHost(t)
+	out, code := run(t, "--host-root", tr.Dir(), "inspect", "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var inv host.Inventory
+	if err := json.Unmarshal([]byte(out), &inv); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(inv.Devices) != 3 || len(inv.Groups) != 2 || len(inv.MdevParents) != 1 {
+		t.Errorf("devices %d groups %d parents %d, want 3 2 1", len(inv.Devices), len(inv.Groups), len(inv.MdevParents))
+	}
+	// The documented field names (docs/inspect.md) are present.
+	var raw map[string]any
+	json.Unmarshal([]byte(out), &raw)
+	dev := raw["devices"].([]any)[0].(map[string]any)
+	for _, k := range []string{"address", "vendor_id", "device_id", "class", "driver", "iommu_group", "numa_node", "boot_vga", "bars"} {
+		if _, ok := dev[k]; !ok {
+			t.Errorf("devices[0] has no %q", k)
+		}
+	}
+	grp := raw["groups"].([]any)[0].(map[string]any)
+	for _, k := range []string{"id", "members", "viable", "blockers"} {
+		if _, ok := grp[k]; !ok {
+			t.Errorf("groups[0] has no %q", k)
+		}
+	}
+}
+
+func TestInspectYAMLAndTable(t *testing.T) {
+	tr := fakeHost(t)
+	out, code := run(t, "--host-root", tr.Dir(), "-o", "yaml", "inspect")
+	var v map[string]any
+	if code != 0 || yaml.Unmarshal([]byte(out), &v) != nil || v["iommu"] != true {
+		t.Fatalf("yaml: exit %d, %v\n%s", code, v["iommu"], out)
+	}
+	out, code = run(t, "--host-root", tr.Dir(), "inspect")
+	for _, want := range []string{"0000:41:00.0", "vfio-pci", "1:64G/64p", "0000:01:00.1 snd_hda_intel", "companions 0000:01:00.1", "mbochs-small", "yes"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
+
+func TestInspectOneDevice(t *testing.T) {
+	tr := fakeHost(t)
+	out, code := run(t, "--host-root", tr.Dir(), "inspect", "0000:01:00.1", "--output", "json")
+	var rep deviceReport
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Device.Driver != "snd_hda_intel" || rep.Group == nil || len(rep.Group.Members) != 2 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if _, code := run(t, "--host-root", tr.Dir(), "inspect", "0000:0f:00.0"); code != exitNotFound {
+		t.Errorf("missing device: exit %d, want %d", code, exitNotFound)
+	}
+	if _, code := run(t, "--host-root", tr.Dir(), "inspect", "nonsense"); code != exitUsage {
+		t.Errorf("bad address: exit %d, want %d", code, exitUsage)
+	}
+}
+
+func TestInspectBadFlags(t *testing.T) {
+	tr := fakeHost(t)
+	if _, code := run(t, "--host-root", filepath.Join(t.TempDir(), "nope"), "inspect"); code != exitUsage {
+		t.Errorf("missing --host-root: exit %d, want %d", code, exitUsage)
+	}
+	if _, code := run(t, "--host-root", tr.Dir(), "inspect", "--output", "xml"); code != exitUsage {
+		t.Errorf("unknown --output: exit %d, want %d", code, exitUsage)
+	}
+	if _, code := run(t, "--host-root", filepath.Join(t.TempDir(), "nope"), "check"); code != exitUsage {
+		t.Errorf("check with a missing --host-root: exit %d, want %d", code, exitUsage)
+	}
+	if _, code := run(t, "--host-root", tr.Dir(), "check", "-o", "toml"); code != exitUsage {
+		t.Errorf("check with unknown --output: exit %d, want %d", code, exitUsage)
+	}
+}
+
+func TestCheckExitCodes(t *testing.T) {
+	tr := fakeHost(t)
+	out, code := run(t, "--host-root", tr.Dir(), "check")
+	if code != exitOK || !strings.Contains(out, "passthrough-ready") || !strings.Contains(out, "ok    iommu") {
+		t.Errorf("ready host: exit %d\n%s", code, out)
+	}
+	bare := hosttest.New(t)
+	bare.NoIOMMU()
+	bare.AddPCI(hosttest.PCI{Addr: "0000:00:06.0", Vendor: 0x1af4, Device: 0x1050, Class: 0x038000, Driver: "virtio-pci", Group: -1})
+	out, code = run(t, "--host-root", bare.Dir(), "check", "--output", "json")
+	if code != exitNotReady {
+		t.Errorf("nothing assignable: exit %d, want %d\n%s", code, exitNotReady, out)
+	}
+	var r host.Readiness
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Assignable || len(r.GPUs) != 1 || r.GPUs[0].Verdict != host.VerdictFail {
+		t.Errorf("json report: %v %+v", err, r)
+	}
+}
+
+func TestInspectRealKernelSnapshot(t *testing.T) {
+	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"))
+	out, code := run(t, "--host-root", root.Dir(), "inspect", "-o", "json")
+	var inv host.Inventory
+	if code != 0 || json.Unmarshal([]byte(out), &inv) != nil {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	viable := map[int]bool{}
+	for _, g := range inv.Groups {
+		viable[g.ID] = g.Viable
+	}
+	if viable[9] || viable[6] || !viable[10] {
+		t.Errorf("viability = %v, want 9 and 6 not viable, 10 viable", viable)
+	}
+	if _, code := run(t, "--host-root", root.Dir(), "check"); code != exitOK {
+		t.Errorf("check on the snapshot: exit %d, want 0 (01:00.0 is passthrough-ready)", code)
+	}
+}
