@@ -1,0 +1,535 @@
+package vfio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// DefaultTimeout bounds each sysfs write and each wait for a driver link.
+const DefaultTimeout = 10 * time.Second
+
+// ErrGroupNotViable is returned when a group still has an endpoint on a host driver after a bind.
+var ErrGroupNotViable = errors.New("IOMMU group is not viable")
+
+// Binder binds IOMMU groups to vfio-pci and restores them. The zero Timeout means
+// DefaultTimeout. Modules may be nil when vfio-pci is known to be loaded.
+type Binder struct {
+	Root    host.Root
+	W       host.Writer
+	Modules host.ModuleLoader
+	Timeout time.Duration
+}
+
+// BindOptions control Bind.
+type BindOptions struct {
+	// Force turns safety refusals (boot VGA, host-critical devices, held devices, missing
+	// interrupt remapping) into warnings.
+	Force bool
+	// Persist makes the binding survive a reboot (driverctl override + modprobe softdep).
+	Persist bool
+	// DryRun records the exact writes and changes nothing (no ledger, no lock, no files).
+	DryRun bool
+	// Owner is recorded in the ledger (apply passes the VM name).
+	Owner string
+}
+
+// UnbindOptions control Unbind.
+type UnbindOptions struct {
+	// Force restores devices vgpu-host did not bind (to their native driver), devices bound
+	// for another owner, and devices held open.
+	Force bool
+	// Persist also removes the reboot persistence that bind --persist wrote.
+	Persist bool
+	// DryRun records the exact writes and changes nothing.
+	DryRun bool
+	// Owner, when set, refuses to restore devices the ledger records for another owner.
+	Owner string
+}
+
+// Step operations.
+const (
+	OpWrite    = "write"    // a sysfs write
+	OpModprobe = "modprobe" // load a kernel module
+	OpFile     = "file"     // write a configuration file (persistence)
+	OpRemove   = "remove"   // remove a configuration file
+)
+
+// Step is one host change, in order. Dry runs report them instead of making them.
+type Step struct {
+	Op    string `json:"op"`
+	Path  string `json:"path,omitempty"`
+	Value string `json:"value,omitempty"`
+}
+
+// String renders the step as the shell command that would make it.
+func (s Step) String() string {
+	switch s.Op {
+	case OpModprobe:
+		return "modprobe " + s.Value
+	case OpFile:
+		return fmt.Sprintf("printf '%%s' '%s' > %s", strings.ReplaceAll(s.Value, "'", `'\''`), s.Path)
+	case OpRemove:
+		return "rm -f " + s.Path
+	}
+	return host.RecordedWrite{Path: s.Path, Value: s.Value}.String()
+}
+
+// Change is what happened (or, in a dry run, would happen) to one function.
+type Change struct {
+	Address host.Address `json:"address"`
+	Group   int          `json:"iommu_group"`
+	// From and To are driver names; "" means no driver.
+	From    string `json:"from"`
+	To      string `json:"to"`
+	Changed bool   `json:"changed"`
+	// Note says why nothing changed or what was special: "already bound", "bridge stays", ...
+	Note string `json:"note,omitempty"`
+}
+
+// GroupState is a group after the operation.
+type GroupState struct {
+	ID     int  `json:"id"`
+	Viable bool `json:"viable"`
+	// VFIODev is the group's device node (host path), "" when it does not exist.
+	VFIODev string `json:"vfio_dev,omitempty"`
+}
+
+// Result reports a Bind or Unbind.
+type Result struct {
+	Action  string       `json:"action"` // "bind" or "unbind"
+	DryRun  bool         `json:"dry_run"`
+	Changed bool         `json:"changed"`
+	Devices []Change     `json:"devices"`
+	Groups  []GroupState `json:"groups"`
+	// Steps are the host changes made (or, in a dry run, that would be made), in order.
+	Steps []Step `json:"steps"`
+	// Warnings are safety checks that --force overrode, and other things worth knowing.
+	Warnings []string `json:"warnings,omitempty"`
+	// Ledger is the state file path.
+	Ledger string `json:"ledger"`
+}
+
+func (b *Binder) timeout() time.Duration {
+	if b.Timeout <= 0 {
+		return DefaultTimeout
+	}
+	return b.Timeout
+}
+
+// Group returns the IOMMU group of a with all members.
+func (b *Binder) Group(a host.Address) (*Group, error) { return GroupOf(b.Root, a) }
+
+// Ledger reads the ledger of functions vgpu-host has bound.
+func (b *Binder) Ledger() (*Ledger, error) { return LoadLedger(b.Root) }
+
+// Plan returns the steps Bind would take for addrs, changing nothing. Safety refusals are
+// returned as the error, as Bind would return them.
+func (b *Binder) Plan(ctx context.Context, addrs []host.Address, opts BindOptions) ([]Step, error) {
+	opts.DryRun = true
+	r, err := b.Bind(ctx, addrs, opts)
+	if r == nil {
+		return nil, err
+	}
+	return r.Steps, err
+}
+
+// run holds the state of one Bind or Unbind.
+type run struct {
+	b      *Binder
+	root   host.Root
+	w      host.Writer
+	rec    *host.Recorder
+	dry    bool
+	ledger *Ledger
+	res    *Result
+}
+
+func (b *Binder) start(action string, dry bool) (*run, func(), error) {
+	if b.W == nil && !dry {
+		return nil, nil, fmt.Errorf("vfio: Binder.W is nil: %w", host.ErrInvalid)
+	}
+	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: hostPath(b.Root, LedgerPath(b.Root))}}
+	r.rec = &host.Recorder{Next: b.W}
+	if dry {
+		r.rec.Next = nil
+	}
+	r.w = r.rec
+	unlock := func() {}
+	if !dry {
+		var err error
+		if unlock, err = lock(b.Root, b.timeout()); err != nil {
+			return nil, nil, err
+		}
+	}
+	l, err := LoadLedger(b.Root)
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	r.ledger = l
+	return r, unlock, nil
+}
+
+// finish copies the recorded sysfs writes into the result's steps, in order with the others.
+func (r *run) flushWrites() {
+	for _, w := range r.rec.Writes() {
+		r.res.Steps = append(r.res.Steps, Step{Op: OpWrite, Path: w.Path, Value: w.Value})
+	}
+	r.rec = &host.Recorder{Next: r.rec.Next}
+	r.w = r.rec
+}
+
+func (r *run) step(s *Step) {
+	if s != nil {
+		r.flushWrites()
+		r.res.Steps = append(r.res.Steps, *s)
+	}
+}
+
+func (r *run) saveLedger() error {
+	if r.dry {
+		return nil
+	}
+	return r.ledger.save(r.root)
+}
+
+// groupsOf reads the groups of addrs, each once, in the order first named.
+func groupsOf(root host.Root, addrs []host.Address) ([]*Group, error) {
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no device address given: %w", host.ErrInvalid)
+	}
+	var out []*Group
+	seen := map[int]bool{}
+	for _, a := range addrs {
+		g, err := GroupOf(root, a)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[g.ID] {
+			seen[g.ID] = true
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// Bind moves every endpoint of the IOMMU groups of addrs to vfio-pci, by address. Functions
+// already on vfio-pci are left alone (binding twice changes nothing and writes nothing);
+// bridges stay on their driver. The original driver and override of each function are
+// recorded in the ledger before it moves. When a function fails, the functions already moved
+// are put back, in reverse order, so no group is left half-bound.
+func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOptions) (*Result, error) {
+	groups, err := groupsOf(b.Root, addrs)
+	if err != nil {
+		return nil, err
+	}
+	r, unlock, err := b.start("bind", opts.DryRun)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	res := r.res
+
+	// Plan: which functions move, and may they?
+	moves := map[int][]Member{}
+	var refusals []Refusal
+	for _, g := range groups {
+		for _, m := range g.Members {
+			c := Change{Address: m.Address, Group: g.ID, From: m.Driver, To: m.Driver}
+			switch {
+			case m.Bridge:
+				c.Note = "bridge stays on " + orNone(m.Driver)
+			case m.Driver == DriverName:
+				c.Note = "already bound"
+			default:
+				c.To, c.Changed = DriverName, true
+				moves[g.ID] = append(moves[g.ID], m)
+			}
+			res.Devices = append(res.Devices, c)
+		}
+		refusals = append(refusals, bindRefusals(b.Root, g, moves[g.ID])...)
+	}
+	anyMove := len(moves) > 0
+	if anyMove {
+		ir, warn := interruptRemapping(b.Root)
+		if ir != nil {
+			refusals = append(refusals, *ir)
+		}
+		if warn != "" {
+			res.Warnings = append(res.Warnings, warn)
+		}
+	}
+	if len(refusals) > 0 {
+		if !opts.Force {
+			return res, refusalError(fmt.Sprintf("bind %s", addrList(addrs)), refusals)
+		}
+		for _, rf := range refusals {
+			res.Warnings = append(res.Warnings, "forced past ["+rf.Check+"] "+rf.String())
+		}
+	}
+
+	if anyMove {
+		if err := r.ensureVFIOLoaded(ctx); err != nil {
+			return res, err
+		}
+	}
+	for _, g := range groups {
+		if err := r.bindGroup(ctx, g, moves[g.ID], opts); err != nil {
+			r.flushWrites()
+			return res, err
+		}
+	}
+	r.flushWrites()
+	res.Changed = anyMove && !opts.DryRun
+
+	if opts.Persist {
+		if err := r.persist(groups, opts.DryRun); err != nil {
+			return res, err
+		}
+	}
+	if opts.DryRun {
+		for _, g := range groups {
+			res.Groups = append(res.Groups, GroupState{ID: g.ID, Viable: true, VFIODev: hostPath(b.Root, VFIODev(b.Root, g.ID))})
+		}
+		return res, nil
+	}
+	return res, r.verifyBound(ctx, groups)
+}
+
+// ensureVFIOLoaded loads vfio-pci when ROOT/sys/bus/pci/drivers/vfio-pci is missing.
+func (r *run) ensureVFIOLoaded(ctx context.Context) error {
+	dir := r.root.PCIDriver(DriverName)
+	if host.Exists(dir) {
+		return nil
+	}
+	r.step(&Step{Op: OpModprobe, Value: DriverName})
+	if r.dry {
+		return nil
+	}
+	if r.b.Modules == nil {
+		return fmt.Errorf("vfio-pci is not loaded (%s is missing) and no module loader is set: run modprobe vfio-pci: %w", dir, host.ErrUnsupported)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.b.timeout())
+	defer cancel()
+	if err := r.b.Modules.Load(ctx, DriverName); err != nil {
+		return fmt.Errorf("load vfio-pci for the bind (%s is missing): %w", dir, err)
+	}
+	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dir), nil }); err != nil {
+		return fmt.Errorf("vfio-pci loaded but %s did not appear: %w", dir, err)
+	}
+	return nil
+}
+
+// bindGroup moves members of g to vfio-pci, recording each in the ledger first, and reverts
+// the group when one fails.
+func (r *run) bindGroup(ctx context.Context, g *Group, moves []Member, opts BindOptions) error {
+	var done []Member
+	for _, m := range moves {
+		if _, ok := r.ledger.Lookup(m.Address); !ok {
+			// A leftover entry (a run that crashed after recording) already holds the true
+			// original; only a new function gets a new entry.
+			r.ledger.Devices[m.Address.String()] = Entry{Address: m.Address, Group: g.ID, Driver: m.Driver,
+				Module: driverModule(r.root, m.Driver), Override: m.Override, Owner: opts.Owner, BoundAt: time.Now().UTC()}
+		}
+		if err := r.saveLedger(); err != nil {
+			return r.revert(ctx, g, done, fmt.Errorf("bind %s: record original driver before moving it: %w", m.Address, err))
+		}
+		done = append(done, m)
+		if err := r.bindOne(ctx, m); err != nil {
+			return r.revert(ctx, g, done, r.explain(err, m, g))
+		}
+	}
+	return nil
+}
+
+// bindOne: override, unbind, probe, wait for the driver link.
+func (r *run) bindOne(ctx context.Context, m Member) error {
+	t := r.b.timeout()
+	a := m.Address
+	if err := SetDriverOverride(ctx, r.root, r.w, t, a, DriverName); err != nil {
+		return err
+	}
+	if err := Unbind(ctx, r.root, r.w, t, a); err != nil {
+		return err
+	}
+	if r.dry {
+		// Nothing really unbound, so Probe's state check would skip: record the write.
+		return r.w.Write(ctx, probePath(r.root), a.String())
+	}
+	if err := Probe(ctx, r.root, r.w, t, a); err != nil {
+		return err
+	}
+	if err := WaitDriver(ctx, r.root, t, a, DriverName); err != nil {
+		return fmt.Errorf("%w (is %s's override taken? check dmesg for vfio-pci errors)", err, a)
+	}
+	return nil
+}
+
+// explain adds the processes holding a device to a write that timed out.
+func (r *run) explain(err error, m Member, g *Group) error {
+	if !errors.Is(err, host.ErrWriteTimeout) {
+		return err
+	}
+	hs := Holders(r.root, deviceNodes(r.root, m, g.ID))
+	held := "no holder found in /proc/*/fd (a kernel user such as a console or an in-kernel client may hold it)"
+	if len(hs) > 0 {
+		var parts []string
+		for _, h := range hs {
+			parts = append(parts, h.String())
+		}
+		held = "held by: " + strings.Join(parts, "; ")
+	}
+	return fmt.Errorf("%w: %w; %s", err, host.ErrBusy, held)
+}
+
+// revert puts the functions in done back on their original drivers, in reverse order, and
+// drops their ledger entries. cause is returned, joined with anything that could not be put back.
+func (r *run) revert(ctx context.Context, g *Group, done []Member, cause error) error {
+	if r.dry {
+		return cause
+	}
+	var errs []error
+	for i := len(done) - 1; i >= 0; i-- {
+		m := done[i]
+		if err := r.restoreOne(ctx, entryFor(m, g.ID), false); err != nil {
+			errs = append(errs, fmt.Errorf("revert %s: %w", m.Address, err))
+			continue
+		}
+		delete(r.ledger.Devices, m.Address.String())
+	}
+	if err := r.saveLedger(); err != nil {
+		errs = append(errs, err)
+	}
+	msg := fmt.Errorf("bind IOMMU group %d: %w; the functions already moved were put back", g.ID, cause)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w, but not all: %w (they stay in the ledger %s; run vgpu-host unbind)", msg, errors.Join(errs...), LedgerPath(r.root))
+	}
+	return msg
+}
+
+func entryFor(m Member, group int) Entry {
+	return Entry{Address: m.Address, Group: group, Driver: m.Driver, Override: m.Override}
+}
+
+// restoreOne puts e back: driver_override as it was, off vfio-pci, re-probed to its original
+// driver (or left driverless). native restores a device with no ledger entry to whatever
+// driver the kernel picks.
+func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
+	t := r.b.timeout()
+	a := e.Address
+	if err := SetDriverOverride(ctx, r.root, r.w, t, a, e.Override); err != nil {
+		return err
+	}
+	cur, err := currentDriver(r.root, a)
+	if err != nil {
+		return err
+	}
+	if !native && cur == e.Driver {
+		return nil // never moved (a revert of a function whose unbind failed), or already back
+	}
+	if cur != "" {
+		if err := Unbind(ctx, r.root, r.w, t, a); err != nil {
+			return err
+		}
+	}
+	if e.Driver == "" && !native {
+		if r.dry {
+			return nil
+		}
+		return WaitDriver(ctx, r.root, t, a, "")
+	}
+	if r.dry {
+		return r.w.Write(ctx, probePath(r.root), a.String())
+	}
+	if err := Probe(ctx, r.root, r.w, t, a); err != nil {
+		return err
+	}
+	if native {
+		return nil
+	}
+	if !host.Exists(r.root.PCIDriver(e.Driver)) {
+		return fmt.Errorf("restore %s to %s: driver not loaded (%s missing): load its module (modprobe %s) and run: echo %s > %s",
+			a, e.Driver, r.root.PCIDriver(e.Driver), orModule(e), a, hostPath(r.root, probePath(r.root)))
+	}
+	return WaitDriver(ctx, r.root, t, a, e.Driver)
+}
+
+func orModule(e Entry) string {
+	if e.Module != "" {
+		return e.Module
+	}
+	return e.Driver
+}
+
+// verifyBound checks that each group is viable and its /dev/vfio/N exists, and fills Groups.
+func (r *run) verifyBound(ctx context.Context, groups []*Group) error {
+	var errs []error
+	for _, g := range groups {
+		now, err := ReadGroup(r.root, g.ID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st := GroupState{ID: g.ID, Viable: now.Viable()}
+		if !st.Viable {
+			var bad []string
+			for _, m := range now.Endpoints() {
+				if m.Driver != "" && m.Driver != DriverName {
+					bad = append(bad, m.Address.String()+" on "+m.Driver)
+				}
+			}
+			errs = append(errs, fmt.Errorf("IOMMU group %d after bind: %w: %s", g.ID, ErrGroupNotViable, strings.Join(bad, ", ")))
+		}
+		dev := VFIODev(r.root, g.ID)
+		err = host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dev), nil })
+		if err != nil {
+			errs = append(errs, fmt.Errorf("IOMMU group %d is bound but %s did not appear (is devtmpfs mounted on /dev, udev running?): %w", g.ID, hostPath(r.root, dev), err))
+		} else {
+			st.VFIODev = hostPath(r.root, dev)
+		}
+		r.res.Groups = append(r.res.Groups, st)
+	}
+	return errors.Join(errs...)
+}
+
+// persist writes the driverctl overrides of every endpoint of groups and the softdep file.
+func (r *run) persist(groups []*Group, dry bool) error {
+	if !driverctlInstalled(r.root) {
+		r.res.Warnings = append(r.res.Warnings, "driverctl is not installed: the overrides in /etc/driverctl.d take effect at boot only with driverctl's udev rule (apt install driverctl)")
+	}
+	for _, g := range groups {
+		for _, m := range g.Endpoints() {
+			if e, ok := r.ledger.Lookup(m.Address); ok && !e.Persist {
+				e.Persist = true
+				r.ledger.Devices[m.Address.String()] = e
+			}
+			s, err := fileStep(DriverctlPath(r.root, m.Address), DriverName+"\n", dry)
+			if err != nil {
+				return fmt.Errorf("persist %s: %w", m.Address, err)
+			}
+			r.step(s)
+		}
+	}
+	if err := r.saveLedger(); err != nil {
+		return err
+	}
+	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
+	if err != nil {
+		return fmt.Errorf("persist softdep: %w", err)
+	}
+	r.step(s)
+	return nil
+}
+
+func addrList(addrs []host.Address) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, " ")
+}

@@ -1,0 +1,134 @@
+package vfio
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// LedgerVersion is the format version of vfio.json.
+const LedgerVersion = 1
+
+// Entry records what a function looked like before vgpu-host moved it to vfio-pci.
+type Entry struct {
+	Address host.Address `json:"address"`
+	Group   int          `json:"iommu_group"`
+	// Driver is the original driver, "" when the function had none (it stays driverless on
+	// unbind).
+	Driver string `json:"driver"`
+	// Module is the kernel module providing Driver ("" when built in or driverless); the
+	// persisted modprobe softdep names it.
+	Module string `json:"module,omitempty"`
+	// Override is the original driver_override, "" when unset.
+	Override string `json:"driver_override"`
+	// Owner is who asked for the binding (a VM name from apply; "" from the CLI).
+	Owner string `json:"owner,omitempty"`
+	// Persist is true when the binding was made to survive a reboot (bind --persist).
+	Persist bool      `json:"persist,omitempty"`
+	BoundAt time.Time `json:"bound_at"`
+}
+
+// Ledger is the state file: every function vgpu-host moved to vfio-pci and not yet restored.
+type Ledger struct {
+	Version int              `json:"version"`
+	Devices map[string]Entry `json:"devices"`
+}
+
+// LedgerPath returns ROOT/var/lib/vgpu-host/vfio.json.
+func LedgerPath(root host.Root) string { return root.StateDir("vfio.json") }
+
+// lockPath is a separate file: the ledger itself is replaced by rename on every save, and a
+// lock on a replaced inode would protect nothing.
+func lockPath(root host.Root) string { return root.StateDir("vfio.lock") }
+
+// LoadLedger reads the ledger; a missing file is an empty ledger.
+func LoadLedger(root host.Root) (*Ledger, error) {
+	p := LedgerPath(root)
+	l := &Ledger{Version: LedgerVersion, Devices: map[string]Entry{}}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return l, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", p, err)
+	}
+	if err := json.Unmarshal(b, l); err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w (fix or move the file; it records the drivers to restore)", p, err)
+	}
+	if l.Version > LedgerVersion {
+		return nil, fmt.Errorf("read ledger %s: version %d is newer than this vgpu-host understands (%d): %w", p, l.Version, LedgerVersion, host.ErrUnsupported)
+	}
+	if l.Devices == nil {
+		l.Devices = map[string]Entry{}
+	}
+	return l, nil
+}
+
+// Lookup returns the entry of a, if vgpu-host bound it.
+func (l *Ledger) Lookup(a host.Address) (Entry, bool) {
+	e, ok := l.Devices[a.String()]
+	return e, ok
+}
+
+// Entries returns every entry sorted by address.
+func (l *Ledger) Entries() []Entry {
+	out := make([]Entry, 0, len(l.Devices))
+	for _, e := range l.Devices {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Address.String() < out[j].Address.String() })
+	return out
+}
+
+// save writes the ledger atomically (temporary file, fsync, rename).
+func (l *Ledger) save(root host.Root) error {
+	l.Version = LedgerVersion
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	p := LedgerPath(root)
+	if err := host.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("save ledger: %w", err)
+	}
+	return nil
+}
+
+// lock takes an exclusive flock on ROOT/var/lib/vgpu-host/vfio.lock, waiting up to timeout for
+// another vgpu-host run to finish. The returned func releases it.
+func lock(root host.Root, timeout time.Duration) (func(), error) {
+	p := lockPath(root)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", p, err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", p, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, fmt.Errorf("lock %s: another vgpu-host bind/unbind is running (waited %s): %w", p, timeout, host.ErrBusy)
+			}
+			return nil, fmt.Errorf("lock %s: %w", p, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
