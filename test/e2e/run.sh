@@ -46,6 +46,8 @@ guest_modules=(
   virtio_pci virtio_blk virtio-gpu qxl bochs snd_hda_intel e1000 e1000e nvme
   vfio-pci vfio_iommu_type1 mdev
 )
+# Host tools copied into the guest with their libraries, for scenarios (jq for inspect's JSON).
+guest_tools=(jq)
 # The kernel's mdev sample drivers, built out of tree (linux-source samples/vfio-mdev).
 mdev_samples=(mtty mdpy mbochs)
 
@@ -170,6 +172,20 @@ build_base() {
   log "base initramfs: built in $((SECONDS - t0))s ($(du -h "$base" | cut -f1), $n modules)"
 }
 
+# copy_exe SRC ROOT DEST: an executable and its shared libraries (libvirt through cgo, ...):
+# every "=> /path" and the loader line of ldd, at the same paths.
+copy_exe() {
+  local lib
+  mkdir -p "$2$(dirname "$3")"
+  cp -L "$1" "$2$3"
+  ldd "$1" >/dev/null 2>&1 || return 0 # static
+  while read -r lib; do
+    [ -e "$2$lib" ] && continue
+    mkdir -p "$2$(dirname "$lib")"
+    cp -L "$lib" "$2$lib"
+  done < <(ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
+}
+
 # build_run_part: init, lib.sh, scenarios, the binary and its shared libraries. Rebuilt every
 # run (it is small and changes with every edit).
 build_run_part() {
@@ -181,14 +197,15 @@ build_run_part() {
   cp "$here/lib.sh" "$here/lab.env" "$here/snapshot.sh" "$root/e2e/"
   for f in "$here"/scenarios/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/scenarios/"; done
   for f in "$here"/bench/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/bench/"; done
-  cp "$bin" "$root/bin/vgpu-host"
-  # Shared libraries (libvirt through cgo): every "=> /path" and the loader line of ldd.
-  if ldd "$bin" >/dev/null 2>&1; then
-    while read -r lib; do
-      mkdir -p "$root$(dirname "$lib")"
-      cp -L "$lib" "$root$lib"
-    done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
-  fi
+  copy_exe "$bin" "$root" /bin/vgpu-host
+  local t
+  for t in "${guest_tools[@]}"; do
+    if command -v "$t" >/dev/null; then
+      copy_exe "$(command -v "$t")" "$root" "/usr/bin/$t"
+    else
+      log "warning: $t not installed on the host; scenarios will not have it (make deps)"
+    fi
+  done
   # PCI names for inspect, where the host has them (Debian's pci.ids).
   for f in /usr/share/misc/pci.ids /usr/share/hwdata/pci.ids; do
     [ -e "$f" ] || continue
