@@ -83,6 +83,7 @@ if ! flock -n 9; then
   log "another lab run holds $out/.lock; waiting"
   flock 9
 fi
+rm -rf "$out"/run-root.* "$out"/snapshot.* "$cache"/build-* # left by an interrupted run
 
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 
