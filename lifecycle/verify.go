@@ -1,0 +1,210 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/digitalocean/go-qemu/qmp/raw"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// Check is one device verify looked for in the guest.
+type Check struct {
+	// Device is the libvirt device alias (the QEMU qdev id): "hostdev0", "video0".
+	Device string `json:"device"`
+	Kind   string `json:"kind"` // hostdev-pci, hostdev-mdev, virtio-gpu
+	Source string `json:"source,omitempty"`
+	Found  bool   `json:"found"`
+	// Guest is where the guest sees it: "00:02.0 1af4:1050".
+	Guest string `json:"guest,omitempty"`
+}
+
+// VerifyResult is what Verify saw.
+type VerifyResult struct {
+	VM     string  `json:"vm"`
+	OK     bool    `json:"ok"`
+	Checks []Check `json:"checks"`
+}
+
+// ErrMissingInGuest is returned by Verify when an assigned device is not in the guest.
+var ErrMissingInGuest = errors.New("assigned device not present in the guest")
+
+type qmpReply struct {
+	Return []raw.PCIInfo `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+}
+
+// Verify asks the running QEMU (QMP query-pci through libvirt) whether every hostdev and
+// virtio GPU in the domain's live XML is on the guest's PCI buses, by its qdev id.
+func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, error) {
+	all, err := l.o.Conn.ListDomainXMLs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	x, ok := all[name]
+	if !ok {
+		return nil, fmt.Errorf("verify %s: %w", name, virt.ErrNoDomain)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		return nil, fmt.Errorf("verify %s: parse domain XML: %w", name, err)
+	}
+	out, err := l.o.Conn.QMP(ctx, name, `{"execute":"query-pci"}`)
+	if err != nil {
+		return nil, fmt.Errorf("verify %s: %w", name, err)
+	}
+	var rep qmpReply
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		return nil, fmt.Errorf("verify %s: decode query-pci reply: %w", name, err)
+	}
+	if rep.Error != nil {
+		return nil, fmt.Errorf("verify %s: query-pci: %s: %s", name, rep.Error.Class, rep.Error.Desc)
+	}
+	guest := map[string]raw.PCIDeviceInfo{}
+	var walk func(bus int64, devs []raw.PCIDeviceInfo)
+	walk = func(bus int64, devs []raw.PCIDeviceInfo) {
+		for _, dv := range devs {
+			dv.Bus = bus
+			if dv.QdevID != "" {
+				guest[dv.QdevID] = dv
+			}
+			if dv.PCIBridge != nil {
+				walk(dv.PCIBridge.Bus.Secondary, dv.PCIBridge.Devices)
+			}
+		}
+	}
+	for _, b := range rep.Return {
+		walk(b.Bus, b.Devices)
+	}
+	res := &VerifyResult{VM: name, OK: true}
+	if d.Devices != nil {
+		for _, hd := range d.Devices.Hostdevs {
+			c := Check{}
+			if hd.Alias != nil {
+				c.Device = hd.Alias.Name
+			}
+			switch {
+			case hd.SubsysPCI != nil:
+				c.Kind = "hostdev-pci"
+				if a := hd.SubsysPCI.Source; a != nil && a.Address != nil && a.Address.Bus != nil && a.Address.Slot != nil && a.Address.Function != nil {
+					c.Source = fmt.Sprintf("%02x:%02x.%x", *a.Address.Bus, *a.Address.Slot, *a.Address.Function)
+				}
+			case hd.SubsysMDev != nil:
+				c.Kind = "hostdev-mdev"
+				if hd.SubsysMDev.Source != nil && hd.SubsysMDev.Source.Address != nil {
+					c.Source = hd.SubsysMDev.Source.Address.UUID
+				}
+			default:
+				continue
+			}
+			res.Checks = append(res.Checks, c)
+		}
+		for _, v := range d.Devices.Videos {
+			if v.Model.Type != "virtio" {
+				continue
+			}
+			c := Check{Kind: "virtio-gpu"}
+			if v.Alias != nil {
+				c.Device = v.Alias.Name
+			}
+			res.Checks = append(res.Checks, c)
+		}
+	}
+	for i := range res.Checks {
+		c := &res.Checks[i]
+		g, ok := guest[c.Device]
+		if ok && c.Kind == "virtio-gpu" && (g.ID.Vendor != 0x1af4 || g.ID.Device != 0x1050) {
+			ok = false
+		}
+		c.Found = ok && c.Device != ""
+		if ok {
+			c.Guest = fmt.Sprintf("%02x:%02x.%x %04x:%04x", g.Bus, g.Slot, g.Function, g.ID.Vendor, g.ID.Device)
+		}
+		res.OK = res.OK && c.Found
+	}
+	if len(res.Checks) == 0 {
+		return res, fmt.Errorf("verify %s: the domain has no hostdev or virtio GPU to look for: %w", name, host.ErrNotFound)
+	}
+	if !res.OK {
+		return res, fmt.Errorf("verify %s: %w", name, ErrMissingInGuest)
+	}
+	return res, nil
+}
+
+// WaitShutdown waits until the domain is shut off (a builder VM powering itself off), or
+// ctx ends. tick, when set, is called every poll with the time waited so far.
+func (l *Lifecycle) WaitShutdown(ctx context.Context, name string, tick func(time.Duration)) error {
+	start := time.Now()
+	for {
+		st, err := l.o.Conn.State(ctx, name)
+		if err != nil {
+			return err
+		}
+		if st == virt.StateShutoff || st == virt.StateCrashed {
+			return nil
+		}
+		if tick != nil {
+			tick(time.Since(start))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s to shut down: %w", name, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Export flattens the VM's first overlay (its base image and everything written since) into
+// a standalone qcow2 at dst with qemu-img convert. The domain must be shut off.
+func (l *Lifecycle) Export(ctx context.Context, name, dst string, progress io.Writer) (string, error) {
+	book, err := l.o.Ledger.Read()
+	if err != nil {
+		return "", err
+	}
+	e := book.VMs[name]
+	if e == nil {
+		return "", fmt.Errorf("export %s: not in the ledger: %w", name, host.ErrNotFound)
+	}
+	var vol, pool string
+	for _, s := range e.Live() {
+		if s.Action == ActCreateOverlay && s.Status == ledger.StepDone {
+			vol, pool = s.Target, s.Params["pool"]
+			break
+		}
+	}
+	if vol == "" {
+		return "", fmt.Errorf("export %s: it has no overlay disk created by vgpu-host: %w", name, host.ErrNotFound)
+	}
+	if st, err := l.o.Conn.State(ctx, name); err == nil && st != virt.StateShutoff {
+		return "", fmt.Errorf("export %s: the domain is %s; shut it down first (apply --wait-shutdown waits for a builder VM): %w", name, st, host.ErrBusy)
+	}
+	src, err := l.o.Conn.VolumePath(ctx, pool, vol)
+	if err != nil {
+		return "", fmt.Errorf("export %s: %w", name, err)
+	}
+	args := []string{"convert", "-O", "qcow2"}
+	if progress != nil {
+		args = append(args, "-p")
+	}
+	args = append(args, src, dst)
+	cmd := exec.CommandContext(ctx, "qemu-img", args...)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = progress, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("export %s: qemu-img convert %s %s: %w: %s", name, src, dst, err, strings.TrimSpace(stderr.String()))
+	}
+	return src, nil
+}
