@@ -1,0 +1,149 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// nvmePF adds the lab's nvme SR-IOV PF (3 VFs, VFs probe to nvme).
+func nvmePF(tr *hosttest.Tree, noSRIOV bool) host.Address {
+	return tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
+		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme", NoSRIOVDriver: noSRIOV}, 0)
+}
+
+func numvfsWrites(k *hosttest.Kernel) []string {
+	var out []string
+	for _, w := range k.Writes() {
+		if strings.HasSuffix(w.Path, "sriov_numvfs") {
+			out = append(out, w.Value)
+		}
+	}
+	return out
+}
+
+func TestEnableChangeDisable(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := nvmePF(tr, false)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	st, err := m.EnableVFs(ctx, pf, 2, EnableOptions{})
+	if err != nil || st.NumVFs != 2 || len(st.VFs) != 2 || st.VFs[0].Driver != "nvme" {
+		t.Fatalf("enable 2: %v %+v", err, st)
+	}
+	// Twice converges: no write at all.
+	if _, err := m.EnableVFs(ctx, pf, 2, EnableOptions{}); err != nil || len(numvfsWrites(k)) != 1 {
+		t.Fatalf("re-enable: %v writes %v", err, numvfsWrites(k))
+	}
+	// 2 → 3 goes through 0, as the kernel demands (the emulator answers EBUSY otherwise).
+	st, err = m.EnableVFs(ctx, pf, 3, EnableOptions{})
+	if err != nil || st.NumVFs != 3 {
+		t.Fatalf("change to 3: %v %+v", err, st)
+	}
+	if got := strings.Join(numvfsWrites(k), ","); got != "2,0,3" {
+		t.Fatalf("sriov_numvfs writes %s, want 2,0,3", got)
+	}
+	st, err = m.DisableVFs(ctx, pf, false)
+	if err != nil || st.NumVFs != 0 || len(st.VFs) != 0 {
+		t.Fatalf("disable: %v %+v", err, st)
+	}
+	if _, err := m.DisableVFs(ctx, pf, false); err != nil || len(numvfsWrites(k)) != 4 {
+		t.Fatalf("second disable wrote: %v", numvfsWrites(k))
+	}
+}
+
+func TestEnableChecksTotalAndDriver(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := nvmePF(tr, false)
+	m, k := newMgr(tr)
+	_, err := m.EnableVFs(context.Background(), pf, 4, EnableOptions{})
+	if !errors.Is(err, host.ErrInvalid) || !strings.Contains(err.Error(), "at most 3") {
+		t.Fatalf("over total: %v", err)
+	}
+	if len(k.Writes()) != 0 {
+		t.Fatal("wrote despite the total check")
+	}
+
+	tr2 := hosttest.New(t)
+	pf2 := nvmePF(tr2, true)
+	m2, _ := newMgr(tr2)
+	_, err = m2.EnableVFs(context.Background(), pf2, 1, EnableOptions{})
+	if !errors.Is(err, host.ErrUnsupported) || !strings.Contains(err.Error(), `driver "nvme"`) {
+		t.Fatalf("ENOENT: %v", err)
+	}
+
+	tr3 := hosttest.New(t)
+	gpu := tr3.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
+	m3, _ := newMgr(tr3)
+	if _, err := m3.EnableVFs(context.Background(), gpu, 1, EnableOptions{}); !errors.Is(err, host.ErrUnsupported) {
+		t.Fatalf("no SR-IOV capability: %v", err)
+	}
+}
+
+func TestEnableVFIOBindsByAddress(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := nvmePF(tr, false)
+	m, k := newMgr(tr)
+	st, err := m.EnableVFs(context.Background(), pf, 2, EnableOptions{Driver: DriverVFIO, Persist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Autoprobe == nil || *st.Autoprobe {
+		t.Fatal("sriov_drivers_autoprobe not 0")
+	}
+	for _, vf := range st.VFs {
+		if vf.Driver != "vfio-pci" {
+			t.Fatalf("VF %s on %q", vf.Address, vf.Driver)
+		}
+	}
+	// autoprobe=0 comes before the VFs appear, so nvme never bound: no unbind writes.
+	ws := k.Writes()
+	if !strings.HasSuffix(ws[0].Path, "sriov_drivers_autoprobe") || ws[0].Value != "0" {
+		t.Fatalf("first write %+v", ws[0])
+	}
+	for _, w := range ws {
+		if strings.HasSuffix(w.Path, "/unbind") {
+			t.Fatalf("unexpected unbind %+v", w)
+		}
+	}
+	if k.UsedNewID() {
+		t.Fatal("new_id used")
+	}
+	ps, _ := m.PersistedPFs()
+	if len(ps) != 1 || ps[0].NumVFs != 2 || ps[0].Driver != "vfio-pci" {
+		t.Fatalf("persisted %+v", ps)
+	}
+}
+
+func TestDryRunNamesVFsBeforeTheyExist(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := nvmePF(tr, false)
+	rec := &host.Recorder{}
+	m := New(tr.Root, rec)
+	m.DryRun = true
+	if _, err := m.EnableVFs(context.Background(), pf, 2, EnableOptions{Driver: DriverVFIO, Persist: true}); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, w := range rec.Writes() {
+		lines = append(lines, strings.TrimPrefix(w.Path, tr.Dir())+"="+w.Value)
+	}
+	want := []string{
+		"/sys/bus/pci/devices/0000:00:0a.0/sriov_drivers_autoprobe=0",
+		"/sys/bus/pci/devices/0000:00:0a.0/sriov_numvfs=2",
+		"/sys/bus/pci/devices/0000:00:0a.1/driver_override=vfio-pci",
+		"/sys/bus/pci/drivers_probe=0000:00:0a.1",
+		"/sys/bus/pci/devices/0000:00:0a.2/driver_override=vfio-pci",
+		"/sys/bus/pci/drivers_probe=0000:00:0a.2",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("dry-run writes:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if host.Exists(m.SRIOVPath()) {
+		t.Fatal("dry run persisted")
+	}
+}

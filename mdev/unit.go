@@ -1,0 +1,74 @@
+package mdev
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// UnitName is the systemd unit that runs `vgpu-host host restore` at boot.
+const UnitName = "vgpu-host-restore.service"
+
+// unitTemplate orders the restore after kernel modules are loaded (vfio-pci, the vGPU host
+// driver, mdev parents) and before libvirt starts or autostarts guests, so a guest never
+// starts before its VF or vGPU instance exists. Type=oneshot + RemainAfterExit makes units
+// ordered after it wait for it to finish.
+const unitTemplate = `[Unit]
+Description=Restore vgpu-host SR-IOV VFs, vendor vGPU types and mdev instances
+Documentation=https://github.com/vgpu-host/vgpu-host/blob/main/docs/vgpu.md
+After=systemd-modules-load.service nvidia-vgpud.service nvidia-vgpu-mgr.service
+Before=libvirtd.service virtqemud.service libvirt-guests.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=%s host restore
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// SystemdUnit returns the unit file text for the vgpu-host binary at execPath.
+func SystemdUnit(execPath string) string {
+	return fmt.Sprintf(unitTemplate, execPath)
+}
+
+// UnitPath returns where InstallUnit writes the unit.
+func (m *Manager) UnitPath() string { return m.Root.Etc("systemd", "system", UnitName) }
+
+// InstallUnit writes the unit under root.Etc("systemd/system") and enables it the way
+// `systemctl enable` does (a multi-user.target.wants symlink). It returns the files it wrote
+// or would write; an identical unit is left alone. Run `systemctl daemon-reload` afterwards.
+func (m *Manager) InstallUnit(execPath string) ([]string, error) {
+	if !filepath.IsAbs(execPath) || strings.ContainsAny(execPath, " \t\n%") {
+		return nil, fmt.Errorf("install %s: %w: the binary path %q must be absolute, without spaces or %%", UnitName, host.ErrInvalid, execPath)
+	}
+	path := m.UnitPath()
+	link := m.Root.Etc("systemd", "system", "multi-user.target.wants", UnitName)
+	var wrote []string
+	text := SystemdUnit(execPath)
+	if old, err := os.ReadFile(path); err != nil || string(old) != text {
+		wrote = append(wrote, path)
+		if !m.DryRun {
+			if err := host.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
+				return nil, fmt.Errorf("install %s: %w", UnitName, err)
+			}
+		}
+	}
+	if t, err := os.Readlink(link); err != nil || t != filepath.Join("..", UnitName) {
+		wrote = append(wrote, link)
+		if !m.DryRun {
+			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
+			}
+			os.Remove(link)
+			if err := os.Symlink(filepath.Join("..", UnitName), link); err != nil {
+				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
+			}
+		}
+	}
+	return wrote, nil
+}

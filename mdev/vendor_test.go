@@ -1,0 +1,183 @@
+package mdev
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// l40s adds an L40S with 6 VFs using NVIDIA's vendor-specific VFIO files.
+func l40s(t *testing.T) (*hosttest.Tree, host.Address) {
+	tr := hosttest.New(t)
+	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 1, 6, nil)
+	return tr, pf
+}
+
+func current(tr *hosttest.Tree, vf host.Address) string {
+	return strings.TrimSpace(tr.ReadFile("sys/bus/pci/devices/" + vf.String() + "/nvidia/current_vgpu_type"))
+}
+
+func TestVendorParentsAndTypes(t *testing.T) {
+	tr, pf := l40s(t)
+	m, _ := newMgr(tr)
+	if !m.IsVendorVF(tr.VFAddress(pf, 0)) || m.IsVendorVF(pf) {
+		t.Fatal("vendor VF detection")
+	}
+	ps, err := m.Parents()
+	if err != nil || len(ps) != 1 {
+		t.Fatalf("parents %+v %v", ps, err)
+	}
+	p := ps[0]
+	if p.Name != pf.String() || p.Backend != BackendNvidiaVFIO || p.NUMA != 1 || p.Driver != "nvidia" || len(p.Types) != 4 {
+		t.Fatalf("parent %+v", p)
+	}
+	ty, ok := FindType(p, "L40S-8Q")
+	if !ok || ty.ID != "1160" || ty.Name != "NVIDIA L40S-8Q" || ty.Available != 6 {
+		t.Fatalf("L40S-8Q = %+v", ty)
+	}
+	if _, ok := FindType(p, "1163"); !ok {
+		t.Fatal("type by ID")
+	}
+	// A VF's address names its GPU.
+	if p2, err := m.Parent(tr.VFAddress(pf, 3).String()); err != nil || p2.Name != pf.String() {
+		t.Fatalf("parent by VF: %v %+v", err, p2)
+	}
+}
+
+func TestVendorCreateShrinksAndConverges(t *testing.T) {
+	tr, pf := l40s(t)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	got, err := m.Create(ctx, CreateRequest{Parent: pf.String(), Profile: "NVIDIA L40S-8Q", Count: 2, Owner: "cad-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vf0, vf1 := tr.VFAddress(pf, 0), tr.VFAddress(pf, 1)
+	if len(got) != 2 || *got[0].VF != vf0 || *got[1].VF != vf1 || current(tr, vf0) != "1160" || current(tr, vf1) != "1160" {
+		t.Fatalf("created %+v", got)
+	}
+	// The other types vanished from every free VF (one type per GPU).
+	p, _ := m.Parent(pf.String())
+	if _, ok := FindType(p, "L40S-1Q"); ok {
+		t.Fatalf("L40S-1Q still creatable while 8Q runs: %+v", p.Types)
+	}
+	if len(p.Running) != 1 || p.Running[0] != "1160" {
+		t.Fatalf("running %v", p.Running)
+	}
+	// Re-run converges: no new writes.
+	before := len(k.Writes())
+	again, err := m.Create(ctx, CreateRequest{Parent: pf.String(), Profile: "L40S-8Q", Count: 2, Owner: "cad-1"})
+	if err != nil || len(k.Writes()) != before || *again[1].VF != vf1 {
+		t.Fatalf("re-run: %v, %d new writes", err, len(k.Writes())-before)
+	}
+	list, _ := m.Instances()
+	if len(list) != 2 || list[0].Owner != "cad-1" || list[0].TypeName != "NVIDIA L40S-8Q" || !list[0].Active || !list[0].Defined {
+		t.Fatalf("instances %+v", list)
+	}
+}
+
+func TestVendorAllOrNone(t *testing.T) {
+	tr, pf := l40s(t)
+	m, _ := newMgr(tr)
+	// L40S-8Q allows 4 per GPU; 6 free VFs list it, so the shortfall shows on the 5th VF.
+	_, err := m.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "L40S-8Q", Count: 5, Owner: "big"})
+	if !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("err = %v", err)
+	}
+	for i := 0; i < 6; i++ {
+		if c := current(tr, tr.VFAddress(pf, i)); c != "0" {
+			t.Fatalf("VF %d kept type %s after a failed all-or-none create", i, c)
+		}
+	}
+	if list, _ := m.Instances(); len(list) != 0 {
+		t.Fatalf("state kept %+v", list)
+	}
+	// An injected kernel error on the second assignment also reverts the first.
+	k := hosttest.NewKernel(tr)
+	m.W = k
+	n := 0
+	k.FailWrite = func(path, value string) error {
+		if strings.HasSuffix(path, "current_vgpu_type") && value != "0" {
+			n++
+			if n == 2 {
+				return syscall.EIO
+			}
+		}
+		return nil
+	}
+	if _, err := m.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "1155", Count: 2}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("err = %v", err)
+	}
+	if c := current(tr, tr.VFAddress(pf, 0)); c != "0" {
+		t.Fatalf("VF0 kept %s", c)
+	}
+}
+
+func TestVendorReleaseGuard(t *testing.T) {
+	tr, pf := l40s(t)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	vf5 := tr.VFAddress(pf, 5)
+	// Someone else set a type on VF5.
+	if err := k.Write(ctx, tr.Root.PCIDevice(vf5, "nvidia", "current_vgpu_type"), "1155"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove(ctx, []string{vf5.String()}, RemoveOptions{}); !errors.Is(err, host.ErrRefused) {
+		t.Fatalf("clearing a foreign type: %v", err)
+	}
+	if current(tr, vf5) != "1155" {
+		t.Fatal("foreign type cleared")
+	}
+	mine, err := m.Create(ctx, CreateRequest{Parent: pf.String(), Profile: "L40S-1Q", Owner: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another owner's release refuses it; the right owner's clears it.
+	if _, err := m.RemoveOwner(ctx, "b", RemoveOptions{}); err != nil {
+		t.Fatalf("owner b has nothing: %v", err)
+	}
+	if _, err := m.Remove(ctx, []string{mine[0].ID()}, RemoveOptions{Owner: "b"}); !errors.Is(err, host.ErrRefused) {
+		t.Fatalf("other owner: %v", err)
+	}
+	m.Domains = fakeDomains{mine[0].ID(): {"a"}}
+	if _, err := m.RemoveOwner(ctx, "a", RemoveOptions{}); !errors.Is(err, host.ErrRefused) {
+		t.Fatalf("in use by a domain: %v", err)
+	}
+	m.Domains = nil
+	if rm, err := m.RemoveOwner(ctx, "a", RemoveOptions{}); err != nil || len(rm) != 1 || current(tr, *mine[0].VF) != "0" {
+		t.Fatalf("release: %v %+v", err, rm)
+	}
+	if current(tr, vf5) != "1155" {
+		t.Fatal("release touched a foreign VF")
+	}
+	// --force clears a foreign type.
+	if _, err := m.Remove(ctx, []string{vf5.String()}, RemoveOptions{Force: true}); err != nil || current(tr, vf5) != "0" {
+		t.Fatalf("force: %v", err)
+	}
+}
+
+func TestLibvirtUsers(t *testing.T) {
+	vf := host.MustParseAddress("0000:41:00.5")
+	l := LibvirtUsers{Conn: fakeLister{
+		"desk": `<domain type='kvm'><name>desk</name><devices><hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='83C32DF7-D52E-4EC1-9668-1F3C7E4DF107'/></source></hostdev></devices></domain>`,
+		"cad":  `<domain type='kvm'><name>cad</name><devices><hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x0000' bus='0x41' slot='0x00' function='0x5'/></source></hostdev></devices></domain>`,
+		"idle": `<domain type='kvm'><name>idle</name><devices><hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x0000' bus='0x41' slot='0x00' function='0x4'/></source></hostdev></devices></domain>`,
+	}}
+	got, err := l.DomainsUsing(context.Background(), Instance{UUID: "83c32df7-d52e-4ec1-9668-1f3c7e4df107"})
+	if err != nil || len(got) != 1 || got[0] != "desk" {
+		t.Fatalf("mdev users %v %v", got, err)
+	}
+	got, err = l.DomainsUsing(context.Background(), Instance{VF: &vf})
+	if err != nil || len(got) != 1 || got[0] != "cad" {
+		t.Fatalf("VF users %v %v", got, err)
+	}
+}
+
+type fakeLister map[string]string
+
+func (f fakeLister) ListDomainXMLs(context.Context) (map[string]string, error) { return f, nil }
