@@ -1,8 +1,197 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
-// PLACEHOLDER: replaced by the issue that builds 'apply'.
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/domains"
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// Environment hooks for the crash tests: apply exits hard (code 137, as after kill -9) at the
+// N-th step it takes, after taking it (or before, with VGPU_HOST_CRASH_BEFORE=1).
+const (
+	envCrashAt     = "VGPU_HOST_CRASH_AT_STEP"
+	envCrashBefore = "VGPU_HOST_CRASH_BEFORE"
+)
+
+// openConn connects to libvirt; tests replace it with a fake.
+var openConn = func(uri string) (virt.Conn, error) { return virt.Open(uri) }
+
+func connectFlag() cli.Flag {
+	return &cli.StringFlag{Name: "connect", Aliases: []string{"c"}, Value: virt.DefaultURI, Usage: "libvirt connection `URI`", Sources: cli.EnvVars("VGPU_HOST_CONNECT", "LIBVIRT_DEFAULT_URI")}
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// lifecycleOf builds the Lifecycle for the invocation and opens its libvirt connection.
+func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
+	root, err := rootOf(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := outputOf(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	vt := ""
+	if cmd.IsSet("virt-type") {
+		vt = cmd.String("virt-type")
+		if vt != "kvm" && vt != "qemu" {
+			return nil, nil, usageErr("--virt-type %q: use kvm or qemu", vt)
+		}
+	}
+	conn, err := openConn(cmd.String("connect"))
+	if err != nil {
+		return nil, nil, err
+	}
+	w, m := hostIO(root)
+	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt}
+	if cmd.IsSet("no-start") {
+		o.NoStart = cmd.Bool("no-start")
+	}
+	if out == "table" {
+		o.Progress = cmd.Root().ErrWriter
+	}
+	if s := os.Getenv(envCrashAt); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			conn.Close()
+			return nil, nil, usageErr("%s=%q: want a step number from 1", envCrashAt, s)
+		}
+		o.CrashAt, o.CrashBefore = n, os.Getenv(envCrashBefore) == "1"
+		o.Crash = func() { os.Exit(137) }
+	}
+	return lifecycle.New(o), conn, nil
+}
+
+// loadSpecs loads every SPEC argument.
+func loadSpecs(cmd *cli.Command) ([]*domains.VM, error) {
+	if cmd.Args().Len() == 0 {
+		return nil, usageErr("%s needs at least one SPEC file", cmd.Name)
+	}
+	var vms []*domains.VM
+	seen := map[string]string{}
+	for _, p := range cmd.Args().Slice() {
+		vm, err := domains.Load(p)
+		if err != nil {
+			return nil, err
+		}
+		if other, dup := seen[vm.Metadata.Name]; dup {
+			return nil, fmt.Errorf("%s and %s both name VM %q: %w", other, p, vm.Metadata.Name, host.ErrInvalid)
+		}
+		seen[vm.Metadata.Name] = p
+		vms = append(vms, vm)
+	}
+	return vms, nil
+}
+
 func applyCommand() *cli.Command {
-	return &cli.Command{Name: "apply", Usage: "(not built yet)", Action: notYet("apply")}
+	return &cli.Command{
+		Name:      "apply",
+		Usage:     "allocate devices, prepare the host, create volumes and seed, define and start VMs (docs/apply.md)",
+		ArgsUsage: "SPEC...",
+		Description: "Makes each VM exist as its spec says. Devices are claimed in the ledger\n" +
+			"(/var/lib/vgpu-host/ledger.json under --host-root) before the host changes; every step is\n" +
+			"journalled before it is taken, so an interrupted apply is converged by the next apply or\n" +
+			"destroy. Re-applying an unchanged spec changes nothing. Exit codes: 0 applied, 1 failed\n" +
+			"(undone), 2 usage/spec, 5 busy (devices held by other VMs), 6 not found, 7 unsupported.",
+		Flags: []cli.Flag{
+			connectFlag(),
+			&cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (default: the best libvirt's domain capabilities offer)"},
+			&cli.BoolFlag{Name: "no-start", Usage: "define the domain but do not start it"},
+			&cli.BoolFlag{Name: "wait-shutdown", Usage: "after starting, wait until the guest powers itself off (image builders)"},
+			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up waiting for --wait-shutdown after `DURATION`"},
+		},
+		Action: runApply,
+	}
+}
+
+func runApply(ctx context.Context, cmd *cli.Command) error {
+	vms, err := loadSpecs(cmd)
+	if err != nil {
+		return err
+	}
+	lc, conn, err := lifecycleOf(cmd)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var results []*lifecycle.Result
+	var firstErr error
+	for _, vm := range vms {
+		res, err := lc.Apply(ctx, vm)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if cmd.Bool("wait-shutdown") && !cmd.Bool("no-start") {
+			wctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
+			var tick func(time.Duration)
+			if o, _ := outputOf(cmd); o == "table" && isTerminal(os.Stderr) {
+				tick = func(d time.Duration) {
+					fmt.Fprintf(cmd.Root().ErrWriter, "\r%s: waiting for the guest to power off (%s)", vm.Metadata.Name, d.Truncate(time.Second))
+				}
+			}
+			err := lc.WaitShutdown(wctx, vm.Metadata.Name, tick)
+			cancel()
+			if tick != nil {
+				fmt.Fprintln(cmd.Root().ErrWriter)
+			}
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			res.State = virt.StateShutoff
+		}
+		results = append(results, res)
+	}
+	if err := emit(cmd, results, func(w io.Writer) error { return applyTable(w, results) }); err != nil {
+		return err
+	}
+	return firstErr
+}
+
+func applyTable(w io.Writer, rs []*lifecycle.Result) error {
+	for _, r := range rs {
+		what := "applied"
+		if !r.Changed {
+			what = "unchanged"
+		}
+		var devs []string
+		for _, c := range r.Claims {
+			devs = append(devs, c.Kind+" "+c.ID)
+		}
+		if len(devs) == 0 {
+			devs = []string{"no host devices"}
+		}
+		fmt.Fprintf(w, "%s: %s, %s (%s)\n", r.VM, what, r.State, strings.Join(devs, ", "))
+		for _, f := range r.Fallback {
+			fmt.Fprintf(w, "  FALLBACK %s\n", f)
+		}
+		if len(r.Converged) > 0 {
+			fmt.Fprintf(w, "  converged an interrupted run first: undid %s\n", strings.Join(r.Converged, "; "))
+		}
+		if r.RestartNeeded {
+			fmt.Fprintf(w, "  the domain was redefined while running: restart it for the change to take effect\n")
+		}
+	}
+	return nil
 }

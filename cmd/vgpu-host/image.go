@@ -1,8 +1,58 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
 
-// PLACEHOLDER: replaced by the issue that builds 'image'.
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/lifecycle"
+)
+
 func imageCommand() *cli.Command {
-	return &cli.Command{Name: "image", Usage: "(not built yet)", Action: notYet("image")}
+	return &cli.Command{
+		Name:  "image",
+		Usage: "cloud-image pipeline: export a builder VM's disk as a standalone image",
+		Commands: []*cli.Command{{
+			Name:      "export",
+			Usage:     "flatten a shut-off VM's overlay (and its base image) into a standalone qcow2",
+			ArgsUsage: "NAME",
+			Flags: []cli.Flag{
+				connectFlag(),
+				// --output names the image file here (as in the issue's pipeline); the result line is
+				// always plain text.
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "write the image to `FILE.qcow2`"},
+			},
+			Action: runImageExport,
+		}},
+	}
+}
+
+func runImageExport(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Len() != 1 {
+		return usageErr("image export needs one VM name")
+	}
+	name, dst := cmd.Args().First(), cmd.String("output")
+	root, err := rootOf(cmd)
+	if err != nil {
+		return err
+	}
+	conn, err := openConn(cmd.String("connect"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	lc := lifecycle.New(lifecycle.Options{Root: root, Conn: conn})
+	var progress io.Writer
+	if isTerminal(os.Stderr) {
+		progress = cmd.Root().ErrWriter
+	}
+	src, err := lc.Export(ctx, name, dst, progress)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(cmd.Root().Writer, "%s: exported %s to %s\n", name, src, dst)
+	return err
 }
