@@ -1,0 +1,114 @@
+# shellcheck shell=sh
+# Issue 4 on the real kernel: whole-group vfio-pci bind by address, exact restore, safety checks,
+# idempotence, dry run and persistence. Every device ends as it was at boot, so later scenarios
+# start from the boot state.
+
+ledger=/var/lib/vgpu-host/vfio.json
+g1=$(group_of "$LAB_GPU1")
+gb=$(group_of "$LAB_BRIDGE")
+ovr() { cat "$(pci_dev "$1")/driver_override"; }
+# state: drivers and overrides of the GPU group, the identical GPU, and /dev/vfio.
+state() {
+  for a in "$LAB_GPU1" "$LAB_GPU1_AUDIO" "$LAB_GPU2"; do echo "$a $(driver_of "$a") $(ovr "$a")"; done
+  ls /dev/vfio | tr '\n' ' '
+}
+jqo() { jq -r "$1" <"$E2E_OUT"; }
+
+# --- dry run: the exact writes, and nothing changes -----------------------------------------
+boot_state=$(state)
+run_ok vgpu-host bind "$LAB_GPU1" --dry-run
+expect_match "$(output)" "^echo vfio-pci > /sys/bus/pci/devices/$LAB_GPU1/driver_override\$" "dry run prints the GPU's driver_override write"
+expect_match "$(output)" "^echo $LAB_GPU1_AUDIO > /sys/bus/pci/drivers/snd_hda_intel/unbind\$" "dry run prints the audio unbind from snd_hda_intel"
+expect_match "$(output)" "^echo $LAB_GPU1_AUDIO > /sys/bus/pci/drivers_probe\$" "dry run prints the probe by address"
+if grep -q new_id "$E2E_OUT"; then fail "dry run uses new_id" "$(output)"; else pass "dry run never uses new_id"; fi
+expect_eq "$(state)" "$boot_state" "dry run changed no driver, override or /dev/vfio node"
+expect_no_file "$ledger" "dry run wrote no ledger"
+
+# --- bind the GPU + HDMI-audio group as a whole ---------------------------------------------
+run_ok vgpu-host bind "$LAB_GPU1" --output json
+expect_driver "$LAB_GPU1" vfio-pci
+expect_driver "$LAB_GPU1_AUDIO" vfio-pci "the audio function moved with its GPU"
+expect_content "$(pci_dev "$LAB_GPU1_AUDIO")/driver_override" vfio-pci
+expect_file "/dev/vfio/$g1" "/dev/vfio/$g1 appeared"
+expect_eq "$(jqo '.groups[0].vfio_dev')" "/dev/vfio/$g1" "JSON names /dev/vfio/$g1"
+expect_eq "$(jqo '.groups[0].viable')" true "JSON says the group is viable"
+expect_eq "$(jqo ".devices[] | select(.address==\"$LAB_GPU1_AUDIO\") | .from")" snd_hda_intel "JSON: audio came from snd_hda_intel"
+expect_eq "$(jq -r ".devices[\"$LAB_GPU1_AUDIO\"].driver" "$ledger")" snd_hda_intel "ledger records snd_hda_intel for the audio function"
+expect_eq "$(jq -r ".devices[\"$LAB_GPU1\"].driver" "$ledger")" "" "ledger records the GPU as driverless"
+expect_driver "$LAB_GPU2" - "the identical second GPU is untouched (bound by address)"
+expect_content "$(pci_dev "$LAB_GPU2")/driver_override" "(null)" "the identical second GPU has no override"
+
+# --- binding twice is a no-op ------------------------------------------------------------------
+run_ok vgpu-host bind "$LAB_GPU1_AUDIO" --output json
+expect_eq "$(jqo '.changed')" false "second bind changes nothing"
+expect_eq "$(jqo '.steps | length')" 0 "second bind makes no write"
+run_ok vgpu-host bind "$LAB_GPU1"
+expect_match "$(output)" "already bound" "second bind says already bound"
+
+# --- unbind restores exactly --------------------------------------------------------------------
+run_ok vgpu-host unbind "$LAB_GPU1"
+expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "unbind restored snd_hda_intel on the audio function"
+expect_driver "$LAB_GPU1" - "unbind left the driverless GPU driverless"
+expect_content "$(pci_dev "$LAB_GPU1")/driver_override" "(null)" "GPU override cleared"
+expect_content "$(pci_dev "$LAB_GPU1_AUDIO")/driver_override" "(null)" "audio override cleared"
+expect_no_file "/dev/vfio/$g1" "/dev/vfio/$g1 went away with the last vfio-pci device"
+expect_eq "$(jq -r '.devices | length' "$ledger")" 0 "ledger empty after unbind"
+expect_eq "$(state)" "$boot_state" "the group is back in its boot state"
+run_ok vgpu-host unbind "$LAB_GPU1"
+expect_match "$(output)" "nothing to do" "unbinding again is a no-op"
+
+# --- the boot VGA is refused --------------------------------------------------------------------
+run_fails vgpu-host bind "$LAB_BOOT_VGA"
+expect_eq "$E2E_RC" 4 "boot VGA refused with exit 4"
+expect_match "$(output)" "boot VGA" "the refusal explains the boot VGA"
+expect_driver "$LAB_BOOT_VGA" qxl "the boot VGA stays on qxl"
+
+# --- GPU behind a conventional bridge: the NIC in its group blocks, --force binds, bridge stays --
+run_fails vgpu-host bind "$LAB_BRIDGED_GPU"
+expect_eq "$E2E_RC" 4 "bridged GPU refused (host-critical NIC in its group) with exit 4"
+expect_match "$(output)" "$LAB_BRIDGED_NIC.*network controller" "the refusal names the NIC"
+expect_driver "$LAB_BRIDGED_GPU" bochs-drm "refused bind left the GPU alone"
+run_ok vgpu-host bind "$LAB_BRIDGED_GPU" --force
+expect_driver "$LAB_BRIDGED_GPU" vfio-pci
+expect_driver "$LAB_BRIDGED_NIC" vfio-pci "the NIC moved with its group"
+expect_driver "$LAB_BRIDGE" - "the bridge stays as it was"
+expect_content "$(pci_dev "$LAB_BRIDGE")/driver_override" "(null)" "the bridge got no override"
+expect_file "/dev/vfio/$gb" "/dev/vfio/$gb appeared"
+run_ok vgpu-host unbind "$LAB_BRIDGED_GPU"
+expect_driver "$LAB_BRIDGED_GPU" bochs-drm "unbind restored bochs-drm"
+expect_driver "$LAB_BRIDGED_NIC" e1000 "unbind restored e1000"
+
+# --- a device vgpu-host did not bind ---------------------------------------------------------
+echo vfio-pci >"$(pci_dev "$LAB_GPU2")/driver_override"
+echo "$LAB_GPU2" >/sys/bus/pci/drivers_probe
+expect_driver "$LAB_GPU2" vfio-pci "setup: GPU2 bound by hand"
+run_fails vgpu-host unbind "$LAB_GPU2"
+expect_eq "$E2E_RC" 4 "unbind of a device not in the ledger refused with exit 4"
+expect_match "$(output)" "$LAB_GPU2.*not in the vgpu-host ledger" "the refusal says it is not in the ledger"
+run_ok vgpu-host unbind "$LAB_GPU2" --force
+expect_driver "$LAB_GPU2" - "--force handed it back (no native driver: driverless)"
+expect_content "$(pci_dev "$LAB_GPU2")/driver_override" "(null)" "GPU2 override cleared"
+
+# --- a group in use is not pulled from under its user -----------------------------------------
+run_ok vgpu-host bind "$LAB_GPU1"
+sleep 60 <"/dev/vfio/$g1" &
+holder=$!
+wait_for 5 test -e "/proc/$holder/fd/0" || note "holder not started"
+run_fails vgpu-host unbind "$LAB_GPU1"
+expect_eq "$E2E_RC" 5 "unbind of a group held open is busy (exit 5)"
+expect_match "$(output)" "pid $holder \\(sleep\\) has /dev/vfio/$g1 open" "the refusal names the holder"
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+run_ok vgpu-host unbind "$LAB_GPU1"
+expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "restored after the holder left"
+
+# --- persistence ----------------------------------------------------------------------------------
+run_ok vgpu-host bind "$LAB_GPU1" --persist
+expect_content "/etc/driverctl.d/pci-$LAB_GPU1" vfio-pci "driverctl override for the GPU"
+expect_content "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" vfio-pci "driverctl override for the audio function"
+expect_match "$(cat /etc/modprobe.d/vgpu-host.conf 2>&1)" "^softdep snd_hda_intel pre: vfio-pci\$" "modprobe softdep puts vfio-pci before snd_hda_intel"
+run_ok vgpu-host unbind "$LAB_GPU1" --persist
+expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1" "unbind --persist removed the GPU override"
+expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" "unbind --persist removed the audio override"
+expect_no_file /etc/modprobe.d/vgpu-host.conf "unbind --persist removed the softdep"
+expect_eq "$(state)" "$boot_state" "everything back in its boot state"
