@@ -39,7 +39,7 @@ type Manager struct {
 	Timeout time.Duration
 	// Domains answers which libvirt domains use an instance; nil skips that check.
 	Domains DomainUsers
-	// Binder binds VFs to vfio-pci by address; nil uses the built-in override+probe sequence.
+	// Binder binds VFs to vfio-pci by address; nil uses package vfio's verbs on the VF alone.
 	Binder VFBinder
 }
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 // SR-IOV. The kernel's rules (drivers/pci/iov.c, sriov_numvfs_store):
@@ -262,37 +263,40 @@ func (m *Manager) setNumVFs(ctx context.Context, pf host.Address, driver string,
 	return fmt.Errorf("set %s to %d: %w", path, n, err)
 }
 
-// bindVFIO binds vf to vfio-pci with the Binder, or with the minimal sequence:
+// bindVFIO binds vf to vfio-pci with the Binder, or with package vfio's verbs (the VF alone,
+// not the whole-group Binder: a fresh VF is its own group and its class is the PF's, so the
+// host-critical storage check of 'vgpu-host bind' would refuse the nvme VFs users ask for):
 //
 //	echo vfio-pci > devices/VF/driver_override
 //	echo VF > devices/VF/driver/unbind            (when a driver is bound)
 //	echo VF > /sys/bus/pci/drivers_probe           then wait for devices/VF/driver -> vfio-pci
+//
+// A dry run records the override and probe writes even though the VF does not exist yet.
 func (m *Manager) bindVFIO(ctx context.Context, vf host.Address) error {
 	if m.Binder != nil {
 		return m.Binder.BindVFIO(ctx, vf)
 	}
+	if m.DryRun {
+		if err := m.write(ctx, m.Root.PCIDevice(vf, "driver_override"), DriverVFIO); err != nil {
+			return err
+		}
+		return m.write(ctx, m.Root.Sys("bus", "pci", "drivers_probe"), vf.String())
+	}
 	if m.driverOf(vf) == DriverVFIO {
 		return nil
 	}
-	if !m.DryRun && !host.Exists(m.Root.PCIDriver(DriverVFIO)) {
+	if !host.Exists(m.Root.PCIDriver(DriverVFIO)) {
 		return fmt.Errorf("bind VF %s to vfio-pci: %w: the vfio-pci driver is not loaded (%s missing; run modprobe vfio-pci)", vf, host.ErrNotReady, m.Root.PCIDriver(DriverVFIO))
 	}
-	ov := m.Root.PCIDevice(vf, "driver_override")
-	cur, _ := host.ReadString(ov)
-	if cur != DriverVFIO {
-		if err := m.write(ctx, ov, DriverVFIO); err != nil {
-			return fmt.Errorf("bind VF %s to vfio-pci: set %s: %w", vf, ov, err)
-		}
+	t := m.timeout()
+	if err := vfio.SetDriverOverride(ctx, m.Root, m.W, t, vf, DriverVFIO); err != nil {
+		return fmt.Errorf("bind VF %s to vfio-pci: %w", vf, err)
 	}
-	if d := m.driverOf(vf); d != "" {
-		ub := m.Root.PCIDriver(d, "unbind")
-		if err := m.write(ctx, ub, vf.String()); err != nil {
-			return fmt.Errorf("bind VF %s to vfio-pci: unbind from %s via %s: %w", vf, d, ub, err)
-		}
+	if err := vfio.Unbind(ctx, m.Root, m.W, t, vf); err != nil {
+		return fmt.Errorf("bind VF %s to vfio-pci: %w", vf, err)
 	}
-	probe := m.Root.Sys("bus", "pci", "drivers_probe")
-	if err := m.write(ctx, probe, vf.String()); err != nil {
-		return fmt.Errorf("bind VF %s to vfio-pci via %s: %w", vf, probe, err)
+	if err := vfio.Probe(ctx, m.Root, m.W, t, vf); err != nil {
+		return fmt.Errorf("bind VF %s to vfio-pci: %w", vf, err)
 	}
-	return m.wait(ctx, func() (bool, error) { return m.driverOf(vf) == DriverVFIO, nil })
+	return vfio.WaitDriver(ctx, m.Root, t, vf, DriverVFIO)
 }

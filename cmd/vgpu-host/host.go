@@ -1,8 +1,111 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
 
-// PLACEHOLDER: replaced by the issue that builds 'host'.
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/mdev"
+)
+
 func hostCommand() *cli.Command {
-	return &cli.Command{Name: "host", Usage: "(not built yet)", Action: notYet("host")}
+	return &cli.Command{
+		Name:  "host",
+		Usage: "host-level state: restore VFs and vGPU instances at boot, install the systemd unit (docs/vgpu.md)",
+		Commands: []*cli.Command{
+			{
+				Name:  "restore",
+				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto)",
+				Description: "Run at boot by vgpu-host-restore.service, before libvirt starts guests. Everything already in\n" +
+					"place is left alone; a failed step does not stop the others, and the exit code is non-zero.",
+				Flags: []cli.Flag{dryRunFlag(), timeoutFlag()},
+				Action: func(ctx context.Context, cmd *cli.Command) error {
+					m, rec, done, err := vgpuManager(cmd)
+					if err != nil {
+						return err
+					}
+					defer done()
+					steps, rerr := m.Restore(ctx)
+					if steps == nil {
+						steps = []mdev.RestoreStep{}
+					}
+					if rec != nil && rerr == nil {
+						return emitDry(cmd, rec, nil, steps)
+					}
+					if err := emit(cmd, steps, func(w io.Writer) error { return restoreTable(w, steps) }); err != nil {
+						return err
+					}
+					return rerr
+				},
+			},
+			{
+				Name:  "install-unit",
+				Usage: "install and enable " + mdev.UnitName + " under /etc/systemd/system",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "exec", Usage: "absolute `PATH` of the vgpu-host binary the unit runs (default: this binary)"},
+					dryRunFlag(),
+				},
+				Action: func(ctx context.Context, cmd *cli.Command) error {
+					m, _, done, err := vgpuManager(cmd)
+					if err != nil {
+						return err
+					}
+					defer done()
+					exe := cmd.String("exec")
+					if exe == "" {
+						if exe, err = os.Executable(); err != nil {
+							return fmt.Errorf("find this binary's path: %w (pass --exec)", err)
+						}
+						if r, err := filepath.EvalSymlinks(exe); err == nil {
+							exe = r
+						}
+					}
+					wrote, err := m.InstallUnit(exe)
+					if err != nil {
+						return err
+					}
+					if wrote == nil {
+						wrote = []string{}
+					}
+					return emit(cmd, map[string]any{"unit": m.UnitPath(), "exec": exe, "written": wrote, "dry_run": m.DryRun}, func(w io.Writer) error {
+						if len(wrote) == 0 {
+							fmt.Fprintf(w, "%s is installed and enabled already\n", m.UnitPath())
+							return nil
+						}
+						verb := "wrote"
+						if m.DryRun {
+							verb = "would write"
+						}
+						for _, p := range wrote {
+							fmt.Fprintf(w, "%s %s\n", verb, p)
+						}
+						fmt.Fprintln(w, "run: systemctl daemon-reload")
+						return nil
+					})
+				},
+			},
+		},
+	}
+}
+
+func restoreTable(out io.Writer, steps []mdev.RestoreStep) error {
+	if len(steps) == 0 {
+		fmt.Fprintln(out, "nothing persisted: no VF counts, vendor vGPU types or mdev definitions")
+		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tTARGET\tWANT\tRESULT")
+	for _, s := range steps {
+		r := s.Result
+		if s.Error != "" {
+			r += ": " + s.Error
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Kind, s.Target, s.Want, r)
+	}
+	return w.Flush()
 }
