@@ -165,8 +165,9 @@ func Resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, err
 	return alloc, nil
 }
 
-// errOffline marks selectors that cannot be resolved without an inventory.
-var errOffline = errors.New("offline render has no inventory")
+// errOffline marks selectors that cannot be resolved without an inventory (a bad spec for
+// render --offline, so it wraps host.ErrInvalid).
+var errOffline = fmt.Errorf("offline render has no inventory: %w", host.ErrInvalid)
 
 type resolver struct {
 	vm       *VM
@@ -256,7 +257,7 @@ func (r *resolver) passthrough(i int, p *Passthrough) ([]Slot, error) {
 		return []Slot{r.slot(d, withCompanions)}, nil
 	}
 	if r.inv == nil {
-		return nil, fmt.Errorf("%s: selector %s: %w: give an address to render offline", path, selectorString(p), errOffline)
+		return nil, fmt.Errorf("%s: selector %s needs a host inventory, give an address to render offline: %w", path, selectorString(p), errOffline)
 	}
 	want := max(p.Count, 1)
 	var slots []Slot
@@ -442,7 +443,7 @@ func (r *resolver) vendorVFIO(i int, v *VGPU) ([]Slot, error) {
 		return slots, nil
 	}
 	if r.inv == nil {
-		return nil, fmt.Errorf("%s: profile %q: %w: give vfs to render offline", path, v.Profile, errOffline)
+		return nil, fmt.Errorf("%s: profile %q needs a host inventory, give vfs to render offline: %w", path, v.Profile, errOffline)
 	}
 	// Prefer VFs already set to the profile, then VFs that can still create it.
 	var ready, creatable []*host.Device

@@ -340,7 +340,7 @@ func recordLines(n *yaml.Node, path string, lines map[string]int) {
 
 var (
 	unknownFieldRE = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
-	cannotRE       = regexp.MustCompile(`^line (\d+): cannot unmarshal !!(\w+) ` + "`" + `?(.*?)` + "`" + `? into (\S+)$`)
+	cannotRE       = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
 // explainDecodeError rewrites yaml.v3's messages ("field x not found in type domains.Spec")
@@ -363,7 +363,11 @@ func explainDecodeError(err error, lines map[string]int) string {
 			if field == "" {
 				field = "value"
 			}
-			msgs = append(msgs, fmt.Sprintf("line %s: %s: want %s, got %s %q", m[1], field, goTypeName(m[4]), yamlTagName(m[2]), m[3]))
+			got := yamlTagName(m[2])
+			if m[3] != "" {
+				got += " " + strconv.Quote(m[3])
+			}
+			msgs = append(msgs, fmt.Sprintf("line %s: %s: want %s, got %s", m[1], field, goTypeName(m[4]), got))
 			continue
 		}
 		msgs = append(msgs, e)

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Render throughput: resolve + build + marshal of every examples/*.yaml against an in-code
+# inventory, on one core (go test -bench BenchmarkRender -cpu 1). Goal: >= 10000 domains/s.
+# Prints "render: N domains/s on one core (goal >= 10000), A allocs/render".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+out=$(go test ./domains/ -run '^$' -bench '^BenchmarkRender$' -benchmem -benchtime 2s -cpu 1 -count 1)
+line=$(grep -E '^BenchmarkRender' <<<"$out") || { echo "$out" >&2; exit 1; }
+# BenchmarkRender   43420   110340 ns/op   37499 B/op   240 allocs/op
+read -r ns allocs < <(awk '{for (i=1;i<=NF;i++) { if ($(i)=="ns/op") ns=$(i-1); if ($(i)=="allocs/op") a=$(i-1) } } END {print ns, a}' <<<"$line")
+rate=$(awk -v ns="$ns" 'BEGIN { printf "%d", 1e9/ns }')
+echo "render: $rate domains/s on one core (goal >= 10000), $allocs allocs/render"
