@@ -150,7 +150,7 @@ func (e *env) assertGone(t *testing.T, vm string) {
 	if slices.Contains(e.conn.Domains(), vm) {
 		t.Errorf("domain %s still defined", vm)
 	}
-	for _, v := range e.conn.Volumes(DefaultPool) {
+	for _, v := range e.conn.Volumes(PoolName(e.root)) {
 		if strings.HasPrefix(v, vm+"-") {
 			t.Errorf("volume %s left behind", v)
 		}
@@ -202,11 +202,11 @@ func TestApplyReapplyDestroy(t *testing.T) {
 	if e.host.bound["0000:41:00.0"] != vm.Metadata.Name || e.host.bound["0000:41:00.1"] != vm.Metadata.Name {
 		t.Fatalf("GPU and audio not bound: %v", e.host.bound)
 	}
-	ov := e.conn.Volume(DefaultPool, "vgpuhost-test-a-root.qcow2")
+	ov := e.conn.Volume(PoolName(e.root), "vgpuhost-test-a-root.qcow2")
 	if ov == nil || ov.BackingPath != "/images/base.qcow2" || ov.BackingFormat != "qcow2" || ov.Capacity != 1<<30 {
 		t.Fatalf("overlay: %+v", ov)
 	}
-	if seed := e.conn.Volume(DefaultPool, "vgpuhost-test-a-cidata.iso"); seed == nil || !strings.Contains(string(seed.Data), "runcmd") {
+	if seed := e.conn.Volume(PoolName(e.root), "vgpuhost-test-a-cidata.iso"); seed == nil || !strings.Contains(string(seed.Data), "runcmd") {
 		t.Fatal("seed ISO missing or without user-data")
 	}
 	x, _ := e.conn.DomainXML(ctx, vm.Metadata.Name)
@@ -345,8 +345,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 						if len(res.Converged) == 0 || res.State != virt.StateRunning {
 							t.Fatalf("re-apply did not converge: %+v", res)
 						}
-						if n := len(e.conn.Volumes(DefaultPool)); n != 2 {
-							t.Fatalf("%d volumes after converging, want 2: %v", n, e.conn.Volumes(DefaultPool))
+						if n := len(e.conn.Volumes(PoolName(e.root))); n != 2 {
+							t.Fatalf("%d volumes after converging, want 2: %v", n, e.conn.Volumes(PoolName(e.root)))
 						}
 						if _, err := e.lc().Destroy(ctx, vm.Metadata.Name); err != nil {
 							t.Fatal(err)

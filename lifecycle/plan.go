@@ -33,6 +33,16 @@ import (
 // DefaultPool is the libvirt dir pool that holds overlays and seeds, at ROOT/var/lib/vgpu-host/images.
 const DefaultPool = "vgpu-host"
 
+// PoolName is the storage pool for root: DefaultPool on a real host, and a name unique to
+// the root elsewhere ("vgpu-host-1a2b3c4d"), since pool names are global to libvirtd.
+func PoolName(root host.Root) string {
+	if root.IsReal() {
+		return DefaultPool
+	}
+	s := sha256.Sum256([]byte(root.Dir()))
+	return DefaultPool + "-" + hex.EncodeToString(s[:4])
+}
+
 // Step actions, in the order apply takes them.
 const (
 	ActBindGroup     = "bind-group"     // bind a GPU's IOMMU group to vfio-pci
@@ -99,7 +109,7 @@ func New(o Options) *Lifecycle {
 		o.Scan = host.Scan
 	}
 	if o.Pool == "" {
-		o.Pool = DefaultPool
+		o.Pool = PoolName(o.Root)
 	}
 	if o.PoolDir == "" {
 		o.PoolDir = o.Root.StateDir("images")

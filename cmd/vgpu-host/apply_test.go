@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
+	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
+)
+
+// run runs the CLI in-process and returns stdout and the exit code.
+func runCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &out, &errw
+	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	if err != nil {
+		t.Logf("vgpu-host %s: %v\n%s", strings.Join(args, " "), err, errw.String())
+	}
+	return out.String(), exitCode(err)
+}
+
+// world makes a fake host root (no GPU) that libvirt's QEMU can traverse, a base image, and
+// a copy of examples/virtio-gpu-fallback.yaml named name with a qcow2 overlay over the base
+// image and a cloud-init seed instead of its blank disk.
+func world(t *testing.T, uri, name string) (root host.Root, specPath string) {
+	t.Helper()
+	tree := hosttest.New(t)
+	root = tree.Root
+	for d := root.Dir(); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		_ = os.Chmod(d, 0o755) // QEMU opens the overlay and seed under the root
+	}
+	base := root.Path("base.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", base, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	ex, err := os.ReadFile(filepath.Join("..", "..", "examples", "virtio-gpu-fallback.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(ex), "name: vgpu-fallback", "name: "+name, 1)
+	s = strings.Replace(s, "path: /var/lib/libvirt/images/vgpu-fallback.qcow2", "image: "+base+"\n      size: 128MiB", 1)
+	s += "  cloudInit:\n    userData: |\n      #cloud-config\n      runcmd: [poweroff]\n"
+	specPath = root.Path(name + ".yaml")
+	if err := os.WriteFile(specPath, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pool := lifecycle.PoolName(root)
+	t.Cleanup(func() {
+		virsh(uri, "destroy", name)
+		virsh(uri, "undefine", name, "--nvram")
+		virsh(uri, "pool-destroy", pool)
+		virsh(uri, "pool-undefine", pool)
+	})
+	return root, specPath
+}
+
+func virsh(uri string, args ...string) (string, error) {
+	out, err := exec.Command("virsh", append([]string{"-c", uri}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// assertClean checks that name left no domain, no volume file and no ledger entry.
+func assertClean(t *testing.T, uri string, root host.Root, name string) {
+	t.Helper()
+	if out, err := virsh(uri, "dominfo", name); err == nil {
+		t.Errorf("domain %s still exists:\n%s", name, out)
+	}
+	files, _ := filepath.Glob(filepath.Join(root.StateDir("images"), name+"-*"))
+	if len(files) > 0 {
+		t.Errorf("volumes left: %v", files)
+	}
+	b, err := ledger.Open(root).Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.VMs) != 0 {
+		t.Errorf("ledger not empty: %+v", b.VMs)
+	}
+}
+
+// TestApplyFallbackLibvirtd is the main job against a real libvirtd: apply the virtio-gpu
+// fallback example under TCG, re-apply, verify over QMP, destroy.
+func TestApplyFallbackLibvirtd(t *testing.T) {
+	uri := testenv.Libvirtd(t)
+	name := "vgpuhost-test-apply"
+	root, spec := world(t, uri, name)
+	g := []string{"--host-root", root.Dir()}
+
+	out, code := runCLI(t, append(g, "-o", "json", "plan", "--connect", uri, "--virt-type", "qemu", spec)...)
+	if code != 0 || !strings.Contains(out, `"action": "create-overlay"`) || !strings.Contains(out, `"action": "write-seed"`) {
+		t.Fatalf("plan exit %d:\n%s", code, out)
+	}
+	if _, err := virsh(uri, "dominfo", name); err == nil {
+		t.Fatal("plan defined the domain")
+	}
+
+	out, code = runCLI(t, append(g, "-o", "json", "apply", "--connect", uri, "--virt-type", "qemu", spec)...)
+	if code != 0 {
+		t.Fatalf("apply exit %d:\n%s", code, out)
+	}
+	var res []lifecycle.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || !res[0].Changed || res[0].State != "running" || len(res[0].Fallback) != 1 {
+		t.Fatalf("apply result: %+v", res)
+	}
+	x, _ := virsh(uri, "dumpxml", name)
+	if !strings.Contains(x, "<model type='virtio'") || !strings.Contains(x, "<domain type='qemu'") || !strings.Contains(x, "cidata.iso") {
+		t.Fatalf("domain is not a qemu domain with a virtio GPU and a seed:\n%s", x)
+	}
+	overlay := filepath.Join(root.StateDir("images"), name+"-root.qcow2")
+	if info, err := exec.Command("qemu-img", "info", "-U", overlay).CombinedOutput(); err != nil || !strings.Contains(string(info), "backing file: "+root.Path("base.qcow2")) {
+		t.Fatalf("overlay: %v\n%s", err, info)
+	}
+	if info, err := exec.Command("isoinfo", "-d", "-i", filepath.Join(root.StateDir("images"), name+"-cidata.iso")).CombinedOutput(); err != nil || !strings.Contains(string(info), "Volume id: cidata") {
+		t.Fatalf("seed: %v\n%s", err, info)
+	}
+
+	out, code = runCLI(t, append(g, "apply", "--connect", uri, "--virt-type", "qemu", spec)...)
+	if code != 0 || !strings.Contains(out, name+": unchanged, running") || !strings.Contains(out, "FALLBACK") {
+		t.Fatalf("re-apply exit %d:\n%s", code, out)
+	}
+
+	out, code = runCLI(t, append(g, "-o", "json", "verify", "--connect", uri, name)...)
+	if code != 0 || !strings.Contains(out, `"ok": true`) || !strings.Contains(out, "1af4:1050") {
+		t.Fatalf("verify exit %d:\n%s", code, out)
+	}
+	out, code = runCLI(t, append(g, "status", "--connect", uri)...)
+	if code != 0 || !strings.Contains(out, name) || !strings.Contains(out, "running") {
+		t.Fatalf("status exit %d:\n%s", code, out)
+	}
+
+	out, code = runCLI(t, append(g, "destroy", "--connect", uri, spec)...)
+	if code != 0 {
+		t.Fatalf("destroy exit %d:\n%s", code, out)
+	}
+	assertClean(t, uri, root, name)
+	if _, code = runCLI(t, append(g, "destroy", "--connect", uri, name)...); code != exitNotFound {
+		t.Fatalf("second destroy exit %d, want %d", code, exitNotFound)
+	}
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// binary builds vgpu-host once for tests that need a process to kill.
+func binary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vgpu-host-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "vgpu-host")
+		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = errors.New(string(out))
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("build vgpu-host: %v", binErr)
+	}
+	return binPath
+}
+
+// TestCrashAtEveryStepLibvirtd kills apply (exit 137 from the env hook, as after kill -9) at
+// each of its steps against a real libvirtd, then applies or destroys again: nothing leaks.
+func TestCrashAtEveryStepLibvirtd(t *testing.T) {
+	uri := testenv.Libvirtd(t)
+	bin := binary(t)
+	name := "vgpuhost-test-crash"
+	root, spec := world(t, uri, name)
+	base := []string{"--host-root", root.Dir(), "apply", "--connect", uri, "--virt-type", "qemu", spec}
+	const steps = 5 // ensure-pool, create-overlay, write-seed, define, start
+	for n := 1; n <= steps; n++ {
+		for _, then := range []string{"apply", "destroy"} {
+			cmd := exec.Command(bin, base...)
+			cmd.Env = append(os.Environ(), envCrashAt+"="+strconv.Itoa(n))
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 137 {
+				t.Fatalf("step %d: apply did not crash: %v\n%s", n, err, out)
+			}
+			if then == "apply" {
+				out, code := runCLI(t, "--host-root", root.Dir(), "-o", "json", "apply", "--connect", uri, "--virt-type", "qemu", spec)
+				if code != 0 || !strings.Contains(out, `"converged"`) || !strings.Contains(out, `"state": "running"`) {
+					t.Fatalf("step %d: apply after crash exit %d:\n%s", n, code, out)
+				}
+				if vols, _ := filepath.Glob(filepath.Join(root.StateDir("images"), name+"-*")); len(vols) != 2 {
+					t.Fatalf("step %d: volumes after converging: %v", n, vols)
+				}
+			}
+			if out, code := runCLI(t, "--host-root", root.Dir(), "destroy", "--connect", uri, name); code != 0 {
+				t.Fatalf("step %d: destroy exit %d:\n%s", n, code, out)
+			}
+			assertClean(t, uri, root, name)
+		}
+	}
+}
