@@ -7,6 +7,8 @@ pkgs=(
   build-essential pkg-config libvirt-dev
   # names for inspect, peers for the benchmarks
   pci.ids pciutils jq hyperfine
+  # libvirt's schema validator virt-xml-validate needs xmllint
+  libxml2-utils
   # a real libvirtd and QEMU for the integration tests (domain type qemu/TCG here)
   libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils ovmf
   # the real-kernel lab: Debian's kernel, its headers and source for the mdev sample drivers

@@ -16,13 +16,13 @@ import (
 
 // Exit codes, documented in the README. Scripts can rely on them.
 const (
-	exitOK         = 0 // success (including "already in that state")
-	exitFailure    = 1 // the operation failed; the message says where and why
-	exitUsage      = 2 // bad command line or input (flag, address, spec)
-	exitNotReady   = 3 // check: nothing on this host can be assigned to a VM
-	exitRefused    = 4 // a safety check refused; re-run with --force if you mean it
-	exitBusy       = 5 // device or resource in use (held open, allocated elsewhere)
-	exitNotFound   = 6 // the named device, type, instance or VM does not exist
+	exitOK          = 0 // success (including "already in that state")
+	exitFailure     = 1 // the operation failed; the message says where and why
+	exitUsage       = 2 // bad command line or input (flag, address, spec)
+	exitNotReady    = 3 // check: nothing on this host can be assigned to a VM
+	exitRefused     = 4 // a safety check refused; re-run with --force if you mean it
+	exitBusy        = 5 // device or resource in use (held open, allocated elsewhere)
+	exitNotFound    = 6 // the named device, type, instance or VM does not exist
 	exitUnsupported = 7 // the host or driver cannot do it (no IOMMU, no SR-IOV, no mdev)
 )
 
