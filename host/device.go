@@ -64,18 +64,18 @@ func ReadDevice(root Root, addr Address) (Device, error) {
 func (s *scanner) readDevice(addr Address) (Device, error) {
 	dir := s.root.PCIDevice(addr)
 	d := Device{Address: addr, IOMMUGroup: -1, NUMANode: -1}
-	vendor, err := ReadHex(filepath.Join(dir, "vendor"))
+	vendor, err := readHexAttr(filepath.Join(dir, "vendor"))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
 		}
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 	}
-	device, err := ReadHex(filepath.Join(dir, "device"))
+	device, err := readHexAttr(filepath.Join(dir, "device"))
 	if err != nil {
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 	}
-	class, err := ReadHex(filepath.Join(dir, "class"))
+	class, err := readHexAttr(filepath.Join(dir, "class"))
 	if err != nil {
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 	}
@@ -83,12 +83,12 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	d.Class = fmt.Sprintf("%06x", class)
 	d.IsGPU = class>>16 == classDisplay
 	d.IsBridge = isBridgeClass(class)
-	if sv, err := ReadHex(filepath.Join(dir, "subsystem_vendor")); err == nil {
+	if sv, err := readHexAttr(filepath.Join(dir, "subsystem_vendor")); err == nil {
 		d.SubsysVendorID = fmt.Sprintf("%04x", sv)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if sd, err := ReadHex(filepath.Join(dir, "subsystem_device")); err == nil {
+	if sd, err := readHexAttr(filepath.Join(dir, "subsystem_device")); err == nil {
 		d.SubsysDeviceID = fmt.Sprintf("%04x", sd)
 	} else {
 		s.warn("%s: %v", addr, err)
@@ -104,12 +104,12 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 			s.warn("%s: iommu_group link %s names %q, not a group number", addr, filepath.Join(dir, "iommu_group"), g)
 		}
 	}
-	if n, err := ReadInt(filepath.Join(dir, "numa_node")); err == nil {
+	if n, err := readIntAttr(filepath.Join(dir, "numa_node")); err == nil {
 		d.NUMANode = int(n)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if c, err := ReadString(filepath.Join(dir, "local_cpulist")); err == nil {
+	if c, err := readAttr(filepath.Join(dir, "local_cpulist")); err == nil {
 		d.LocalCPUs = c
 	} else {
 		s.warn("%s: %v", addr, err)
@@ -151,7 +151,7 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 // optionalString reads an attribute that may legitimately be absent: absent gives "", any
 // other failure is a warning.
 func (s *scanner) optionalString(addr Address, path string) string {
-	v, err := ReadString(path)
+	v, err := readAttr(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.warn("%s: %v", addr, err)
 	}
@@ -237,7 +237,7 @@ func ReadBARs(path string) ([]BAR, error) {
 //
 //	sriov_totalvfs 3, sriov_numvfs 3, virtfn0 -> ../0000:00:0a.1
 func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
-	total, err := ReadInt(filepath.Join(dir, "sriov_totalvfs"))
+	total, err := readIntAttr(filepath.Join(dir, "sriov_totalvfs"))
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.warn("%s: %v", addr, err)
@@ -245,12 +245,12 @@ func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
 		return nil
 	}
 	sr := &SRIOV{TotalVFs: int(total), VFs: []Address{}}
-	if n, err := ReadInt(filepath.Join(dir, "sriov_numvfs")); err == nil {
+	if n, err := readIntAttr(filepath.Join(dir, "sriov_numvfs")); err == nil {
 		sr.NumVFs = int(n)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if ap, err := ReadInt(filepath.Join(dir, "sriov_drivers_autoprobe")); err == nil {
+	if ap, err := readIntAttr(filepath.Join(dir, "sriov_drivers_autoprobe")); err == nil {
 		v := ap != 0
 		sr.DriversAutoprobe = &v
 	}

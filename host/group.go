@@ -55,7 +55,7 @@ func ReadGroup(root Root, id int) (Group, error) {
 		if err != nil {
 			continue // not a PCI function (an mdev's UUID in a virtual group, say)
 		}
-		class, err := ReadHex(root.PCIDevice(a, "class"))
+		class, err := readHexAttr(root.PCIDevice(a, "class"))
 		if err != nil {
 			return g, fmt.Errorf("read iommu group %d: member %s: %w", id, a, err)
 		}

@@ -59,20 +59,20 @@ func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
 		td := filepath.Join(dir, e.Name())
 		t := MdevType{ID: e.Name(), Instances: []string{}}
 		// name is optional in the kernel's mdev ABI (mtty has none on some kernels).
-		if v, err := ReadString(filepath.Join(td, "name")); err == nil {
+		if v, err := readAttr(filepath.Join(td, "name")); err == nil {
 			t.Name = v
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			s.warn("mdev parent %s: %v", parent, err)
 		}
-		if v, err := ReadString(filepath.Join(td, "description")); err == nil {
+		if v, err := readAttr(filepath.Join(td, "description")); err == nil {
 			t.Description = v
 		}
-		if v, err := ReadString(filepath.Join(td, "device_api")); err == nil {
+		if v, err := readAttr(filepath.Join(td, "device_api")); err == nil {
 			t.DeviceAPI = v
 		} else {
 			s.warn("mdev parent %s: %v", parent, err)
 		}
-		if v, err := ReadInt(filepath.Join(td, "available_instances")); err == nil {
+		if v, err := readIntAttr(filepath.Join(td, "available_instances")); err == nil {
 			t.AvailableInstances = int(v)
 		} else {
 			s.warn("mdev parent %s: %v", parent, err)
@@ -111,7 +111,7 @@ func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
 	}
 	v := &VendorVGPU{Creatable: types}
 	cur := root.PCIDevice(addr, "nvidia", "current_vgpu_type")
-	if n, err := ReadInt(cur); err == nil {
+	if n, err := readIntAttr(cur); err == nil {
 		v.CurrentType = int(n)
 	} else {
 		return v, fmt.Errorf("%s: %w", addr, err)

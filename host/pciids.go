@@ -22,6 +22,30 @@ type PCIIDs struct {
 	data  []byte
 	path  string
 	err   error
+
+	mu   sync.Mutex
+	memo map[string]string // lookups already answered: a host has many functions with the same IDs
+}
+
+// cached answers key from the memo or computes it with f.
+func (p *PCIIDs) cached(key string, f func() string) string {
+	if p == nil {
+		return ""
+	}
+	p.mu.Lock()
+	v, ok := p.memo[key]
+	p.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = f()
+	p.mu.Lock()
+	if p.memo == nil {
+		p.memo = map[string]string{}
+	}
+	p.memo[key] = v
+	p.mu.Unlock()
+	return v
 }
 
 // NewPCIIDs returns a lazy resolver that uses the first readable pci.ids among root's
@@ -72,12 +96,18 @@ func (p *PCIIDs) Path() string {
 
 // Vendor returns the vendor name for a 4-hex-digit vendor ID such as "10de", or "".
 func (p *PCIIDs) Vendor(vendor string) string {
-	_, name := findLine(p.load(), 0, []byte("\n"+strings.ToLower(vendor)+"  "))
-	return name
+	return p.cached("v"+vendor, func() string {
+		_, name := findLine(p.load(), 0, []byte("\n"+strings.ToLower(vendor)+"  "))
+		return name
+	})
 }
 
 // Device returns the device name for vendor and device IDs, or "".
 func (p *PCIIDs) Device(vendor, device string) string {
+	return p.cached("d"+vendor+device, func() string { return p.device(vendor, device) })
+}
+
+func (p *PCIIDs) device(vendor, device string) string {
 	data := p.load()
 	vs, _ := findLine(data, 0, []byte("\n"+strings.ToLower(vendor)+"  "))
 	if vs < 0 {
@@ -90,6 +120,10 @@ func (p *PCIIDs) Device(vendor, device string) string {
 
 // Subsystem returns the subsystem name for a device's subsystem vendor/device IDs, or "".
 func (p *PCIIDs) Subsystem(vendor, device, subVendor, subDevice string) string {
+	return p.cached("s"+vendor+device+subVendor+subDevice, func() string { return p.subsystem(vendor, device, subVendor, subDevice) })
+}
+
+func (p *PCIIDs) subsystem(vendor, device, subVendor, subDevice string) string {
 	data := p.load()
 	vs, _ := findLine(data, 0, []byte("\n"+strings.ToLower(vendor)+"  "))
 	if vs < 0 {
@@ -108,6 +142,10 @@ func (p *PCIIDs) Subsystem(vendor, device, subVendor, subDevice string) string {
 // Class returns the name of a 6-hex-digit class code such as "030200": the subclass name
 // ("3D controller") as lspci prints it, else the base class name, else "".
 func (p *PCIIDs) Class(class string) string {
+	return p.cached("c"+class, func() string { return p.class(class) })
+}
+
+func (p *PCIIDs) class(class string) string {
 	class = strings.ToLower(class)
 	if len(class) < 4 {
 		return ""

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Benchmark: `vgpu-host inspect --output json` against `lspci -nnk` on the same generated
+# sysfs trees, measured in the same run with hyperfine. Prints the ratio of median times
+# (robust on a shared, busy machine) inspect/lspci per host.
+# Goal (issue 2): ratio <= 0.5 on both the ~2,000-function host and the small one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+GO=${GO:-go}
+command -v lspci >/dev/null || { echo "bench/inspect.sh: lspci missing (apt-get install pciutils)" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+$GO build -o "$work/gen-fakehost" ./cmd/gen-fakehost
+# Build from this checkout so the numbers are for this code (set VGPU_HOST_BIN to measure another).
+BIN=${VGPU_HOST_BIN:-$work/vgpu-host}
+[ -n "${VGPU_HOST_BIN:-}" ] || $GO build -o "$BIN" ./cmd/vgpu-host
+
+fail=0
+for size in small big; do
+	dir="$work/$size"
+	n=$("$work/gen-fakehost" -size "$size" "$dir")
+	inspect="$BIN --host-root $dir inspect --output json"
+	lspci_cmd="lspci -nnk -A linux-sysfs -O sysfs.path=$dir/sys/bus/pci"
+	# Sanity: both see the tree.
+	$inspect >/dev/null
+	[ "$($lspci_cmd 2>/dev/null | grep -c '^[0-9a-f]')" -ge "$n" ] || { echo "lspci does not see $n functions in $dir" >&2; exit 1; }
+	if command -v hyperfine >/dev/null; then
+		hyperfine -N --warmup 3 --min-runs 20 --export-csv "$work/$size.csv" -n inspect "$inspect" -n lspci "$lspci_cmd" >&2
+		t_inspect=$(awk -F, '$1=="inspect"{print $4}' "$work/$size.csv")
+		t_lspci=$(awk -F, '$1=="lspci"{print $4}' "$work/$size.csv")
+	else
+		loop() { local s e; s=$(date +%s.%N); for _ in $(seq 20); do "$@" >/dev/null 2>&1; done; e=$(date +%s.%N); echo "($e - $s) / 20" | bc -l; }
+		t_inspect=$(loop $inspect)
+		t_lspci=$(loop $lspci_cmd)
+	fi
+	ratio=$(awk -v a="$t_inspect" -v b="$t_lspci" 'BEGIN{printf "%.2f", a/b}')
+	printf 'inspect-vs-lspci %-5s %5d functions: inspect %.1f ms, lspci %.1f ms, ratio %s (goal <= 0.50)\n' \
+		"$size" "$n" "$(awk -v a="$t_inspect" 'BEGIN{print a*1000}')" "$(awk -v a="$t_lspci" 'BEGIN{print a*1000}')" "$ratio"
+	awk -v r="$ratio" 'BEGIN{exit !(r > 0.5)}' && fail=1
+done
+if [ "$fail" = 1 ] && [ -z "${BENCH_NO_GOAL:-}" ]; then
+	echo "bench/inspect.sh: a ratio is above the 0.5 goal" >&2
+	exit 1
+fi

@@ -1,0 +1,56 @@
+// Command gen-fakehost writes a generated fake host tree (sysfs, procfs, devfs) for benchmarks:
+//
+//	go run ./cmd/gen-fakehost -size big DIR     # ~2,000 PCI functions, 8 GPUs behind PCIe switches
+//	go run ./cmd/gen-fakehost -size small DIR   # a workstation
+//
+// DIR must not exist or be empty. The tree carries `config` files so lspci can read it too.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// dirTB is the testing.TB hosttest builds with: its TempDir is DIR, and a fatal error
+// ends the program with status 1.
+type dirTB struct {
+	testing.TB
+	dir string
+}
+
+func (d dirTB) Helper()                   {}
+func (d dirTB) TempDir() string           { return d.dir }
+func (d dirTB) Fatal(a ...any)            { fmt.Fprintln(os.Stderr, append([]any{"gen-fakehost:"}, a...)...); os.Exit(1) }
+func (d dirTB) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, "gen-fakehost: "+f+"\n", a...); os.Exit(1) }
+func (d dirTB) Errorf(f string, a ...any) { d.Fatalf(f, a...) }
+func (d dirTB) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+
+func main() {
+	size := flag.String("size", "big", "host size: big (~2,000 functions) or small")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: gen-fakehost [-size big|small] DIR")
+		os.Exit(2)
+	}
+	spec, ok := map[string]hosttest.HostSpec{"big": hosttest.BenchHost, "small": hosttest.SmallHost}[*size]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "gen-fakehost: unknown -size %q: use big or small\n", *size)
+		os.Exit(2)
+	}
+	dir := flag.Arg(0)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "gen-fakehost:", err)
+		os.Exit(1)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		fmt.Fprintf(os.Stderr, "gen-fakehost: %s is not empty\n", dir)
+		os.Exit(1)
+	}
+	t := hosttest.New(dirTB{dir: dir})
+	t.GenerateHost(spec)
+	fmt.Printf("%d\n", len(t.Addresses()))
+}
