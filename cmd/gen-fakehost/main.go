@@ -22,10 +22,16 @@ type dirTB struct {
 	dir string
 }
 
-func (d dirTB) Helper()                   {}
-func (d dirTB) TempDir() string           { return d.dir }
-func (d dirTB) Fatal(a ...any)            { fmt.Fprintln(os.Stderr, append([]any{"gen-fakehost:"}, a...)...); os.Exit(1) }
-func (d dirTB) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, "gen-fakehost: "+f+"\n", a...); os.Exit(1) }
+func (d dirTB) Helper()         {}
+func (d dirTB) TempDir() string { return d.dir }
+func (d dirTB) Fatal(a ...any) {
+	fmt.Fprintln(os.Stderr, append([]any{"gen-fakehost:"}, a...)...)
+	os.Exit(1)
+}
+func (d dirTB) Fatalf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "gen-fakehost: "+f+"\n", a...)
+	os.Exit(1)
+}
 func (d dirTB) Errorf(f string, a ...any) { d.Fatalf(f, a...) }
 func (d dirTB) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, f+"\n", a...) }
 
