@@ -32,7 +32,10 @@ type Result struct {
 	Claims        []ledger.Claim `json:"claims"`
 }
 
-var errTeardown = errors.New("devices changed: tear down and apply again")
+var (
+	errTeardown = errors.New("devices changed: tear down and apply again")
+	errNoop     = errors.New("nothing to write")
+)
 
 func (l *Lifecycle) progress(format string, a ...any) {
 	if l.o.Progress != nil {
@@ -67,14 +70,22 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 
 	var plan *Plan
 	var unchanged, fresh bool
+	var preN int // first step, recorded with the claims
 	for attempt := 0; ; attempt++ {
-		unchanged, fresh = false, false
+		unchanged, fresh, preN = false, false, 0
 		err = l.o.Ledger.Update(func(b *ledger.Book) error {
-			fp, fm, err := l.foreign(ctx, b)
-			if err != nil {
-				return err
+			// Devices of domains vgpu-host did not create only matter to an allocation that
+			// takes devices: resolve without them first, and look (one XML per domain on the
+			// connection) only when the allocation claims something.
+			plan, err = l.resolve(ctx, vm, inv, b, nil, nil)
+			if err == nil && len(plan.Claims) > 0 {
+				fp, fm, ferr := l.foreign(ctx, b)
+				if ferr != nil {
+					return ferr
+				}
+				plan, err = l.resolve(ctx, vm, inv, b, fp, fm)
 			}
-			if plan, err = l.resolve(ctx, vm, inv, b, fp, fm); err != nil {
+			if err != nil {
 				return err
 			}
 			e := b.VMs[name]
@@ -88,11 +99,21 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 				}
 			}
 			fresh = e == nil
+			if fresh {
+				if _, err := l.o.Conn.State(ctx, name); err == nil {
+					return fmt.Errorf("domain %s exists and vgpu-host did not create it (not in the ledger): %w", name, host.ErrBusy)
+				}
+			}
 			if err := b.Claim(name, plan.Claims...); err != nil {
 				return err
 			}
 			e = b.Entry(name)
 			e.Phase, e.URI, e.Pool, e.Fallback = ledger.PhaseApplying, l.o.Conn.URI(), l.o.Pool, plan.Fallback
+			if fresh && len(plan.Steps) > 0 {
+				// Record the first step in the claiming transaction (one fsync'd write less).
+				s0 := plan.Steps[0]
+				preN = e.Record(s0.Action, s0.Target, s0.Params)
+			}
 			return nil
 		})
 		if errors.Is(err, errTeardown) && attempt == 0 {
@@ -143,6 +164,7 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 		journal = e.Live()
 	}
 	var taken []ledger.Step
+	pending := 0 // a step taken but not yet marked done
 	for _, ps := range plan.Steps {
 		redo := ps.Action == ActWriteSeed || ps.Action == ActDefine
 		if i := slices.IndexFunc(journal, func(s ledger.Step) bool {
@@ -168,13 +190,22 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 				continue
 			}
 		}
+		// Each step is recorded before it is taken, in the same transaction that marks the
+		// previous step done (so an apply costs one ledger write per step, plus one).
 		var n int
-		if err := l.o.Ledger.Update(func(b *ledger.Book) error {
-			n = b.Entry(name).Record(ps.Action, ps.Target, ps.Params)
+		if preN > 0 {
+			n, preN = preN, 0
+		} else if err := l.o.Ledger.Update(func(b *ledger.Book) error {
+			e := b.Entry(name)
+			if pending > 0 {
+				e.Mark(pending, ledger.StepDone)
+			}
+			n = e.Record(ps.Action, ps.Target, ps.Params)
 			return nil
 		}); err != nil {
 			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text, err))
 		}
+		pending = 0
 		step := ledger.Step{N: n, Action: ps.Action, Target: ps.Target, Params: ps.Params}
 		taken = append(taken, step)
 		l.taken++
@@ -189,16 +220,19 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 		if crash {
 			l.o.Crash()
 		}
-		if err := l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepDone); return nil }); err != nil {
-			return res, l.fail(ctx, name, fresh, taken, err)
-		}
+		pending = n
 		res.Steps = append(res.Steps, ps.Text)
 	}
 	if err := l.o.Ledger.Update(func(b *ledger.Book) error {
 		e := b.Entry(name)
+		if pending > 0 {
+			e.Mark(pending, ledger.StepDone)
+		} else if e.Phase == ledger.PhaseApplied && e.SpecHash == plan.SpecHash {
+			return errNoop
+		}
 		e.Phase, e.SpecHash = ledger.PhaseApplied, plan.SpecHash
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, errNoop) {
 		return res, err
 	}
 	res.State, _ = l.o.Conn.State(ctx, name)

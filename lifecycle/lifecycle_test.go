@@ -290,6 +290,12 @@ func TestForeignDomainDevicesAreNotTaken(t *testing.T) {
 		t.Fatalf("apply of a device another domain holds: %v, want ErrBusy", err)
 	}
 	e.assertGone(t, "vgpuhost-test-f")
+	if _, err := e.lc().Apply(ctx, spec(t, "someone-elses", anyNvidiaOrVirtio)); !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("apply over a domain vgpu-host did not create: %v, want ErrBusy", err)
+	}
+	if x, _ := e.conn.DomainXML(ctx, "someone-elses"); !strings.Contains(x, "0x41") {
+		t.Fatal("the foreign domain was redefined")
+	}
 	res, err := e.lc().Apply(ctx, spec(t, "vgpuhost-test-f", anyNvidia))
 	if err != nil {
 		t.Fatal(err)

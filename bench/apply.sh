@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# apply overhead against virsh, on the same libvirtd in the same run:
+#   - N x `vgpu-host apply --no-start SPEC` (one process each: spec load, host scan, ledger
+#     transactions, resolve, build, journal, define) against N x `virsh define --validate XML`
+#     of the very same domain XML (one process each), interleaved so both see the same load.
+#     apply asks libvirt to validate against its RNG schema (VIR_DOMAIN_DEFINE_VALIDATE), so
+#     the peer does the same libvirt work; plain `virsh define` is printed too. Goal <= 1.2x.
+#   - plan latency: one `vgpu-host plan` over 100 specs.
+# Starts virtlogd/libvirtd when they are not running (needs root). Domains are named
+# vgpuhost-bench-*, the ledger lives in a temporary --host-root, and everything is removed.
+# Prints "apply: A ms/VM, virsh define: V ms/VM, ratio R (goal <= 1.2)" and
+# "plan: P ms for 100 specs".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+N=${N:-20}
+URI=qemu:///system
+
+if ! virsh -c "$URI" version >/dev/null 2>&1; then
+	[ "$(id -u)" = 0 ] || { echo "bench/apply.sh: libvirtd is not running and we are not root" >&2; exit 1; }
+	pgrep -x virtlogd >/dev/null || virtlogd -d
+	pgrep -x libvirtd >/dev/null || libvirtd -d
+	for _ in $(seq 100); do virsh -c "$URI" version >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+work=$(mktemp -d)
+bin=$work/vgpu-host
+cleanup() {
+	for i in $(seq "$N"); do
+		for n in "vgpuhost-bench-a$i" "vgpuhost-bench-v$i"; do
+			virsh -c "$URI" undefine "$n" >/dev/null 2>&1 || true
+		done
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+go build -o "$bin" ./cmd/vgpu-host
+root=$work/root
+mkdir -p "$root" "$work/specs" "$work/xml"
+qemu-img create -q -f qcow2 "$work/disk.qcow2" 64M
+
+spec() { # spec NAME -> the virtio-gpu fallback example named NAME on our blank disk
+	sed -e "s/name: vgpu-fallback/name: $1/" -e "s#/var/lib/libvirt/images/vgpu-fallback.qcow2#$work/disk.qcow2#" \
+		examples/virtio-gpu-fallback.yaml
+}
+for i in $(seq "$N"); do
+	spec "vgpuhost-bench-a$i" >"$work/specs/a$i.yaml"
+	# The same XML apply defines, under another name, for virsh.
+	spec "vgpuhost-bench-v$i" >"$work/specs/v$i.yaml"
+	"$bin" --host-root "$root" render --virt-type qemu "$work/specs/v$i.yaml" >"$work/xml/v$i.xml"
+done
+
+ms() { date +%s%N; }
+a=0 v=0 p=0
+for i in $(seq "$N"); do
+	t0=$(ms)
+	"$bin" --host-root "$root" -o json apply --connect "$URI" --virt-type qemu --no-start "$work/specs/a$i.yaml" >/dev/null
+	t1=$(ms)
+	virsh -c "$URI" define --validate "$work/xml/v$i.xml" >/dev/null
+	t2=$(ms)
+	virsh -c "$URI" undefine "vgpuhost-bench-v$i" >/dev/null
+	t3=$(ms)
+	virsh -c "$URI" define "$work/xml/v$i.xml" >/dev/null
+	t4=$(ms)
+	a=$((a + t1 - t0)) v=$((v + t2 - t1)) p=$((p + t4 - t3))
+done
+for i in $(seq "$N"); do
+	"$bin" --host-root "$root" -o json destroy --connect "$URI" "vgpuhost-bench-a$i" >/dev/null
+done
+
+for i in $(seq 100); do spec "vgpuhost-bench-p$i" >"$work/specs/p$i.yaml"; done
+t5=$(ms)
+"$bin" --host-root "$root" -o json plan --connect "$URI" --virt-type qemu "$work"/specs/p*.yaml >/dev/null
+t6=$(ms)
+
+awk -v a="$a" -v v="$v" -v d="$p" -v n="$N" -v p=$((t6 - t5)) 'BEGIN {
+	am = a / n / 1e6; vm = v / n / 1e6; dm = d / n / 1e6; r = am / vm
+	printf "apply: %.1f ms/VM, virsh define --validate: %.1f ms/VM, ratio %.2f (goal <= 1.2); plain virsh define: %.1f ms/VM\n", am, vm, r, dm
+	printf "plan: %.0f ms for 100 specs\n", p / 1e6
+	if (r > 1.2) { print "apply overhead above goal" > "/dev/stderr"; exit 1 }
+}'
