@@ -138,18 +138,31 @@ func (m *Manager) Remove(ctx context.Context, ids []string, opts RemoveOptions) 
 		todo = append(todo, *found)
 	}
 	var done []Instance
+	var rerr error
 	for _, in := range todo {
-		if err := m.remove(ctx, in); err != nil {
-			return done, err
+		if err := m.removeActive(ctx, in); err != nil {
+			rerr = err
+			break
 		}
-		if opts.Undefine {
-			if err := m.undefineInstance(in); err != nil {
-				return done, err
+		if opts.Undefine && in.Backend == BackendMdev {
+			if _, err := m.Undefine(in.UUID); err != nil {
+				rerr = err
+				break
 			}
+			in.Defined = false
 		}
 		done = append(done, in)
 	}
-	return done, nil
+	// One state update for the whole batch (each one takes the lock and rewrites the file).
+	serr := m.updateState(func(st *state) error {
+		for _, in := range done {
+			if in.Backend == BackendNvidiaVFIO || !in.Defined || opts.Undefine {
+				st.drop(in.ID())
+			}
+		}
+		return nil
+	})
+	return done, errors.Join(rerr, serr)
 }
 
 // RemoveOwner removes every instance recorded for owner (see Remove for the checks).
@@ -209,16 +222,21 @@ func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, op
 	return nil
 }
 
-// remove removes one instance and drops its state record.
-func (m *Manager) remove(ctx context.Context, in Instance) error {
-	var err error
+// removeActive removes one instance from the kernel (nothing when it is not active).
+func (m *Manager) removeActive(ctx context.Context, in Instance) error {
 	switch {
 	case in.Backend == BackendNvidiaVFIO && in.Active:
-		err = m.clearVendor(ctx, *in.VF)
+		return m.clearVendor(ctx, *in.VF)
 	case in.Backend == BackendMdev && in.Active:
-		err = m.removeMdev(ctx, in.UUID)
+		return m.removeMdev(ctx, in.UUID)
 	}
-	if err != nil {
+	return nil
+}
+
+// remove removes one instance and drops its state record (kept for a defined mdev, so a
+// restore knows its owner).
+func (m *Manager) remove(ctx context.Context, in Instance) error {
+	if err := m.removeActive(ctx, in); err != nil {
 		return err
 	}
 	return m.updateState(func(st *state) error {

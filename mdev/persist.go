@@ -188,16 +188,6 @@ func (m *Manager) Undefine(id string) ([]string, error) {
 	return removed, nil
 }
 
-// undefineInstance forgets an instance's definition and its state record.
-func (m *Manager) undefineInstance(in Instance) error {
-	if in.Backend == BackendMdev {
-		if _, err := m.Undefine(in.UUID); err != nil {
-			return err
-		}
-	}
-	return m.updateState(func(st *state) error { st.drop(in.ID()); return nil })
-}
-
 // PersistedPF is a VF count `host restore` applies at boot.
 type PersistedPF struct {
 	Address string `json:"address"`
