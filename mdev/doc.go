@@ -4,17 +4,17 @@
 // A vGPU instance is a parent (a physical GPU, or a virtual mdev parent such as mbochs) plus a
 // type. Two backends create them:
 //
-//   - BackendMdev: the kernel's mdev bus (NVIDIA vGPU up to Ampere/16.x, Intel GVT-g, the
-//     kernel's mbochs/mdpy/mtty samples). An instance is a UUID:
+// BackendMdev is the kernel's mdev bus (NVIDIA vGPU up to Ampere/16.x, Intel GVT-g, the
+// kernel's mbochs/mdpy/mtty samples). An instance is a UUID:
 //
-//     echo UUID > /sys/class/mdev_bus/PARENT/mdev_supported_types/TYPE/create
-//     echo 1    > /sys/bus/mdev/devices/UUID/remove
+//	echo UUID > /sys/class/mdev_bus/PARENT/mdev_supported_types/TYPE/create
+//	echo 1    > /sys/bus/mdev/devices/UUID/remove
 //
-//   - BackendNvidiaVFIO: NVIDIA vGPU 17+ on Ada/Hopper/Blackwell with kernel >= 6.8, where
-//     there is no mdev bus. Each SR-IOV VF of the GPU has nvidia/creatable_vgpu_types (a header
-//     line, then "ID : NAME" lines that shrink as sibling VFs are used) and
-//     nvidia/current_vgpu_type (write an ID to assign, 0 to clear). An instance is a VF; it
-//     stays on the nvidia driver and is attached to a guest as a PCI hostdev with managed='no'.
+// BackendNvidiaVFIO is NVIDIA vGPU 17+ on Ada/Hopper/Blackwell with kernel >= 6.8, where there
+// is no mdev bus. Each SR-IOV VF of the GPU has nvidia/creatable_vgpu_types (a header line,
+// then "ID : NAME" lines that shrink as sibling VFs are used) and nvidia/current_vgpu_type
+// (write an ID to assign, 0 to clear). An instance is a VF; it stays on the nvidia driver and
+// is attached to a guest as a PCI hostdev with managed='no'.
 //
 // Every host change goes through a host.Writer (a dry run records the writes; tests emulate the
 // kernel with hosttest.Kernel). Operations check the current state first, so running one twice
@@ -26,7 +26,7 @@
 //	parents, _ := m.Parents()                            // every parent of both backends
 //	p, _ := mdev.Place(mdev.Request{Profile: "A100-4C", Count: 1, NUMA: -1}, parents)
 //	insts, _ := m.CreatePlacement(ctx, "vm1", p)         // all or none, converges on re-run
-//	_ = m.RemoveOwner(ctx, "vm1", mdev.RemoveOptions{})  // releases what vm1 holds
+//	_, _ = m.RemoveOwner(ctx, "vm1", mdev.RemoveOptions{}) // releases what vm1 holds
 //
 // Instances created for an owner (a VM name) get UUIDs derived from the owner and an index
 // (InstanceUUID), and are recorded with their owner in a file-locked state file under
