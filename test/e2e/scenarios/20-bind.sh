@@ -1,4 +1,4 @@
-# shellcheck shell=sh
+# shellcheck shell=sh disable=SC2012 # ls on /dev/vfio: names are group numbers
 # Issue 4 on the real kernel: whole-group vfio-pci bind by address, exact restore, safety checks,
 # idempotence, dry run and persistence. Every device ends as it was at boot, so later scenarios
 # start from the boot state.
@@ -91,6 +91,7 @@ expect_content "$(pci_dev "$LAB_GPU2")/driver_override" "(null)" "GPU2 override 
 
 # --- a group in use is not pulled from under its user -----------------------------------------
 run_ok vgpu-host bind "$LAB_GPU1"
+# shellcheck disable=SC2217 # the point is the open fd, not reading it
 sleep 60 <"/dev/vfio/$g1" &
 holder=$!
 wait_for 5 test -e "/proc/$holder/fd/0" || note "holder not started"

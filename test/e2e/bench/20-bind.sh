@@ -1,0 +1,79 @@
+# shellcheck shell=sh
+# Bench (issue 4): bind + unbind of the two-function GPU + HDMI-audio group with vgpu-host
+# against the raw shell echo sequence on the same devices, in the same run. Both do the same
+# kernel work and wait for the same end state (driver links). Rounds alternate (vgpu-host,
+# raw, vgpu-host, raw, ...) so background load on the host hits both sides alike.
+# Goal: ratio <= 1.2. Under TCG a Go process start alone costs about as much as the whole raw
+# sequence, so the bench also prints the process-start floor (two `vgpu-host --version` per
+# round) and the ratio without it: that part is what vgpu-host's own code adds.
+
+n=${BENCH_ROUNDS:-10}
+gpu=$LAB_GPU1
+aud=$LAB_GPU1_AUDIO
+dev=/sys/bus/pci/devices
+drv() { _d=$(readlink "$dev/$1/driver" 2>/dev/null) && echo "${_d##*/}" || echo -; }
+until_drv() { # until_drv ADDR DRIVER: poll the driver link, as vgpu-host does
+  while [ "$(drv "$1")" != "$2" ]; do :; done
+}
+raw_bind() {
+  echo vfio-pci >"$dev/$gpu/driver_override"
+  echo vfio-pci >"$dev/$aud/driver_override"
+  echo "$aud" >/sys/bus/pci/drivers/snd_hda_intel/unbind
+  echo "$gpu" >/sys/bus/pci/drivers_probe
+  echo "$aud" >/sys/bus/pci/drivers_probe
+  until_drv "$gpu" vfio-pci
+  until_drv "$aud" vfio-pci
+}
+raw_unbind() {
+  echo >"$dev/$aud/driver_override"
+  echo >"$dev/$gpu/driver_override"
+  echo "$aud" >/sys/bus/pci/drivers/vfio-pci/unbind
+  echo "$gpu" >/sys/bus/pci/drivers/vfio-pci/unbind
+  echo "$aud" >/sys/bus/pci/drivers_probe
+  until_drv "$aud" snd_hda_intel
+  until_drv "$gpu" -
+}
+boot="$gpu=$(drv "$gpu") $aud=$(drv "$aud")"
+check_round() { # check_round WHAT: the group is back in its boot state
+  now="$gpu=$(drv "$gpu") $aud=$(drv "$aud")"
+  [ "$now" = "$boot" ] || { fail "$1 left the group as $now, not $boot"; return 1; }
+}
+
+# One warm-up round each (page cache, first vfio-pci probe of these devices).
+{ vgpu-host bind "$gpu" >/dev/null && vgpu-host unbind "$gpu" >/dev/null; } || fail "vgpu-host warm-up round failed"
+raw_bind && raw_unbind
+check_round "warm-up" || return 1
+
+tool=0 raw=0 start=0 ok=1 i=0
+while [ "$i" -lt "$n" ]; do
+  t0=$(now_ms)
+  vgpu-host bind "$gpu" >/dev/null || { fail "vgpu-host bind failed in round $i"; ok=0; break; }
+  vgpu-host unbind "$gpu" >/dev/null || { fail "vgpu-host unbind failed in round $i"; ok=0; break; }
+  t1=$(now_ms)
+  check_round "vgpu-host round $i" || { ok=0; break; }
+  t2=$(now_ms)
+  raw_bind
+  raw_unbind
+  t3=$(now_ms)
+  check_round "raw round $i" || { ok=0; break; }
+  t4=$(now_ms)
+  vgpu-host --version >/dev/null
+  vgpu-host --version >/dev/null
+  t5=$(now_ms)
+  tool=$((tool + t1 - t0)) raw=$((raw + t3 - t2)) start=$((start + t5 - t4))
+  i=$((i + 1))
+done
+[ "$ok" = 1 ] || return 1
+pass "$n alternating rounds left the group in its boot state each time"
+
+tool=$((tool / n)) raw=$((raw / n)) start=$((start / n))
+ratio=$(awk -v a="$tool" -v b="$raw" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+net=$((tool - start))
+[ "$net" -ge 0 ] || net=0
+ratio_net=$(awk -v a="$net" -v b="$raw" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+echo "BENCH bind+unbind: vgpu-host $tool ms, raw shell $raw ms, ratio $ratio (goal <= 1.2)"
+echo "BENCH bind+unbind without process start ($start ms for 2 x vgpu-host --version): vgpu-host $net ms, raw shell $raw ms, ratio $ratio_net"
+bench bind_unbind_vgpu_host_ms "$tool" ms/round
+bench bind_unbind_raw_shell_ms "$raw" ms/round
+bench bind_unbind_process_start_ms "$start" ms/round
+bench bind_unbind_ratio "$ratio" x
