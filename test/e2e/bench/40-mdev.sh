@@ -1,0 +1,76 @@
+# shellcheck shell=sh
+# Bench (issue 5): create and remove N mbochs-small instances (N = 16, or available_instances
+# when fewer fit) with vgpu-host against the raw shell sequence (echo UUID > create, echo 1 >
+# remove) on the same parent, in the same run. Two vgpu-host shapes:
+#   batch:    one `mdev create --count N --name VM` + one `mdev remove --name VM` (what apply does)
+#   per-inst: N `mdev create --uuid U` + N `mdev remove U` (one process per instance)
+# Both end in the same kernel state as the raw sequence, which is checked after every round.
+# mdevctl is not in the guest's initramfs, so it is not measured here. No libvirtd runs in the
+# guest, so vgpu-host's removes pass --force (the in-use check would refuse: libvirtd unreachable).
+
+rounds=${BENCH_ROUNDS:-3}
+want=16
+ty=/sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-small
+avail=$(cat "$ty/available_instances")
+n=$want
+if [ "$avail" -lt "$want" ]; then
+  n=$avail
+  note "mbochs-small has available_instances=$avail (<$want: mbochs' max_mbytes limits it); benchmarking $n instances"
+fi
+command -v mdevctl >/dev/null 2>&1 || note "mdevctl is not in the guest (not in the initramfs): no mdevctl column"
+
+uuids=
+i=0
+while [ "$i" -lt "$n" ]; do uuids="$uuids $(new_uuid)"; i=$((i + 1)); done
+count() { ls /sys/bus/mdev/devices | wc -l; }
+raw_create() { for u in $uuids; do echo "$u" >"$ty/create"; done; }
+raw_remove() { for u in $uuids; do echo 1 >"/sys/bus/mdev/devices/$u/remove"; done; }
+tool_batch() {
+  vgpu-host mdev create --parent mbochs --type mbochs-small --count "$n" --name bench >/dev/null &&
+    [ "$(count)" -eq "$n" ] && vgpu-host mdev remove --name bench --force >/dev/null
+}
+tool_each() {
+  for u in $uuids; do vgpu-host mdev create --parent mbochs --type mbochs-small --uuid "$u" >/dev/null || return 1; done
+  [ "$(count)" -eq "$n" ] || return 1
+  vgpu-host mdev remove --force $uuids >/dev/null
+}
+raw() { raw_create && [ "$(count)" -eq "$n" ] && raw_remove; }
+
+# Warm-up: one round of each, and check they all end with no instances.
+tool_batch && [ "$(count)" -eq 0 ] || { fail "vgpu-host batch warm-up failed"; return 1; }
+tool_each && [ "$(count)" -eq 0 ] || { fail "vgpu-host per-instance warm-up failed"; return 1; }
+raw && [ "$(count)" -eq 0 ] || { fail "raw shell warm-up failed"; return 1; }
+
+tb=0 te=0 tr=0
+r=0
+while [ "$r" -lt "$rounds" ]; do
+  t0=$(now_ms)
+  tool_batch || { fail "vgpu-host batch failed in round $r"; return 1; }
+  t1=$(now_ms)
+  tool_each || { fail "vgpu-host per-instance failed in round $r"; return 1; }
+  t2=$(now_ms)
+  raw || { fail "raw shell failed in round $r"; return 1; }
+  t3=$(now_ms)
+  [ "$(count)" -eq 0 ] || { fail "round $r left $(count) instances"; return 1; }
+  tb=$((tb + t1 - t0)) te=$((te + t2 - t1)) tr=$((tr + t3 - t2))
+  r=$((r + 1))
+done
+tb=$((tb / rounds)) te=$((te / rounds)) tr=$((tr / rounds))
+# Process start alone (Go runtime + the dynamic loader mapping libvirt's shared libraries):
+# the batch pays it twice, the per-instance shape 2N times.
+t0=$(now_ms)
+i=0
+while [ "$i" -lt 10 ]; do vgpu-host --version >/dev/null; i=$((i + 1)); done
+ts=$((($(now_ms) - t0) / 10))
+rb=$(awk -v a="$tb" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+re=$(awk -v a="$te" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+echo "BENCH mdev create+remove x$n mbochs-small: vgpu-host batch $tb ms, vgpu-host per-instance $te ms, raw shell $tr ms; ratios batch/raw $rb, per-instance/raw $re ($rounds rounds, same run); one vgpu-host process start alone: $ts ms"
+bench mdev_n "$n" instances
+bench mdev_vgpu_host_batch_ms "$tb" ms/round
+bench mdev_vgpu_host_each_ms "$te" ms/round
+bench mdev_raw_shell_ms "$tr" ms/round
+bench mdev_vgpu_host_process_start_ms "$ts" ms
+bench mdev_batch_ratio "$rb" x
+bench mdev_each_ratio "$re" x
+pass "mdev bench: $n instances created and removed by all three, nothing left"
+rm -f /var/lib/vgpu-host/vgpu-instances.json
