@@ -37,7 +37,15 @@ func (m *Manager) ResolveType(parent, profile string) (Parent, Type, error) {
 	}
 	t, ok := FindType(p, profile)
 	if !ok {
-		return Parent{}, Type{}, fmt.Errorf("vGPU type %q on %s: %w (types: %s)", profile, p.Name, host.ErrNotFound, typeList(p.Types))
+		running := ""
+		if p.Backend == BackendNvidiaVFIO && len(p.Running) > 0 {
+			var rs []string
+			for _, id := range p.Running {
+				rs = append(rs, typeDisplay(p, id))
+			}
+			running = fmt.Sprintf("; the GPU runs %s, and the driver offers one type per GPU at a time", strings.Join(rs, ", "))
+		}
+		return Parent{}, Type{}, fmt.Errorf("vGPU type %q on %s: %w (creatable now: %s%s)", profile, p.Name, host.ErrNotFound, typeList(p.Types), running)
 	}
 	return p, t, nil
 }

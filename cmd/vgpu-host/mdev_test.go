@@ -195,3 +195,39 @@ func TestLibvirtUnreachableRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestVendorVGPUCLI(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 0, 4, nil)
+	withKernel(t, tr)
+	r := tr.Dir()
+	out, code := run(t, "--host-root", r, "mdev", "types", pf.String())
+	if code != 0 || !strings.Contains(out, "nvidia-vfio") || !strings.Contains(out, "NVIDIA L40S-8Q") {
+		t.Fatalf("types exit %d: %s", code, out)
+	}
+	vf0 := tr.VFAddress(pf, 0)
+	// A VF's address names its GPU; the type by short name.
+	out, code = run(t, "--host-root", r, "mdev", "create", "-p", vf0.String(), "-t", "L40S-8Q", "-n", "2", "--name", "cad", "--output", "json")
+	var ins []mdev.Instance
+	if code != 0 || json.Unmarshal([]byte(out), &ins) != nil || len(ins) != 2 || ins[0].VF == nil || *ins[0].VF != vf0 || ins[0].Type != "1160" {
+		t.Fatalf("create exit %d: %s", code, out)
+	}
+	if got := strings.TrimSpace(tr.ReadFile("sys/bus/pci/devices/" + vf0.String() + "/nvidia/current_vgpu_type")); got != "1160" {
+		t.Fatalf("current_vgpu_type = %s", got)
+	}
+	// Another type on the same GPU is refused with the reason: exit 6 (no longer offered).
+	_, err := runErr(t, "--host-root", r, "mdev", "create", "-p", pf.String(), "-t", "L40S-1Q")
+	if exitCode(err) != 6 || !strings.Contains(err.Error(), "the GPU runs L40S-8Q") {
+		t.Fatalf("second type: exit %d %v", exitCode(err), err)
+	}
+	out, err = runErr(t, "--host-root", r, "mdev", "place", "-t", "L40S-8Q", "-n", "3")
+	if exitCode(err) != 5 || !strings.Contains(err.Error(), pf.String()+" has 2 free") {
+		t.Fatalf("place: exit %d %v %s", exitCode(err), err, out)
+	}
+	if out, code := run(t, "--host-root", r, "mdev", "remove", "--name", "cad"); code != 0 || strings.Count(out, "removed") != 2 {
+		t.Fatalf("remove exit %d: %s", code, out)
+	}
+	if got := strings.TrimSpace(tr.ReadFile("sys/bus/pci/devices/" + vf0.String() + "/nvidia/current_vgpu_type")); got != "0" {
+		t.Fatalf("current_vgpu_type after remove = %s", got)
+	}
+}
