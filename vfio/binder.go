@@ -485,6 +485,11 @@ func (r *run) verifyBound(ctx context.Context, groups []*Group) error {
 			}
 			errs = append(errs, fmt.Errorf("IOMMU group %d after bind: %w: %s", g.ID, ErrGroupNotViable, strings.Join(bad, ", ")))
 		}
+		if len(now.Endpoints()) == 0 {
+			// Only bridges (ADDR named a root port): nothing for vfio-pci, no /dev/vfio/N.
+			r.res.Groups = append(r.res.Groups, st)
+			continue
+		}
 		dev := VFIODev(r.root, g.ID)
 		err = host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dev), nil })
 		if err != nil {

@@ -712,3 +712,19 @@ func TestTwoIdenticalCardsBindByAddress(t *testing.T) {
 	}
 	noNewID(t, k)
 }
+
+func TestBindBridgeOnlyGroupIsNoOp(t *testing.T) {
+	_, k, b, _, _ := consumer(t, "")
+	port := host.MustParseAddress("0000:00:04.0")
+	start := time.Now()
+	res, err := b.Bind(ctx, []host.Address{port}, BindOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k.Writes()) != 0 || res.Changed || res.Devices[0].Note != "bridge stays on pcieport" {
+		t.Fatalf("bind of a root port: writes %v result %+v", k.Writes(), res)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("waited %s for a /dev/vfio node a bridge-only group never gets", time.Since(start))
+	}
+}
