@@ -43,7 +43,10 @@ func noNewID(t *testing.T, k *hosttest.Kernel) {
 }
 
 func TestBindGroupAsWholeAndRestore(t *testing.T) {
-	tr, k, b, gpu, audio := consumer(t, "")
+	tr, _, b, gpu, audio := consumer(t, "")
+	vk := hosttest.NewVFIOKernel(tr)
+	k := vk.Kernel
+	b.W, b.Modules = vk, vk
 	g := tr.Group(gpu)
 
 	res, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
@@ -102,6 +105,9 @@ func TestBindGroupAsWholeAndRestore(t *testing.T) {
 	}
 	if !ures.Changed {
 		t.Error("unbind reported no change")
+	}
+	if host.Exists(tr.Root.Dev("vfio", strconv.Itoa(g))) || ures.Groups[0].VFIODev != "" {
+		t.Errorf("/dev/vfio/%d still reported after the group left vfio-pci: %+v", g, ures.Groups)
 	}
 	if l, _ := LoadLedger(tr.Root); len(l.Devices) != 0 {
 		t.Errorf("ledger not empty after unbind: %v", l.Devices)
