@@ -16,6 +16,7 @@ $GO build -o "$work/gen-fakehost" ./cmd/gen-fakehost
 BIN=${VGPU_HOST_BIN:-$work/vgpu-host}
 [ -n "${VGPU_HOST_BIN:-}" ] || $GO build -o "$BIN" ./cmd/vgpu-host
 
+. bench/lib.sh
 fail=0
 for size in small big; do
 	dir="$work/$size"
@@ -37,9 +38,6 @@ for size in small big; do
 	ratio=$(awk -v a="$t_inspect" -v b="$t_lspci" 'BEGIN{printf "%.2f", a/b}')
 	printf 'inspect-vs-lspci %-5s %5d functions: inspect %.1f ms, lspci %.1f ms, ratio %s (goal <= 0.50)\n' \
 		"$size" "$n" "$(awk -v a="$t_inspect" 'BEGIN{print a*1000}')" "$(awk -v a="$t_lspci" 'BEGIN{print a*1000}')" "$ratio"
-	awk -v r="$ratio" 'BEGIN{exit !(r > 0.5)}' && fail=1
+	goal "inspect-vs-lspci-$size" "$ratio" "<=" 0.5 || fail=1
 done
-if [ "$fail" = 1 ] && [ -z "${BENCH_NO_GOAL:-}" ]; then
-	echo "bench/inspect.sh: a ratio is above the 0.5 goal" >&2
-	exit 1
-fi
+exit $fail

@@ -11,3 +11,5 @@ line=$(grep -E '^BenchmarkRender' <<<"$out") || { echo "$out" >&2; exit 1; }
 read -r ns allocs < <(awk '{for (i=1;i<=NF;i++) { if ($(i)=="ns/op") ns=$(i-1); if ($(i)=="allocs/op") a=$(i-1) } } END {print ns, a}' <<<"$line")
 rate=$(awk -v ns="$ns" 'BEGIN { printf "%d", 1e9/ns }')
 echo "render: $rate domains/s on one core (goal >= 10000), $allocs allocs/render"
+. bench/lib.sh
+goal render-domains-per-second "$rate" ">=" 10000
