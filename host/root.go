@@ -6,6 +6,7 @@ package host
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,7 +19,7 @@ type Root struct {
 }
 
 // ErrNoRoot is returned by NewRoot when the host root does not exist or is not a directory.
-var ErrNoRoot = errors.New("host root is not a directory")
+var ErrNoRoot = errors.New("no such directory")
 
 // NewRoot returns the Root for dir, which must be an existing directory.
 func NewRoot(dir string) (Root, error) {
@@ -31,10 +32,13 @@ func NewRoot(dir string) (Root, error) {
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
-		return Root{}, fmt.Errorf("open host root %s: %w (pass an existing directory to --host-root or VGPU_HOST_ROOT)", abs, errors.Join(ErrNoRoot, err))
+		if errors.Is(err, fs.ErrNotExist) {
+			return Root{}, fmt.Errorf("open host root %s: %w; pass an existing directory to --host-root or VGPU_HOST_ROOT", abs, ErrNoRoot)
+		}
+		return Root{}, fmt.Errorf("open host root %s: %w", abs, err)
 	}
 	if !st.IsDir() {
-		return Root{}, fmt.Errorf("open host root %s: %w", abs, ErrNoRoot)
+		return Root{}, fmt.Errorf("open host root %s: %w (it is a file); pass a directory to --host-root or VGPU_HOST_ROOT", abs, ErrNoRoot)
 	}
 	return Root{dir: abs}, nil
 }
