@@ -82,7 +82,7 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	d.VendorID, d.DeviceID = fmt.Sprintf("%04x", vendor), fmt.Sprintf("%04x", device)
 	d.Class = fmt.Sprintf("%06x", class)
 	d.IsGPU = class>>16 == classDisplay
-	d.IsBridge = isBridgeClass(class)
+	d.IsBridge = IsBridgeClass(class)
 	if sv, err := readHexAttr(filepath.Join(dir, "subsystem_vendor")); err == nil {
 		d.SubsysVendorID = fmt.Sprintf("%04x", sv)
 	} else {
@@ -167,11 +167,13 @@ func (s *scanner) optionalLink(addr Address, path string) string {
 	return v
 }
 
-// isBridgeClass reports whether a class is a bridge that may stay on the host when the rest
-// of its group moves to vfio: host (0600), PCI-to-PCI (0604) and CardBus (0607) bridges.
-func isBridgeClass(class uint32) bool {
+// IsBridgeClass reports whether a class is a bridge that may stay on the host when the rest
+// of its group moves to vfio: host (0600), PCI-to-PCI (0604), CardBus (0607) and
+// semi-transparent PCI-to-PCI (0609) bridges. vfio-pci cannot bind bridges; the binder leaves
+// them and inspect does not count them as endpoints.
+func IsBridgeClass(class uint32) bool {
 	switch class >> 8 {
-	case 0x0600, 0x0604, 0x0607:
+	case 0x0600, 0x0604, 0x0607, 0x0609:
 		return true
 	}
 	return false

@@ -13,6 +13,16 @@ import (
 // Drivers that may stay bound to a bridge in a group handed to vfio.
 var bridgeDrivers = map[string]bool{"": true, "pcieport": true, "shpchp": true}
 
+// MemberViable is the one rule for a group member: an endpoint must be on vfio-pci or have no
+// driver; a bridge may stay on pcieport or shpchp, or have none. inspect's verdict and the
+// binder's use it both, so they cannot disagree.
+func MemberViable(isBridge bool, driver string) bool {
+	if isBridge {
+		return bridgeDrivers[driver]
+	}
+	return driver == "" || driver == VFIODriver
+}
+
 // VFIODriver is the driver every endpoint of an assigned IOMMU group must be on (or have none).
 const VFIODriver = "vfio-pci"
 
@@ -63,7 +73,7 @@ func ReadGroup(root Root, id int) (Group, error) {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return g, fmt.Errorf("read iommu group %d: member %s: %w", id, a, err)
 		}
-		g.Members = append(g.Members, GroupMember{Address: a, Class: fmt.Sprintf("%06x", class), Driver: drv, IsBridge: isBridgeClass(class)})
+		g.Members = append(g.Members, GroupMember{Address: a, Class: fmt.Sprintf("%06x", class), Driver: drv, IsBridge: IsBridgeClass(class)})
 	}
 	sortMembers(g.Members)
 	EvaluateGroup(&g)
@@ -94,8 +104,7 @@ func EvaluateGroup(g *Group) {
 	g.Blockers = []Blocker{}
 	for _, m := range g.Members {
 		switch {
-		case m.IsBridge && bridgeDrivers[m.Driver]:
-		case !m.IsBridge && (m.Driver == "" || m.Driver == VFIODriver):
+		case MemberViable(m.IsBridge, m.Driver):
 		case m.IsBridge:
 			g.Blockers = append(g.Blockers, Blocker{Address: m.Address, Driver: m.Driver,
 				Reason: fmt.Sprintf("bridge bound to %s, not pcieport: unbind it or bind it to vfio-pci", m.Driver)})

@@ -56,25 +56,16 @@ func (g *Group) Endpoints() []Member {
 	return out
 }
 
-// Viable reports whether every endpoint is on vfio-pci or has no driver, which is when the
-// kernel lets a guest open /dev/vfio/ID.
+// Viable reports whether the group can be given to a guest by host.MemberViable's rule (every
+// endpoint on vfio-pci or driverless, bridges on pcieport or driverless), the same verdict
+// `vgpu-host inspect` prints.
 func (g *Group) Viable() bool {
-	for _, m := range g.Endpoints() {
-		if m.Driver != "" && m.Driver != DriverName {
+	for _, m := range g.Members {
+		if !host.MemberViable(m.Bridge, m.Driver) {
 			return false
 		}
 	}
 	return true
-}
-
-// isBridge reports whether class is a PCI-to-PCI (0604), CardBus (0607) or semi-transparent
-// PCI-to-PCI (0609) bridge: the functions with a type 1/2 header.
-func isBridge(class uint32) bool {
-	switch class >> 8 {
-	case 0x0604, 0x0607, 0x0609:
-		return true
-	}
-	return false
 }
 
 // readMember reads one function's state from sysfs.
@@ -88,7 +79,7 @@ func readMember(root host.Root, a host.Address) (Member, error) {
 		return m, fmt.Errorf("device %s: %w", a, err)
 	}
 	m.Class = class
-	m.Bridge = isBridge(class)
+	m.Bridge = host.IsBridgeClass(class)
 	m.Driver, err = currentDriver(root, a)
 	if err != nil {
 		return m, err
