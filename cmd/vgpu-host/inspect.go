@@ -77,7 +77,11 @@ func inventoryTable(out io.Writer, inv *host.Inventory) error {
 	for _, g := range inv.Groups {
 		groups[g.ID] = g
 	}
-	fmt.Fprintln(w, "ADDRESS\tID\tCLASS\tDEVICE\tDRIVER\tGROUP\tNUMA\tVFIO-VIABLE\tBARS")
+	if len(inv.Devices) == 0 {
+		fmt.Fprintf(w, "no display-class PCI function (class 03xxxx) under %s: VMs here get paravirtual virtio-gpu\n", inv.Root)
+	} else {
+		fmt.Fprintln(w, "ADDRESS\tID\tCLASS\tDEVICE\tDRIVER\tGROUP\tNUMA\tVFIO-VIABLE\tBARS")
+	}
 	for _, d := range inv.Devices {
 		fmt.Fprintf(w, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Address, d.VendorID, d.DeviceID, d.Class[:4], deviceName(d),
 			dash(d.Driver), groupCell(d.IOMMUGroup), numaCell(d.NUMANode), viableCell(d, groups), barSummary(d.BARs))
