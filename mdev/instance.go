@@ -27,6 +27,12 @@ type CreateRequest struct {
 	// FirstIndex is the owner's index of the first instance (when one VM's instances span
 	// several parents, the second parent's instances continue the numbering).
 	FirstIndex int
+	// VFs pins the VFs of a vendor-VFIO request, one per instance (len(VFs) == Count), for a
+	// caller that allocated them itself (apply: its allocation decides which VF gets which
+	// type). Without it, free VFs are taken in address order. A pinned VF that holds a type,
+	// is recorded for another instance, or no longer lists the type is ErrBusy; nothing else
+	// is tried.
+	VFs []host.Address
 }
 
 // ResolveType returns the parent and type a request names, or an error listing what exists.
@@ -68,6 +74,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) ([]Instance, er
 	p, t, err := m.ResolveType(req.Parent, req.Profile)
 	if err != nil {
 		return nil, err
+	}
+	if len(req.VFs) > 0 && (p.Backend != BackendNvidiaVFIO || len(req.VFs) != req.Count) {
+		return nil, fmt.Errorf("create vGPU instances on %s: %w: %d pinned VFs for count %d (VFs are for vendor-VFIO parents only, one per instance)", p.Name, host.ErrInvalid, len(req.VFs), req.Count)
 	}
 	if p.Backend == BackendNvidiaVFIO {
 		return m.createVendor(ctx, p, t, req)

@@ -260,7 +260,15 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 		}
 		for i := 0; i < req.Count; i++ {
 			index := req.FirstIndex + i
+			var pinned *host.Address
+			if len(req.VFs) > 0 {
+				pinned = &req.VFs[i]
+			}
 			if e, ok := st.ownerEntry(BackendNvidiaVFIO, req.Owner, index); ok {
+				if pinned != nil && e.VF != pinned.String() {
+					return fmt.Errorf("create %s for %s (instance %d) on VF %s: %w: its instance %d is recorded on VF %s (remove it first)",
+						t.ID, req.Owner, index, pinned, host.ErrBusy, index, e.VF)
+				}
 				if e.Type != t.ID || e.Parent != p.Name {
 					return fmt.Errorf("create %s for %s (instance %d) on %s: %w: %s already holds type %s for it on %s (remove it first)",
 						t.ID, req.Owner, index, p.Name, host.ErrBusy, e.VF, e.Type, e.Parent)
@@ -281,8 +289,16 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 				}
 				return fmt.Errorf("create %s for %s (instance %d): %w: recorded VF %s now has current_vgpu_type %d", t.ID, req.Owner, index, host.ErrBusy, a, cur)
 			}
+			if pinned != nil {
+				if err := m.checkPinnedVF(*pinned, vfs, st, t, p); err != nil {
+					return fmt.Errorf("create %s for %s (instance %d): %w", t.ID, req.Owner, index, err)
+				}
+			}
 			var free *VendorVF
 			for j := range vfs {
+				if pinned != nil && vfs[j].Address != *pinned {
+					continue
+				}
 				v := vfs[j]
 				if taken[v.Address.String()] || v.Current != 0 {
 					continue
@@ -322,6 +338,28 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 	}
 	rv.success()
 	return out, nil
+}
+
+// checkPinnedVF says why a pinned VF cannot take type t now (nil when it can, as far as
+// the state file and the scan before the create tell).
+func (m *Manager) checkPinnedVF(a host.Address, vfs []VendorVF, st *state, t Type, p Parent) error {
+	var v *VendorVF
+	for j := range vfs {
+		if vfs[j].Address == a {
+			v = &vfs[j]
+		}
+	}
+	if v == nil {
+		return fmt.Errorf("VF %s: %w: not a vendor-VFIO VF of GPU %s (no nvidia/creatable_vgpu_types under %s)", a, host.ErrNotFound, p.Name, m.Root.PCIDevice(a))
+	}
+	if i, ok := st.find(a.String()); ok {
+		e := st.Instances[i]
+		return fmt.Errorf("VF %s: %w: recorded for %q (type %s) in %s", a, host.ErrBusy, e.Owner, e.Type, m.statePath())
+	}
+	if v.Current != 0 {
+		return fmt.Errorf("VF %s: %w: it holds vGPU type %d already (%s)", a, host.ErrBusy, v.Current, m.Root.PCIDevice(a, "nvidia", "current_vgpu_type"))
+	}
+	return nil
 }
 
 func hasType(ts []Type, id string) bool {

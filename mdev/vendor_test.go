@@ -181,3 +181,44 @@ func TestLibvirtUsers(t *testing.T) {
 type fakeLister map[string]string
 
 func (f fakeLister) ListDomainXMLs(context.Context) (map[string]string, error) { return f, nil }
+
+// TestVendorCreatePinnedVF: a caller that allocated the VF itself (apply) gets exactly that
+// VF, not the first free one; a re-run converges; a pinned VF that holds a type or is recorded
+// for another owner is ErrBusy and nothing is written.
+func TestVendorCreatePinnedVF(t *testing.T) {
+	tr, pf := l40s(t)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	vf2 := tr.VFAddress(pf, 2)
+	req := CreateRequest{Parent: vf2.String(), Profile: "1160", Count: 1, Owner: "vm-a", VFs: []host.Address{vf2}}
+	got, err := m.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || *got[0].VF != vf2 || current(tr, vf2) != "1160" || current(tr, tr.VFAddress(pf, 0)) != "0" {
+		t.Fatalf("pinned create took %+v; VF2 %s, VF0 %s", got, current(tr, vf2), current(tr, tr.VFAddress(pf, 0)))
+	}
+	n := len(k.Writes())
+	if _, err := m.Create(ctx, req); err != nil || len(k.Writes()) != n {
+		t.Fatalf("re-run: %v, %d new writes", err, len(k.Writes())-n)
+	}
+	// Another owner pinning the same VF.
+	_, err = m.Create(ctx, CreateRequest{Parent: pf.String(), Profile: "1160", Count: 1, Owner: "vm-b", VFs: []host.Address{vf2}})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), `"vm-a"`) {
+		t.Fatalf("pinning another owner's VF: %v, want ErrBusy naming vm-a", err)
+	}
+	// A VF that another tool set.
+	vf4 := tr.VFAddress(pf, 4)
+	if err := k.Write(ctx, m.Root.PCIDevice(vf4, "nvidia", "current_vgpu_type"), "1160"); err != nil {
+		t.Fatal(err)
+	}
+	n = len(k.Writes())
+	_, err = m.Create(ctx, CreateRequest{Parent: pf.String(), Profile: "1160", Count: 1, Owner: "vm-c", VFs: []host.Address{vf4}})
+	if !errors.Is(err, host.ErrBusy) || len(k.Writes()) != n {
+		t.Fatalf("pinning a VF that holds a type: %v, %d writes", err, len(k.Writes())-n)
+	}
+	// Pinned VFs must match the count.
+	if _, err := m.Create(ctx, CreateRequest{Parent: pf.String(), Profile: "1160", Count: 2, VFs: []host.Address{vf2}}); !errors.Is(err, host.ErrInvalid) {
+		t.Fatalf("2 instances, 1 pinned VF: %v", err)
+	}
+}
