@@ -68,6 +68,13 @@ type Slot struct {
 	NUMANode  int            `json:"numa_node"`
 	// BAR64 is the sum of the functions' 64-bit memory BARs, in bytes.
 	BAR64 uint64 `json:"bar64_bytes,omitempty"`
+	// VGPUType is the NVIDIA vendor-VFIO vGPU type this VF gets (kind vendor-vfio; 0 when
+	// unknown, offline). It is the single source of truth for which VF gets which type:
+	// apply writes exactly this type to exactly this VF's nvidia/current_vgpu_type.
+	VGPUType     int    `json:"vgpu_type,omitempty"`
+	VGPUTypeName string `json:"vgpu_type_name,omitempty"`
+	// VGPUTypeSet is true when the VF holds VGPUType already (nothing to assign).
+	VGPUTypeSet bool `json:"vgpu_type_set,omitempty"`
 }
 
 // MdevAllocation is one mediated device for the VM.
@@ -434,7 +441,16 @@ func (r *resolver) vendorVFIO(i int, v *VGPU) ([]Slot, error) {
 				if d == nil || d.VendorVGPU == nil {
 					return nil, fmt.Errorf("%s: %s is not a VF with NVIDIA vendor-VFIO vGPU support in the inventory: %w", path, a, host.ErrNotFound)
 				}
-				slots = append(slots, r.slot(d, false))
+				if r.used[a] {
+					return nil, fmt.Errorf("%s: VF %s is already assigned: %w", path, a, host.ErrBusy)
+				}
+				id, name, set, err := r.vendorTypeFor(d, v.Profile)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", path, err)
+				}
+				s := r.slot(d, false)
+				s.VGPUType, s.VGPUTypeName, s.VGPUTypeSet = id, name, set
+				slots = append(slots, s)
 				continue
 			}
 			r.used[a] = true
@@ -446,46 +462,129 @@ func (r *resolver) vendorVFIO(i int, v *VGPU) ([]Slot, error) {
 		return nil, fmt.Errorf("%s: profile %q needs a host inventory, give vfs to render offline: %w", path, v.Profile, errOffline)
 	}
 	// Prefer VFs already set to the profile, then VFs that can still create it.
-	var ready, creatable []*host.Device
+	var ready, creatable []Slot
 	for k := range r.inv.Devices {
 		d := &r.inv.Devices[k]
-		vg := d.VendorVGPU
-		if vg == nil || r.used[d.Address] {
+		if d.VendorVGPU == nil || r.used[d.Address] {
 			continue
 		}
-		switch {
-		case vg.CurrentType != 0 && vendorTypeMatches(vg, vg.CurrentType, v.Profile):
-			ready = append(ready, d)
-		case vg.CurrentType == 0:
-			for _, t := range vg.Creatable {
-				if strconv.Itoa(t.ID) == v.Profile || strings.EqualFold(t.Name, v.Profile) {
-					creatable = append(creatable, d)
-					break
-				}
-			}
+		id, name, set, err := r.vendorTypeFor(d, v.Profile)
+		if err != nil {
+			continue // runs another type, or its GPU no longer offers this one
+		}
+		s := Slot{Functions: []host.Address{d.Address}, VGPUType: id, VGPUTypeName: name, VGPUTypeSet: set}
+		if set {
+			ready = append(ready, s)
+		} else {
+			creatable = append(creatable, s)
 		}
 	}
 	all := append(ready, creatable...)
 	if len(all) < count {
-		return nil, fmt.Errorf("%s: %d free VF(s) offer vendor-VFIO vGPU profile %q, %d wanted: %w", path, len(all), v.Profile, count, host.ErrNotFound)
+		why := ""
+		if running := r.vendorRunning(); len(running) > 0 {
+			why = fmt.Sprintf(" (the driver hosts one vGPU type per GPU at a time: %s)", strings.Join(running, ", "))
+		}
+		return nil, fmt.Errorf("%s: %d free VF(s) offer vendor-VFIO vGPU profile %q, %d wanted%s: %w", path, len(all), v.Profile, count, why, host.ErrNotFound)
 	}
 	var slots []Slot
-	for _, d := range all[:count] {
-		slots = append(slots, r.slot(d, false))
+	for _, c := range all[:count] {
+		s := r.slot(r.device(c.Functions[0]), false)
+		s.VGPUType, s.VGPUTypeName, s.VGPUTypeSet = c.VGPUType, c.VGPUTypeName, c.VGPUTypeSet
+		slots = append(slots, s)
 	}
 	return slots, nil
 }
 
-func vendorTypeMatches(vg *host.VendorVGPU, id int, profile string) bool {
-	if strconv.Itoa(id) == profile {
-		return true
+// vendorTypeFor returns the vGPU type of VF d that profile names: the VF's current type
+// (set is true), or a type its creatable list offers now. A VF running another type, or a
+// GPU whose driver no longer offers the type, is an error naming what runs.
+func (r *resolver) vendorTypeFor(d *host.Device, profile string) (id int, name string, set bool, err error) {
+	vg := d.VendorVGPU
+	if vg.CurrentType != 0 {
+		name := r.vendorTypeName(d, vg.CurrentType)
+		if vendorTypeMatches(vg.CurrentType, name, profile) {
+			return vg.CurrentType, name, true, nil
+		}
+		return 0, "", false, fmt.Errorf("VF %s runs vGPU type %d (%s), not %q (clear it first): %w", d.Address, vg.CurrentType, name, profile, host.ErrBusy)
 	}
 	for _, t := range vg.Creatable {
-		if t.ID == id && strings.EqualFold(t.Name, profile) {
-			return true
+		if vendorTypeMatches(t.ID, t.Name, profile) {
+			return t.ID, t.Name, false, nil
 		}
 	}
-	return false
+	var have []string
+	for _, t := range vg.Creatable {
+		have = append(have, fmt.Sprintf("%d (%s)", t.ID, t.Name))
+	}
+	why := "creatable now: none"
+	if len(have) > 0 {
+		why = "creatable now: " + strings.Join(have, ", ")
+	}
+	if running := r.vendorRunning(); len(running) > 0 {
+		why += "; the driver hosts one vGPU type per GPU at a time: " + strings.Join(running, ", ")
+	}
+	// Not found (so fallback: virtio-gpu applies) and busy (the GPU is taken, exit 5).
+	return 0, "", false, fmt.Errorf("VF %s cannot take vGPU profile %q (%s): %w: %w", d.Address, profile, why, host.ErrNotFound, host.ErrBusy)
+}
+
+// vendorTypeName finds the name of vendor type id: a VF holding a type lists nothing, so look
+// in its siblings' creatable lists.
+func (r *resolver) vendorTypeName(d *host.Device, id int) string {
+	for k := range r.inv.Devices {
+		o := &r.inv.Devices[k]
+		if o.VendorVGPU == nil || (d.PhysFn != nil && (o.PhysFn == nil || *o.PhysFn != *d.PhysFn)) {
+			continue
+		}
+		for _, t := range o.VendorVGPU.Creatable {
+			if t.ID == id {
+				return t.Name
+			}
+		}
+	}
+	return ""
+}
+
+// vendorRunning lists "VF runs TYPE" for every vendor-VFIO VF that holds a type.
+func (r *resolver) vendorRunning() []string {
+	var out []string
+	for k := range r.inv.Devices {
+		d := &r.inv.Devices[k]
+		if d.VendorVGPU == nil || d.VendorVGPU.CurrentType == 0 {
+			continue
+		}
+		t := strconv.Itoa(d.VendorVGPU.CurrentType)
+		if n := r.vendorTypeName(d, d.VendorVGPU.CurrentType); n != "" {
+			t += " (" + n + ")"
+		}
+		out = append(out, fmt.Sprintf("%s runs %s", d.Address, t))
+	}
+	return out
+}
+
+// vendorTypeMatches reports whether profile names vendor type id called name: by number, by
+// the whole name ("NVIDIA L40S-8Q") or by the name without its vendor prefix ("L40S-8Q"),
+// ignoring case (as mdev.MatchType does for `vgpu-host mdev create`).
+func vendorTypeMatches(id int, name, profile string) bool {
+	p := strings.TrimSpace(profile)
+	if p == "" {
+		return false
+	}
+	if strconv.Itoa(id) == p {
+		return true
+	}
+	return name != "" && (strings.EqualFold(name, p) || strings.EqualFold(shortTypeName(name), shortTypeName(p)))
+}
+
+// shortTypeName strips a "NVIDIA " or "GRID " prefix from a vGPU type name.
+func shortTypeName(n string) string {
+	n = strings.TrimSpace(n)
+	for _, p := range []string{"NVIDIA ", "GRID "} {
+		if len(n) > len(p) && strings.EqualFold(n[:len(p)], p) {
+			return strings.TrimSpace(n[len(p):])
+		}
+	}
+	return n
 }
 
 // placeNUMA implements numa: auto — the host node of the first assigned GPU.

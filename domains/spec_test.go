@@ -218,6 +218,16 @@ func TestResolveSelectors(t *testing.T) {
 	if err != nil || a.GPUs[0].Slots[0].Functions[0] != host.MustParseAddress("0000:41:00.4") {
 		t.Errorf("vendor-vfio: %+v %v", a, err)
 	}
+	// The allocation carries the type the VF gets (by short name too), for apply to write.
+	a, err = domains.Resolve(parse("  gpus:\n    - vgpu: {profile: \"l40s-8q\", mode: vendor-vfio}\n"), inv, domains.ResolveOptions{})
+	if err != nil || a.GPUs[0].Slots[0].VGPUType != 558 || a.GPUs[0].Slots[0].VGPUTypeName != "NVIDIA L40S-8Q" || a.GPUs[0].Slots[0].VGPUTypeSet {
+		t.Errorf("vendor-vfio type: %+v %v", a, err)
+	}
+	// A pinned VF that does not offer the profile: not found (fallback applies) and busy.
+	_, err = domains.Resolve(parse("  gpus:\n    - vgpu: {profile: \"L40S-48Q\", mode: vendor-vfio, vfs: [\"0000:41:00.4\"]}\n"), inv, domains.ResolveOptions{})
+	if !errors.Is(err, host.ErrNotFound) || !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "558 (NVIDIA L40S-8Q)") {
+		t.Errorf("pinned VF without the profile: %v", err)
+	}
 	// Offline: a selector without fallback cannot be resolved.
 	_, err = domains.Resolve(parse("  gpus:\n    - passthrough: {model: A100}\n"), nil, domains.ResolveOptions{Offline: true})
 	if err == nil || !strings.Contains(err.Error(), "give an address") {

@@ -321,6 +321,16 @@ func (l *Lifecycle) do(ctx context.Context, vm *domains.VM, plan *Plan, s Planne
 			return err
 		}
 		return l.o.Host.CreateMdev(ctx, name, s.Params["parent"], s.Params["type"], s.Target)
+	case ActAssignVGPU:
+		if err := l.needHost(s.Text); err != nil {
+			return err
+		}
+		vf, err := host.ParseAddress(s.Target)
+		if err != nil {
+			return err
+		}
+		index, _ := strconv.Atoi(s.Params["index"])
+		return l.o.Host.AssignVGPU(ctx, name, vf, s.Params["type"], index)
 	case ActEnsurePool:
 		return l.o.Conn.EnsureDirPool(ctx, l.o.Pool, l.o.PoolDir)
 	case ActCreateOverlay:
@@ -364,6 +374,13 @@ func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.Step) error 
 	case ActCreateMdev:
 		if err = l.needHost("remove mdev " + s.Target); err == nil {
 			err = l.o.Host.RemoveMdev(ctx, name, s.Target)
+		}
+	case ActAssignVGPU:
+		var vf host.Address
+		if vf, err = host.ParseAddress(s.Target); err == nil {
+			if err = l.needHost("clear vGPU type of " + s.Target); err == nil {
+				err = l.o.Host.ClearVGPU(ctx, name, vf, s.Params["type"])
+			}
 		}
 	case ActBindGroup:
 		var addrs []host.Address

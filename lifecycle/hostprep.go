@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -53,6 +54,42 @@ func (p *SysfsPrep) CreateMdev(ctx context.Context, vm, parent, typ, uuid string
 func (p *SysfsPrep) RemoveMdev(ctx context.Context, vm, uuid string) error {
 	if _, err := p.Mdev.Remove(ctx, []string{uuid}, mdev.RemoveOptions{Owner: vm, Undefine: true}); err != nil {
 		return fmt.Errorf("remove mdev %s of %s: %w", uuid, vm, err)
+	}
+	return nil
+}
+
+// AssignVGPU writes vendor vGPU type typ to VF vf for vm through the mdev manager's vendor
+// backend, pinned to vf: the allocation decided which VF gets the type, and the manager must
+// not pick another. The manager records vm as the VF's owner, so only vm's release clears it.
+// Re-running converges (a VF holding typ for vm is left as is).
+func (p *SysfsPrep) AssignVGPU(ctx context.Context, vm string, vf host.Address, typ string, index int) error {
+	if _, err := p.Mdev.Create(ctx, mdev.CreateRequest{Parent: vf.String(), Profile: typ, Count: 1, Owner: vm, FirstIndex: index, VFs: []host.Address{vf}}); err != nil {
+		return fmt.Errorf("assign vGPU type %s to VF %s for %s: %w", typ, vf, vm, err)
+	}
+	return nil
+}
+
+// ClearVGPU clears the vendor vGPU type of vf (writes 0) if vm set it: the mdev manager
+// refuses a type recorded for another owner, or set by another tool. A VF that holds no type
+// is already clear.
+//
+// One exception to "recorded": apply journals the step (VF and type) in the ledger before the
+// write, and the manager records the owner after it, so a process killed between the two
+// leaves the VF holding the journaled type with no owner record. The ledger's journal is then
+// the record that vgpu-host set it for vm, and the type is cleared when it is exactly typ.
+func (p *SysfsPrep) ClearVGPU(ctx context.Context, vm string, vf host.Address, typ string) error {
+	_, err := p.Mdev.Remove(ctx, []string{vf.String()}, mdev.RemoveOptions{Owner: vm, Undefine: true})
+	if errors.Is(err, host.ErrRefused) && typ != "" {
+		if ins, ierr := p.Mdev.Instances(); ierr == nil {
+			for _, in := range ins {
+				if in.VF != nil && *in.VF == vf && in.Active && !in.Defined && in.Owner == "" && in.Type == typ {
+					_, err = p.Mdev.Remove(ctx, []string{vf.String()}, mdev.RemoveOptions{Force: true, Undefine: true})
+				}
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("clear vGPU type %s of VF %s for %s: %w", typ, vf, vm, err)
 	}
 	return nil
 }

@@ -23,11 +23,26 @@ type fakeHost struct {
 	mu    sync.Mutex
 	bound map[string]string // function -> VM
 	mdevs map[string]string // uuid -> type
+	vgpus map[string]string // VF -> type
 	fail  string            // action to fail
 }
 
 func newFakeHost() *fakeHost {
-	return &fakeHost{bound: map[string]string{}, mdevs: map[string]string{}}
+	return &fakeHost{bound: map[string]string{}, mdevs: map[string]string{}, vgpus: map[string]string{}}
+}
+
+func (h *fakeHost) AssignVGPU(_ context.Context, _ string, vf host.Address, typ string, _ int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.vgpus[vf.String()] = typ
+	return nil
+}
+
+func (h *fakeHost) ClearVGPU(_ context.Context, _ string, vf host.Address, _ string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.vgpus, vf.String())
+	return nil
 }
 
 func (h *fakeHost) BindGroup(_ context.Context, vm string, addrs []host.Address) error {
@@ -68,7 +83,7 @@ func (h *fakeHost) RemoveMdev(_ context.Context, _, uuid string) error {
 func (h *fakeHost) clean() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.bound) == 0 && len(h.mdevs) == 0
+	return len(h.bound) == 0 && len(h.mdevs) == 0 && len(h.vgpus) == 0
 }
 
 // inventory has four NVIDIA GPUs, each with an HDMI audio companion, in groups of their own.

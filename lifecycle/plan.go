@@ -19,6 +19,7 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
@@ -47,6 +48,7 @@ func PoolName(root host.Root) string {
 const (
 	ActBindGroup     = "bind-group"     // bind a GPU's IOMMU group to vfio-pci
 	ActCreateMdev    = "create-mdev"    // create an mdev instance of a type on a parent
+	ActAssignVGPU    = "assign-vgpu"    // write a vendor vGPU type to a VF's nvidia/current_vgpu_type
 	ActEnsurePool    = "ensure-pool"    // define/start the images dir pool (shared; never undone)
 	ActCreateOverlay = "create-overlay" // qcow2 overlay volume over a base image
 	ActWriteSeed     = "write-seed"     // cloud-init NoCloud seed ISO volume
@@ -65,6 +67,12 @@ type HostPrep interface {
 	CreateMdev(ctx context.Context, vm, parent, typ, uuid string) error
 	// RemoveMdev removes mdev uuid.
 	RemoveMdev(ctx context.Context, vm, uuid string) error
+	// AssignVGPU writes vendor vGPU type typ to exactly VF vf (nvidia/current_vgpu_type),
+	// recording vm as its owner (instance number index of vm's vendor vGPUs).
+	AssignVGPU(ctx context.Context, vm string, vf host.Address, typ string, index int) error
+	// ClearVGPU writes 0 to vf's nvidia/current_vgpu_type if vm set it (nothing if it holds
+	// no type); a type another owner or tool set is refused (host.ErrRefused).
+	ClearVGPU(ctx context.Context, vm string, vf host.Address, typ string) error
 }
 
 // Options configure a Lifecycle.
@@ -201,6 +209,16 @@ func (l *Lifecycle) foreign(ctx context.Context, book *ledger.Book) (pci map[hos
 func claimsOf(a *domains.Allocation) []ledger.Claim {
 	var out []ledger.Claim
 	for _, g := range a.GPUs {
+		if g.Kind == domains.KindVendorVFIO {
+			for _, s := range g.Slots {
+				detail := strconv.Itoa(s.VGPUType)
+				if s.VGPUTypeName != "" {
+					detail += " (" + s.VGPUTypeName + ")"
+				}
+				out = append(out, ledger.Claim{Kind: ledger.KindVendorVGPU, ID: s.Functions[0].String(), Detail: detail})
+			}
+			continue
+		}
 		for _, s := range g.Slots {
 			for i, f := range s.Functions {
 				detail := string(g.Kind)
@@ -224,7 +242,7 @@ func inUse(book *ledger.Book, vm string, foreign map[host.Address]string) []host
 			continue
 		}
 		for _, c := range e.Claims {
-			if c.Kind == ledger.KindPCI {
+			if c.Kind == ledger.KindPCI || c.Kind == ledger.KindVendorVGPU {
 				if a, err := host.ParseAddress(c.ID); err == nil {
 					out = append(out, a)
 				}
@@ -270,6 +288,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 			return nil, fmt.Errorf("%s %s is allocated to VM %q: %w", c.Kind, c.ID, h, host.ErrBusy)
 		}
 	}
+	vendorIndex := 0 // the VM's vendor vGPUs, numbered for the mdev state's owner records
 	for _, g := range alloc.GPUs {
 		if g.FellBack {
 			p.Fallback = append(p.Fallback, fmt.Sprintf("gpus[%d]: no physical GPU or vGPU free, attached virtio-gpu instead (%s)", g.Index, g.Reason))
@@ -291,7 +310,20 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 					Text:   fmt.Sprintf("create mdev %s of type %s on %s", m.UUID, m.Type, m.Parent)})
 			}
 		case domains.KindVendorVFIO:
-			return nil, fmt.Errorf("gpus[%d]: vendor-VFIO vGPU types are not applied by this build yet: %w", g.Index, host.ErrUnsupported)
+			for _, s := range g.Slots {
+				vf := s.Functions[0]
+				if s.VGPUTypeSet {
+					p.Alloc.Notes = append(p.Alloc.Notes, fmt.Sprintf("gpus[%d]: VF %s holds vGPU type %d (%s) already: used as is, and left set at destroy", g.Index, vf, s.VGPUType, s.VGPUTypeName))
+					continue
+				}
+				if s.VGPUType == 0 {
+					return nil, fmt.Errorf("gpus[%d]: VF %s has no resolved vGPU type: %w", g.Index, vf, host.ErrInvalid)
+				}
+				p.Steps = append(p.Steps, PlannedStep{Action: ActAssignVGPU, Target: vf.String(),
+					Params: map[string]string{"type": strconv.Itoa(s.VGPUType), "type_name": s.VGPUTypeName, "index": strconv.Itoa(vendorIndex)},
+					Text:   fmt.Sprintf("assign vGPU type %d (%s) to VF %s", s.VGPUType, s.VGPUTypeName, vf)})
+				vendorIndex++
+			}
 		}
 	}
 	files := vm.DiskFiles(l.buildOpts())
