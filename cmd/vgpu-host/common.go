@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,11 +129,4 @@ func emit(cmd *cli.Command, v any, table func(w io.Writer) error) error {
 		return enc.Encode(generic)
 	}
 	return table(w)
-}
-
-// notYet is the Action of a command whose issue has not landed yet.
-func notYet(name string) cli.ActionFunc {
-	return func(context.Context, *cli.Command) error {
-		return fmt.Errorf("%s: %w in this build", name, host.ErrUnsupported)
-	}
 }
