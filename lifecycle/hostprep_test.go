@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,6 +159,14 @@ func TestApplyVendorVGPUFakeHost(t *testing.T) {
 		t.Fatalf("domain XML lacks a managed='no' hostdev at %s:\n%s", picked, x)
 	}
 
+	// Planned again, the VM's own VF holds the type: no step, and no "left set" note.
+	plans, err = e.lc().Plan(ctx, []*domains.VM{vm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := plans[0].Steps[0]; s.Action == ActAssignVGPU || slices.ContainsFunc(plans[0].Alloc.Notes, func(n string) bool { return strings.Contains(n, "left set") }) {
+		t.Fatalf("re-plan of an applied VM: %+v notes %v", s, plans[0].Alloc.Notes)
+	}
 	writes := len(e.k.Writes())
 	res, err = e.lc().Apply(ctx, vm)
 	if err != nil || res.Changed {
@@ -241,6 +250,9 @@ func TestVendorVGPUTypeNotOurs(t *testing.T) {
 		if s.Action == ActAssignVGPU {
 			t.Fatalf("plan assigns a type to a VF that holds it: %+v", s)
 		}
+	}
+	if !slices.ContainsFunc(plans[0].Alloc.Notes, func(n string) bool { return strings.Contains(n, "left set at destroy") }) {
+		t.Fatalf("plan does not say the operator's type stays: %v", plans[0].Alloc.Notes)
 	}
 	if _, err := e.lc().Apply(ctx, vm); err != nil {
 		t.Fatal(err)

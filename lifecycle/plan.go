@@ -313,6 +313,9 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 			for _, s := range g.Slots {
 				vf := s.Functions[0]
 				if s.VGPUTypeSet {
+					if book.Holder(ledger.Claim{Kind: ledger.KindVendorVGPU, ID: vf.String()}) == name {
+						continue // this VM's own assignment (its journal clears it at destroy)
+					}
 					p.Alloc.Notes = append(p.Alloc.Notes, fmt.Sprintf("gpus[%d]: VF %s holds vGPU type %d (%s) already: used as is, and left set at destroy", g.Index, vf, s.VGPUType, s.VGPUTypeName))
 					continue
 				}
