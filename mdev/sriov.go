@@ -40,6 +40,9 @@ type PF struct {
 	VFs       []VF         `json:"vfs"`
 	// Persisted is the VF count `host restore` applies at boot (nil when none is recorded).
 	Persisted *PersistedPF `json:"persisted,omitempty"`
+	// AutoprobeRestored is set by DisableVFs when it wrote back the sriov_drivers_autoprobe
+	// value the PF had before EnableVFs set it to 0.
+	AutoprobeRestored bool `json:"drivers_autoprobe_restored,omitempty"`
 }
 
 // VF is one virtual function.
@@ -172,7 +175,7 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 		return PF{}, fmt.Errorf("enable VFs on %s: %w: no driver is bound to the PF, and sriov_numvfs needs the PF driver's sriov_configure (bind its host driver first)", pf, host.ErrUnsupported)
 	}
 	if opts.Driver == DriverVFIO && (st.Autoprobe == nil || *st.Autoprobe) && st.NumVFs != n {
-		if err := m.write(ctx, m.Root.PCIDevice(pf, "sriov_drivers_autoprobe"), "0"); err != nil {
+		if err := m.setAutoprobeOff(ctx, pf); err != nil {
 			return PF{}, fmt.Errorf("enable VFs on %s: set sriov_drivers_autoprobe=0 so host drivers leave the VFs alone: %w", pf, err)
 		}
 	}
@@ -219,8 +222,10 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 	return m.ReadPF(pf)
 }
 
-// DisableVFs sets sriov_numvfs to 0 (nothing is written when it already is). With persist
-// it also forgets the count `host restore` would apply.
+// DisableVFs sets sriov_numvfs to 0 (nothing is written when it already is), then puts
+// sriov_drivers_autoprobe back to the value it had before EnableVFs set it to 0 (if vgpu-host
+// changed it; PF.AutoprobeRestored says so). With persist it also forgets the count
+// `host restore` would apply.
 func (m *Manager) DisableVFs(ctx context.Context, pf host.Address, persist bool) (PF, error) {
 	st, err := m.ReadPF(pf)
 	if err != nil {
@@ -234,15 +239,76 @@ func (m *Manager) DisableVFs(ctx context.Context, pf host.Address, persist bool)
 			return PF{}, fmt.Errorf("disable VFs on %s: the virtfn links did not go away: %w", pf, err)
 		}
 	}
+	restored, err := m.restoreAutoprobe(ctx, pf)
+	if err != nil {
+		return PF{}, fmt.Errorf("disable VFs on %s: %w", pf, err)
+	}
 	if persist {
 		if err := m.forgetPF(pf); err != nil {
 			return PF{}, err
 		}
 	}
 	if m.DryRun {
+		st.AutoprobeRestored = restored
 		return st, nil
 	}
-	return m.ReadPF(pf)
+	out, err := m.ReadPF(pf)
+	out.AutoprobeRestored = restored
+	return out, err
+}
+
+// setAutoprobeOff writes sriov_drivers_autoprobe=0 on pf, first recording the value it had
+// in the state file (under its lock) unless a record exists already: a second enable must not
+// replace the original with vgpu-host's own 0. A failed write drops a record it just made.
+func (m *Manager) setAutoprobeOff(ctx context.Context, pf host.Address) error {
+	path := m.Root.PCIDevice(pf, "sriov_drivers_autoprobe")
+	return m.updateState(func(s *state) error {
+		cur, err := host.ReadString(path)
+		if err != nil {
+			return err
+		}
+		_, had := s.Autoprobe[pf.String()]
+		if !had {
+			if s.Autoprobe == nil {
+				s.Autoprobe = map[string]string{}
+			}
+			s.Autoprobe[pf.String()] = cur
+		}
+		if err := m.write(ctx, path, "0"); err != nil {
+			if !had {
+				delete(s.Autoprobe, pf.String())
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// restoreAutoprobe writes back the sriov_drivers_autoprobe value recorded by setAutoprobeOff
+// (when it differs from the current one) and drops the record. It reports whether it wrote.
+// Without a record (vgpu-host never changed it) nothing is written.
+func (m *Manager) restoreAutoprobe(ctx context.Context, pf host.Address) (bool, error) {
+	path := m.Root.PCIDevice(pf, "sriov_drivers_autoprobe")
+	wrote := false
+	err := m.updateState(func(s *state) error {
+		want, ok := s.Autoprobe[pf.String()]
+		if !ok {
+			return nil
+		}
+		cur, err := host.ReadString(path)
+		if err != nil {
+			return fmt.Errorf("restore sriov_drivers_autoprobe: %w", err)
+		}
+		if cur != want {
+			if err := m.write(ctx, path, want); err != nil {
+				return fmt.Errorf("restore sriov_drivers_autoprobe=%s via %s (the value before vgpu-host set 0; the record stays in %s): %w", want, path, m.statePath(), err)
+			}
+			wrote = true
+		}
+		delete(s.Autoprobe, pf.String())
+		return nil
+	})
+	return wrote, err
 }
 
 func (m *Manager) setNumVFs(ctx context.Context, pf host.Address, driver string, n int) error {

@@ -147,3 +147,58 @@ func TestDryRunNamesVFsBeforeTheyExist(t *testing.T) {
 		t.Fatal("dry run persisted")
 	}
 }
+
+// TestDisableRestoresAutoprobe: enable --driver vfio-pci records the PF's
+// sriov_drivers_autoprobe (1) before writing 0; a second enable keeps the original, not its
+// own 0; disable writes 1 back and says so, and a second disable writes nothing. A PF whose
+// autoprobe vgpu-host never touched keeps whatever the operator set.
+func TestDisableRestoresAutoprobe(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := nvmePF(tr, false)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	autoprobe := func() string {
+		return strings.TrimSpace(tr.ReadFile("sys/bus/pci/devices/" + pf.String() + "/sriov_drivers_autoprobe"))
+	}
+	if _, err := m.EnableVFs(ctx, pf, 2, EnableOptions{Driver: DriverVFIO}); err != nil {
+		t.Fatal(err)
+	}
+	if autoprobe() != "0" {
+		t.Fatal("enable --driver vfio-pci left autoprobe on")
+	}
+	if st, _ := m.readState(); st.Autoprobe[pf.String()] != "1" {
+		t.Fatalf("state records autoprobe %q, want the original 1", st.Autoprobe[pf.String()])
+	}
+	// Changing the count while autoprobe is 0 already must keep the recorded original (1).
+	if _, err := m.EnableVFs(ctx, pf, 3, EnableOptions{Driver: DriverVFIO}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := m.readState(); st.Autoprobe[pf.String()] != "1" {
+		t.Fatalf("second enable changed the record to %q", st.Autoprobe[pf.String()])
+	}
+	got, err := m.DisableVFs(ctx, pf, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if autoprobe() != "1" || !got.AutoprobeRestored || got.Autoprobe == nil || !*got.Autoprobe {
+		t.Fatalf("disable: autoprobe %s, result %+v", autoprobe(), got)
+	}
+	if st, _ := m.readState(); len(st.Autoprobe) != 0 {
+		t.Fatalf("record kept after restore: %v", st.Autoprobe)
+	}
+	n := len(k.Writes())
+	if got, err := m.DisableVFs(ctx, pf, false); err != nil || got.AutoprobeRestored || len(k.Writes()) != n {
+		t.Fatalf("second disable: %v %+v, %d writes", err, got, len(k.Writes())-n)
+	}
+
+	// An operator's own autoprobe=0 is not vgpu-host's to undo.
+	if err := k.Write(ctx, tr.Root.PCIDevice(pf, "sriov_drivers_autoprobe"), "0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.EnableVFs(ctx, pf, 1, EnableOptions{Driver: DriverVFIO}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.DisableVFs(ctx, pf, false); err != nil || got.AutoprobeRestored || autoprobe() != "0" {
+		t.Fatalf("disable after an operator's autoprobe=0: %v %+v, autoprobe %s", err, got, autoprobe())
+	}
+}

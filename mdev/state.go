@@ -41,6 +41,10 @@ func (e stateEntry) id() string {
 type state struct {
 	Version   int          `json:"version"`
 	Instances []stateEntry `json:"instances"`
+	// Autoprobe maps a PF's address to the value its sriov_drivers_autoprobe had before
+	// vgpu-host set it to 0 (vf enable --driver vfio-pci); vf disable writes it back and drops
+	// the record. Recorded before the write, so a crash in between still restores it.
+	Autoprobe map[string]string `json:"sriov_drivers_autoprobe,omitempty"`
 }
 
 func (s *state) find(id string) (int, bool) {

@@ -139,7 +139,7 @@ func vfEnableCommand() *cli.Command {
 func vfDisableCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "disable",
-		Usage:     "remove every VF of a PF (sriov_numvfs=0)",
+		Usage:     "remove every VF of a PF (sriov_numvfs=0) and restore the sriov_drivers_autoprobe value 'vf enable --driver vfio-pci' changed",
 		ArgsUsage: "PF",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "persist", Usage: "also forget the count 'host restore' would apply at boot"},
@@ -166,7 +166,15 @@ func vfDisableCommand() *cli.Command {
 				}
 				return emitDry(cmd, rec, files, nil)
 			}
-			return emit(cmd, pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
+			return emit(cmd, pf, func(w io.Writer) error {
+				if err := pfTable(w, []mdev.PF{pf}); err != nil {
+					return err
+				}
+				if pf.AutoprobeRestored && pf.Autoprobe != nil {
+					fmt.Fprintf(w, "restored sriov_drivers_autoprobe=%s on %s (its value before vgpu-host set 0)\n", map[bool]string{true: "1", false: "0"}[*pf.Autoprobe], pf.Address)
+				}
+				return nil
+			})
 		},
 	}
 }

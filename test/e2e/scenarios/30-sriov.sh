@@ -2,8 +2,9 @@
 # Issue 5 on the real kernel: SR-IOV VFs on QEMU's nvme PF through `vgpu-host vf`. enable 2,
 # change to 3 (the kernel needs 0 in between: vgpu-host does it), disable; --driver vfio-pci
 # sets sriov_drivers_autoprobe=0 and binds every VF to vfio-pci by address; every operation run
-# twice converges; the total is checked before any write. Ends in the boot state (no VFs,
-# autoprobe 1, no persisted counts).
+# twice converges; the total is checked before any write; disable puts autoprobe back. Ends in
+# the boot state (no VFs, autoprobe 1 -- restored by vgpu-host, not by this script -- no
+# persisted counts).
 
 pf=$LAB_NVME_PF
 p=$(pci_dev "$pf")
@@ -73,9 +74,11 @@ expect_eq "$E2E_RC" 7 "a PF without SR-IOV exits 7"
 # --- persist, list, disable -----------------------------------------------------------------------
 run_ok vgpu-host vf enable "$pf" --count 3 --driver vfio-pci --persist
 expect_eq "$(jq -r ".pfs[] | select(.address==\"$pf\") | .num_vfs" /etc/vgpu-host/sriov.json)" 3 "--persist recorded 3 VFs"
-run_ok vgpu-host vf disable "$pf"
+run_ok vgpu-host vf disable "$pf" --output json
 expect_content "$p/sriov_numvfs" 0 "disabled"
 expect_no_file "$p/virtfn0" "virtfn links gone"
+expect_content "$p/sriov_drivers_autoprobe" 1 "disable restored autoprobe 1 (its value before enable --driver vfio-pci)"
+expect_eq "$(jqo '.drivers_autoprobe_restored')" true "JSON says disable restored autoprobe"
 # Boot-time restore brings the persisted count back (a reboot, as far as VFs go).
 run_ok vgpu-host host restore --output json
 expect_eq "$(jqo '.[] | select(.kind=="sriov") | .result')" applied "host restore re-enabled the VFs"
@@ -85,10 +88,11 @@ run_ok vgpu-host host restore --output json
 expect_eq "$(jqo '.[] | select(.kind=="sriov") | .result')" already "second restore: already"
 run_ok vgpu-host vf disable "$pf" --persist
 expect_content "$p/sriov_numvfs" 0 "disabled again"
+expect_content "$p/sriov_drivers_autoprobe" 1 "disable after host restore restored autoprobe 1 again"
 expect_eq "$(jq -r '.pfs | length' /etc/vgpu-host/sriov.json)" 0 "--persist on disable forgot the count"
-run_ok vgpu-host vf disable "$pf"
+run_ok vgpu-host vf disable "$pf" --output json
 expect_content "$p/sriov_numvfs" 0 "disabling twice converges"
+expect_eq "$(jqo '.drivers_autoprobe_restored // false')" false "second disable had nothing to restore"
 
 # --- back to the boot state ----------------------------------------------------------------------
-write_ok "$p/sriov_drivers_autoprobe" 1 "autoprobe back to 1"
 rm -rf /etc/vgpu-host
