@@ -1,0 +1,236 @@
+// Package remote runs the libvirt adapter in a helper process, vgpu-host-libvirt, and speaks
+// to it with net/rpc over the helper's stdin and stdout.
+//
+// Why: libvirt.org/go/libvirt links libvirt through cgo, and its package init loads
+// libvirt.so and its ~60 shared libraries in every process that imports it (11 ms per start
+// on these machines, ~180 ms under TCG), although most vgpu-host commands (inspect, check,
+// bind, vf, mdev, render) never talk to libvirt. Keeping the binding in a helper makes the
+// vgpu-host binary pure Go and static: it starts in a couple of milliseconds, runs on hosts and
+// in initramfs images without libvirt installed, and loads libvirt only when a command needs
+// it (apply, destroy, status, verify, image export, and mdev remove's in-use check). The
+// helper serves exactly the narrow virt.Conn interface; errors keep their sentinels
+// (virt.ErrNoDomain, ErrNoVolume, ErrNoPool) across the pipe.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/rpc"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// HelperName is the helper binary's file name; it is looked for next to the vgpu-host
+// executable, then in PATH.
+const HelperName = "vgpu-host-libvirt"
+
+// EnvHelper overrides where the helper is (a path to the binary).
+const EnvHelper = "VGPU_HOST_LIBVIRT_HELPER"
+
+// ErrNoHelper is returned (wrapped in host.ErrUnsupported) when the helper cannot be found.
+var ErrNoHelper = errors.New(HelperName + " not found")
+
+// HelperPath finds the helper: $VGPU_HOST_LIBVIRT_HELPER, then beside the running executable,
+// then in PATH.
+func HelperPath() (string, error) {
+	if p := os.Getenv(EnvHelper); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w: %w", EnvHelper, p, ErrNoHelper, host.ErrUnsupported)
+		}
+		return p, nil
+	}
+	var tried []string
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), HelperName)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	if p, err := exec.LookPath(HelperName); err == nil {
+		return p, nil
+	}
+	tried = append(tried, "PATH")
+	return "", fmt.Errorf("libvirt support: %w (looked in %s); install it beside vgpu-host (make build puts both in bin/) or set %s: %w",
+		ErrNoHelper, strings.Join(tried, ", "), EnvHelper, host.ErrUnsupported)
+}
+
+// Open starts the helper and connects it to libvirt at uri ("" means virt.DefaultURI).
+func Open(uri string) (virt.Conn, error) {
+	if uri == "" {
+		uri = virt.DefaultURI
+	}
+	path, err := HelperPath()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path, "--serve")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	c, err := Dial(uri, pipe{out, in})
+	if err != nil {
+		in.Close()
+		_ = cmd.Wait()
+		return nil, err
+	}
+	c.wait = cmd.Wait
+	return c, nil
+}
+
+// pipe joins the helper's stdout (read) and stdin (write) into one connection.
+type pipe struct {
+	io.Reader
+	io.WriteCloser
+}
+
+// Client is the virt.Conn that forwards every call to a server (the helper).
+type Client struct {
+	uri  string
+	rpc  *rpc.Client
+	wait func() error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ virt.Conn = (*Client)(nil)
+
+// Dial opens libvirt at uri on the server at the other end of rwc. Open uses it on the helper's
+// pipes; tests use it on an in-process pipe.
+func Dial(uri string, rwc io.ReadWriteCloser) (*Client, error) {
+	c := &Client{uri: uri, rpc: rpc.NewClient(rwc)}
+	if err := c.call(context.Background(), "Open", OpenArgs{URI: uri}, &Empty{}); err != nil {
+		c.rpc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// call makes one RPC, returning when it answers or ctx ends (the helper may then still finish
+// the libvirt call), and turns the wire error back into one with its sentinel.
+func (c *Client) call(ctx context.Context, method string, args, reply any) error {
+	call := c.rpc.Go(service+"."+method, args, reply, make(chan *rpc.Call, 1))
+	select {
+	case <-call.Done:
+		return fromWire(call.Error)
+	case <-ctx.Done():
+		return fmt.Errorf("libvirt %s: %w", method, ctx.Err())
+	}
+}
+
+// URI returns the connection URI.
+func (c *Client) URI() string { return c.uri }
+
+// Close closes the libvirt connection and stops the helper.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = c.call(context.Background(), "Close", Empty{}, &Empty{})
+		_ = c.rpc.Close() // closes the helper's stdin: it exits
+		if c.wait != nil {
+			if err := c.wait(); err != nil && c.closeErr == nil {
+				c.closeErr = fmt.Errorf("%s: %w", HelperName, err)
+			}
+		}
+	})
+	return c.closeErr
+}
+
+// VirtTypes implements virt.Conn.
+func (c *Client) VirtTypes(ctx context.Context) ([]string, error) {
+	var r []string
+	return r, c.call(ctx, "VirtTypes", Empty{}, &r)
+}
+
+// Define implements virt.Conn.
+func (c *Client) Define(ctx context.Context, xml string) (string, error) {
+	var r string
+	return r, c.call(ctx, "Define", XMLArgs{XML: xml}, &r)
+}
+
+// Start implements virt.Conn.
+func (c *Client) Start(ctx context.Context, name string) error {
+	return c.call(ctx, "Start", NameArgs{Name: name}, &Empty{})
+}
+
+// Shutdown implements virt.Conn.
+func (c *Client) Shutdown(ctx context.Context, name string) error {
+	return c.call(ctx, "Shutdown", NameArgs{Name: name}, &Empty{})
+}
+
+// Destroy implements virt.Conn.
+func (c *Client) Destroy(ctx context.Context, name string) error {
+	return c.call(ctx, "Destroy", NameArgs{Name: name}, &Empty{})
+}
+
+// Undefine implements virt.Conn.
+func (c *Client) Undefine(ctx context.Context, name string) error {
+	return c.call(ctx, "Undefine", NameArgs{Name: name}, &Empty{})
+}
+
+// State implements virt.Conn.
+func (c *Client) State(ctx context.Context, name string) (virt.State, error) {
+	var r virt.State
+	return r, c.call(ctx, "State", NameArgs{Name: name}, &r)
+}
+
+// DomainXML implements virt.Conn.
+func (c *Client) DomainXML(ctx context.Context, name string) (string, error) {
+	var r string
+	return r, c.call(ctx, "DomainXML", NameArgs{Name: name}, &r)
+}
+
+// ListDomainXMLs implements virt.Conn.
+func (c *Client) ListDomainXMLs(ctx context.Context) (map[string]string, error) {
+	r := map[string]string{}
+	return r, c.call(ctx, "ListDomainXMLs", Empty{}, &r)
+}
+
+// QMP implements virt.Conn.
+func (c *Client) QMP(ctx context.Context, name, command string) (string, error) {
+	var r string
+	return r, c.call(ctx, "QMP", QMPArgs{Name: name, Command: command}, &r)
+}
+
+// EnsureDirPool implements virt.Conn.
+func (c *Client) EnsureDirPool(ctx context.Context, name, path string) error {
+	return c.call(ctx, "EnsureDirPool", PoolArgs{Name: name, Path: path}, &Empty{})
+}
+
+// CreateVolume implements virt.Conn.
+func (c *Client) CreateVolume(ctx context.Context, pool string, v virt.Volume) error {
+	return c.call(ctx, "CreateVolume", VolumeArgs{Pool: pool, Volume: v}, &Empty{})
+}
+
+// UploadVolume implements virt.Conn.
+func (c *Client) UploadVolume(ctx context.Context, pool, name string, data []byte) error {
+	return c.call(ctx, "UploadVolume", VolumeArgs{Pool: pool, Volume: virt.Volume{Name: name}, Data: data}, &Empty{})
+}
+
+// VolumePath implements virt.Conn.
+func (c *Client) VolumePath(ctx context.Context, pool, name string) (string, error) {
+	var r string
+	return r, c.call(ctx, "VolumePath", VolumeArgs{Pool: pool, Volume: virt.Volume{Name: name}}, &r)
+}
+
+// DeleteVolume implements virt.Conn.
+func (c *Client) DeleteVolume(ctx context.Context, pool, name string) error {
+	return c.call(ctx, "DeleteVolume", VolumeArgs{Pool: pool, Volume: virt.Volume{Name: name}}, &Empty{})
+}

@@ -1,0 +1,230 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/rpc"
+	"strings"
+
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// service is the net/rpc service name.
+const service = "Conn"
+
+// Wire argument types. Exported because net/rpc requires it; not an API.
+type (
+	// Empty is an argument or reply with nothing in it.
+	Empty struct{}
+	// OpenArgs opens the libvirt connection.
+	OpenArgs struct{ URI string }
+	// NameArgs names a domain.
+	NameArgs struct{ Name string }
+	// XMLArgs carries domain XML.
+	XMLArgs struct{ XML string }
+	// QMPArgs carries a QMP command for a domain.
+	QMPArgs struct{ Name, Command string }
+	// PoolArgs names a directory pool and its path.
+	PoolArgs struct{ Name, Path string }
+	// VolumeArgs names a volume in a pool, with what to create or upload.
+	VolumeArgs struct {
+		Pool   string
+		Volume virt.Volume
+		Data   []byte
+	}
+)
+
+// Server is the helper's side: it opens the real connection on the client's Open and
+// forwards every call to it.
+type Server struct {
+	open func(uri string) (virt.Conn, error)
+	conn virt.Conn
+}
+
+// Serve answers one client on rwc until it hangs up. open makes the real connection (the
+// helper passes the libvirt adapter's Open; tests pass a fake).
+func Serve(open func(uri string) (virt.Conn, error), rwc io.ReadWriteCloser) error {
+	s := rpc.NewServer()
+	srv := &Server{open: open}
+	if err := s.RegisterName(service, srv); err != nil {
+		return fmt.Errorf("register %s: %w", service, err)
+	}
+	s.ServeConn(rwc)
+	if srv.conn != nil {
+		return srv.conn.Close()
+	}
+	return nil
+}
+
+func (s *Server) c() (virt.Conn, error) {
+	if s.conn == nil {
+		return nil, errors.New("libvirt connection not open")
+	}
+	return s.conn, nil
+}
+
+var bg = context.Background()
+
+// Open opens the libvirt connection.
+func (s *Server) Open(a OpenArgs, _ *Empty) error {
+	if s.conn != nil {
+		return nil
+	}
+	c, err := s.open(a.URI)
+	if err != nil {
+		return toWire(err)
+	}
+	s.conn = c
+	return nil
+}
+
+// Close closes the libvirt connection.
+func (s *Server) Close(_ Empty, _ *Empty) error {
+	if s.conn == nil {
+		return nil
+	}
+	err := s.conn.Close()
+	s.conn = nil
+	return toWire(err)
+}
+
+// VirtTypes forwards virt.Conn.VirtTypes.
+func (s *Server) VirtTypes(_ Empty, r *[]string) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.VirtTypes(bg); return })
+}
+
+// Define forwards virt.Conn.Define.
+func (s *Server) Define(a XMLArgs, r *string) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.Define(bg, a.XML); return })
+}
+
+// Start forwards virt.Conn.Start.
+func (s *Server) Start(a NameArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.Start(bg, a.Name) })
+}
+
+// Shutdown forwards virt.Conn.Shutdown.
+func (s *Server) Shutdown(a NameArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.Shutdown(bg, a.Name) })
+}
+
+// Destroy forwards virt.Conn.Destroy.
+func (s *Server) Destroy(a NameArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.Destroy(bg, a.Name) })
+}
+
+// Undefine forwards virt.Conn.Undefine.
+func (s *Server) Undefine(a NameArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.Undefine(bg, a.Name) })
+}
+
+// State forwards virt.Conn.State.
+func (s *Server) State(a NameArgs, r *virt.State) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.State(bg, a.Name); return })
+}
+
+// DomainXML forwards virt.Conn.DomainXML.
+func (s *Server) DomainXML(a NameArgs, r *string) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.DomainXML(bg, a.Name); return })
+}
+
+// ListDomainXMLs forwards virt.Conn.ListDomainXMLs.
+func (s *Server) ListDomainXMLs(_ Empty, r *map[string]string) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.ListDomainXMLs(bg); return })
+}
+
+// QMP forwards virt.Conn.QMP.
+func (s *Server) QMP(a QMPArgs, r *string) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.QMP(bg, a.Name, a.Command); return })
+}
+
+// EnsureDirPool forwards virt.Conn.EnsureDirPool.
+func (s *Server) EnsureDirPool(a PoolArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.EnsureDirPool(bg, a.Name, a.Path) })
+}
+
+// CreateVolume forwards virt.Conn.CreateVolume.
+func (s *Server) CreateVolume(a VolumeArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.CreateVolume(bg, a.Pool, a.Volume) })
+}
+
+// UploadVolume forwards virt.Conn.UploadVolume.
+func (s *Server) UploadVolume(a VolumeArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.UploadVolume(bg, a.Pool, a.Volume.Name, a.Data) })
+}
+
+// VolumePath forwards virt.Conn.VolumePath.
+func (s *Server) VolumePath(a VolumeArgs, r *string) error {
+	return do(s, func(c virt.Conn) (err error) { *r, err = c.VolumePath(bg, a.Pool, a.Volume.Name); return })
+}
+
+// DeleteVolume forwards virt.Conn.DeleteVolume.
+func (s *Server) DeleteVolume(a VolumeArgs, _ *Empty) error {
+	return do(s, func(c virt.Conn) error { return c.DeleteVolume(bg, a.Pool, a.Volume.Name) })
+}
+
+func do(s *Server, f func(virt.Conn) error) error {
+	c, err := s.c()
+	if err != nil {
+		return err
+	}
+	return toWire(f(c))
+}
+
+// Errors cross the pipe as "KIND\x1fMESSAGE" so the client can restore the sentinel.
+const sep = "\x1f"
+
+var kinds = []struct {
+	name string
+	err  error
+}{
+	{"no-domain", virt.ErrNoDomain},
+	{"no-volume", virt.ErrNoVolume},
+	{"no-pool", virt.ErrNoPool},
+	{"canceled", context.Canceled},
+	{"deadline", context.DeadlineExceeded},
+}
+
+func toWire(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return errors.New(k.name + sep + err.Error())
+		}
+	}
+	return errors.New("error" + sep + err.Error())
+}
+
+// wireError is an error that came back from the helper, with its sentinel.
+type wireError struct {
+	msg  string
+	kind error
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.kind }
+
+func fromWire(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se rpc.ServerError
+	if !errors.As(err, &se) {
+		// The pipe broke: the helper died or was killed.
+		return fmt.Errorf("libvirt helper %s stopped answering: %w", HelperName, err)
+	}
+	kind, msg, ok := strings.Cut(string(se), sep)
+	if !ok {
+		return errors.New(string(se))
+	}
+	for _, k := range kinds {
+		if k.name == kind {
+			return &wireError{msg: msg, kind: k.err}
+		}
+	}
+	return &wireError{msg: msg}
+}
