@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -99,6 +100,10 @@ type Step struct {
 type Ledger struct {
 	path string
 	lock string
+	// WriteFile replaces the ledger file with data (default host.WriteFileAtomic: a temporary
+	// file, fsync, rename, fsync of the directory). Tests inject a failing writer (ENOSPC) to
+	// prove a failed write loses nothing.
+	WriteFile func(path string, data []byte, perm os.FileMode) error
 }
 
 // Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger.json).
@@ -143,8 +148,11 @@ func (l *Ledger) load() (*Book, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read ledger: %w", err)
 	}
+	if len(data) == 0 {
+		return nil, l.corrupt(errors.New("the file is empty (truncated)"))
+	}
 	if err := json.Unmarshal(data, b); err != nil {
-		return nil, fmt.Errorf("read ledger %s: %w", l.path, err)
+		return nil, l.corrupt(err)
 	}
 	if b.Version > FormatVersion {
 		return nil, fmt.Errorf("read ledger %s: format version %d is newer than this vgpu-host (%d): %w", l.path, b.Version, FormatVersion, host.ErrUnsupported)
@@ -153,6 +161,14 @@ func (l *Ledger) load() (*Book, error) {
 		b.VMs = map[string]*VM{}
 	}
 	return b, nil
+}
+
+// corrupt explains a ledger that cannot be read. vgpu-host never starts from an empty ledger in
+// its place: that would hand devices other VMs hold to the next apply.
+func (l *Ledger) corrupt(why error) error {
+	return fmt.Errorf("ledger %s is damaged: %w; it records which VM holds which device, so vgpu-host stops "+
+		"rather than guess: repair the JSON by hand, or, if no VM vgpu-host created is left (virsh list --all), "+
+		"move the file aside and re-apply", l.path, why)
 }
 
 // Read returns a snapshot of the ledger (under a shared lock).
@@ -182,8 +198,51 @@ func (l *Ledger) Update(fn func(*Book) error) error {
 		if err != nil {
 			return fmt.Errorf("encode ledger: %w", err)
 		}
-		return host.WriteFileAtomic(l.path, append(data, '\n'), 0o644)
+		write := l.WriteFile
+		if write == nil {
+			write = host.WriteFileAtomic
+		}
+		if err := write(l.path, append(data, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write ledger %s (the previous version is intact): %w", l.path, err)
+		}
+		return nil
 	})
+}
+
+// LockVM takes an exclusive, non-blocking lock on vm for the length of an apply or destroy
+// (ROOT/var/lib/vgpu-host/vms/VM.lock, flock(2)): a second apply or destroy of the same VM
+// while the first runs gets host.ErrBusy instead of tearing the first one's half-applied
+// steps down under it. The kernel drops the lock when the process dies (kill -9), so an
+// interrupted apply never blocks the next one. Call the returned function to release it.
+func (l *Ledger) LockVM(vm string) (unlock func(), err error) {
+	if vm == "" || vm == "." || vm == ".." || strings.ContainsAny(vm, "/\x00") {
+		return nil, fmt.Errorf("VM name %q: not usable as a lock file name: %w", vm, host.ErrInvalid)
+	}
+	dir := filepath.Join(filepath.Dir(l.path), "vms")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("VM lock directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, vm+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open VM lock %s: %w", path, err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		f.Close()
+		return nil, fmt.Errorf("VM %s is being applied or destroyed by another vgpu-host process (it holds %s); wait for it to finish: %w", vm, path, host.ErrBusy)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock VM %s (%s): %w", vm, path, err)
+	}
+	// The file stays: removing it while another process opens it would let two holders in.
+	return func() { f.Close() }, nil
 }
 
 // Holder returns the VM holding the claim kind:id, or "".

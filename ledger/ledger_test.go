@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -171,4 +173,82 @@ func TestRaceProcesses(t *testing.T) {
 		t.Fatalf("won %d busy %d, want 4 and 12", won, busy)
 	}
 	checkFour(t, OpenPath(path))
+}
+
+// TestDamagedLedgerIsNeverReplaced: a truncated or garbled ledger.json stops every reader and
+// writer with an error naming the file and the fix; nothing starts from an empty ledger (which
+// would give the devices other VMs hold to the next claim) and the file is left as it was.
+func TestDamagedLedgerIsNeverReplaced(t *testing.T) {
+	for name, content := range map[string]string{"empty": "", "truncated": `{"version": 1, "vms": {"a": {"name": "a", "claims": [{"kind": "pci", "id": "0000:41`, "garbage": "\x00\x00\x00"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "ledger.json")
+			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l := OpenPath(path)
+			if _, err := l.Read(); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "move the file aside") {
+				t.Fatalf("Read of a %s ledger: %v", name, err)
+			}
+			called := false
+			err := l.Update(func(b *Book) error { called = true; return b.Claim("b", Claim{Kind: KindPCI, ID: "0000:41:00.0"}) })
+			if err == nil || called {
+				t.Fatalf("Update of a %s ledger ran the transaction (called=%v): %v", name, called, err)
+			}
+			if got, _ := os.ReadFile(path); string(got) != content {
+				t.Fatalf("the damaged ledger was rewritten: %q", got)
+			}
+		})
+	}
+}
+
+// TestFailedWriteLosesNothing: a write that fails (a full disk) returns the error with the
+// path, and the previous document is still there, complete.
+func TestFailedWriteLosesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.json")
+	l := OpenPath(path)
+	gpu := Claim{Kind: KindPCI, ID: "0000:41:00.0"}
+	if err := l.Update(func(b *Book) error { return b.Claim("a", gpu) }); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	l.WriteFile = func(p string, data []byte, perm os.FileMode) error {
+		return fmt.Errorf("write %s: %w", p, syscall.ENOSPC)
+	}
+	err := l.Update(func(b *Book) error { return b.Claim("b", Claim{Kind: KindPCI, ID: "0000:42:00.0"}) })
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Update with a full disk: %v", err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Fatalf("ledger changed by a failed write:\n%s", after)
+	}
+	l.WriteFile = nil
+	b, err := l.Read()
+	if err != nil || b.Holder(gpu) != "a" || b.VMs["b"] != nil {
+		t.Fatalf("after a failed write: %v %+v", err, b)
+	}
+}
+
+func TestLockVM(t *testing.T) {
+	l := OpenPath(filepath.Join(t.TempDir(), "ledger.json"))
+	unlock, err := l.LockVM("vm1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.LockVM("vm1"); !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "vm1.lock") {
+		t.Fatalf("second lock of vm1: %v, want ErrBusy naming the lock file", err)
+	}
+	u2, err := l.LockVM("vm2")
+	if err != nil {
+		t.Fatalf("lock of another VM: %v", err)
+	}
+	u2()
+	unlock()
+	u3, err := l.LockVM("vm1")
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	u3()
+	if _, err := l.LockVM("../x"); !errors.Is(err, host.ErrInvalid) {
+		t.Fatalf("lock of ../x: %v", err)
+	}
 }

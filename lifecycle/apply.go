@@ -35,7 +35,35 @@ type Result struct {
 var (
 	errTeardown = errors.New("devices changed: tear down and apply again")
 	errNoop     = errors.New("nothing to write")
+	// errNotTaken marks a step that failed without changing anything because what it would
+	// create exists already and is not this apply's: it must not be undone (that would delete
+	// someone else's volume).
+	errNotTaken = errors.New("step not taken")
 )
+
+// refuseExisting fails with host.ErrBusy (and errNotTaken) when the volume a create-overlay
+// or first write-seed step would create is in the pool already: vgpu-host did not create it
+// (a disk kept after the domain was undefined by hand, a lost ledger), so it is neither
+// replaced nor, on undo, deleted. It runs before the step is journalled, so a crash right
+// after can never make a later undo delete that volume.
+func (l *Lifecycle) refuseExisting(ctx context.Context, ps PlannedStep) error {
+	if ps.Action != ActCreateOverlay && ps.Action != ActWriteSeed {
+		return nil
+	}
+	pool := ps.Params["pool"]
+	if pool == "" {
+		pool = l.o.Pool
+	}
+	path, err := l.o.Conn.VolumePath(ctx, pool, ps.Target)
+	if err == nil {
+		return fmt.Errorf("volume %s (%s) exists in pool %s and vgpu-host did not create it for this VM; "+
+			"move or delete it (virsh vol-delete %s --pool %s) and apply again: %w: %w", ps.Target, path, pool, ps.Target, pool, host.ErrBusy, errNotTaken)
+	}
+	if virt.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
 
 func (l *Lifecycle) progress(format string, a ...any) {
 	if l.o.Progress != nil {
@@ -46,7 +74,19 @@ func (l *Lifecycle) progress(format string, a ...any) {
 // Apply makes vm exist as specified: devices allocated in the ledger, host prepared, volumes
 // and seed created, domain defined and (unless NoStart) running. See the package comment for
 // how it converges after a crash; a failed apply undoes the steps it took, newest first.
+//
+// Apply holds vm's lock (ledger.LockVM) throughout: a second apply or destroy of the same VM
+// meanwhile fails with host.ErrBusy rather than undoing this one's steps as "interrupted".
 func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) {
+	unlock, err := l.o.Ledger.LockVM(vm.Metadata.Name)
+	if err != nil {
+		return &Result{VM: vm.Metadata.Name}, fmt.Errorf("apply %s: %w", vm.Metadata.Name, err)
+	}
+	defer unlock()
+	return l.apply(ctx, vm)
+}
+
+func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) {
 	name := vm.Metadata.Name
 	res := &Result{VM: name}
 
@@ -118,7 +158,7 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 		})
 		if errors.Is(err, errTeardown) && attempt == 0 {
 			l.progress("%s: devices changed: destroying and re-creating it", name)
-			if _, err := l.Destroy(ctx, name); err != nil {
+			if _, err := l.destroy(ctx, name); err != nil {
 				return res, fmt.Errorf("apply %s: %w", name, err)
 			}
 			continue
@@ -140,7 +180,7 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 			if _, err := l.teardown(ctx, name); err != nil {
 				return res, err
 			}
-			return l.Apply(ctx, vm)
+			return l.apply(ctx, vm)
 		}
 		if err != nil {
 			return res, err
@@ -190,6 +230,17 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 				continue
 			}
 		}
+		if err := l.refuseExisting(ctx, ps); err != nil {
+			if pending > 0 {
+				// The previous step was taken: say so before undoing it with the rest.
+				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(pending, ledger.StepDone); return nil })
+			}
+			if preN > 0 {
+				// Recorded with the claims but not taken: nothing to undo.
+				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(preN, ledger.StepUndone); return nil })
+			}
+			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text, err))
+		}
 		// Each step is recorded before it is taken, in the same transaction that marks the
 		// previous step done (so an apply costs one ledger write per step, plus one).
 		var n int
@@ -215,6 +266,11 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 		}
 		l.progress("%s: %s", name, ps.Text)
 		if err := l.do(ctx, vm, plan, ps); err != nil {
+			if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
+				// Nothing was created: forget the step rather than undo it.
+				taken = taken[:len(taken)-1]
+				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepUndone); return nil })
+			}
 			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text, err))
 		}
 		if crash {
@@ -334,9 +390,6 @@ func (l *Lifecycle) do(ctx context.Context, vm *domains.VM, plan *Plan, s Planne
 	case ActEnsurePool:
 		return l.o.Conn.EnsureDirPool(ctx, l.o.Pool, l.o.PoolDir)
 	case ActCreateOverlay:
-		if _, err := l.o.Conn.VolumePath(ctx, l.o.Pool, s.Target); err == nil {
-			return fmt.Errorf("volume %s exists in pool %s and this apply did not create it: %w", s.Target, l.o.Pool, host.ErrBusy)
-		}
 		size, _ := strconv.ParseUint(s.Params["size"], 10, 64)
 		return l.o.Conn.CreateVolume(ctx, l.o.Pool, virt.Volume{Name: s.Target, Format: "qcow2", Capacity: size,
 			BackingPath: s.Params["backing"], BackingFormat: s.Params["backing_format"]})
@@ -439,7 +492,21 @@ type DestroyResult struct {
 // Destroy stops and undefines the VM's domain, deletes the volumes and seed apply created,
 // releases its devices (removes mdevs, restores drivers) and forgets it: only what vgpu-host
 // created, as its journal records. A VM vgpu-host does not know is ErrNotFound.
+// Destroy holds the VM's lock, as Apply does.
 func (l *Lifecycle) Destroy(ctx context.Context, name string) (*DestroyResult, error) {
+	unlock, err := l.o.Ledger.LockVM(name)
+	if err != nil {
+		if errors.Is(err, host.ErrInvalid) {
+			// Not a name vgpu-host could have applied.
+			return nil, fmt.Errorf("destroy %s: not in the ledger %s: %w", name, l.o.Ledger.Path(), host.ErrNotFound)
+		}
+		return nil, fmt.Errorf("destroy %s: %w", name, err)
+	}
+	defer unlock()
+	return l.destroy(ctx, name)
+}
+
+func (l *Lifecycle) destroy(ctx context.Context, name string) (*DestroyResult, error) {
 	book, err := l.o.Ledger.Read()
 	if err != nil {
 		return nil, err

@@ -329,7 +329,7 @@ func (f *Fake) CreateVolume(_ context.Context, pool string, v Volume) error {
 		return err
 	}
 	if p[v.Name] != nil {
-		return fmt.Errorf("create volume %s in pool %s: volume exists", v.Name, pool)
+		return fmt.Errorf("create volume %s in pool %s: %w", v.Name, pool, ErrVolumeExists)
 	}
 	p[v.Name] = &FakeVolume{Volume: v}
 	return nil

@@ -55,6 +55,8 @@ func lverr(err error, what string) error {
 			return fmt.Errorf("%s: %w: %s", what, ErrNoVolume, le.Message)
 		case libvirt.ERR_NO_STORAGE_POOL:
 			return fmt.Errorf("%s: %w: %s", what, ErrNoPool, le.Message)
+		case libvirt.ERR_STORAGE_VOL_EXIST:
+			return fmt.Errorf("%s: %w: %s", what, ErrVolumeExists, le.Message)
 		}
 		return fmt.Errorf("%s: %s", what, le.Message)
 	}

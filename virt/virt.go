@@ -31,6 +31,9 @@ var (
 	ErrNoDomain = errors.New("no such domain")
 	ErrNoVolume = errors.New("no such storage volume")
 	ErrNoPool   = errors.New("no such storage pool")
+	// ErrVolumeExists is returned (wrapped) by CreateVolume when the pool has a volume of
+	// that name already: the caller did not create it and must not delete it.
+	ErrVolumeExists = errors.New("storage volume exists")
 )
 
 // IsNotFound reports whether err says a domain, volume or pool does not exist.
