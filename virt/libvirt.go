@@ -135,7 +135,15 @@ func (l *Libvirt) Destroy(_ context.Context, name string) error {
 	if active, err := d.IsActive(); err == nil && !active {
 		return nil
 	}
-	return lverr(d.Destroy(), "destroy domain "+name)
+	err = d.Destroy()
+	if err != nil {
+		// A start in flight when its client died (kill -9) is aborted by libvirtd: between
+		// IsActive and Destroy the domain may have stopped by itself. That is what we want.
+		if active, aerr := d.IsActive(); aerr == nil && !active {
+			return nil
+		}
+	}
+	return lverr(err, "destroy domain "+name)
 }
 
 // Undefine removes the persistent definition with its NVRAM, managed save and snapshot metadata.

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"math/rand"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
@@ -216,4 +219,72 @@ func TestCrashAtEveryStepLibvirtd(t *testing.T) {
 			assertClean(t, uri, root, name)
 		}
 	}
+}
+
+// TestKill9RandomLibvirtd sends a real SIGKILL to apply and to destroy processes at random
+// moments against a real libvirtd (no in-process hook: the process can die inside a libvirt
+// call, between a call and its journal record, or inside a ledger write), then checks that
+// the next apply or destroy converges and that nothing is left: no domain, volume, seed,
+// ledger entry or ledger temporary file.
+func TestKill9RandomLibvirtd(t *testing.T) {
+	uri := testenv.Libvirtd(t)
+	bin := binary(t)
+	name := "vgpuhost-test-kill9"
+	root, spec := world(t, uri, name)
+	apply := []string{"--host-root", root.Dir(), "-o", "json", "apply", "--connect", uri, "--virt-type", "qemu", spec}
+	destroy := []string{"--host-root", root.Dir(), "-o", "json", "destroy", "--connect", uri, name}
+
+	// How long a whole apply takes here, to spread the kills over it.
+	t0 := time.Now()
+	if out, err := exec.Command(bin, apply...).CombinedOutput(); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	full := time.Since(t0)
+	if out, err := exec.Command(bin, destroy...).CombinedOutput(); err != nil {
+		t.Fatalf("destroy: %v\n%s", err, out)
+	}
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	t.Logf("apply takes %v; seed %d", full, seed)
+	killAfter := func(args []string, d time.Duration) (killed bool) {
+		cmd := exec.Command(bin, args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		timer := time.AfterFunc(d, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		err := cmd.Wait()
+		timer.Stop()
+		var ee *exec.ExitError
+		return errors.As(err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signaled()
+	}
+	kills := 0
+	for i := 0; i < 12; i++ {
+		killed := killAfter(apply, time.Duration(rng.Int63n(int64(full))))
+		if killed {
+			kills++
+		}
+		if i%3 == 2 {
+			// Kill the destroy that cleans up too, then let another one finish it.
+			if killAfter(destroy, time.Duration(rng.Int63n(int64(full/2)))) {
+				kills++
+			}
+		} else if i%2 == 0 {
+			out, code := runCLI(t, apply[:len(apply)]...)
+			if code != 0 || !strings.Contains(out, `"state": "running"`) {
+				t.Fatalf("round %d: apply after kill exit %d:\n%s", i, code, out)
+			}
+		}
+		out, code := runCLI(t, destroy...)
+		if code != 0 && code != exitNotFound {
+			t.Fatalf("round %d: destroy after kill exit %d:\n%s", i, code, out)
+		}
+		assertClean(t, uri, root, name)
+		if tmp, _ := filepath.Glob(filepath.Join(root.StateDir(), ".ledger.json.tmp*")); len(tmp) > 0 {
+			t.Fatalf("round %d: ledger temporary files left: %v", i, tmp)
+		}
+	}
+	if kills == 0 {
+		t.Fatal("no process was killed while running")
+	}
+	t.Logf("%d processes killed mid-run", kills)
 }
