@@ -3,6 +3,7 @@ package domains_test
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"libvirt.org/go/libvirtxml"
@@ -28,6 +29,14 @@ func FuzzRender(f *testing.F) {
 	f.Add([]byte(minimal + "  machine: pc\n  disks:\n    - {path: /dev/sdb, bus: sata}\n    - {path: /x.iso, device: cdrom}\n  gpus:\n    - passthrough: {address: \"0a:00.0\"}\n"))
 	f.Add([]byte("metadata: {name: \"\\u0000<x>\"}\nspec: {memory: 1e9}\n"))
 	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Add([]byte(minimal + multiGPU))
+	f.Add([]byte(minimal + "  machine: pc\n  firmware: bios\n  mmio64: 512GiB\n  cpu: {model: Skylake-Server}\n" + multiGPU))
+	f.Add([]byte(minimal + "  gpus:\n    - passthrough: {address: \"41:00.4\", rom: {bar: \"on\", file: \"/a&b<c>.rom\"}, primary: true}\n    - passthrough: {address: \"0a:00.1\"}\n"))
+	f.Add([]byte(minimal + "  gpus:\n    - vgpu: {profile: \"GRID T4-2Q\", count: 2, display: true, ramfb: false, uuids: [\"6f0b6b0e-0a4e-4b8e-9d1a-1f2e3d4c5b6a\", \"6f0b6b0e-0a4e-4b8e-9d1a-1f2e3d4c5b6b\"]}\n    - vgpu: {profile: \"l40s-8q\", mode: vendor-vfio}\n      fallback: virtio-gpu\n"))
+	f.Add([]byte(minimal + "  graphics: {type: spice, gl: true, renderNode: /dev/dri/renderD128}\n  gpus:\n    - virtioGpu: {virgl: true, heads: 4}\n  quirks: {kvmHidden: true, hypervVendorId: \"0123456789ab\"}\n"))
+	f.Add([]byte(minimal + "  network: {type: bridge, bridge: br0, mac: \"52-54-00-AA-BB-CC\", model: e1000e}\n  secureBoot: true\n  numa: auto\n  hugepages: 2MiB\n"))
+	f.Add([]byte(strings.Replace(minimal, "name: vm1", "name: vm1\n  description: \"a\\x01<b>&amp;]]>\"", 1) + "  disks:\n    - {image: /i/b.img, size: 1GiB, overlay: \"/i/o\\uFFFE.qcow2\"}\n  cloudInit: {userData: \"#cloud-config\\n</x>\\x1b\"}\n"))
+	f.Add([]byte(minimal + "  gpus:\n    - passthrough: {model: A100, count: twenty-three, companions: maybe}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		vm, err := domains.Parse(data)
 		if err != nil {
@@ -60,6 +69,16 @@ func FuzzRender(f *testing.F) {
 			var back libvirtxml.Domain
 			if err := back.Unmarshal(x); err != nil {
 				t.Fatalf("rendered XML does not parse: %v\n%s", err, x)
+			}
+			// What the user wrote arrives unchanged (encoding/xml silently replaces characters
+			// XML cannot carry with U+FFFD; Validate must have refused those).
+			if back.Name != vm.Metadata.Name || back.Description != vm.Metadata.Description {
+				t.Fatalf("name/description changed on the way into XML: %q %q -> %q %q", vm.Metadata.Name, vm.Metadata.Description, back.Name, back.Description)
+			}
+			for i, f := range vm.DiskFiles(domains.BuildOptions{}) {
+				if src := back.Devices.Disks[i].Source; src.File != nil && src.File.File != f.Path || src.Block != nil && src.Block.Dev != f.Path {
+					t.Fatalf("disk %d path %q changed on the way into XML: %+v", i, f.Path, src)
+				}
 			}
 			again, err := back.Marshal()
 			if err != nil || again != x {

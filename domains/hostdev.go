@@ -74,15 +74,18 @@ func SlotHostdevs(functions []host.Address, at GuestSlot, managed bool, rom *ROM
 //	</hostdev>
 //
 // display='on' exports the vGPU's framebuffer to the VM's graphics; ramfb='on' adds a boot
-// framebuffer so firmware and early boot are visible. libvirt 9.0 accepts both only on mdev
-// hostdevs.
-func MdevHostdev(uuid string, display bool) libvirtxml.DomainHostdev {
+// framebuffer so firmware and early boot are visible (only with display). libvirt 9.0 accepts
+// both only on mdev hostdevs.
+func MdevHostdev(uuid string, display, ramfb bool) libvirtxml.DomainHostdev {
 	md := &libvirtxml.DomainHostdevSubsysMDev{
 		Model:  "vfio-pci",
 		Source: &libvirtxml.DomainHostdevSubsysMDevSource{Address: &libvirtxml.DomainAddressMDev{UUID: uuid}},
 	}
 	if display {
-		md.Display, md.RamFB = "on", "on"
+		md.Display = "on"
+		if ramfb {
+			md.RamFB = "on"
+		}
 	}
 	return libvirtxml.DomainHostdev{SubsysMDev: md}
 }

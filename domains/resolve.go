@@ -261,7 +261,19 @@ func (r *resolver) passthrough(i int, p *Passthrough) ([]Slot, error) {
 		if r.used[a] {
 			return nil, fmt.Errorf("%s: %s is already assigned: %w", path, a, host.ErrBusy)
 		}
-		return []Slot{r.slot(d, withCompanions)}, nil
+		if !d.IsGPU {
+			// A companion named on its own would land at guest function 0 with the GPU after it,
+			// and anything else is not what gpus[] is for.
+			gpu := ""
+			for k := range r.inv.Devices {
+				if o := &r.inv.Devices[k]; o.IsGPU && o.Address.SameSlot(a) {
+					gpu = fmt.Sprintf("; it is a function of GPU %s: give that address (its companions come along)", o.Address)
+					break
+				}
+			}
+			return nil, fmt.Errorf("%s.address: %s is not a GPU (PCI class %s)%s: %w", path, a, d.Class, gpu, host.ErrInvalid)
+		}
+		return []Slot{r.slot(d, withCompanions && d.PhysFn == nil)}, nil
 	}
 	if r.inv == nil {
 		return nil, fmt.Errorf("%s: selector %s needs a host inventory, give an address to render offline: %w", path, selectorString(p), errOffline)
@@ -310,9 +322,10 @@ func matches(d *host.Device, p *Passthrough) bool {
 }
 
 // slot collects a GPU and (optionally) the other functions of its slot and marks them used.
+// A VF never brings companions: the other functions of its slot are its PF and sibling VFs.
 func (r *resolver) slot(d *host.Device, companions bool) Slot {
 	s := Slot{Functions: []host.Address{d.Address}, Name: d.DeviceName, NUMANode: d.NUMANode}
-	if companions {
+	if companions && d.PhysFn == nil {
 		set := map[host.Address]bool{}
 		for _, c := range d.Companions {
 			if c.SameSlot(d.Address) {
@@ -401,6 +414,17 @@ func (r *resolver) mdev(i int, v *VGPU) ([]MdevAllocation, error) {
 			if slices.Contains(c.t.Instances, u) {
 				got = &MdevAllocation{UUID: u, Type: c.t.ID, Parent: c.parent, Exists: true}
 				break
+			}
+		}
+		if got == nil {
+			// An instance with this UUID of another type: creating ours would fail (EEXIST).
+			for _, mp := range r.inv.MdevParents {
+				for _, t := range mp.Types {
+					if slices.Contains(t.Instances, u) {
+						return nil, fmt.Errorf("%s: mdev %s already exists on %s as type %s (%s), not profile %q; remove it (vgpu-host mdev remove %s) or use other uuids: %w",
+							path, u, mp.Parent, t.ID, t.Name, v.Profile, u, host.ErrBusy)
+					}
+				}
 			}
 		}
 		if got == nil {

@@ -171,6 +171,9 @@ type VGPU struct {
 	// Display exposes the vGPU's display to the VM's graphics (mdev only), with ramfb for the
 	// boot console.
 	Display bool `yaml:"display,omitempty" json:"display,omitempty"`
+	// RAMFB adds a boot framebuffer (firmware and early boot) to a vGPU display; default: on
+	// when Display is. libvirt accepts it only with display on.
+	RAMFB *bool `yaml:"ramfb,omitempty" json:"ramfb,omitempty"`
 }
 
 // VirtioGPU is a paravirtual GPU, optionally with virgl 3D.
@@ -288,9 +291,9 @@ func Parse(data []byte) (*VM, error) {
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("parse spec: %s: %w", cleanYAMLError(err), host.ErrInvalid)
 	}
-	lines := map[string]int{}
+	lines, values := map[string]int{}, map[string]string{}
 	if len(root.Content) > 0 {
-		recordLines(root.Content[0], "", lines)
+		recordLines(root.Content[0], "", lines, values)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -299,7 +302,7 @@ func Parse(data []byte) (*VM, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("parse spec: empty document: %w", host.ErrInvalid)
 		}
-		return nil, fmt.Errorf("parse spec: %s: %w", explainDecodeError(err, lines), host.ErrInvalid)
+		return nil, fmt.Errorf("parse spec: %s: %w", explainDecodeError(err, lines, values), host.ErrInvalid)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -312,12 +315,13 @@ func Parse(data []byte) (*VM, error) {
 // Line returns the YAML line of a field path ("spec.gpus[0].passthrough"), or 0.
 func (vm *VM) Line(path string) int { return vm.lines[path] }
 
-// recordLines walks a YAML tree and maps every field path to the line of its key.
-func recordLines(n *yaml.Node, path string, lines map[string]int) {
+// recordLines walks a YAML tree and maps every field path to the line of its key, and every
+// scalar field to its value (to tell apart fields of a flow mapping that share a line).
+func recordLines(n *yaml.Node, path string, lines map[string]int, values map[string]string) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			recordLines(c, path, lines)
+			recordLines(c, path, lines, values)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -327,13 +331,19 @@ func recordLines(n *yaml.Node, path string, lines map[string]int) {
 				p = path + "." + k.Value
 			}
 			lines[p] = k.Line
-			recordLines(v, p, lines)
+			if v.Kind == yaml.ScalarNode {
+				values[p] = v.Value
+			}
+			recordLines(v, p, lines, values)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			lines[p] = c.Line
-			recordLines(c, p, lines)
+			if c.Kind == yaml.ScalarNode {
+				values[p] = c.Value
+			}
+			recordLines(c, p, lines, values)
 		}
 	}
 }
@@ -345,7 +355,7 @@ var (
 
 // explainDecodeError rewrites yaml.v3's messages ("field x not found in type domains.Spec")
 // into ones that name the field path a user wrote.
-func explainDecodeError(err error, lines map[string]int) string {
+func explainDecodeError(err error, lines map[string]int, values map[string]string) string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return cleanYAMLError(err)
@@ -359,7 +369,7 @@ func explainDecodeError(err error, lines map[string]int) string {
 		}
 		if m := cannotRE.FindStringSubmatch(e); m != nil {
 			line, _ := strconv.Atoi(m[1])
-			field := pathAtLine(lines, line)
+			field := pathAtLine(lines, values, line, m[3])
 			if field == "" {
 				field = "value"
 			}
@@ -385,12 +395,22 @@ func atPath(lines map[string]int, line int, name string) string {
 	return ""
 }
 
-// pathAtLine returns the deepest field path whose key is on line.
-func pathAtLine(lines map[string]int, line int) string {
-	best := ""
+// pathAtLine returns the field path on line that holds value (yaml.v3 quotes values longer
+// than 10 characters as their first 7 and "..."), or else the deepest path on line. Map
+// iteration order is random, so ties are broken by name to keep messages stable.
+func pathAtLine(lines map[string]int, values map[string]string, line int, value string) string {
+	prefix, truncated := strings.CutSuffix(value, "...")
+	best, bestValue := "", false
 	for p, l := range lines {
-		if l == line && len(p) > len(best) {
-			best = p
+		if l != line {
+			continue
+		}
+		v, scalar := values[p]
+		isValue := value != "" && scalar && (v == value || truncated && strings.HasPrefix(v, prefix))
+		switch {
+		case isValue && !bestValue,
+			isValue == bestValue && (len(p) > len(best) || len(p) == len(best) && p < best):
+			best, bestValue = p, isValue
 		}
 	}
 	return best

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -133,13 +134,37 @@ func (v *validator) text(path, s string) {
 	if len(s) > maxStringLen {
 		v.add(path, "longer than %d characters", maxStringLen)
 	}
-	if strings.ContainsRune(s, 0) {
-		v.add(path, "contains a NUL character")
+	v.chars(path, s, true)
+}
+
+// chars reports a character XML 1.0 cannot carry (NUL, other C0 controls, U+FFFE, U+FFFF,
+// invalid UTF-8): encoding/xml would silently write U+FFFD instead, so the domain would name
+// a different file or say something else. Tab and newline are allowed where lines are.
+func (v *validator) chars(path, s string, lines bool) {
+	for i, r := range s {
+		switch {
+		case r == 0:
+			v.add(path, "contains a NUL character")
+		case (r == '\t' || r == '\n' || r == '\r') && lines:
+			continue
+		case r < 0x20 || r == 0x7f:
+			v.add(path, "contains the control character %U at byte %d", r, i)
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			v.add(path, "is not valid UTF-8 (byte %d)", i)
+		case r == 0xFFFE || r == 0xFFFF:
+			v.add(path, "contains the non-character %U", r)
+		default:
+			continue
+		}
+		return
 	}
 }
 
 func (v *validator) absPath(path, p string) {
-	v.text(path, p)
+	if len(p) > maxStringLen {
+		v.add(path, "longer than %d characters", maxStringLen)
+	}
+	v.chars(path, p, false)
 	if p != "" && !filepath.IsAbs(p) {
 		v.add(path, "%q must be an absolute path", p)
 	}
@@ -225,9 +250,7 @@ func (v *validator) check() {
 		if len(ci.UserData) > 1<<20 {
 			v.add("spec.cloudInit.userData", "longer than 1 MiB")
 		}
-		if strings.ContainsRune(ci.UserData, 0) {
-			v.add("spec.cloudInit.userData", "contains a NUL character")
-		}
+		v.chars("spec.cloudInit.userData", ci.UserData, true)
 		if ci.UserData == "" && ci.MetaData == "" && ci.NetworkConfig == "" {
 			v.add("spec.cloudInit", "empty: give userData, metaData or networkConfig, or remove cloudInit")
 		}
@@ -283,6 +306,9 @@ func (v *validator) disks() {
 			v.absPath(p+".image", d.Image)
 			v.absPath(p+".overlay", d.Overlay)
 			v.size(p+".size", d.Size, 1<<20, MaxDiskSize, true)
+			if d.Overlay != "" && filepath.Clean(d.Overlay) == filepath.Clean(d.Image) {
+				v.add(p+".overlay", "is the base image itself; the overlay must be a new file")
+			}
 			if d.Device == "cdrom" {
 				v.add(p+".device", "a cdrom cannot have an overlay: use path")
 			}
@@ -310,6 +336,18 @@ func (v *validator) disks() {
 	}
 	if len(v.vm.Spec.Disks) > 20 {
 		v.add("spec.disks", "more than 20 disks")
+	}
+	// Two disks on one file: QEMU's image locking refuses the second at start.
+	files := map[string]int{}
+	for i, f := range v.vm.DiskFiles(BuildOptions{}) {
+		if f.Path == "" {
+			continue
+		}
+		if j, dup := files[f.Path]; dup {
+			v.add(fmt.Sprintf("spec.disks[%d]", i), "%s is also the file of spec.disks[%d]", f.Path, j)
+			continue
+		}
+		files[f.Path] = i
 	}
 }
 
@@ -368,6 +406,9 @@ func (v *validator) graphics() {
 	if g.GL && g.Type != "spice" {
 		v.add("spec.graphics.gl", "only for type spice (egl-headless is always GL)")
 	}
+	if g.GL && g.Listen != "" {
+		v.add("spec.graphics.listen", "spice gl serves local clients only and listens nowhere; remove listen")
+	}
 	v.absPath("spec.graphics.renderNode", g.RenderNode)
 	if g.RenderNode != "" && !g.GL && g.Type != "egl-headless" {
 		v.add("spec.graphics.renderNode", "only with spice gl or egl-headless")
@@ -381,6 +422,7 @@ func (v *validator) gpus() {
 	}
 	virtio := 0
 	seenAddr := map[string]string{}
+	seenUUID := map[string]string{}
 	for i, g := range s.GPUs {
 		p := fmt.Sprintf("spec.gpus[%d]", i)
 		kinds := 0
@@ -457,13 +499,30 @@ func (v *validator) gpus() {
 					v.add(vp+".uuids", "%d UUIDs for count %d", len(vg.UUIDs), count)
 				}
 				for j, u := range vg.UUIDs {
-					if _, err := uuid.Parse(u); err != nil || len(u) != 36 {
-						v.add(fmt.Sprintf("%s.uuids[%d]", vp, j), "%q is not a UUID", u)
+					up := fmt.Sprintf("%s.uuids[%d]", vp, j)
+					id, err := uuid.Parse(u)
+					if err != nil || len(u) != 36 {
+						v.add(up, "%q is not a UUID", u)
+						continue
 					}
+					if other, dup := seenUUID[id.String()]; dup {
+						v.add(up, "%s is also used by %s", id, other)
+						continue
+					}
+					seenUUID[id.String()] = up
+				}
+				if vg.Display && graphicsType(v.vm) == "none" {
+					v.add(vp+".display", "a vGPU display needs graphics (vnc, spice or egl-headless); graphics type is none")
+				}
+				if vg.RAMFB != nil && *vg.RAMFB && !vg.Display {
+					v.add(vp+".ramfb", "only with display: true (libvirt refuses ramfb without display)")
 				}
 			case "vendor-vfio":
 				if vg.Display {
 					v.add(vp+".display", "libvirt accepts display only on mdev hostdevs; a vendor-VFIO VF is a PCI hostdev")
+				}
+				if vg.RAMFB != nil {
+					v.add(vp+".ramfb", "only for mode mdev")
 				}
 				if len(vg.UUIDs) > 0 {
 					v.add(vp+".uuids", "only for mode mdev")
