@@ -1,12 +1,16 @@
 package domains
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/xml"
 	"fmt"
 	"math/bits"
+	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -43,6 +47,9 @@ type Plan struct {
 	nextRootPort uint // q35: next pcie-root-port index for a GPU slot
 	nextSlot     uint // i440fx: next bus-0 slot for a GPU
 	targets      targets
+	block        *baseBlock // backing store of the base domain and the steps' fixed parts
+	files        []DiskFile // vm.DiskFiles(Opts), computed once
+	seed         string     // vm.SeedISOPath(Opts)
 }
 
 // Step is one small part of the build: it reads the plan and fills part of the domain.
@@ -74,6 +81,7 @@ func Build(vm *VM, alloc *Allocation, opts BuildOptions) (*libvirtxml.Domain, er
 		return nil, fmt.Errorf("build %s: allocation has %d gpus for %d in the spec: %w", vm.Metadata.Name, len(alloc.GPUs), len(vm.Spec.GPUs), host.ErrInvalid)
 	}
 	p := &Plan{VM: vm, Alloc: alloc, Opts: opts, nextRootPort: 1, nextSlot: 0x10}
+	p.files, p.seed = vm.DiskFiles(opts), vm.SeedISOPath(opts)
 	d := base(p)
 	for _, step := range Steps {
 		if err := step(p, d); err != nil {
@@ -83,17 +91,71 @@ func Build(vm *VM, alloc *Allocation, opts BuildOptions) (*libvirtxml.Domain, er
 	return d, nil
 }
 
-// Render is Build followed by Marshal.
+// Render is Build followed by Marshal. Its output is byte for byte what
+// (*libvirtxml.Domain).Marshal gives (xml.MarshalIndent with two spaces), written through a
+// pooled encoder so that rendering many domains reuses one buffer instead of growing a new one
+// each time.
 func Render(vm *VM, alloc *Allocation, opts BuildOptions) (string, error) {
 	d, err := Build(vm, alloc, opts)
 	if err != nil {
 		return "", err
 	}
-	s, err := d.Marshal()
+	s, err := marshalIndented(d)
 	if err != nil {
 		return "", fmt.Errorf("marshal domain %s: %w", vm.Metadata.Name, err)
 	}
 	return s, nil
+}
+
+// xmlWriter is a reusable bytes.Buffer with a bufio.Writer over it and two encoders sharing
+// that writer: one indented like xml.MarshalIndent(v, "", "  "), one compact like
+// xml.Marshal. xml.NewEncoder reuses a *bufio.Writer of at least 4096 bytes instead of
+// allocating its own.
+type xmlWriter struct {
+	buf      bytes.Buffer
+	bw       *bufio.Writer
+	indented *xml.Encoder
+	compact  *xml.Encoder
+}
+
+var xmlWriters = sync.Pool{New: func() any {
+	w := &xmlWriter{}
+	w.buf.Grow(8 << 10)
+	w.bw = bufio.NewWriterSize(&w.buf, 4096)
+	w.indented = xml.NewEncoder(w.bw)
+	w.indented.Indent("", "  ")
+	w.compact = xml.NewEncoder(w.bw)
+	return w
+}}
+
+// encode writes v with enc and returns the text. A reused indented encoder starts every
+// document after the first with the newline that separates top-level values; it is dropped.
+// After an error the writer is not returned to the pool (the encoder may hold a half-open
+// element).
+func (w *xmlWriter) encode(enc *xml.Encoder, v any) (string, error) {
+	w.buf.Reset()
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	if err := enc.Flush(); err != nil {
+		return "", err
+	}
+	b := bytes.TrimPrefix(w.buf.Bytes(), []byte("\n"))
+	s := string(b)
+	xmlWriters.Put(w)
+	return s, nil
+}
+
+// marshalIndented is xml.MarshalIndent(v, "", "  ") through a pooled writer.
+func marshalIndented(v any) (string, error) {
+	w := xmlWriters.Get().(*xmlWriter)
+	return w.encode(w.indented, v)
+}
+
+// marshalCompact is xml.Marshal(v) through a pooled writer.
+func marshalCompact(v any) (string, error) {
+	w := xmlWriters.Get().(*xmlWriter)
+	return w.encode(w.compact, v)
 }
 
 func uintp(v uint) *uint { return &v }
@@ -105,53 +167,91 @@ func machine(vm *VM) string {
 	return vm.Spec.Machine
 }
 
+// baseBlock holds everything base points to, so that the base domain is a handful of
+// allocations instead of thirty: the fields are only ever reached through the domain's
+// pointers, and each Build gets its own block.
+type baseBlock struct {
+	dom       libvirtxml.Domain
+	os        libvirtxml.DomainOS
+	osType    libvirtxml.DomainOSType
+	boot      [1]libvirtxml.DomainBootDevice
+	features  libvirtxml.DomainFeatureList
+	acpi      libvirtxml.DomainFeature
+	apic      libvirtxml.DomainFeatureAPIC
+	clock     libvirtxml.DomainClock
+	timers    [3]libvirtxml.DomainTimer
+	devices   libvirtxml.DomainDeviceList
+	serial    [1]libvirtxml.DomainSerial
+	console   [1]libvirtxml.DomainConsole
+	channels  [2]libvirtxml.DomainChannel // guest agent, and room for spice's vdagent
+	rng       [1]libvirtxml.DomainRNG
+	pty       [2]libvirtxml.DomainChardevSourcePty
+	src       [3]libvirtxml.DomainChardevSource
+	agent     libvirtxml.DomainChardevSourceUNIX
+	serialT   libvirtxml.DomainSerialTarget
+	consoleT  libvirtxml.DomainConsoleTarget
+	channelT  libvirtxml.DomainChannelTarget
+	channelV  libvirtxml.DomainChannelTargetVirtIO
+	rngB      libvirtxml.DomainRNGBackend
+	rngR      libvirtxml.DomainRNGBackendRandom
+	port0     [2]uint
+	memory    libvirtxml.DomainMemory
+	curMemory libvirtxml.DomainCurrentMemory
+	vcpu      libvirtxml.DomainVCPU
+	cpu       libvirtxml.DomainCPU
+	topology  libvirtxml.DomainCPUTopology
+	balloon   libvirtxml.DomainMemBalloon
+}
+
 // base is the domain every VM starts from: identity, lifecycle, clock, a serial console,
 // a virtio RNG.
 func base(p *Plan) *libvirtxml.Domain {
 	vm := p.VM
-	return &libvirtxml.Domain{
+	b := &baseBlock{}
+	p.block = b
+	b.osType = libvirtxml.DomainOSType{Arch: "x86_64", Machine: machine(vm), Type: "hvm"}
+	b.boot[0] = libvirtxml.DomainBootDevice{Dev: "hd"}
+	b.os = libvirtxml.DomainOS{Type: &b.osType, BootDevices: b.boot[:]}
+	b.features = libvirtxml.DomainFeatureList{ACPI: &b.acpi, APIC: &b.apic}
+	b.timers = [3]libvirtxml.DomainTimer{
+		{Name: "rtc", TickPolicy: "catchup"},
+		{Name: "pit", TickPolicy: "delay"},
+		{Name: "hpet", Present: "no"},
+	}
+	b.clock = libvirtxml.DomainClock{Offset: "utc", Timer: b.timers[:]}
+	b.src[0].Pty, b.src[1].Pty = &b.pty[0], &b.pty[1]
+	b.serialT.Port = &b.port0[0]
+	b.serial[0] = libvirtxml.DomainSerial{Source: &b.src[0], Target: &b.serialT}
+	b.consoleT = libvirtxml.DomainConsoleTarget{Type: "serial", Port: &b.port0[1]}
+	b.console[0] = libvirtxml.DomainConsole{Source: &b.src[1], Target: &b.consoleT}
+	b.agent.Mode = "bind"
+	b.src[2].UNIX = &b.agent
+	b.channelV.Name = "org.qemu.guest_agent.0"
+	b.channelT.VirtIO = &b.channelV
+	b.channels[0] = libvirtxml.DomainChannel{Source: &b.src[2], Target: &b.channelT}
+	b.rngR.Device = "/dev/urandom"
+	b.rngB.Random = &b.rngR
+	b.rng[0] = libvirtxml.DomainRNG{Model: "virtio", Backend: &b.rngB}
+	b.devices = libvirtxml.DomainDeviceList{
+		Serials:  b.serial[:],
+		Consoles: b.console[:],
+		Channels: b.channels[:1],
+		RNGs:     b.rng[:],
+	}
+	b.dom = libvirtxml.Domain{
 		Type:        p.Alloc.VirtType,
 		Name:        vm.Metadata.Name,
 		UUID:        DomainUUID(vm.Metadata.Name),
 		Description: vm.Metadata.Description,
-		OS: &libvirtxml.DomainOS{
-			Type:        &libvirtxml.DomainOSType{Arch: "x86_64", Machine: machine(vm), Type: "hvm"},
-			BootDevices: []libvirtxml.DomainBootDevice{{Dev: "hd"}},
-		},
-		Features: &libvirtxml.DomainFeatureList{
-			ACPI: &libvirtxml.DomainFeature{},
-			APIC: &libvirtxml.DomainFeatureAPIC{},
-		},
-		Clock: &libvirtxml.DomainClock{
-			Offset: "utc",
-			Timer: []libvirtxml.DomainTimer{
-				{Name: "rtc", TickPolicy: "catchup"},
-				{Name: "pit", TickPolicy: "delay"},
-				{Name: "hpet", Present: "no"},
-			},
-		},
-		OnPoweroff: "destroy",
-		OnReboot:   "restart",
-		OnCrash:    "destroy",
-		Devices: &libvirtxml.DomainDeviceList{
-			Serials: []libvirtxml.DomainSerial{{
-				Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
-				Target: &libvirtxml.DomainSerialTarget{Port: uintp(0)},
-			}},
-			Consoles: []libvirtxml.DomainConsole{{
-				Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
-				Target: &libvirtxml.DomainConsoleTarget{Type: "serial", Port: uintp(0)},
-			}},
-			Channels: []libvirtxml.DomainChannel{{
-				Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind"}},
-				Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: "org.qemu.guest_agent.0"}},
-			}},
-			RNGs: []libvirtxml.DomainRNG{{
-				Model:   "virtio",
-				Backend: &libvirtxml.DomainRNGBackend{Random: &libvirtxml.DomainRNGBackendRandom{Device: "/dev/urandom"}},
-			}},
-		},
+		OS:          &b.os,
+		Features:    &b.features,
+		Clock:       &b.clock,
+		OnPoweroff:  "destroy",
+		OnReboot:    "restart",
+		OnCrash:     "destroy",
+		Devices:     &b.devices,
 	}
+	return &b.dom
 }
 
 func stepMemory(p *Plan, d *libvirtxml.Domain) error {
@@ -160,8 +260,9 @@ func stepMemory(p *Plan, d *libvirtxml.Domain) error {
 		return fmt.Errorf("spec.memory %q: %w", s.Memory.Raw, host.ErrInvalid)
 	}
 	kib := uint(s.Memory.KiB())
-	d.Memory = &libvirtxml.DomainMemory{Value: kib, Unit: "KiB"}
-	d.CurrentMemory = &libvirtxml.DomainCurrentMemory{Value: kib, Unit: "KiB"}
+	b := p.block
+	b.memory, b.curMemory = libvirtxml.DomainMemory{Value: kib, Unit: "KiB"}, libvirtxml.DomainCurrentMemory{Value: kib, Unit: "KiB"}
+	d.Memory, d.CurrentMemory = &b.memory, &b.curMemory
 	if !s.Hugepages.IsZero() {
 		d.MemoryBacking = &libvirtxml.DomainMemoryBacking{
 			MemoryHugePages: &libvirtxml.DomainMemoryHugepages{
@@ -177,7 +278,8 @@ func stepMemory(p *Plan, d *libvirtxml.Domain) error {
 			model = "none"
 		}
 	}
-	d.Devices.MemBalloon = &libvirtxml.DomainMemBalloon{Model: model}
+	b.balloon.Model = model
+	d.Devices.MemBalloon = &b.balloon
 	return nil
 }
 
@@ -194,10 +296,12 @@ func cpuMode(p *Plan) string {
 
 func stepCPU(p *Plan, d *libvirtxml.Domain) error {
 	n := uint(p.VM.Spec.VCPUs)
-	d.VCPU = &libvirtxml.DomainVCPU{Placement: "static", Value: n}
-	cpu := &libvirtxml.DomainCPU{
-		Topology: &libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: int(n), Threads: 1},
-	}
+	b := p.block
+	b.vcpu = libvirtxml.DomainVCPU{Placement: "static", Value: n}
+	d.VCPU = &b.vcpu
+	b.topology = libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: int(n), Threads: 1}
+	cpu := &b.cpu
+	cpu.Topology = &b.topology
 	switch m := cpuMode(p); m {
 	case "host-passthrough", "host-model":
 		if p.Alloc.VirtType == "qemu" {
@@ -329,17 +433,23 @@ func (vm *VM) SeedISOPath(opts BuildOptions) string {
 	return filepath.Join(opts.imagesDir(), vm.Metadata.Name+"-cidata.iso")
 }
 
-// targets hands out target device names per bus prefix (vda, vdb; sda, sdb).
-type targets map[string]int
+// targets hands out target device names per bus prefix (vda, vdb; sda, sdb; hda for ide).
+type targets struct{ vd, sd, hd int }
 
-func (t targets) next(bus string) string {
+func (t *targets) next(bus string) string {
+	var n *int
 	prefix := "sd"
-	if bus == "virtio" {
-		prefix = "vd"
+	switch bus {
+	case "virtio":
+		prefix, n = "vd", &t.vd
+	case "ide":
+		prefix, n = "hd", &t.hd
+	default:
+		n = &t.sd
 	}
-	n := t[prefix]
-	t[prefix] = n + 1
-	return prefix + driveLetters(n)
+	i := *n
+	*n = i + 1
+	return prefix + driveLetters(i)
 }
 
 func driveLetters(n int) string {
@@ -370,9 +480,8 @@ func fileDisk(device, path, format, bus, dev string, ro bool) libvirtxml.DomainD
 }
 
 func stepDisks(p *Plan, d *libvirtxml.Domain) error {
-	t := targets{}
-	p.targets = t
-	files := p.VM.DiskFiles(p.Opts)
+	t := &p.targets
+	files := p.files
 	scsi := false
 	for i, dk := range p.VM.Spec.Disks {
 		f := files[i]
@@ -412,16 +521,13 @@ func stepDisks(p *Plan, d *libvirtxml.Domain) error {
 // stepCloudInit attaches the NoCloud seed ISO read-only as a CD-ROM. The apply command writes
 // the ISO (user-data, meta-data, network-config) at SeedISOPath before starting the VM.
 func stepCloudInit(p *Plan, d *libvirtxml.Domain) error {
-	path := p.VM.SeedISOPath(p.Opts)
+	path := p.seed
 	if path == "" {
 		return nil
 	}
 	bus := "sata"
 	if !isQ35(p.VM.Spec.Machine) {
 		bus = "ide"
-	}
-	if p.targets == nil {
-		p.targets = targets{}
 	}
 	d.Devices.Disks = append(d.Devices.Disks, fileDisk("cdrom", path, "raw", bus, p.targets.next(bus), true))
 	return nil
@@ -434,7 +540,13 @@ func stepNetwork(p *Plan, d *libvirtxml.Domain) error {
 		iface.Model.Type = n.Model
 	}
 	if n.MAC != "" {
-		iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: strings.ToLower(n.MAC)}
+		// libvirt parses only aa:bb:cc:dd:ee:ff; Validate accepts what net.ParseMAC does
+		// (aa-bb-..., aabb.ccdd.eeff), so write the canonical form.
+		mac := strings.ToLower(n.MAC)
+		if hw, err := net.ParseMAC(n.MAC); err == nil {
+			mac = hw.String()
+		}
+		iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
 	}
 	switch n.Type {
 	case "none":
@@ -442,11 +554,11 @@ func stepNetwork(p *Plan, d *libvirtxml.Domain) error {
 	case "bridge":
 		iface.Source = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: n.Bridge}}
 	default:
-		net := n.Network
-		if net == "" {
-			net = "default"
+		network := n.Network
+		if network == "" {
+			network = "default"
 		}
-		iface.Source = &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: net}}
+		iface.Source = &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: network}}
 	}
 	d.Devices.Interfaces = append(d.Devices.Interfaces, iface)
 	return nil
@@ -515,8 +627,9 @@ func stepGPUs(p *Plan, d *libvirtxml.Domain) error {
 			}
 		case KindMdev:
 			display := g.VGPU != nil && g.VGPU.Display
+			ramfb := display && (g.VGPU.RAMFB == nil || *g.VGPU.RAMFB)
 			for _, m := range ga.Mdevs {
-				d.Devices.Hostdevs = append(d.Devices.Hostdevs, MdevHostdev(m.UUID, display))
+				d.Devices.Hostdevs = append(d.Devices.Hostdevs, MdevHostdev(m.UUID, display, ramfb))
 			}
 			gpuDisplay = gpuDisplay || display
 		case KindVirtioGPU:
@@ -682,7 +795,7 @@ type metaDisk struct {
 }
 
 func stepMetadata(p *Plan, d *libvirtxml.Domain) error {
-	m := metadata{NS: MetadataNamespace, APIVersion: APIVersion, Seed: p.VM.SeedISOPath(p.Opts)}
+	m := metadata{NS: MetadataNamespace, APIVersion: APIVersion, Seed: p.seed}
 	for _, ga := range p.Alloc.GPUs {
 		mg := metaGPU{Index: ga.Index, Kind: ga.Kind, FellBack: ga.FellBack}
 		for _, s := range ga.Slots {
@@ -695,15 +808,15 @@ func stepMetadata(p *Plan, d *libvirtxml.Domain) error {
 		}
 		m.GPUs = append(m.GPUs, mg)
 	}
-	for _, f := range p.VM.DiskFiles(p.Opts) {
+	for _, f := range p.files {
 		if f.Create {
 			m.Disks = append(m.Disks, metaDisk{Path: f.Path, Backing: f.Backing})
 		}
 	}
-	b, err := xml.Marshal(m)
+	x, err := marshalCompact(m)
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
 	}
-	d.Metadata = &libvirtxml.DomainMetadata{XML: string(b)}
+	d.Metadata = &libvirtxml.DomainMetadata{XML: x}
 	return nil
 }

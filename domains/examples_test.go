@@ -163,3 +163,33 @@ func TestExampleExpectations(t *testing.T) {
 		t.Errorf("fallback example attached a hostdev offline")
 	}
 }
+
+// TestRenderMatchesMarshal: Render's pooled encoder writes exactly what libvirtxml's own
+// Marshal (xml.MarshalIndent) writes, for every example, offline and online, on the first use
+// of a pooled writer and on every reuse after it, with failed builds in between.
+func TestRenderMatchesMarshal(t *testing.T) {
+	want := renderExamples(t)
+	for round := 0; round < 3; round++ {
+		for _, r := range want {
+			opts := domains.ResolveOptions{Offline: strings.HasSuffix(r.name, ".offline")}
+			if !opts.Offline {
+				opts.VirtType = "kvm"
+			}
+			alloc, err := domains.Resolve(r.vm, testInventory(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := domains.Render(r.vm, alloc, domains.BuildOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != r.xml {
+				t.Fatalf("round %d, %s: Render differs from Domain.Marshal:\n%s\n---\n%s", round, r.name, got, r.xml)
+			}
+			// A build that fails between renders must not disturb the next one.
+			if _, err := domains.Render(r.vm, &domains.Allocation{GPUs: make([]domains.GPUAllocation, len(r.vm.Spec.GPUs)+1)}, domains.BuildOptions{}); err == nil {
+				t.Fatalf("%s: render with a mismatched allocation succeeded", r.name)
+			}
+		}
+	}
+}
