@@ -68,9 +68,28 @@ func renderCommand() *cli.Command {
 			}
 			res := renderResult{Name: vm.Metadata.Name, XML: xml, Resolution: alloc}
 			return emit(cmd, res, func(w io.Writer) error {
-				_, err := fmt.Fprintln(w, xml)
-				return err
+				if _, err := fmt.Fprintln(w, xml); err != nil {
+					return err
+				}
+				// stdout stays pure XML (for virsh define); what a user should know about the
+				// choices made (a fallback, placeholders, no NUMA placement) goes to stderr.
+				for _, n := range renderNotes(alloc) {
+					fmt.Fprintf(cmd.Root().ErrWriter, "note: %s\n", n)
+				}
+				return nil
 			})
 		},
 	}
+}
+
+// renderNotes are the lines render prints on stderr in table mode: every fallback with its
+// reason, then the allocation's notes.
+func renderNotes(alloc *domains.Allocation) []string {
+	var out []string
+	for _, g := range alloc.GPUs {
+		if g.FellBack {
+			out = append(out, fmt.Sprintf("spec.gpus[%d]: fell back to virtio-gpu: %s", g.Index, g.Reason))
+		}
+	}
+	return append(out, alloc.Notes...)
 }
