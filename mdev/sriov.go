@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -59,6 +60,17 @@ type EnableOptions struct {
 	Driver string
 	// Persist records the count and driver for `host restore` at boot.
 	Persist bool
+	// Force changes the count even when a process holds a VF open (a guest's QEMU on
+	// /dev/vfio/N): the kernel's write then blocks until the holder lets go.
+	Force bool
+}
+
+// DisableOptions controls DisableVFsWith.
+type DisableOptions struct {
+	// Persist also forgets the count `host restore` would apply.
+	Persist bool
+	// Force disables even when a process holds a VF open (see EnableOptions.Force).
+	Force bool
 }
 
 // ReadPF reads a PF's SR-IOV state; ErrUnsupported when the device has no SR-IOV capability.
@@ -179,6 +191,11 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 			return PF{}, fmt.Errorf("enable VFs on %s: set sriov_drivers_autoprobe=0 so host drivers leave the VFs alone: %w", pf, err)
 		}
 	}
+	if st.NumVFs != n && st.NumVFs != 0 && !opts.Force {
+		if err := m.checkVFsFree(st, fmt.Sprintf("change %s from %d to %d VFs (the kernel needs 0 first, which removes every VF)", pf, st.NumVFs, n)); err != nil {
+			return PF{}, err
+		}
+	}
 	if st.NumVFs != n {
 		if st.NumVFs != 0 {
 			if err := m.setNumVFs(ctx, pf, st.Driver, 0); err != nil {
@@ -227,9 +244,22 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 // changed it; PF.AutoprobeRestored says so). With persist it also forgets the count
 // `host restore` would apply.
 func (m *Manager) DisableVFs(ctx context.Context, pf host.Address, persist bool) (PF, error) {
+	return m.DisableVFsWith(ctx, pf, DisableOptions{Persist: persist})
+}
+
+// DisableVFsWith is DisableVFs with options. Unless opts.Force, it refuses (host.ErrBusy,
+// naming the processes) when a VF is held open: the kernel's write would block until the
+// holder (a guest's QEMU) lets the VF go.
+func (m *Manager) DisableVFsWith(ctx context.Context, pf host.Address, opts DisableOptions) (PF, error) {
+	persist := opts.Persist
 	st, err := m.ReadPF(pf)
 	if err != nil {
 		return PF{}, err
+	}
+	if st.NumVFs != 0 && !opts.Force {
+		if err := m.checkVFsFree(st, fmt.Sprintf("disable the %d VFs of %s", st.NumVFs, pf)); err != nil {
+			return PF{}, err
+		}
 	}
 	if st.NumVFs != 0 {
 		if err := m.setNumVFs(ctx, pf, st.Driver, 0); err != nil {
@@ -255,6 +285,46 @@ func (m *Manager) DisableVFs(ctx context.Context, pf host.Address, persist bool)
 	out, err := m.ReadPF(pf)
 	out.AutoprobeRestored = restored
 	return out, err
+}
+
+// checkVFsFree refuses (host.ErrBusy) what removes pf's VFs when a process holds one open:
+// its VFIO group node /dev/vfio/N (a guest's QEMU, or any VFIO user). Removing such a VF makes
+// the kernel's sriov_numvfs write block until the holder closes it, so the refusal names the
+// holders and the way out instead.
+func (m *Manager) checkVFsFree(pf PF, what string) error {
+	var held []string
+	for _, vf := range pf.VFs {
+		hs := m.vfHolders(vf.Address)
+		for _, h := range hs {
+			held = append(held, fmt.Sprintf("VF %s: %s", vf.Address, h))
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %s (stop the guests using them, or pass --force and the write to %s waits until they let go)",
+		what, host.ErrBusy, strings.Join(held, "; "), m.Root.PCIDevice(pf.Address, "sriov_numvfs"))
+}
+
+// vfHolders returns the processes that hold vf's VFIO group node open.
+func (m *Manager) vfHolders(vf host.Address) []vfio.Holder {
+	name, err := host.LinkBase(m.Root.PCIDevice(vf, "iommu_group"))
+	if err != nil {
+		return nil
+	}
+	g, err := strconv.Atoi(name)
+	if err != nil {
+		return nil
+	}
+	node := vfio.VFIODev(m.Root, g)
+	if !exists(node) {
+		return nil
+	}
+	// /proc/PID/fd links name the path the host sees, not the one under --host-root.
+	if rel, err := filepath.Rel(m.Root.Dir(), node); err == nil && !strings.HasPrefix(rel, "..") {
+		node = string(filepath.Separator) + rel
+	}
+	return vfio.Holders(m.Root, []string{node})
 }
 
 // setAutoprobeOff writes sriov_drivers_autoprobe=0 on pf, first recording the value it had

@@ -3,6 +3,9 @@ package mdev
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -200,5 +203,51 @@ func TestDisableRestoresAutoprobe(t *testing.T) {
 	}
 	if got, err := m.DisableVFs(ctx, pf, false); err != nil || got.AutoprobeRestored || autoprobe() != "0" {
 		t.Fatalf("disable after an operator's autoprobe=0: %v %+v, autoprobe %s", err, got, autoprobe())
+	}
+}
+
+// TestDisableRefusesHeldVF: a VF on vfio-pci whose /dev/vfio/N a process (a guest's QEMU)
+// holds open makes the kernel's sriov_numvfs=0 block until it lets go; disable and a count
+// change refuse instead, naming the holder, and write nothing. --force goes ahead.
+func TestDisableRefusesHeldVF(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := nvmePF(tr, false)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	st, err := m.EnableVFs(ctx, pf, 2, EnableOptions{Driver: DriverVFIO})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vf1 := st.VFs[1].Address
+	g := tr.Group(vf1)
+	node := filepath.Join(tr.Dir(), "dev/vfio", strconv.Itoa(g))
+	if _, err := os.Stat(node); err != nil {
+		t.Fatalf("no VFIO node for VF %s: %v", vf1, err)
+	}
+	fd := filepath.Join(tr.Dir(), "proc/4242/fd")
+	if err := os.MkdirAll(fd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tr.WriteFile("proc/4242/comm", "qemu-system-x86\n")
+	if err := os.Symlink("/dev/vfio/"+strconv.Itoa(g), filepath.Join(fd, "23")); err != nil {
+		t.Fatal(err)
+	}
+	before := len(numvfsWrites(k))
+	_, err = m.DisableVFs(ctx, pf, false)
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "pid 4242 (qemu-system-x86)") || !strings.Contains(err.Error(), vf1.String()) {
+		t.Fatalf("disable of a held VF: %v", err)
+	}
+	_, err = m.EnableVFs(ctx, pf, 3, EnableOptions{Driver: DriverVFIO})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "qemu-system-x86") {
+		t.Fatalf("count change with a held VF: %v", err)
+	}
+	if got := numvfsWrites(k)[before:]; len(got) != 0 {
+		t.Fatalf("refusals wrote sriov_numvfs: %v", got)
+	}
+	if st, _ := m.ReadPF(pf); st.NumVFs != 2 {
+		t.Fatalf("VFs after refusals: %d", st.NumVFs)
+	}
+	if st, err := m.DisableVFsWith(ctx, pf, DisableOptions{Force: true}); err != nil || st.NumVFs != 0 {
+		t.Fatalf("forced disable: %v %+v", err, st)
 	}
 }

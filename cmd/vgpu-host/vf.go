@@ -104,6 +104,7 @@ func vfEnableCommand() *cli.Command {
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Required: true, Usage: "number of VFs (1..sriov_totalvfs)"},
 			&cli.StringFlag{Name: "driver", Value: mdev.DriverKeep, Usage: "`vfio-pci` (sriov_drivers_autoprobe=0, then bind each VF to vfio-pci by address) or keep (leave VFs to the kernel)"},
 			&cli.BoolFlag{Name: "persist", Usage: "record the count for 'vgpu-host host restore' at boot"},
+			&cli.BoolFlag{Name: "force", Usage: "change the count even when a process (a guest) holds a VF open; the kernel then waits for it"},
 			dryRunFlag(), timeoutFlag(),
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -120,7 +121,7 @@ func vfEnableCommand() *cli.Command {
 				return err
 			}
 			defer done()
-			pf, err := m.EnableVFs(ctx, a, cmd.Int("count"), mdev.EnableOptions{Driver: drv, Persist: cmd.Bool("persist")})
+			pf, err := m.EnableVFs(ctx, a, cmd.Int("count"), mdev.EnableOptions{Driver: drv, Persist: cmd.Bool("persist"), Force: cmd.Bool("force")})
 			if err != nil {
 				return err
 			}
@@ -143,6 +144,7 @@ func vfDisableCommand() *cli.Command {
 		ArgsUsage: "PF",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "persist", Usage: "also forget the count 'host restore' would apply at boot"},
+			&cli.BoolFlag{Name: "force", Usage: "disable even when a process (a guest) holds a VF open; the kernel then waits for it"},
 			dryRunFlag(), timeoutFlag(),
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -155,7 +157,7 @@ func vfDisableCommand() *cli.Command {
 				return err
 			}
 			defer done()
-			pf, err := m.DisableVFs(ctx, a, cmd.Bool("persist"))
+			pf, err := m.DisableVFsWith(ctx, a, mdev.DisableOptions{Persist: cmd.Bool("persist"), Force: cmd.Bool("force")})
 			if err != nil {
 				return err
 			}
