@@ -41,8 +41,11 @@ func (m *Manager) ResolveType(parent, profile string) (Parent, Type, error) {
 	if err != nil {
 		return Parent{}, Type{}, err
 	}
-	t, ok := FindType(p, profile)
-	if !ok {
+	t, err := LookupType(p, profile)
+	if errors.Is(err, host.ErrInvalid) {
+		return Parent{}, Type{}, err
+	}
+	if err != nil {
 		running := ""
 		if p.Backend == BackendNvidiaVFIO && len(p.Running) > 0 {
 			var rs []string
@@ -122,14 +125,19 @@ type RemoveOptions struct {
 // opts.Force; so is a vendor-VFIO type this tool did not set. Every instance is checked before
 // any is removed.
 func (m *Manager) Remove(ctx context.Context, ids []string, opts RemoveOptions) ([]Instance, error) {
-	all, err := m.Instances()
-	if err != nil {
-		return nil, err
-	}
 	st, err := m.readState()
 	if err != nil {
 		return nil, err
 	}
+	all, err := m.instances(st)
+	if err != nil {
+		return nil, err
+	}
+	return m.removeFrom(ctx, all, st, ids, opts)
+}
+
+// removeFrom is Remove over an instance list and state the caller read once.
+func (m *Manager) removeFrom(ctx context.Context, all []Instance, st *state, ids []string, opts RemoveOptions) ([]Instance, error) {
 	var todo []Instance
 	for _, raw := range ids {
 		id := strings.ToLower(strings.TrimSpace(raw))
@@ -187,7 +195,11 @@ func (m *Manager) RemoveOwner(ctx context.Context, owner string, opts RemoveOpti
 	if owner == "" {
 		return nil, fmt.Errorf("remove instances: %w: empty owner", host.ErrInvalid)
 	}
-	all, err := m.Instances()
+	st, err := m.readState()
+	if err != nil {
+		return nil, err
+	}
+	all, err := m.instances(st)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +210,7 @@ func (m *Manager) RemoveOwner(ctx context.Context, owner string, opts RemoveOpti
 		}
 	}
 	opts.Owner = owner
-	return m.Remove(ctx, ids, opts)
+	return m.removeFrom(ctx, all, st, ids, opts)
 }
 
 // OwnerInstances returns the instances recorded for owner, by index.

@@ -110,6 +110,9 @@ type Instance struct {
 	// Defined is true when a persistent definition (mdevctl JSON, or the vendor state) brings
 	// it back at boot.
 	Defined bool `json:"defined"`
+	// Start is a defined mdev's start policy, as mdevctl lists it: "auto" (created at boot by
+	// `host restore` and by mdevctl) or "manual" (kept, created on request). Empty otherwise.
+	Start string `json:"start,omitempty"`
 }
 
 // ID returns the instance's identifier: its UUID, or its VF address.
@@ -171,6 +174,11 @@ func (m *Manager) Instances() ([]Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	return m.instances(st)
+}
+
+// instances is Instances over a state the caller read.
+func (m *Manager) instances(st *state) ([]Instance, error) {
 	out, err := m.mdevInstances(st)
 	if err != nil {
 		return nil, err

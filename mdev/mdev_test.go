@@ -335,3 +335,60 @@ func TestDefineWritesMdevctlFormat(t *testing.T) {
 		t.Fatalf("undefine: %v %v", err, rm)
 	}
 }
+
+// TestKilledCreateConverges: a create killed (kill -9) after two of its three kernel writes,
+// before its one state update, left two instances and no record (plus a temporary file of an
+// atomic write it never renamed). Re-running the same command creates only the third, records
+// all three for the owner, and a release then removes all three.
+func TestKilledCreateConverges(t *testing.T) {
+	tr := hosttest.New(t)
+	dir := tr.Mbochs()
+	tr.CreateMdev(dir, "mbochs-small", InstanceUUID("vm", 0))
+	tr.CreateMdev(dir, "mbochs-small", InstanceUUID("vm", 1))
+	tr.WriteFile("var/lib/vgpu-host/.vgpu-instances.json.tmp123", `{"version":1,"instan`)
+	m, k := newMgr(tr)
+	ctx := context.Background()
+	got, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "small", Count: 3, Owner: "vm"})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("re-run: %v %+v", err, got)
+	}
+	if n := countWrites(k, "/create"); n != 1 {
+		t.Fatalf("%d create writes, want 1 (the instance the killed run did not make)", n)
+	}
+	own, err := m.OwnerInstances("vm")
+	if err != nil || len(own) != 3 || own[2].UUID != InstanceUUID("vm", 2) {
+		t.Fatalf("owner after re-run: %v %+v", err, own)
+	}
+	if rm, err := m.RemoveOwner(ctx, "vm", RemoveOptions{}); err != nil || len(rm) != 3 {
+		t.Fatalf("release: %v %+v", err, rm)
+	}
+	if av := avail(t, tr, dir, "mbochs-small"); av != "8" {
+		t.Fatalf("available = %s after release", av)
+	}
+}
+
+// TestCorruptStateNamesFileAndFix: a state file something else truncated is an error naming
+// the file and how to recover, and nothing is created on top of it.
+func TestCorruptStateNamesFileAndFix(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	tr.WriteFile("var/lib/vgpu-host/vgpu-instances.json", `{"version":1,"instances":[{"backend":"md`)
+	m, k := newMgr(tr)
+	path := tr.Root.StateDir("vgpu-instances.json")
+	for name, f := range map[string]func() error{
+		"list": func() error { _, err := m.Instances(); return err },
+		"create": func() error {
+			_, err := m.Create(context.Background(), CreateRequest{Parent: "mbochs", Profile: "small", Owner: "vm"})
+			return err
+		},
+		"remove": func() error { _, err := m.RemoveOwner(context.Background(), "vm", RemoveOptions{}); return err },
+	} {
+		err := f()
+		if !errors.Is(err, host.ErrInvalid) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "mv "+path) {
+			t.Fatalf("%s with a corrupt state: %v", name, err)
+		}
+	}
+	if n := countWrites(k, "/create"); n != 0 {
+		t.Fatalf("%d create writes with a corrupt state", n)
+	}
+}

@@ -150,6 +150,7 @@ func (m *Manager) mdevInstances(st *state) ([]Instance, error) {
 			order = append(order, d.UUID)
 		}
 		in.Defined = true
+		in.Start = d.Start
 	}
 	names := map[string]string{}
 	out := make([]Instance, 0, len(order))
@@ -206,6 +207,11 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 	if len(missing) > t.Available {
 		return nil, fmt.Errorf("create %d× %s on %s: %w: %s reports available_instances=%d, so nothing was created (remove instances, or pick another parent or a smaller type)",
 			len(missing), t.ID, p.Name, host.ErrBusy, filepath.Join(typeDir, "available_instances"), t.Available)
+	}
+	// The state file is updated after the kernel writes; a broken one must stop the create
+	// before any of them, not after (the revert would then undo every instance).
+	if _, err := m.readState(); err != nil {
+		return nil, err
 	}
 	rv := &revert{}
 	for _, i := range missing {

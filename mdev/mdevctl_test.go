@@ -1,10 +1,13 @@
 package mdev
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
@@ -63,5 +66,115 @@ func TestMdevctlReadsDefinitions(t *testing.T) {
 	}
 	if f := seen["mbochs/5cf14a12-a437-4c82-a13f-70e945782d7b"]; f.MdevType != "mbochs-small" || f.Start != "manual" {
 		t.Fatalf("mdevctl sees %+v\n%s", seen, out)
+	}
+}
+
+// attrKernel is a Kernel whose mdev instances take writes to any attribute file (the sample
+// parents have none; NVIDIA's and GVT-g's do) and records them as NAME=VALUE, except fail,
+// which the driver rejects with EINVAL.
+type attrKernel struct {
+	*hosttest.Kernel
+	fail  string
+	attrs *[]string
+}
+
+func (a attrKernel) Write(ctx context.Context, path, value string) error {
+	if strings.Contains(path, "/sys/bus/mdev/devices/") && !strings.HasSuffix(path, "/remove") {
+		if _, err := os.Stat(filepath.Dir(path)); err != nil {
+			return &os.PathError{Op: "write", Path: path, Err: syscall.ENOENT}
+		}
+		*a.attrs = append(*a.attrs, filepath.Base(path)+"="+value)
+		if filepath.Base(path) == a.fail {
+			return &os.PathError{Op: "write", Path: path, Err: syscall.EINVAL}
+		}
+		return nil
+	}
+	return a.Kernel.Write(ctx, path, value)
+}
+
+// mdevctlIn runs mdevctl with /etc/mdevctl.d bind-mounted from dir in a private mount
+// namespace (the machine's own /etc/mdevctl.d is never touched), or skips the test.
+func mdevctlIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"mdevctl", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (make deps)", tool)
+		}
+	}
+	for _, d := range []string{"scripts.d/callouts", "scripts.d/notifiers"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c",
+		`d=$1; shift; mount --bind "$d" /etc/mdevctl.d && exec mdevctl "$@"`, "sh", dir}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot run mdevctl %v in a private mount namespace here: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestRestoreStartsMdevctlDefinitions: definitions the real mdevctl wrote (define --auto, and
+// modify --addattr) are listed by 'mdev list' with their start policy, and host restore
+// creates the auto ones and writes their attributes in order; a manual one is skipped. An
+// attribute the driver rejects removes the instance again and fails the step, so the next
+// restore retries instead of calling an instance without its attributes "already" there.
+func TestRestoreStartsMdevctlDefinitions(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	dir := tr.Root.Etc("mdevctl.d")
+	const auto, manual = "83c32df7-d52e-4ec1-9668-1f3c7e4df107", "5cf14a12-a437-4c82-a13f-70e945782d7b"
+	mdevctlIn(t, dir, "define", "-u", auto, "-p", "mbochs", "-t", "mbochs-small", "--auto")
+	mdevctlIn(t, dir, "modify", "-u", auto, "--addattr=first", "--value=1")
+	mdevctlIn(t, dir, "modify", "-u", auto, "--addattr=second", "--value=two")
+	mdevctlIn(t, dir, "define", "-u", manual, "-p", "mbochs", "-t", "mbochs-medium")
+
+	m, _ := newMgr(tr)
+	ins, err := m.Instances()
+	if err != nil || len(ins) != 2 {
+		t.Fatalf("instances from mdevctl's files: %v %+v", err, ins)
+	}
+	for _, in := range ins {
+		want := map[string]string{auto: "auto mbochs-small", manual: "manual mbochs-medium"}[in.UUID]
+		if got := in.Start + " " + in.Type; got != want || in.Active || !in.Defined {
+			t.Fatalf("%s: %q active=%v defined=%v, want %q defined", in.UUID, got, in.Active, in.Defined, want)
+		}
+	}
+
+	k := hosttest.NewKernel(tr)
+	var attrs []string
+	m.W = attrKernel{Kernel: k, fail: "second", attrs: &attrs}
+	steps, err := m.Restore(context.Background())
+	res := map[string]string{}
+	for _, s := range steps {
+		res[s.Target] = s.Result
+	}
+	if err == nil || res[auto] != "failed" || res[manual] != "skipped" || !strings.Contains(err.Error(), "second=two") {
+		t.Fatalf("restore with a rejected attribute: %v %+v", err, steps)
+	}
+	if _, ok := m.activeMdev(auto); ok {
+		t.Fatal("an instance whose attribute failed was left active")
+	}
+	attrs = nil
+	m.W = attrKernel{Kernel: k, attrs: &attrs}
+	steps, err = m.Restore(context.Background())
+	if err != nil {
+		t.Fatalf("restore: %v %+v", err, steps)
+	}
+	for _, s := range steps {
+		res[s.Target] = s.Result
+	}
+	if res[auto] != "applied" || res[manual] != "skipped" {
+		t.Fatalf("restore steps %+v", steps)
+	}
+	if a, ok := m.activeMdev(auto); !ok || a.Type != "mbochs-small" {
+		t.Fatalf("auto definition not started: %+v %v", a, ok)
+	}
+	if got := strings.Join(attrs, ","); got != "first=1,second=two" {
+		t.Fatalf("attribute writes %s, want first=1,second=two", got)
+	}
+	if _, ok := m.activeMdev(manual); ok {
+		t.Fatal("a start=manual definition was created")
 	}
 }

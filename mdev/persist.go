@@ -124,10 +124,13 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 		return Definition{}, fmt.Errorf("define mdev %s: %w: start %q (auto or manual)", id, host.ErrInvalid, d.Start)
 	}
 	// Resolve a type name ("A100-4C") to its directory name as mdevctl needs it.
+	// A parent that is not present now keeps the type as given (mdevctl allows that too).
 	if p, err := m.Parent(d.Parent); err == nil {
-		if t, ok := FindType(p, d.Type); ok {
-			d.Type = t.ID
+		t, err := LookupType(p, d.Type)
+		if err != nil {
+			return Definition{}, fmt.Errorf("define mdev %s: %w (types: %s)", id, err, typeList(p.Types))
 		}
+		d.Type = t.ID
 		d.Parent = p.Name
 	}
 	if d.Attrs == nil {
@@ -375,13 +378,35 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 	return steps, errors.Join(errs...)
 }
 
-// startDefinition creates a defined mdev and writes its attributes.
+// startDefinition creates a defined mdev and writes its attributes in the definition's order
+// (mdevctl's attrs are an ordered list of one-key objects). Like mdevctl's start, it is all or
+// none: if an attribute cannot be written, the instance it just created is removed again, so a
+// later restore retries instead of finding an instance without its attributes "already" there.
 func (m *Manager) startDefinition(ctx context.Context, d Definition) error {
+	dir := m.Root.Sys("bus", "mdev", "devices", d.UUID)
+	type kv struct{ k, v string }
+	var attrs []kv
+	for _, attr := range d.Attrs {
+		keys := make([]string, 0, len(attr))
+		for k := range attr {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if k == "" || k == "." || k == ".." || strings.Contains(k, "/") {
+				return fmt.Errorf("start mdev %s: %w: attribute %q in %s", d.UUID, host.ErrInvalid, k, d.Path)
+			}
+			attrs = append(attrs, kv{k, attr[k]})
+		}
+	}
 	p, t, err := m.ResolveType(d.Parent, d.Type)
 	if err != nil {
 		return fmt.Errorf("start mdev %s: %w", d.UUID, err)
 	}
-	st, _ := m.readState()
+	st, err := m.readState()
+	if err != nil {
+		return fmt.Errorf("start mdev %s: %w", d.UUID, err)
+	}
 	owner, index := "", 0
 	if i, ok := st.find(d.UUID); ok {
 		owner, index = st.Instances[i].Owner, st.Instances[i].Index
@@ -389,15 +414,11 @@ func (m *Manager) startDefinition(ctx context.Context, d Definition) error {
 	if _, err := m.createMdev(ctx, p, t, CreateRequest{Count: 1, UUIDs: []string{d.UUID}, Owner: owner, FirstIndex: index}); err != nil {
 		return err
 	}
-	for _, attr := range d.Attrs {
-		for k, v := range attr {
-			dir := m.Root.Sys("bus", "mdev", "devices", d.UUID)
-			if strings.Contains(k, "/") || k == "" {
-				return fmt.Errorf("start mdev %s: %w: attribute %q", d.UUID, host.ErrInvalid, k)
-			}
-			if err := m.write(ctx, filepath.Join(dir, k), v); err != nil {
-				return fmt.Errorf("start mdev %s: set attribute %s: %w", d.UUID, k, err)
-			}
+	for _, a := range attrs {
+		path := filepath.Join(dir, a.k)
+		if err := m.write(ctx, path, a.v); err != nil {
+			aerr := fmt.Errorf("start mdev %s: set attribute %s=%s via %s (from %s): %w; removed the instance again", d.UUID, a.k, a.v, path, d.Path, err)
+			return errors.Join(aerr, undoErr(m.removeMdev(context.WithoutCancel(ctx), d.UUID)))
 		}
 	}
 	return nil

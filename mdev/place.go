@@ -1,6 +1,7 @@
 package mdev
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -71,8 +72,11 @@ func Place(req Request, parents []Parent) (Placement, error) {
 		if req.Backend != "" && p.Backend != req.Backend {
 			continue
 		}
-		t, ok := FindType(p, req.Profile)
-		if !ok {
+		t, err := LookupType(p, req.Profile)
+		if errors.Is(err, host.ErrInvalid) {
+			return Placement{}, fmt.Errorf("place vGPU: %w", err)
+		}
+		if err != nil {
 			reasons = append(reasons, fmt.Sprintf("%s does not offer it", p.Name))
 			continue
 		}

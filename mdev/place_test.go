@@ -110,3 +110,32 @@ func TestPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupTypeAmbiguous: a type ID wins over names; a whole name over a short one; a name
+// that still matches several types is an error listing them (exit 2), never a guess.
+func TestLookupTypeAmbiguous(t *testing.T) {
+	p := Parent{Name: "0000:41:00.0", Types: []Type{
+		{ID: "nvidia-1", Name: "GRID A100-4C"},
+		{ID: "nvidia-2", Name: "NVIDIA A100-4C"},
+		{ID: "small", Name: "tiny"},
+		{ID: "mbochs-small", Name: "small"},
+	}}
+	for profile, want := range map[string]string{"GRID A100-4C": "nvidia-1", "nvidia a100-4c": "nvidia-2", "NVIDIA-2": "nvidia-2", "small": "small", "tiny": "small"} {
+		if ty, err := LookupType(p, profile); err != nil || ty.ID != want {
+			t.Errorf("LookupType(%q) = %q, %v; want %s", profile, ty.ID, err, want)
+		}
+	}
+	_, err := LookupType(p, "A100-4C")
+	if !errors.Is(err, host.ErrInvalid) || !strings.Contains(err.Error(), "nvidia-1 (GRID A100-4C), nvidia-2 (NVIDIA A100-4C)") {
+		t.Fatalf("ambiguous A100-4C: %v", err)
+	}
+	if _, ok := FindType(p, "A100-4C"); ok {
+		t.Fatal("FindType guessed an ambiguous name")
+	}
+	if _, err := Place(Request{Profile: "A100-4C", Count: 1, NUMA: -1}, []Parent{p}); !errors.Is(err, host.ErrInvalid) {
+		t.Fatalf("Place with an ambiguous name: %v", err)
+	}
+	if _, err := LookupType(p, "H100-1-10C"); !errors.Is(err, host.ErrNotFound) {
+		t.Fatalf("unknown type: %v", err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/vgpu-host/vgpu-host/host"
 )
 
 // Namespace is the fixed name-based UUID namespace of vgpu-host (UUID v5 of
@@ -54,14 +56,40 @@ func ShortName(name string) string {
 	return n
 }
 
-// FindType returns the type of p that profile names.
+// FindType returns the type of p that profile names, when exactly one does (see LookupType).
 func FindType(p Parent, profile string) (Type, bool) {
-	for _, t := range p.Types {
-		if MatchType(t, profile) {
-			return t, true
+	t, err := LookupType(p, profile)
+	return t, err == nil
+}
+
+// LookupType returns the type of p that profile names. A type ID matches first ("nvidia-471",
+// "1160"); then the whole name ("GRID A100-4C"); then the name without its vendor prefix
+// ("A100-4C"). When a step matches several types the profile is ambiguous: host.ErrInvalid,
+// listing the candidates, rather than a guess. No match is host.ErrNotFound.
+func LookupType(p Parent, profile string) (Type, error) {
+	prof := strings.TrimSpace(profile)
+	if prof != "" {
+		steps := []func(Type) bool{
+			func(t Type) bool { return strings.EqualFold(t.ID, prof) },
+			func(t Type) bool { return strings.EqualFold(t.Name, prof) },
+			func(t Type) bool { return strings.EqualFold(ShortName(t.Name), ShortName(prof)) },
+		}
+		for _, match := range steps {
+			var hits []Type
+			for _, t := range p.Types {
+				if match(t) {
+					hits = append(hits, t)
+				}
+			}
+			switch {
+			case len(hits) == 1:
+				return hits[0], nil
+			case len(hits) > 1:
+				return Type{}, fmt.Errorf("vGPU type %q on %s: %w: it names several types: %s (use the type ID)", profile, p.Name, host.ErrInvalid, typeList(hits))
+			}
 		}
 	}
-	return Type{}, false
+	return Type{}, fmt.Errorf("vGPU type %q on %s: %w", profile, p.Name, host.ErrNotFound)
 }
 
 // typeList renders "ID (NAME)" for an error message.

@@ -93,7 +93,7 @@ func (m *Manager) readState() (*state, error) {
 		return nil, fmt.Errorf("read vGPU state %s: %w", m.statePath(), err)
 	}
 	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("read vGPU state %s: %w: %v (move the file away to start over; instances stay as they are)", m.statePath(), host.ErrInvalid, err)
+		return nil, fmt.Errorf("read vGPU state %s: %w: %v (vgpu-host replaces it atomically, so another program wrote it: move it away to start over, e.g. mv %s %s.bad; instances in the kernel stay as they are, but vgpu-host forgets their owners and the vendor vGPU types it set, so re-run 'vgpu-host mdev create --name VM' for each VM to record them again)", m.statePath(), host.ErrInvalid, err, m.statePath(), m.statePath())
 	}
 	return st, nil
 }

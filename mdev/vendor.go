@@ -382,6 +382,19 @@ func (m *Manager) assignVendor(ctx context.Context, vf host.Address, id int, t T
 		}
 		return fmt.Errorf("assign vGPU type %s to VF %s via %s: %w", t.ID, vf, path, err)
 	}
+	if m.DryRun {
+		return nil
+	}
+	// The driver can accept the write and still not take the type (a VF it is setting up, a
+	// firmware refusal it only logs): read it back rather than report a vGPU that is not there.
+	got, err := host.ReadInt(path)
+	if err != nil {
+		return fmt.Errorf("assign vGPU type %s to VF %s: read back %s: %w", t.ID, vf, path, err)
+	}
+	if int(got) != id {
+		return fmt.Errorf("assign vGPU type %s (%s) to VF %s via %s: %w: the driver accepted the write but current_vgpu_type reads %d (see dmesg for the nvidia driver's reason)",
+			t.ID, t.Name, vf, path, host.ErrBusy, got)
+	}
 	return nil
 }
 

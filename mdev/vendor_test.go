@@ -222,3 +222,38 @@ func TestVendorCreatePinnedVF(t *testing.T) {
 		t.Fatalf("2 instances, 1 pinned VF: %v", err)
 	}
 }
+
+// swallowVGPU is a kernel whose nvidia driver accepts current_vgpu_type writes on one VF
+// without taking the type (the write succeeds, the file still reads 0).
+type swallowVGPU struct {
+	*hosttest.Kernel
+	vf string
+}
+
+func (s swallowVGPU) Write(ctx context.Context, path, value string) error {
+	if strings.HasSuffix(path, s.vf+"/nvidia/current_vgpu_type") && value != "0" {
+		return nil
+	}
+	return s.Kernel.Write(ctx, path, value)
+}
+
+// TestVendorAssignReadBack: an assignment is verified by reading current_vgpu_type back; a
+// write the driver accepted but did not apply fails the create (exit 5, naming the value
+// read) and reverts the VFs this call already assigned.
+func TestVendorAssignReadBack(t *testing.T) {
+	tr, pf := l40s(t)
+	m, _ := newMgr(tr)
+	m.W = swallowVGPU{hosttest.NewKernel(tr), tr.VFAddress(pf, 1).String()}
+	_, err := m.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "L40S-8Q", Count: 2, Owner: "vm"})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "current_vgpu_type reads 0") || !strings.Contains(err.Error(), tr.VFAddress(pf, 1).String()) {
+		t.Fatalf("create with a swallowed assignment: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if c := current(tr, tr.VFAddress(pf, i)); c != "0" {
+			t.Fatalf("VF %d kept type %s", i, c)
+		}
+	}
+	if list, _ := m.Instances(); len(list) != 0 {
+		t.Fatalf("state kept %+v", list)
+	}
+}

@@ -186,15 +186,43 @@ func mdevListCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "list vGPU instances: active ones and defined (persistent) ones, with their owners",
+		Description: "Like 'mdevctl list' and 'mdevctl list --defined' in one table: ACTIVE says the instance\n" +
+			"exists in the kernel now, DEFINED that a persistent definition brings it back, START its\n" +
+			"mdevctl start policy (auto: created at boot; manual: kept only).",
+		ArgsUsage: "[PARENT]",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "defined", Aliases: []string{"d"}, Usage: "only instances with a persistent definition (mdevctl list --defined)"},
+			&cli.BoolFlag{Name: "active", Usage: "only instances that exist in the kernel now (mdevctl list)"},
+		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			m, _, done, err := vgpuManager(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ins, err := m.Instances()
+			all, err := m.Instances()
 			if err != nil {
 				return err
+			}
+			parent := ""
+			if cmd.Args().Len() > 0 {
+				p, err := m.Parent(cmd.Args().First())
+				if err != nil {
+					// A defined instance's parent may be absent now; match it by name.
+					parent = cmd.Args().First()
+					if a, perr := host.ParseAddress(parent); perr == nil {
+						parent = a.String()
+					}
+				} else {
+					parent = p.Name
+				}
+			}
+			var ins []mdev.Instance
+			for _, in := range all {
+				if (cmd.Bool("defined") && !in.Defined) || (cmd.Bool("active") && !in.Active) || (parent != "" && in.Parent != parent) {
+					continue
+				}
+				ins = append(ins, in)
 			}
 			if ins == nil {
 				ins = []mdev.Instance{}
@@ -210,9 +238,9 @@ func instancesTable(out io.Writer, ins []mdev.Instance) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "INSTANCE\tPARENT\tBACKEND\tTYPE\tNAME\tOWNER\tACTIVE\tDEFINED")
+	fmt.Fprintln(w, "INSTANCE\tPARENT\tBACKEND\tTYPE\tNAME\tOWNER\tACTIVE\tDEFINED\tSTART")
 	for _, in := range ins {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID(), in.Parent, in.Backend, in.Type, dash(in.TypeName), dash(in.Owner), yesNo(in.Active), yesNo(in.Defined))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.ID(), in.Parent, in.Backend, in.Type, dash(in.TypeName), dash(in.Owner), yesNo(in.Active), yesNo(in.Defined), dash(in.Start))
 	}
 	return w.Flush()
 }
