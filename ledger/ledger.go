@@ -171,6 +171,16 @@ func (l *Ledger) corrupt(why error) error {
 		"move the file aside and re-apply", l.path, why)
 }
 
+// removeStaleTemps deletes temporary ledger files (".ledger.json.tmp*", host.WriteFileAtomic's)
+// that a writer killed between writing and renaming left. Only a holder of the exclusive lock
+// writes one, so while we hold it every such file is a dead process's.
+func (l *Ledger) removeStaleTemps() {
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(l.path), "."+filepath.Base(l.path)+".tmp*"))
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
+}
+
 // Read returns a snapshot of the ledger (under a shared lock).
 func (l *Ledger) Read() (*Book, error) {
 	var b *Book
@@ -186,6 +196,7 @@ func (l *Ledger) Read() (*Book, error) {
 // If fn returns an error nothing is written and the error is returned.
 func (l *Ledger) Update(fn func(*Book) error) error {
 	return l.locked(syscall.LOCK_EX, func() error {
+		l.removeStaleTemps()
 		b, err := l.load()
 		if err != nil {
 			return err

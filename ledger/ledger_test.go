@@ -252,3 +252,20 @@ func TestLockVM(t *testing.T) {
 		t.Fatalf("lock of ../x: %v", err)
 	}
 }
+
+// TestStaleTempFilesRemoved: a writer killed between writing its temporary file and the rename
+// leaves .ledger.json.tmpNNN; the next transaction removes it.
+func TestStaleTempFilesRemoved(t *testing.T) {
+	dir := t.TempDir()
+	l := OpenPath(filepath.Join(dir, "ledger.json"))
+	stale := filepath.Join(dir, ".ledger.json.tmp123")
+	if err := os.WriteFile(stale, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Update(func(b *Book) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary ledger file still there: %v", err)
+	}
+}

@@ -90,30 +90,25 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 	name := vm.Metadata.Name
 	res := &Result{VM: name}
 
-	// An interrupted apply or destroy of this VM: undo its journal before anything else.
-	book, err := l.o.Ledger.Read()
-	if err != nil {
-		return nil, err
-	}
-	if e := book.VMs[name]; e != nil && e.Phase != ledger.PhaseApplied {
-		undone, err := l.teardown(ctx, name)
-		res.Converged = undone
-		if err != nil {
-			return res, fmt.Errorf("apply %s: converge interrupted %s: %w", name, e.Phase, err)
-		}
-	}
-
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {
 		return res, fmt.Errorf("apply %s: scan host: %w", name, err)
 	}
 
 	var plan *Plan
-	var unchanged, fresh bool
-	var preN int // first step, recorded with the claims
-	for attempt := 0; ; attempt++ {
-		unchanged, fresh, preN = false, false, 0
+	var unchanged, fresh, tornDown bool
+	var preN int              // first step, recorded with the claims
+	var journal []ledger.Step // the live steps of an applied VM's entry
+	var interrupted string    // the phase of an interrupted apply or destroy of this VM
+	for {
+		unchanged, fresh, preN, journal, interrupted = false, false, 0, nil, ""
 		err = l.o.Ledger.Update(func(b *ledger.Book) error {
+			// An interrupted apply or destroy of this VM (we hold its lock, so its process is
+			// gone): undo its journal before anything else.
+			if e := b.VMs[name]; e != nil && e.Phase != ledger.PhaseApplied {
+				interrupted = e.Phase
+				return errNoop
+			}
 			// Devices of domains vgpu-host did not create only matter to an allocation that
 			// takes devices: resolve without them first, and look (one XML per domain on the
 			// connection) only when the allocation claims something.
@@ -130,6 +125,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 			}
 			e := b.VMs[name]
 			if e != nil {
+				journal = e.Live()
 				if e.SpecHash == plan.SpecHash {
 					unchanged = true
 					return nil
@@ -156,14 +152,33 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 			}
 			return nil
 		})
-		if errors.Is(err, errTeardown) && attempt == 0 {
+		if errors.Is(err, errNoop) && interrupted != "" && res.Converged == nil {
+			undone, err := l.teardown(ctx, name)
+			res.Converged = append(undone, []string{}...)
+			if err != nil {
+				return res, fmt.Errorf("apply %s: converge interrupted %s: %w", name, interrupted, err)
+			}
+			// The teardown changed the host (drivers, mdevs, vGPU types): look again.
+			if inv, err = l.o.Scan(l.o.Root); err != nil {
+				return res, fmt.Errorf("apply %s: scan host: %w", name, err)
+			}
+			continue
+		}
+		if errors.Is(err, errTeardown) && !tornDown {
+			tornDown = true
 			l.progress("%s: devices changed: destroying and re-creating it", name)
 			if _, err := l.destroy(ctx, name); err != nil {
 				return res, fmt.Errorf("apply %s: %w", name, err)
 			}
+			if inv, err = l.o.Scan(l.o.Root); err != nil {
+				return res, fmt.Errorf("apply %s: scan host: %w", name, err)
+			}
 			continue
 		}
 		break
+	}
+	if interrupted != "" {
+		return res, fmt.Errorf("apply %s: still %s after converging it; run vgpu-host destroy %s", name, interrupted, name)
 	}
 	if err != nil {
 		return res, fmt.Errorf("apply %s: %w", name, err)
@@ -198,10 +213,8 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 	}
 
 	res.Changed = true
-	e := book.VMs[name]
-	var journal []ledger.Step
-	if e != nil && !fresh {
-		journal = e.Live()
+	if fresh {
+		journal = nil
 	}
 	var taken []ledger.Step
 	pending := 0 // a step taken but not yet marked done
@@ -291,7 +304,12 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 	}); err != nil && !errors.Is(err, errNoop) {
 		return res, err
 	}
-	res.State, _ = l.o.Conn.State(ctx, name)
+	if fresh && l.o.NoStart {
+		// Just defined, never started: no need to ask libvirt.
+		res.State = virt.StateShutoff
+	} else {
+		res.State, _ = l.o.Conn.State(ctx, name)
+	}
 	return res, nil
 }
 

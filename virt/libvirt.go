@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -372,8 +374,10 @@ func (l *Libvirt) VolumePath(_ context.Context, pool, name string) (string, erro
 	return path, lverr(err, "path of volume "+name)
 }
 
-// DeleteVolume deletes a volume from pool.
-func (l *Libvirt) DeleteVolume(_ context.Context, pool, name string) error {
+// DeleteVolume deletes a volume from pool. A volume libvirtd is still allocating (its creator
+// was killed mid-call; libvirtd finishes the job) is waited for, as long as ctx allows and at
+// most a minute.
+func (l *Libvirt) DeleteVolume(ctx context.Context, pool, name string) error {
 	p, err := l.pool(pool)
 	if err != nil {
 		return err
@@ -384,5 +388,19 @@ func (l *Libvirt) DeleteVolume(_ context.Context, pool, name string) error {
 		return lverr(err, fmt.Sprintf("look up volume %s in pool %s", name, pool))
 	}
 	defer v.Free()
-	return lverr(v.Delete(0), fmt.Sprintf("delete volume %s from pool %s", name, pool))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err = v.Delete(0)
+		var le libvirt.Error
+		if err == nil || !errors.As(err, &le) || le.Code != libvirt.ERR_OPERATION_INVALID ||
+			!strings.Contains(le.Message, "being allocated") || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("delete volume %s from pool %s: %w", name, pool, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return lverr(err, fmt.Sprintf("delete volume %s from pool %s", name, pool))
 }

@@ -288,3 +288,74 @@ func TestKill9RandomLibvirtd(t *testing.T) {
 	}
 	t.Logf("%d processes killed mid-run", kills)
 }
+
+// TestForeignDomainDevicesLibvirtd defines, on the real libvirtd, a domain vgpu-host did not
+// create holding a PCI hostdev (driver vfio) and an mdev hostdev, then applies specs on a
+// hosttest tree that select exactly those devices: refused with exit 5 and the host left as
+// it was; a spec that may fall back gets virtio-gpu instead of the held GPU.
+func TestForeignDomainDevicesLibvirtd(t *testing.T) {
+	uri := testenv.Libvirtd(t)
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
+	parent := tr.MdevParentVirtual("mbochs", []hosttest.MdevType{{ID: "mbochs-small", Name: "mbochs small", Available: 4}})
+	const uuid = "6c1d9f3e-0b1a-4c55-9e2f-0a1b2c3d4e5f"
+	tr.CreateMdev(parent, "mbochs-small", uuid)
+	k := withKernel(t, tr)
+	foreign := "vgpuhost-test-foreign"
+	xml := `<domain type='qemu'><name>` + foreign + `</name><memory unit='MiB'>64</memory><os><type arch='x86_64'>hvm</type></os><devices>
+  <hostdev mode='subsystem' type='pci' managed='yes'><driver name='vfio'/><source><address domain='0x0000' bus='0x01' slot='0x00' function='0x0'/></source></hostdev>
+  <hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='` + uuid + `'/></source></hostdev>
+</devices></domain>`
+	xf := filepath.Join(t.TempDir(), "foreign.xml")
+	if err := os.WriteFile(xf, []byte(xml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := virsh(uri, "define", xf); err != nil {
+		t.Fatalf("define the foreign domain: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { virsh(uri, "undefine", foreign) })
+	pool := lifecycle.PoolName(tr.Root)
+	t.Cleanup(func() { virsh(uri, "pool-destroy", pool); virsh(uri, "pool-undefine", pool) })
+
+	write := func(name, gpus string) string {
+		s := "apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata:\n  name: " + name +
+			"\nspec:\n  vcpus: 1\n  memory: 256MiB\n  firmware: bios\n  graphics:\n    type: vnc\n  network:\n    type: none\n  gpus:\n" + gpus
+		p := filepath.Join(t.TempDir(), name+".yaml")
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { virsh(uri, "undefine", name) })
+		return p
+	}
+	g := []string{"--host-root", tr.Dir(), "-o", "json", "apply", "--connect", uri, "--virt-type", "qemu", "--no-start"}
+	for _, c := range []struct{ name, gpus string }{
+		{"vgpuhost-test-fpci", "    - passthrough:\n        address: \"0000:01:00.0\"\n"},
+		{"vgpuhost-test-fmdev", "    - vgpu:\n        profile: mbochs-small\n        uuids: [\"" + uuid + "\"]\n"},
+	} {
+		writes := len(k.Writes())
+		out, code := runCLI(t, append(g, write(c.name, c.gpus))...)
+		if code != exitBusy {
+			t.Fatalf("%s: apply of a device %s holds: exit %d, want %d\n%s", c.name, foreign, code, exitBusy, out)
+		}
+		if len(k.Writes()) != writes || tr.Driver(gpu) != "nvidia" {
+			t.Fatalf("%s: the refused apply changed the host: %v", c.name, k.Writes()[writes:])
+		}
+		if _, err := virsh(uri, "dominfo", c.name); err == nil {
+			t.Fatalf("%s: defined although refused", c.name)
+		}
+	}
+	fb := write("vgpuhost-test-ffb", "    - passthrough:\n        vendor: \"10de\"\n      fallback: virtio-gpu\n")
+	out, code := runCLI(t, append(g, fb)...)
+	if code != 0 || !strings.Contains(out, `"fallback"`) || strings.Contains(out, "0000:01:00.0") {
+		t.Fatalf("fallback apply exit %d:\n%s", code, out)
+	}
+	if tr.Driver(gpu) != "nvidia" {
+		t.Fatal("the held GPU was bound")
+	}
+	if out, code := runCLI(t, "--host-root", tr.Dir(), "destroy", "--connect", uri, "vgpuhost-test-ffb"); code != 0 {
+		t.Fatalf("destroy exit %d:\n%s", code, out)
+	}
+	if x, _ := virsh(uri, "dumpxml", foreign); !strings.Contains(x, uuid) {
+		t.Fatalf("the foreign domain changed:\n%s", x)
+	}
+}
