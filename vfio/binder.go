@@ -153,7 +153,8 @@ func (b *Binder) start(action string, dry bool) (*run, func(), error) {
 	if b.W == nil && !dry {
 		return nil, nil, fmt.Errorf("vfio: Binder.W is nil: %w", host.ErrInvalid)
 	}
-	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: hostPath(b.Root, LedgerPath(b.Root))}}
+	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: hostPath(b.Root, LedgerPath(b.Root)),
+		Devices: []Change{}, Groups: []GroupState{}, Steps: []Step{}}}
 	r.rec = &host.Recorder{Next: b.W}
 	if dry {
 		r.rec.Next = nil
@@ -237,6 +238,7 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 
 	// Plan: which functions move, and may they?
 	moves := map[int][]Member{}
+	var fixes []host.Address
 	var refusals []Refusal
 	for _, g := range groups {
 		for _, m := range g.Members {
@@ -246,6 +248,12 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 				c.Note = "bridge stays on " + orNone(m.Driver)
 			case m.Driver == DriverName:
 				c.Note = "already bound"
+				if _, ours := r.ledger.Lookup(m.Address); ours && m.Override != DriverName {
+					// An interrupted unbind cleared the override but did not get to move the
+					// function: set it again so a re-probe keeps the function on vfio-pci.
+					c.Note = "already bound; driver_override set again"
+					fixes = append(fixes, m.Address)
+				}
 			default:
 				c.To, c.Changed = DriverName, true
 				moves[g.ID] = append(moves[g.ID], m)
@@ -278,6 +286,12 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 			return res, err
 		}
 	}
+	for _, a := range fixes {
+		if err := SetDriverOverride(ctx, b.Root, r.w, b.timeout(), a, DriverName); err != nil {
+			r.flushWrites()
+			return res, err
+		}
+	}
 	for _, g := range groups {
 		if err := r.bindGroup(ctx, g, moves[g.ID], opts); err != nil {
 			r.flushWrites()
@@ -285,7 +299,7 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 		}
 	}
 	r.flushWrites()
-	res.Changed = anyMove && !opts.DryRun
+	res.Changed = (anyMove || len(fixes) > 0) && !opts.DryRun
 
 	if opts.Persist {
 		if err := r.persist(groups, opts.DryRun); err != nil {
@@ -419,22 +433,43 @@ func entryFor(m Member, group int) Entry {
 // restoreOne puts e back: driver_override as it was, off vfio-pci, re-probed to its original
 // driver (or left driverless). native restores a device with no ledger entry to whatever
 // driver the kernel picks.
+//
+// An original driver that is no longer loaded is loaded first (its recorded module), before
+// any write, so a function whose driver cannot come back stays on vfio-pci and in the ledger
+// rather than being left driverless. An original override that would keep the original driver
+// from binding (set by an admin while that driver was bound) is written back after the probe,
+// which is the only order that restores both.
 func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
 	t := r.b.timeout()
 	a := e.Address
-	if err := SetDriverOverride(ctx, r.root, r.w, t, a, e.Override); err != nil {
+	if !native && e.Driver != "" {
+		if err := r.ensureDriverLoaded(ctx, e); err != nil {
+			return err
+		}
+	}
+	first, late := e.Override, false
+	if !native && e.Driver != "" && e.Override != "" && e.Override != e.Driver {
+		first, late = "", true
+	}
+	if err := SetDriverOverride(ctx, r.root, r.w, t, a, first); err != nil {
 		return err
+	}
+	finish := func() error {
+		if late {
+			return SetDriverOverride(ctx, r.root, r.w, t, a, e.Override)
+		}
+		return nil
 	}
 	cur, err := currentDriver(r.root, a)
 	if err != nil {
 		return err
 	}
 	if !native && cur == e.Driver {
-		return nil // never moved (a revert of a function whose unbind failed), or already back
+		return finish() // never moved (a revert of a function whose unbind failed), or already back
 	}
 	if cur != "" {
 		if err := Unbind(ctx, r.root, r.w, t, a); err != nil {
-			return err
+			return r.explainUnbind(err, e)
 		}
 	}
 	if e.Driver == "" && !native {
@@ -444,7 +479,10 @@ func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
 		return WaitDriver(ctx, r.root, t, a, "")
 	}
 	if r.dry {
-		return r.w.Write(ctx, probePath(r.root), a.String())
+		if err := r.w.Write(ctx, probePath(r.root), a.String()); err != nil {
+			return err
+		}
+		return finish()
 	}
 	if err := Probe(ctx, r.root, r.w, t, a); err != nil {
 		return err
@@ -452,11 +490,59 @@ func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
 	if native {
 		return nil
 	}
-	if !host.Exists(r.root.PCIDriver(e.Driver)) {
-		return fmt.Errorf("restore %s to %s: driver not loaded (%s missing): load its module (modprobe %s) and run: echo %s > %s",
-			a, e.Driver, r.root.PCIDriver(e.Driver), orModule(e), a, hostPath(r.root, probePath(r.root)))
+	if err := waitRestored(ctx, r.root, t, a, e.Driver); err != nil {
+		return err
 	}
-	return WaitDriver(ctx, r.root, t, a, e.Driver)
+	return finish()
+}
+
+// waitRestored waits until a has a driver again and checks that it is driver: a wrong driver
+// (two loaded drivers claim the device) is reported at once, not after the whole timeout.
+func waitRestored(ctx context.Context, root host.Root, timeout time.Duration, a host.Address, driver string) error {
+	var got string
+	err := host.WaitFor(ctx, timeout, func() (bool, error) {
+		d, err := currentDriver(root, a)
+		got = d
+		return d != "", err
+	})
+	if err != nil {
+		return fmt.Errorf("wait for %s to be on %s (%s is no driver; see dmesg for %s probe errors): %w", a, driver, root.PCIDevice(a, "driver"), driver, err)
+	}
+	if got != driver {
+		return fmt.Errorf("restore %s: the kernel bound %s, not the recorded %s (both drivers claim it); move it with: echo %s > %s; echo %s > %s",
+			a, got, driver, a, hostPath(root, root.PCIDriver(got, "unbind")), a, hostPath(root, root.PCIDriver(driver, "bind")))
+	}
+	return nil
+}
+
+// ensureDriverLoaded loads e's original driver module when its driver directory is missing
+// (unloaded since the bind), before the function leaves vfio-pci.
+func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
+	dir := r.root.PCIDriver(e.Driver)
+	if host.Exists(dir) {
+		return nil
+	}
+	mod := orModule(e)
+	r.step(&Step{Op: OpModprobe, Value: mod})
+	if r.dry {
+		return nil
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("restore %s to %s: the driver is not loaded (%s is missing) and loading module %s failed: %w; load it (modprobe %s) and run vgpu-host unbind %s again (the device stays on vfio-pci and in the ledger until then)",
+			e.Address, e.Driver, hostPath(r.root, dir), mod, err, mod, e.Address)
+	}
+	if r.b.Modules == nil {
+		return fail(fmt.Errorf("no module loader: %w", host.ErrUnsupported))
+	}
+	lctx, cancel := context.WithTimeout(ctx, r.b.timeout())
+	defer cancel()
+	if err := r.b.Modules.Load(lctx, mod); err != nil {
+		return fail(err)
+	}
+	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dir), nil }); err != nil {
+		return fail(fmt.Errorf("module loaded but %s did not appear: %w", hostPath(r.root, dir), err))
+	}
+	return nil
 }
 
 func orModule(e Entry) string {
@@ -500,35 +586,6 @@ func (r *run) verifyBound(ctx context.Context, groups []*Group) error {
 		r.res.Groups = append(r.res.Groups, st)
 	}
 	return errors.Join(errs...)
-}
-
-// persist writes the driverctl overrides of every endpoint of groups and the softdep file.
-func (r *run) persist(groups []*Group, dry bool) error {
-	if !driverctlInstalled(r.root) {
-		r.res.Warnings = append(r.res.Warnings, "driverctl is not installed: the overrides in /etc/driverctl.d take effect at boot only with driverctl's udev rule (apt install driverctl)")
-	}
-	for _, g := range groups {
-		for _, m := range g.Endpoints() {
-			if e, ok := r.ledger.Lookup(m.Address); ok && !e.Persist {
-				e.Persist = true
-				r.ledger.Devices[m.Address.String()] = e
-			}
-			s, err := fileStep(DriverctlPath(r.root, m.Address), DriverName+"\n", dry)
-			if err != nil {
-				return fmt.Errorf("persist %s: %w", m.Address, err)
-			}
-			r.step(s)
-		}
-	}
-	if err := r.saveLedger(); err != nil {
-		return err
-	}
-	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
-	if err != nil {
-		return fmt.Errorf("persist softdep: %w", err)
-	}
-	r.step(s)
-	return nil
 }
 
 func addrList(addrs []host.Address) string {

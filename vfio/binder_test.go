@@ -734,3 +734,20 @@ func TestBindBridgeOnlyGroupIsNoOp(t *testing.T) {
 		t.Errorf("waited %s for a /dev/vfio node a bridge-only group never gets", time.Since(start))
 	}
 }
+
+// BenchmarkBindUnbind measures vgpu-host's own work for bind+unbind of the two-function
+// GPU + audio group on a fake tree (the lab bench adds process start and the kernel's work).
+func BenchmarkBindUnbind(b *testing.B) {
+	tr := hosttest.New(b)
+	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
+	k := hosttest.NewKernel(tr)
+	bd := &Binder{Root: tr.Root, W: k, Modules: k, Timeout: 2 * time.Second}
+	for b.Loop() {
+		if _, err := bd.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := bd.Unbind(ctx, []host.Address{gpu}, UnbindOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -36,11 +36,26 @@ type Entry struct {
 	BoundAt time.Time `json:"bound_at"`
 }
 
-// Ledger is the state file: every function vgpu-host moved to vfio-pci and not yet restored.
+// Ledger is the state file: every function vgpu-host moved to vfio-pci and not yet restored,
+// and the persistence files bind --persist wrote and unbind --persist has not yet removed.
 type Ledger struct {
 	Version int              `json:"version"`
 	Devices map[string]Entry `json:"devices"`
+	// Files are the driverctl overrides bind --persist wrote, by host path
+	// (/etc/driverctl.d/pci-ADDR): only these does unbind --persist remove or put back.
+	Files map[string]PersistedFile `json:"files,omitempty"`
 }
+
+// PersistedFile records a configuration file bind --persist wrote, and what was there before.
+type PersistedFile struct {
+	Address host.Address `json:"address"`
+	// Previous is the file's content before vgpu-host wrote it; nil when there was no file.
+	Previous *string `json:"previous"`
+}
+
+// ErrLedgerCorrupt is returned when the ledger file cannot be parsed. Nothing is changed and
+// the file is left as it is.
+var ErrLedgerCorrupt = errors.New("vgpu-host ledger is corrupt")
 
 // LedgerPath returns ROOT/var/lib/vgpu-host/vfio.json.
 func LedgerPath(root host.Root) string { return root.StateDir("vfio.json") }
@@ -52,7 +67,7 @@ func lockPath(root host.Root) string { return root.StateDir("vfio.lock") }
 // LoadLedger reads the ledger; a missing file is an empty ledger.
 func LoadLedger(root host.Root) (*Ledger, error) {
 	p := LedgerPath(root)
-	l := &Ledger{Version: LedgerVersion, Devices: map[string]Entry{}}
+	l := &Ledger{Version: LedgerVersion, Devices: map[string]Entry{}, Files: map[string]PersistedFile{}}
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return l, nil
@@ -61,13 +76,17 @@ func LoadLedger(root host.Root) (*Ledger, error) {
 		return nil, fmt.Errorf("read ledger %s: %w", p, err)
 	}
 	if err := json.Unmarshal(b, l); err != nil {
-		return nil, fmt.Errorf("read ledger %s: %w (fix or move the file; it records the drivers to restore)", p, err)
+		return nil, fmt.Errorf("read ledger %s: not valid JSON (%v): vgpu-host will not overwrite it, as it records the original driver of every function it bound; repair it, or if no device is on vfio-pci because of vgpu-host, move it aside (mv %s %s.bad) and run again: %w",
+			p, err, p, p, ErrLedgerCorrupt)
 	}
 	if l.Version > LedgerVersion {
 		return nil, fmt.Errorf("read ledger %s: version %d is newer than this vgpu-host understands (%d): %w", p, l.Version, LedgerVersion, host.ErrUnsupported)
 	}
 	if l.Devices == nil {
 		l.Devices = map[string]Entry{}
+	}
+	if l.Files == nil {
+		l.Files = map[string]PersistedFile{}
 	}
 	return l, nil
 }

@@ -112,3 +112,159 @@ func driverctlInstalled(root host.Root) bool {
 	}
 	return false
 }
+
+// driverctlContent is what `driverctl set-override ADDR vfio-pci` saves: echo "$drv" > file.
+const driverctlContent = DriverName + "\n"
+
+// readConf returns a configuration file's content and whether it exists.
+func readConf(path string) (string, bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return string(b), true, nil
+}
+
+// persist writes the driverctl overrides of every endpoint of groups and the softdep file.
+// Each override it writes is first recorded in the ledger with what was there before, so
+// unbind --persist removes exactly those (or puts the previous file back) and nothing an
+// admin wrote; an override that already says vfio-pci is left alone and not recorded.
+func (r *run) persist(groups []*Group, dry bool) error {
+	if !driverctlInstalled(r.root) {
+		r.res.Warnings = append(r.res.Warnings, "driverctl is not installed: the overrides in /etc/driverctl.d take effect at boot only with driverctl's udev rule (apt install driverctl)")
+	}
+	dirty := false
+	var todo []string
+	for _, g := range groups {
+		for _, m := range g.Endpoints() {
+			if e, ok := r.ledger.Lookup(m.Address); ok && !e.Persist {
+				e.Persist = true
+				r.ledger.Devices[m.Address.String()] = e
+				dirty = true
+			}
+			p := DriverctlPath(r.root, m.Address)
+			cur, exists, err := readConf(p)
+			if err != nil {
+				return fmt.Errorf("persist %s: %w", m.Address, err)
+			}
+			if exists && cur == driverctlContent {
+				continue // ours from an earlier bind --persist, or the admin's own identical override
+			}
+			key := hostPath(r.root, p)
+			if _, ok := r.ledger.Files[key]; !ok {
+				var prev *string
+				if exists {
+					c := cur
+					prev = &c
+					r.res.Warnings = append(r.res.Warnings, fmt.Sprintf("%s: replaced %s (it said %q); unbind --persist puts it back", m.Address, key, strings.TrimSpace(cur)))
+				}
+				r.ledger.Files[key] = PersistedFile{Address: m.Address, Previous: prev}
+				dirty = true
+			}
+			todo = append(todo, p)
+		}
+	}
+	// Record before writing: a crash in between leaves a record of a file that is not there
+	// (unbind --persist drops it), never a file of ours that the ledger does not know.
+	if dirty {
+		if err := r.saveLedger(); err != nil {
+			return err
+		}
+	}
+	for _, p := range todo {
+		s, err := fileStep(p, driverctlContent, dry)
+		if err != nil {
+			return fmt.Errorf("persist: %w", err)
+		}
+		r.step(s)
+	}
+	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
+	if err != nil {
+		return fmt.Errorf("persist softdep: %w", err)
+	}
+	r.step(s)
+	return nil
+}
+
+// unpersist removes the driverctl overrides that bind --persist wrote for the restored
+// endpoints of groups (putting back a file it replaced) and rewrites the softdep file. Files
+// vgpu-host did not write, or that changed since, are kept with a warning; so are those of
+// functions still bound (not restored).
+func (r *run) unpersist(groups []*Group, dry bool) error {
+	dirty := false
+	var errs []error
+	for _, g := range groups {
+		for _, m := range g.Endpoints() {
+			if _, still := r.ledger.Lookup(m.Address); still {
+				continue // not restored: keep it bound at boot too
+			}
+			p := DriverctlPath(r.root, m.Address)
+			key := hostPath(r.root, p)
+			cur, exists, err := readConf(p)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("remove persistence of %s: %w", m.Address, err))
+				continue
+			}
+			rec, ours := r.ledger.Files[key]
+			if !ours {
+				if exists {
+					r.res.Warnings = append(r.res.Warnings, fmt.Sprintf("%s: kept %s: vgpu-host did not write it (driverctl unset-override %s removes it)", m.Address, key, m.Address))
+				}
+				continue
+			}
+			delete(r.ledger.Files, key)
+			dirty = true
+			if !exists {
+				continue
+			}
+			if cur != driverctlContent {
+				r.res.Warnings = append(r.res.Warnings, fmt.Sprintf("%s: kept %s: it changed since vgpu-host wrote it", m.Address, key))
+				continue
+			}
+			content := ""
+			if rec.Previous != nil {
+				content = *rec.Previous
+			}
+			s, err := fileStep(p, content, dry)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("remove persistence of %s: %w", m.Address, err))
+				continue
+			}
+			r.step(s)
+		}
+	}
+	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("rewrite softdep: %w", err))
+	} else {
+		r.step(s)
+	}
+	// The files go first, the records after: a crash in between leaves a record of a file
+	// already gone, which the next unbind --persist drops.
+	if dirty {
+		if err := r.saveLedger(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// persistedWarnings warns, after an unbind without --persist, about restored functions whose
+// driverctl override (from bind --persist) would bind them to vfio-pci again at the next boot.
+func (r *run) persistedWarnings(groups []*Group) {
+	for _, g := range groups {
+		for _, m := range g.Endpoints() {
+			if _, still := r.ledger.Lookup(m.Address); still {
+				continue
+			}
+			p := DriverctlPath(r.root, m.Address)
+			if _, ours := r.ledger.Files[hostPath(r.root, p)]; ours && host.Exists(p) {
+				r.res.Warnings = append(r.res.Warnings, fmt.Sprintf("%s: %s (from bind --persist) binds it to vfio-pci again at the next boot; vgpu-host unbind --persist %s removes it",
+					m.Address, hostPath(r.root, p), m.Address))
+			}
+		}
+	}
+}

@@ -135,6 +135,8 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 		if err := r.unpersist(groups, opts.DryRun); err != nil {
 			errs = append(errs, err)
 		}
+	} else {
+		r.persistedWarnings(groups)
 	}
 	for _, g := range groups {
 		st := GroupState{ID: g.ID}
@@ -149,24 +151,19 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	return res, errors.Join(errs...)
 }
 
-// unpersist removes the driverctl overrides of groups' endpoints and rewrites the softdep file.
-func (r *run) unpersist(groups []*Group, dry bool) error {
-	for _, g := range groups {
-		for _, m := range g.Endpoints() {
-			if _, still := r.ledger.Lookup(m.Address); still {
-				continue // not restored: keep it bound at boot too
-			}
-			s, err := fileStep(DriverctlPath(r.root, m.Address), "", dry)
-			if err != nil {
-				return fmt.Errorf("remove persistence of %s: %w", m.Address, err)
-			}
-			r.step(s)
+// explainUnbind adds the processes holding the group to an unbind from vfio-pci that timed
+// out (vfio-pci's remove waits for the group's users to let go), reported as busy.
+func (r *run) explainUnbind(err error, e Entry) error {
+	if !errors.Is(err, host.ErrWriteTimeout) {
+		return err
+	}
+	held := "no holder found in /proc/*/fd"
+	if hs := Holders(r.root, []string{hostPath(r.root, VFIODev(r.root, e.Group))}); len(hs) > 0 {
+		var parts []string
+		for _, h := range hs {
+			parts = append(parts, h.String())
 		}
+		held = "held by: " + strings.Join(parts, "; ")
 	}
-	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
-	if err != nil {
-		return fmt.Errorf("rewrite softdep: %w", err)
-	}
-	r.step(s)
-	return nil
+	return fmt.Errorf("%w: %w; %s (the ledger keeps it: run vgpu-host unbind again when they let go)", err, host.ErrBusy, held)
 }
