@@ -339,23 +339,32 @@ func (r *run) ensureVFIOLoaded(ctx context.Context) error {
 	return nil
 }
 
-// bindGroup moves members of g to vfio-pci, recording each in the ledger first, and reverts
-// the group when one fails.
+// bindGroup moves members of g to vfio-pci and reverts the group when one fails. The original
+// state of every function to move is recorded in the ledger first, in one write for the group:
+// a crash later leaves entries of functions not yet moved, which unbind drops as "already
+// restored" and a later bind keeps.
 func (r *run) bindGroup(ctx context.Context, g *Group, moves []Member, opts BindOptions) error {
-	var done []Member
+	var fresh []host.Address
 	for _, m := range moves {
 		if _, ok := r.ledger.Lookup(m.Address); !ok {
 			// A leftover entry (a run that crashed after recording) already holds the true
 			// original; only a new function gets a new entry.
 			r.ledger.Devices[m.Address.String()] = Entry{Address: m.Address, Group: g.ID, Driver: m.Driver,
 				Module: driverModule(r.root, m.Driver), Override: m.Override, Owner: opts.Owner, BoundAt: time.Now().UTC()}
+			fresh = append(fresh, m.Address)
 		}
+	}
+	if len(fresh) > 0 {
 		if err := r.saveLedger(); err != nil {
-			return r.revert(ctx, g, done, fmt.Errorf("bind %s: record original driver before moving it: %w", m.Address, err))
+			for _, a := range fresh {
+				delete(r.ledger.Devices, a.String())
+			}
+			return fmt.Errorf("bind IOMMU group %d: record the original drivers before moving them: %w (nothing was moved)", g.ID, err)
 		}
-		done = append(done, m)
+	}
+	for i, m := range moves {
 		if err := r.bindOne(ctx, m); err != nil {
-			return r.revert(ctx, g, done, r.explain(err, m, g))
+			return r.revert(ctx, g, moves[:i+1], fresh, r.explain(err, m, g))
 		}
 	}
 	return nil
@@ -402,19 +411,28 @@ func (r *run) explain(err error, m Member, g *Group) error {
 }
 
 // revert puts the functions in done back on their original drivers, in reverse order, and
-// drops their ledger entries. cause is returned, joined with anything that could not be put back.
-func (r *run) revert(ctx context.Context, g *Group, done []Member, cause error) error {
+// drops their ledger entries and those this run recorded for functions it did not reach. cause is returned, joined with anything that could not be put back.
+func (r *run) revert(ctx context.Context, g *Group, done []Member, fresh []host.Address, cause error) error {
 	if r.dry {
 		return cause
 	}
 	var errs []error
+	kept := map[host.Address]bool{}
 	for i := len(done) - 1; i >= 0; i-- {
 		m := done[i]
 		if err := r.restoreOne(ctx, entryFor(m, g.ID), false); err != nil {
 			errs = append(errs, fmt.Errorf("revert %s: %w", m.Address, err))
+			kept[m.Address] = true
 			continue
 		}
 		delete(r.ledger.Devices, m.Address.String())
+	}
+	// Functions recorded by this run but never reached were not touched: drop their entries
+	// too. Entries left by an earlier crashed run stay, as they still hold the true original.
+	for _, a := range fresh {
+		if !kept[a] {
+			delete(r.ledger.Devices, a.String())
+		}
 	}
 	if err := r.saveLedger(); err != nil {
 		errs = append(errs, err)

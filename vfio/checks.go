@@ -62,7 +62,7 @@ func refusalError(op string, rs []Refusal) error {
 	if busyOnly {
 		return fmt.Errorf("%s: %w:%s\n  (stop those processes, or re-run with --force to try anyway; the unbind then waits up to --timeout)", op, host.ErrBusy, b.String())
 	}
-	return fmt.Errorf("%s: %w:%s", op, host.ErrRefused, b.String())
+	return fmt.Errorf("%s: %w:%s\n  (re-run with --force if you mean it; docs/vfio.md explains each check)", op, host.ErrRefused, b.String())
 }
 
 // hostCriticalClass names the device classes the host usually cannot live without.
@@ -96,10 +96,10 @@ func bindRefusals(root host.Root, g *Group, moves []Member) []Refusal {
 				what, g.ID)})
 		}
 		for _, d := range mounts[a] {
-			rs = append(rs, Refusal{Address: &a, Check: CheckHostCritical, Reason: fmt.Sprintf("carries %s, which is mounted (see /proc/mounts)", d)})
+			rs = append(rs, Refusal{Address: &a, Check: CheckHostCritical, Reason: fmt.Sprintf("carries %s (see /proc/mounts): unmount it first, or the host loses that file system", d)})
 		}
 		for _, ifc := range routes[a] {
-			rs = append(rs, Refusal{Address: &a, Check: CheckHostCritical, Reason: fmt.Sprintf("is network interface %s, which has an active route (see /proc/net/route)", ifc)})
+			rs = append(rs, Refusal{Address: &a, Check: CheckHostCritical, Reason: fmt.Sprintf("is network interface %s, which has an active route (see ip route): the host loses that network; take the interface down first (ip link set %s down)", ifc, ifc)})
 		}
 		if hs := Holders(root, deviceNodes(root, m, -1)); len(hs) > 0 {
 			rs = append(rs, heldRefusal(a, hs))

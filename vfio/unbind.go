@@ -118,6 +118,10 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 			continue
 		}
 		delete(r.ledger.Devices, t.e.Address.String())
+	}
+	// One ledger write for the whole run: a crash before it leaves entries of functions already
+	// restored, which the next unbind drops as "already restored" and the next bind keeps.
+	if len(targets) > 0 {
 		if err := r.saveLedger(); err != nil {
 			errs = append(errs, err)
 		}

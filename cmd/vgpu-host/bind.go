@@ -108,6 +108,9 @@ func resultTable(out io.Writer, res *vfio.Result) error {
 		}
 		for _, g := range res.Groups {
 			state := "not viable (an endpoint is on a host driver)"
+			if res.Action == "unbind" {
+				state = "back on host drivers"
+			}
 			if g.Viable {
 				state = "viable"
 			}

@@ -53,7 +53,11 @@ func TestBindUnbindCLIJSON(t *testing.T) {
 		t.Fatal("not bound")
 	}
 
-	// Binding again: success, nothing written, says so.
+	// Binding again: success, nothing written, says so; steps is [] (not null) in JSON.
+	out, code = run(t, "--host-root", tr.Dir(), "bind", "0000:01:00.1", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"steps": []`) {
+		t.Fatalf("second bind -o json exit %d:\n%s", code, out)
+	}
 	n := len(k.Writes())
 	out, code = run(t, "--host-root", tr.Dir(), "bind", "0000:01:00.1")
 	if code != 0 || !strings.Contains(out, "already bound") || len(k.Writes()) != n {
@@ -61,7 +65,7 @@ func TestBindUnbindCLIJSON(t *testing.T) {
 	}
 
 	out, code = run(t, "--host-root", tr.Dir(), "unbind", "0000:01:00.0")
-	if code != 0 || !strings.Contains(out, "snd_hda_intel") {
+	if code != 0 || !strings.Contains(out, "snd_hda_intel") || !strings.Contains(out, "back on host drivers") {
 		t.Fatalf("unbind exit %d:\n%s", code, out)
 	}
 	if tr.Driver(audio) != "snd_hda_intel" || tr.Driver(gpu) != "" {

@@ -112,4 +112,22 @@ run_ok vgpu-host unbind "$LAB_GPU1" --persist
 expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1" "unbind --persist removed the GPU override"
 expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" "unbind --persist removed the audio override"
 expect_no_file /etc/modprobe.d/vgpu-host.conf "unbind --persist removed the softdep"
+expect_eq "$(jq -r '.files // {} | length' "$ledger")" 0 "ledger keeps no persistence record"
+
+# --- exact restore of what an admin set: an override for another driver, their own driverctl file --
+# (an override written while a driver is bound takes effect only at the next probe)
+echo snd_hda_codec_hdmi >"$(pci_dev "$LAB_GPU1_AUDIO")/driver_override"
+mkdir -p /etc/driverctl.d
+echo snd_hda_intel >"/etc/driverctl.d/pci-$LAB_GPU1_AUDIO"
+run_ok vgpu-host bind "$LAB_GPU1" --persist
+expect_driver "$LAB_GPU1_AUDIO" vfio-pci "bound despite the admin's override"
+expect_content "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" vfio-pci "bind --persist replaced the admin's driverctl file"
+expect_match "$(output)" "replaced /etc/driverctl.d/pci-$LAB_GPU1_AUDIO" "bind --persist warns that it replaced it"
+run_ok vgpu-host unbind "$LAB_GPU1" --persist
+expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "restored to snd_hda_intel although the admin's override names another driver"
+expect_content "$(pci_dev "$LAB_GPU1_AUDIO")/driver_override" snd_hda_codec_hdmi "the admin's override is back as it was"
+expect_content "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" snd_hda_intel "unbind --persist put the admin's driverctl file back"
+expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1" "unbind --persist removed the GPU override it wrote"
+echo >"$(pci_dev "$LAB_GPU1_AUDIO")/driver_override"
+rm -f "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO"
 expect_eq "$(state)" "$boot_state" "everything back in its boot state"
