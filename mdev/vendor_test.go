@@ -257,3 +257,36 @@ func TestVendorAssignReadBack(t *testing.T) {
 		t.Fatalf("state kept %+v", list)
 	}
 }
+
+// TestProfileNamesBothBackends: every way users name a profile resolves to the same type on
+// the mdev backend (A100 on vGPU 16) and on the vendor-VFIO one (L40S, H100 with MIG-backed
+// names), by ResolveType as create does; an unknown name lists the parent's types.
+func TestProfileNamesBothBackends(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.A100Mdev(tr.DatacenterGPU("0000:20:01.0", "0000:21:00.0", "nvidia", 0))
+	l40 := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 0, 2, nil)
+	h100 := tr.NvidiaSRIOVGPU("0000:80:01.0", "0000:81:00.0", 1, 2, []hosttest.NvidiaVGPUType{
+		{ID: 1210, Name: "NVIDIA H100-1-10C", MaxPerGPU: 7}, {ID: 1213, Name: "NVIDIA H100-80C", MaxPerGPU: 1}})
+	m, _ := newMgr(tr)
+	for _, c := range []struct{ parent, profile, want string }{
+		{"0000:21:00.0", "A100-4C", "nvidia-471"},
+		{"0000:21:00.0", "GRID A100-4C", "nvidia-471"},
+		{"0000:21:00.0", "grid a100-4c", "nvidia-471"},
+		{"0000:21:00.0", "nvidia-471", "nvidia-471"},
+		{l40.String(), "L40S-8Q", "1160"},
+		{l40.String(), "NVIDIA L40S-8Q", "1160"},
+		{l40.String(), "1160", "1160"},
+		{tr.VFAddress(l40, 1).String(), "L40S-8Q", "1160"}, // a VF names its GPU
+		{h100.String(), "NVIDIA H100-1-10C", "1210"},
+		{h100.String(), "H100-1-10C", "1210"},
+	} {
+		_, ty, err := m.ResolveType(c.parent, c.profile)
+		if err != nil || ty.ID != c.want {
+			t.Errorf("%s on %s: %q, %v; want %s", c.profile, c.parent, ty.ID, err, c.want)
+		}
+	}
+	_, _, err := m.ResolveType(h100.String(), "H100-2-20C")
+	if !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), "1210 (NVIDIA H100-1-10C)") {
+		t.Fatalf("unknown profile: %v", err)
+	}
+}

@@ -231,3 +231,31 @@ func TestVendorVGPUCLI(t *testing.T) {
 		t.Fatalf("current_vgpu_type after remove = %s", got)
 	}
 }
+
+// TestHostRestorePartialFailure: a persisted step that fails (VFs of a PF that is gone) makes
+// 'host restore' exit non-zero and name it, while the other parts (a defined mdev) are still
+// applied, in order: the sriov step comes first.
+func TestHostRestorePartialFailure(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	withKernel(t, tr)
+	r := tr.Dir()
+	tr.WriteFile("etc/vgpu-host/sriov.json", `{"version":1,"pfs":[{"address":"0000:99:00.0","num_vfs":2,"driver":"vfio-pci"}]}`)
+	id := "83c32df7-d52e-4ec1-9668-1f3c7e4df107"
+	tr.WriteFile("etc/mdevctl.d/mbochs/"+id, `{"mdev_type":"mbochs-small","start":"auto","attrs":[]}`)
+	out, code := run(t, "--host-root", r, "host", "restore", "--output", "json")
+	if code == 0 {
+		t.Fatalf("restore with a failed step exited 0: %s", out)
+	}
+	var steps []mdev.RestoreStep
+	if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "]")+1]), &steps); err != nil || len(steps) != 2 {
+		t.Fatalf("restore output: %v\n%s", err, out)
+	}
+	if steps[0].Kind != "sriov" || steps[0].Result != "failed" || !strings.Contains(steps[0].Error, "0000:99:00.0") ||
+		steps[1].Kind != "mdev" || steps[1].Result != "applied" {
+		t.Fatalf("steps %+v", steps)
+	}
+	if !host.Exists(tr.Root.Sys("bus", "mdev", "devices", id)) {
+		t.Fatal("the mdev part was not applied after the sriov part failed")
+	}
+}

@@ -63,6 +63,21 @@ expect_eq "$(n_inst)" 2 "re-run created nothing more"
 run_ok vgpu-host mdev list --output json
 expect_eq "$(jqo "[.[] | select(.owner==\"desk\")] | length")" 2 "list: both owned by desk"
 
+# --- a create killed part-way (kill -9 after its first kernel write, before its state update) ---
+# The dry run names the UUIDs; the first is created by hand, as the killed run left it. The
+# re-run creates only the other two, records all three for the owner, and releases all three.
+run_ok vgpu-host mdev create --parent mbochs --type mbochs-small --count 3 --name killed --dry-run --output json
+k0=$(jqo '.writes[0].value')
+expect_eq "$(jqo '.writes | length')" 3 "dry run: three create writes"
+echo "$k0" >"$mb/mbochs-small/create"
+avs=$(cat $mb/mbochs-small/available_instances)
+run_ok vgpu-host mdev create --parent mbochs --type mbochs-small --count 3 --name killed --output json
+expect_eq "$(jqo '.[0].uuid')" "$k0" "the re-run adopts the instance the killed run made"
+expect_content "$mb/mbochs-small/available_instances" $((avs - 2)) "the re-run created only the two missing"
+run_ok vgpu-host mdev remove --name killed --force --output json
+expect_eq "$(jqo 'length')" 3 "release by owner removed all three"
+expect_no_file "/sys/bus/mdev/devices/$k0" "including the one the killed run made"
+
 # --- define: mdevctl's JSON; restore ----------------------------------------------------------------
 run_ok vgpu-host mdev define "$u0"
 f=/etc/mdevctl.d/mdpy/$u0
@@ -73,7 +88,11 @@ expect_eq "$(ls /etc/mdevctl.d/mdpy | wc -l)" 1 "defining twice converges"
 run_ok vgpu-host mdev remove "$u0" --force
 expect_no_file "/sys/bus/mdev/devices/$u0" "defined instance stopped"
 run_ok vgpu-host mdev list --output json
-expect_eq "$(jqo ".[] | select(.uuid==\"$u0\") | \"\(.active) \(.defined)\"")" "false true" "list: defined but not active"
+expect_eq "$(jqo ".[] | select(.uuid==\"$u0\") | \"\(.active) \(.defined) \(.start)\"")" "false true auto" "list: defined (start auto) but not active"
+run_ok vgpu-host mdev list --defined --output json
+expect_eq "$(jqo '[.[].uuid] | join(" ")')" "$u0" "list --defined: only the defined instance"
+run_ok vgpu-host mdev list --active mdpy --output json
+expect_eq "$(jqo '[.[].uuid] | join(" ")')" "$u1" "list --active mdpy: only the active instance"
 run_ok vgpu-host host restore --dry-run
 expect_match "$(output)" "^echo $u0 > .*mdpy-vga/create\$" "restore dry run prints the create"
 expect_no_file "/sys/bus/mdev/devices/$u0" "restore dry run created nothing"
