@@ -13,8 +13,9 @@ help: ## list targets
 deps: ## install the Debian packages the build, tests and lab need (root; only what is missing)
 	@scripts/deps.sh
 
-build: deps ## build bin/vgpu-host
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/vgpu-host
+build: deps ## build bin/vgpu-host (pure Go, static) and its libvirt helper bin/vgpu-host-libvirt (cgo)
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/vgpu-host
+	$(GO) build -o bin/vgpu-host-libvirt ./cmd/vgpu-host-libvirt
 
 demo: build ## run the main job on this host: check, inspect, render an example VM (read-only)
 	@scripts/demo.sh

@@ -34,7 +34,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-go build -o "$bin" ./cmd/vgpu-host
+CGO_ENABLED=0 go build -o "$bin" ./cmd/vgpu-host
+go build -o "$work/vgpu-host-libvirt" ./cmd/vgpu-host-libvirt # found beside vgpu-host
 root=$work/root
 mkdir -p "$root" "$work/specs" "$work/xml"
 qemu-img create -q -f qcow2 "$work/disk.qcow2" 64M

@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 $GO build -o "$work/gen-fakehost" ./cmd/gen-fakehost
 # Build from this checkout so the numbers are for this code (set VGPU_HOST_BIN to measure another).
 BIN=${VGPU_HOST_BIN:-$work/vgpu-host}
-[ -n "${VGPU_HOST_BIN:-}" ] || $GO build -o "$BIN" ./cmd/vgpu-host
+[ -n "${VGPU_HOST_BIN:-}" ] || CGO_ENABLED=0 $GO build -o "$BIN" ./cmd/vgpu-host
 
 . bench/lib.sh
 fail=0

@@ -17,6 +17,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/native"
 )
 
 // guestInit is the tiny initramfs's /init: it lists the guest's PCI functions from sysfs the
@@ -113,7 +114,7 @@ spec:
 	if err := vm.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := virt.Open(uri)
+	conn, err := native.Open(uri)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/native"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
@@ -18,7 +19,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: vgpu-host's libvirt helper; vgpu-host runs it (with --serve) when a command needs libvirt\n", remote.HelperName)
 		os.Exit(2)
 	}
-	err := remote.Serve(func(uri string) (virt.Conn, error) { return virt.Open(uri) }, stdio{})
+	err := remote.Serve(func(uri string) (virt.Conn, error) { return native.Open(uri) }, stdio{})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", remote.HelperName, err)
 		os.Exit(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // Environment hooks for the crash tests: apply exits hard (code 137, as after kill -9) at the
@@ -24,8 +25,9 @@ const (
 	envCrashBefore = "VGPU_HOST_CRASH_BEFORE"
 )
 
-// openConn connects to libvirt; tests replace it with a fake.
-var openConn = func(uri string) (virt.Conn, error) { return virt.Open(uri) }
+// openConn connects to libvirt through the helper vgpu-host-libvirt (package virt/remote), so
+// that only the commands that talk to libvirt load it; tests replace it with a fake.
+var openConn = remote.Open
 
 func connectFlag() cli.Flag {
 	return &cli.StringFlag{Name: "connect", Aliases: []string{"c"}, Value: virt.DefaultURI, Usage: "libvirt connection `URI`", Sources: cli.EnvVars("VGPU_HOST_CONNECT", "LIBVIRT_DEFAULT_URI")}

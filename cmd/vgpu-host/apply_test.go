@@ -22,6 +22,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // run runs the CLI in-process and returns stdout and the exit code.
@@ -100,6 +101,7 @@ func assertClean(t *testing.T, uri string, root host.Root, name string) {
 // fallback example under TCG, re-apply, verify over QMP, destroy.
 func TestApplyFallbackLibvirtd(t *testing.T) {
 	uri := testenv.Libvirtd(t)
+	binary(t) // the libvirt helper
 	name := "vgpuhost-test-apply"
 	root, spec := world(t, uri, name)
 	g := []string{"--host-root", root.Dir()}
@@ -165,7 +167,8 @@ var (
 	binErr  error
 )
 
-// binary builds vgpu-host once for tests that need a process to kill.
+// binary builds vgpu-host and its libvirt helper once, for tests that need a process to kill
+// or talk to a real libvirtd through the helper (as the installed binary does).
 func binary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
@@ -175,10 +178,20 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "vgpu-host")
-		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binPath, ".").CombinedOutput()
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		out, err := exec.Command(gobin, "build", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = errors.New(string(out))
+			return
 		}
+		// The libvirt helper beside it, as make build installs them; in-process tests find it
+		// through the environment (inherited by the processes they start).
+		helper := filepath.Join(dir, remote.HelperName)
+		if out, err := exec.Command(gobin, "build", "-o", helper, "../vgpu-host-libvirt").CombinedOutput(); err != nil {
+			binErr = errors.New(string(out))
+			return
+		}
+		binErr = os.Setenv(remote.EnvHelper, helper)
 	})
 	if binErr != nil {
 		t.Fatalf("build vgpu-host: %v", binErr)
@@ -295,6 +308,7 @@ func TestKill9RandomLibvirtd(t *testing.T) {
 // it was; a spec that may fall back gets virtio-gpu instead of the held GPU.
 func TestForeignDomainDevicesLibvirtd(t *testing.T) {
 	uri := testenv.Libvirtd(t)
+	binary(t) // the libvirt helper
 	tr := hosttest.New(t)
 	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
 	parent := tr.MdevParentVirtual("mbochs", []hosttest.MdevType{{ID: "mbochs-small", Name: "mbochs small", Available: 4}})

@@ -13,11 +13,12 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // openLibvirt connects to libvirt for the 'mdev remove' in-use check; tests replace it.
 var openLibvirt = func() (mdev.DomainXMLLister, func(), error) {
-	c, err := virt.Open(virt.DefaultURI)
+	c, err := remote.Open(virt.DefaultURI)
 	if err != nil {
 		return nil, nil, err
 	}

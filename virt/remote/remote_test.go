@@ -94,6 +94,16 @@ func TestErrorsKeepTheirSentinels(t *testing.T) {
 	if err := c.DeleteVolume(ctx, "nopool", "x"); !virt.IsNotFound(err) {
 		t.Fatalf("DeleteVolume in a missing pool = %v", err)
 	}
+	if err := c.EnsureDirPool(ctx, "p", t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	v := virt.Volume{Name: "a.qcow2", Format: "qcow2", Capacity: 1 << 20}
+	if err := c.CreateVolume(ctx, "p", v); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateVolume(ctx, "p", v); !errors.Is(err, virt.ErrVolumeExists) {
+		t.Fatalf("second CreateVolume = %v, want ErrVolumeExists", err)
+	}
 	boom := errors.New("boom: libvirt said no")
 	f.Fail("Start", boom)
 	err = c.Start(ctx, "x")

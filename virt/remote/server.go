@@ -183,6 +183,7 @@ var kinds = []struct {
 	{"no-domain", virt.ErrNoDomain},
 	{"no-volume", virt.ErrNoVolume},
 	{"no-pool", virt.ErrNoPool},
+	{"volume-exists", virt.ErrVolumeExists},
 	{"canceled", context.Canceled},
 	{"deadline", context.DeadlineExceeded},
 }

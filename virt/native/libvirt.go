@@ -1,4 +1,8 @@
-package virt
+// Package native is vgpu-host's in-process libvirt adapter: the virt.Conn implementation over
+// the cgo binding libvirt.org/go/libvirt. Only the helper binary vgpu-host-libvirt (and tests)
+// link it; vgpu-host reaches it through package virt/remote, so that the main binary does not
+// load libvirt's shared libraries on every start.
+package native
 
 import (
 	"context"
@@ -10,20 +14,22 @@ import (
 
 	"libvirt.org/go/libvirt"
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// Libvirt is the Conn that talks to a libvirt daemon.
+// Libvirt is the virt.Conn that talks to a libvirt daemon.
 type Libvirt struct {
 	uri  string
 	conn *libvirt.Connect
 }
 
-var _ Conn = (*Libvirt)(nil)
+var _ virt.Conn = (*Libvirt)(nil)
 
-// Open connects to libvirt at uri ("" means DefaultURI).
+// Open connects to libvirt at uri ("" means virt.DefaultURI).
 func Open(uri string) (*Libvirt, error) {
 	if uri == "" {
-		uri = DefaultURI
+		uri = virt.DefaultURI
 	}
 	c, err := libvirt.NewConnect(uri)
 	if err != nil {
@@ -52,13 +58,13 @@ func lverr(err error, what string) error {
 	if errors.As(err, &le) {
 		switch le.Code {
 		case libvirt.ERR_NO_DOMAIN:
-			return fmt.Errorf("%s: %w: %s", what, ErrNoDomain, le.Message)
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoDomain, le.Message)
 		case libvirt.ERR_NO_STORAGE_VOL:
-			return fmt.Errorf("%s: %w: %s", what, ErrNoVolume, le.Message)
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoVolume, le.Message)
 		case libvirt.ERR_NO_STORAGE_POOL:
-			return fmt.Errorf("%s: %w: %s", what, ErrNoPool, le.Message)
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoPool, le.Message)
 		case libvirt.ERR_STORAGE_VOL_EXIST:
-			return fmt.Errorf("%s: %w: %s", what, ErrVolumeExists, le.Message)
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrVolumeExists, le.Message)
 		}
 		return fmt.Errorf("%s: %s", what, le.Message)
 	}
@@ -160,7 +166,7 @@ func (l *Libvirt) Undefine(_ context.Context, name string) error {
 }
 
 // State returns the domain's run state.
-func (l *Libvirt) State(_ context.Context, name string) (State, error) {
+func (l *Libvirt) State(_ context.Context, name string) (virt.State, error) {
 	d, err := l.domain(name)
 	if err != nil {
 		return "", err
@@ -172,17 +178,17 @@ func (l *Libvirt) State(_ context.Context, name string) (State, error) {
 	}
 	switch s {
 	case libvirt.DOMAIN_RUNNING, libvirt.DOMAIN_BLOCKED:
-		return StateRunning, nil
+		return virt.StateRunning, nil
 	case libvirt.DOMAIN_SHUTOFF:
-		return StateShutoff, nil
+		return virt.StateShutoff, nil
 	case libvirt.DOMAIN_PAUSED, libvirt.DOMAIN_PMSUSPENDED:
-		return StatePaused, nil
+		return virt.StatePaused, nil
 	case libvirt.DOMAIN_SHUTDOWN:
-		return StateShutdown, nil
+		return virt.StateShutdown, nil
 	case libvirt.DOMAIN_CRASHED:
-		return StateCrashed, nil
+		return virt.StateCrashed, nil
 	}
-	return StateOther, nil
+	return virt.StateOther, nil
 }
 
 // DomainXML returns the persistent XML of the domain.
@@ -235,7 +241,7 @@ func (l *Libvirt) QMP(_ context.Context, name, command string) (string, error) {
 func (l *Libvirt) EnsureDirPool(_ context.Context, name, path string) error {
 	p, err := l.conn.LookupStoragePoolByName(name)
 	if err != nil {
-		if !errors.Is(lverr(err, ""), ErrNoPool) {
+		if !errors.Is(lverr(err, ""), virt.ErrNoPool) {
 			return lverr(err, "look up storage pool "+name)
 		}
 		if err := os.MkdirAll(path, 0o711); err != nil {
@@ -282,7 +288,7 @@ func (l *Libvirt) pool(name string) (*libvirt.StoragePool, error) {
 }
 
 // volumeXML renders the <volume> for v.
-func volumeXML(v Volume) (string, error) {
+func volumeXML(v virt.Volume) (string, error) {
 	vol := &libvirtxml.StorageVolume{
 		Name:     v.Name,
 		Capacity: &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: v.Capacity},
@@ -298,7 +304,7 @@ func volumeXML(v Volume) (string, error) {
 }
 
 // CreateVolume creates v in pool (a qcow2 overlay when v.BackingPath is set).
-func (l *Libvirt) CreateVolume(_ context.Context, pool string, v Volume) error {
+func (l *Libvirt) CreateVolume(_ context.Context, pool string, v virt.Volume) error {
 	p, err := l.pool(pool)
 	if err != nil {
 		return err
@@ -330,7 +336,7 @@ func (l *Libvirt) UploadVolume(ctx context.Context, pool, name string, data []by
 			return lverr(derr, fmt.Sprintf("replace volume %s in pool %s", name, pool))
 		}
 	}
-	x, err := volumeXML(Volume{Name: name, Format: "raw", Capacity: uint64(len(data))})
+	x, err := volumeXML(virt.Volume{Name: name, Format: "raw", Capacity: uint64(len(data))})
 	if err != nil {
 		return fmt.Errorf("volume %s XML: %w", name, err)
 	}

@@ -1,4 +1,4 @@
-package virt
+package native
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
+	"github.com/vgpu-host/vgpu-host/virt"
 )
 
 const testDomainXML = `<domain type='qemu'>
@@ -23,7 +24,7 @@ const testDomainXML = `<domain type='qemu'>
   </devices>
 </domain>`
 
-// TestLibvirtAdapter runs every Conn method against a real libvirtd: a TCG domain with a
+// TestLibvirtAdapter runs every virt.Conn method against a real libvirtd: a TCG domain with a
 // virtio GPU is defined, started, asked over QMP for its PCI devices, and removed; a dir pool
 // gets a qcow2 overlay with a backing store and an uploaded raw volume.
 func TestLibvirtAdapter(t *testing.T) {
@@ -48,14 +49,14 @@ func TestLibvirtAdapter(t *testing.T) {
 	cleanup()
 	t.Cleanup(cleanup)
 
-	if _, err := c.State(ctx, name); !errors.Is(err, ErrNoDomain) {
-		t.Fatalf("State of missing domain: %v, want ErrNoDomain", err)
+	if _, err := c.State(ctx, name); !errors.Is(err, virt.ErrNoDomain) {
+		t.Fatalf("State of missing domain: %v, want virt.ErrNoDomain", err)
 	}
 	got, err := c.Define(ctx, testDomainXML)
 	if err != nil || got != name {
 		t.Fatalf("Define = %q, %v", got, err)
 	}
-	if s, err := c.State(ctx, name); err != nil || s != StateShutoff {
+	if s, err := c.State(ctx, name); err != nil || s != virt.StateShutoff {
 		t.Fatalf("State after define = %q, %v", s, err)
 	}
 	if err := c.Start(ctx, name); err != nil {
@@ -64,7 +65,7 @@ func TestLibvirtAdapter(t *testing.T) {
 	if err := c.Start(ctx, name); err != nil {
 		t.Fatalf("second Start: %v", err)
 	}
-	if s, _ := c.State(ctx, name); s != StateRunning {
+	if s, _ := c.State(ctx, name); s != virt.StateRunning {
 		t.Fatalf("State after start = %q", s)
 	}
 	out, err := c.QMP(ctx, name, `{"execute":"query-pci"}`)
@@ -105,7 +106,7 @@ func TestLibvirtAdapter(t *testing.T) {
 	if out, err := exec.Command("qemu-img", "create", "-f", "qcow2", base, "64M").CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img: %v: %s", err, out)
 	}
-	if err := c.CreateVolume(ctx, pool, Volume{Name: "vgpuhost-test-overlay.qcow2", Format: "qcow2", Capacity: 128 << 20, BackingPath: base, BackingFormat: "qcow2"}); err != nil {
+	if err := c.CreateVolume(ctx, pool, virt.Volume{Name: "vgpuhost-test-overlay.qcow2", Format: "qcow2", Capacity: 128 << 20, BackingPath: base, BackingFormat: "qcow2"}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := c.VolumePath(ctx, pool, "vgpuhost-test-overlay.qcow2")
@@ -128,8 +129,8 @@ func TestLibvirtAdapter(t *testing.T) {
 		if err := c.DeleteVolume(ctx, pool, v); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.DeleteVolume(ctx, pool, v); !errors.Is(err, ErrNoVolume) {
-			t.Fatalf("second delete of %s: %v, want ErrNoVolume", v, err)
+		if err := c.DeleteVolume(ctx, pool, v); !errors.Is(err, virt.ErrNoVolume) {
+			t.Fatalf("second delete of %s: %v, want virt.ErrNoVolume", v, err)
 		}
 	}
 }
