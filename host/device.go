@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,8 +57,20 @@ func pciIDsFor(root Root) *PCIIDs {
 // Companions or Mdev, which need the rest of the host (Scan fills them). A device that does not
 // exist returns an error satisfying errors.Is(err, ErrNotFound); an optional attribute that
 // cannot be read is left at its zero value (Scan reports those as warnings).
+//
+// ReadDevice drops those warnings; ReadDeviceWarnings returns them.
 func ReadDevice(root Root, addr Address) (Device, error) {
 	return newScanner(root).readDevice(addr)
+}
+
+// ReadDeviceWarnings is ReadDevice that also returns the problems met with optional
+// attributes (an unreadable numa_node, a dangling virtfn link...), each naming the device and
+// the path, sorted: what `vgpu-host inspect ADDR` lists under warnings.
+func ReadDeviceWarnings(root Root, addr Address) (Device, []string, error) {
+	s := newScanner(root)
+	d, err := s.readDevice(addr)
+	sort.Strings(s.warnings)
+	return d, s.warnings, err
 }
 
 // readDevice reads addr, recording problems with optional attributes as warnings.

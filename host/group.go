@@ -63,7 +63,15 @@ func ReadGroup(root Root, id int) (Group, error) {
 	for _, e := range ents {
 		a, err := ParseAddress(e.Name())
 		if err != nil {
-			continue // not a PCI function (an mdev's UUID in a virtual group, say)
+			if !IsMdevUUID(e.Name()) {
+				continue // neither a PCI function nor an mdev: no other bus shows up in x86 groups
+			}
+			m, err := readGroupMdev(dir, e.Name())
+			if err != nil {
+				return g, fmt.Errorf("read iommu group %d: %w", id, err)
+			}
+			g.Mdevs = append(g.Mdevs, m)
+			continue
 		}
 		class, err := readHexAttr(root.PCIDevice(a, "class"))
 		if err != nil {
@@ -76,8 +84,58 @@ func ReadGroup(root Root, id int) (Group, error) {
 		g.Members = append(g.Members, GroupMember{Address: a, Class: fmt.Sprintf("%06x", class), Driver: drv, IsBridge: IsBridgeClass(class)})
 	}
 	sortMembers(g.Members)
+	sort.Slice(g.Mdevs, func(i, j int) bool { return g.Mdevs[i].UUID < g.Mdevs[j].UUID })
 	EvaluateGroup(&g)
 	return g, nil
+}
+
+// IsMdevUUID reports whether name has the shape of an mdev instance name, a UUID
+// (8-4-4-4-12 hex digits), as listed in /sys/bus/mdev/devices and in an mdev's IOMMU group.
+func IsMdevUUID(name string) bool {
+	if len(name) != 36 {
+		return false
+	}
+	for i, c := range name {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// readGroupMdev describes the mdev instance uuid listed in the group directory dir: its parent
+// is the directory the link points into, its type and driver come from its own links.
+//
+//	devices/UUID -> ../../../../devices/virtual/mdpy/mdpy/UUID         (virtual parent "mdpy")
+//	devices/UUID -> ../../../../devices/pci0000:00/0000:00:02.0/UUID   (PCI parent 0000:00:02.0)
+func readGroupMdev(dir, uuid string) (GroupMdev, error) {
+	m := GroupMdev{UUID: uuid}
+	link := filepath.Join(dir, uuid)
+	target, err := os.Readlink(link)
+	if err != nil {
+		return m, fmt.Errorf("mdev %s: read link %s: %w", uuid, link, err)
+	}
+	m.Parent = filepath.Base(filepath.Dir(target))
+	if t, err := LinkBase(filepath.Join(link, "mdev_type")); err == nil {
+		m.Type = t
+	} else if errors.Is(err, fs.ErrNotExist) {
+		return m, fmt.Errorf("mdev %s: no mdev_type link under %s (removed during the read?): %w", uuid, link, ErrNotFound)
+	} else {
+		return m, fmt.Errorf("mdev %s: %w", uuid, err)
+	}
+	drv, err := LinkBase(filepath.Join(link, "driver"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return m, fmt.Errorf("mdev %s: %w", uuid, err)
+	}
+	m.Driver = drv
+	return m, nil
 }
 
 func sortMembers(m []GroupMember) {
@@ -99,7 +157,9 @@ func addrLess(a, b Address) bool {
 
 // EvaluateGroup sets g.Viable and g.Blockers from g.Members: a group can be given to a guest
 // when every endpoint is on vfio-pci or has no driver; bridges on pcieport (or shpchp, or no
-// driver) may stay. Any other member is a blocker, named with its driver and the fix.
+// driver) may stay. Any other member is a blocker, named with its driver and the fix. An mdev
+// instance (g.Mdevs) never blocks: the mdev core made the group for it, and a VM takes it by
+// UUID through its mdev driver, not through vfio-pci.
 func EvaluateGroup(g *Group) {
 	g.Blockers = []Blocker{}
 	for _, m := range g.Members {
@@ -113,5 +173,5 @@ func EvaluateGroup(g *Group) {
 				Reason: fmt.Sprintf("class %s bound to host driver %s: the whole group must move to vfio-pci (vgpu-host bind binds every member)", m.Class, m.Driver)})
 		}
 	}
-	g.Viable = len(g.Members) > 0 && len(g.Blockers) == 0
+	g.Viable = len(g.Members)+len(g.Mdevs) > 0 && len(g.Blockers) == 0
 }

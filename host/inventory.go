@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"syscall"
 )
 
 // Scan reads the inventory of the host under root: every display-class function (class
@@ -48,11 +49,21 @@ func Scan(root Root) (*Inventory, error) {
 		addrs = append(addrs, a)
 	}
 
-	// Pass 1: the class of every function (one small file each).
+	// Pass 1: the class of every function (one small file each, opened relative to busDir).
 	classes := make([]uint32, len(addrs))
 	present := make([]bool, len(addrs))
+	busFD, err := syscall.Open(busDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		busFD = atCWD // readAttrAt then resolves the absolute paths below
+	} else {
+		defer syscall.Close(busFD)
+	}
 	forEach(len(addrs), func(i int) {
-		c, err := readHexAttr(root.PCIDevice(addrs[i], "class"))
+		rel := addrs[i].String() + "/class"
+		if busFD == atCWD {
+			rel = root.PCIDevice(addrs[i], "class")
+		}
+		c, err := readClassAt(busFD, rel, root.PCIDevice(addrs[i], "class"))
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
@@ -177,6 +188,42 @@ func Scan(root Root) (*Inventory, error) {
 		s.warn("%v", err)
 	}
 	inv.MdevParents = parents
+	// The group of every mdev instance: the kernel makes one per instance, listed by UUID
+	// (GroupMdev), and it is the /dev/vfio/N a VM given that mdev opens.
+	seen := map[int]bool{}
+	for _, g := range inv.Groups {
+		seen[g.ID] = true
+	}
+	for _, p := range parents {
+		for _, t := range p.Types {
+			for _, uuid := range t.Instances {
+				link := root.Sys("bus", "mdev", "devices", uuid, "iommu_group")
+				name, err := LinkBase(link)
+				if err != nil {
+					if !errors.Is(err, fs.ErrNotExist) || inv.IOMMU {
+						s.warn("mdev %s (%s/%s): %v", uuid, p.Parent, t.ID, err)
+					}
+					continue
+				}
+				id, err := strconv.Atoi(name)
+				if err != nil {
+					s.warn("mdev %s: %s names %q, not a group number", uuid, link, name)
+					continue
+				}
+				if seen[id] {
+					continue
+				}
+				seen[id] = true
+				g, err := ReadGroup(root, id)
+				if err != nil {
+					s.warn("mdev %s: %v", uuid, err)
+					continue
+				}
+				inv.Groups = append(inv.Groups, g)
+			}
+		}
+	}
+	sort.Slice(inv.Groups, func(i, j int) bool { return inv.Groups[i].ID < inv.Groups[j].ID })
 	for i := range inv.MdevParents {
 		p := &inv.MdevParents[i]
 		if p.Address == nil {

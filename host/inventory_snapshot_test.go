@@ -78,8 +78,22 @@ func TestScanRealKernelSnapshot(t *testing.T) {
 		groups[g.ID] = g
 		ids = append(ids, g.ID)
 	}
-	if !reflect.DeepEqual(ids, []int{1, 4, 6, 9, 10}) {
-		t.Errorf("groups = %v, want [1 4 6 9 10]", ids)
+	if !reflect.DeepEqual(ids, []int{1, 4, 6, 9, 10, 14}) {
+		t.Errorf("groups = %v, want [1 4 6 9 10 14] (14: the mdpy instance's own group)", ids)
+	}
+	// The mdev instance's group lists a UUID, not a PCI function: it is a group of one mdev,
+	// viable (the VM opens it through the mdev driver), with no PCI members.
+	wantMdev := []host.GroupMdev{{UUID: "66666666-7777-8888-9999-000000000000", Parent: "mdpy", Type: "mdpy-hd", Driver: "mdpy"}}
+	if g := groups[14]; !g.Viable || len(g.Members) != 0 || len(g.Blockers) != 0 || !reflect.DeepEqual(g.Mdevs, wantMdev) {
+		t.Errorf("group 14 = %+v, want viable, no PCI members, mdevs %+v", g, wantMdev)
+	}
+	if g, err := host.ReadGroup(root, 14); err != nil || !reflect.DeepEqual(g, groups[14]) {
+		t.Errorf("ReadGroup(14) = %+v, %v; want what Scan reports, %+v", g, err, groups[14])
+	}
+	for _, id := range []int{1, 4, 6, 9, 10} {
+		if len(groups[id].Mdevs) != 0 {
+			t.Errorf("PCI group %d lists mdevs %+v", id, groups[id].Mdevs)
+		}
 	}
 	if g := groups[9]; g.Viable || len(g.Blockers) != 1 || g.Blockers[0].Address != addr("01:00.1") || g.Blockers[0].Driver != "snd_hda_intel" || g.Blockers[0].Reason == "" {
 		t.Errorf("group 9 = %+v, want not viable, blocker 01:00.1 snd_hda_intel", g)

@@ -299,3 +299,88 @@ func TestPCIIDs(t *testing.T) {
 		}
 	}
 }
+
+// An mdev instance on a PCI parent (NVIDIA vGPU <= 16): Scan lists its own IOMMU group, with
+// the instance as a GroupMdev naming the parent's address and the type, and the group is viable.
+func TestScanMdevInstanceGroup(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu := tr.DatacenterGPU("0000:00:01.0", "0000:01:00.0", "nvidia", 0)
+	tr.A100Mdev(gpu)
+	const uuid = "0b1f1a58-8f3c-4a1e-9d3e-111111111111"
+	parentDir, err := filepath.Rel(tr.Dir(), tr.DevDir(gpu))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.CreateMdev(parentDir, "nvidia-474", uuid)
+	inv, _, groups := scan(t, tr)
+	gid := -1
+	for _, g := range inv.Groups {
+		if len(g.Mdevs) > 0 {
+			gid = g.ID
+		}
+	}
+	g, ok := groups[gid]
+	want := []host.GroupMdev{{UUID: uuid, Parent: "0000:01:00.0", Type: "nvidia-474"}}
+	if !ok || !reflect.DeepEqual(g.Mdevs, want) || len(g.Members) != 0 || !g.Viable {
+		t.Fatalf("mdev group = %+v (found %v), want viable with mdevs %+v and no PCI members", g, ok, want)
+	}
+	if gid == groups[tr.Group(gpu)].ID {
+		t.Errorf("the mdev shares group %d with its parent GPU; the kernel gives it its own", gid)
+	}
+	// The parent GPU's own group is still the GPU alone.
+	if pg := groups[tr.Group(gpu)]; len(pg.Members) != 1 || len(pg.Mdevs) != 0 {
+		t.Errorf("parent group = %+v", pg)
+	}
+	if len(inv.Warnings) != 0 {
+		t.Errorf("warnings: %q", inv.Warnings)
+	}
+	rg, err := host.ReadGroup(tr.Root, gid)
+	if err != nil || !reflect.DeepEqual(rg, g) {
+		t.Errorf("ReadGroup(%d) = %+v, %v; want %+v", gid, rg, err, g)
+	}
+}
+
+func TestIsMdevUUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"66666666-7777-8888-9999-000000000000": true,
+		"0B1F1A58-8F3C-4A1E-9D3E-111111111111": true,
+		"0000:01:00.0":                         false,
+		"66666666-7777-8888-9999-00000000000g": false,
+		"666666667-777-8888-9999-000000000000": false,
+		"":                                     false,
+	} {
+		if got := host.IsMdevUUID(s); got != want {
+			t.Errorf("IsMdevUUID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// ReadDevice and MdevParents used alone drop the problems Scan reports; their *Warnings /
+// Read* forms return them, naming the device and path.
+func TestStandaloneWarnings(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
+	tr.WriteFile(filepath.Join("sys/bus/pci/devices", gpu.String(), "numa_node"), "not-a-number\n")
+	d, warnings, err := host.ReadDeviceWarnings(tr.Root, gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.NUMANode != -1 || len(warnings) != 1 || !strings.Contains(warnings[0], gpu.String()) || !strings.Contains(warnings[0], "numa_node") {
+		t.Errorf("numa %d, warnings %q; want -1 and one warning naming %s and numa_node", d.NUMANode, warnings, gpu)
+	}
+	if d2, err := host.ReadDevice(tr.Root, gpu); err != nil || !reflect.DeepEqual(d2, d) {
+		t.Errorf("ReadDevice = %+v, %v; want the same device as ReadDeviceWarnings", d2, err)
+	}
+
+	dir := tr.Mbochs()
+	if err := os.Remove(filepath.Join(tr.Dir(), dir, "mdev_supported_types", "mbochs-small", "device_api")); err != nil {
+		t.Fatal(err)
+	}
+	parents, warnings, err := host.ReadMdevParents(tr.Root)
+	if err != nil || len(parents) != 1 {
+		t.Fatalf("ReadMdevParents = %+v, %v", parents, err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "mbochs") || !strings.Contains(warnings[0], "mbochs-small/device_api") {
+		t.Errorf("warnings = %q, want one naming mbochs and mbochs-small/device_api", warnings)
+	}
+}

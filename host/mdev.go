@@ -18,8 +18,19 @@ import (
 //
 //	/sys/class/mdev_bus/mdpy -> ../../devices/virtual/mdpy/mdpy
 //	.../mdpy/mdev_supported_types/mdpy-hd/{name,description,device_api,available_instances,devices/UUID}
+//
+// MdevParents drops those problems; ReadMdevParents returns them.
 func MdevParents(root Root) ([]MdevParent, error) {
 	return newScanner(root).mdevParents()
+}
+
+// ReadMdevParents is MdevParents that also returns the problems met (a type attribute that
+// cannot be read, a parent whose types cannot be listed), each naming the parent and path.
+func ReadMdevParents(root Root) ([]MdevParent, []string, error) {
+	s := newScanner(root)
+	p, err := s.mdevParents()
+	sort.Strings(s.warnings)
+	return p, s.warnings, err
 }
 
 func (s *scanner) mdevParents() ([]MdevParent, error) {

@@ -12,7 +12,7 @@ type Inventory struct {
 	// Devices are every display-class function (class 0x03xxxx) and every other member of
 	// their IOMMU groups, plus SR-IOV VFs of GPUs; sorted by address.
 	Devices []Device `json:"devices"`
-	// Groups are the IOMMU groups of Devices, sorted by id.
+	// Groups are the IOMMU groups of Devices and of mdev instances, sorted by id.
 	Groups []Group `json:"groups"`
 	// MdevParents are the devices that offer mediated-device types.
 	MdevParents []MdevParent `json:"mdev_parents"`
@@ -76,6 +76,21 @@ type Group struct {
 	Viable bool `json:"viable"`
 	// Blockers are the members that keep the group from being viable, with the reason.
 	Blockers []Blocker `json:"blockers"`
+	// Mdevs are the members that are mediated-device instances, listed by UUID rather than PCI
+	// address. The kernel gives every mdev instance a group of its own (its /dev/vfio/N), so a
+	// group has either PCI Members or Mdevs. Omitted when there are none.
+	Mdevs []GroupMdev `json:"mdevs,omitempty"`
+}
+
+// GroupMdev is an mdev instance in an IOMMU group:
+//
+//	/sys/kernel/iommu_groups/14/devices/66666666-7777-8888-9999-000000000000 -> .../virtual/mdpy/mdpy/6666...
+//	.../mdpy/mdpy/6666.../mdev_type -> ../mdev_supported_types/mdpy-hd
+type GroupMdev struct {
+	UUID   string `json:"uuid"`
+	Parent string `json:"parent"` // the parent device: a PCI address, or "mdpy" etc. for virtual parents
+	Type   string `json:"type"`   // the mdev type id, e.g. "nvidia-558", "mdpy-hd"
+	Driver string `json:"driver"` // the mdev driver ("vfio_mdev", or the parent's own on kernels >= 5.16); "" when none
 }
 
 // GroupMember is one function of a group.

@@ -27,6 +27,8 @@ func inspectCommand() *cli.Command {
 type deviceReport struct {
 	Device host.Device `json:"device"`
 	Group  *host.Group `json:"group"`
+	// Warnings are the optional attributes that could not be read, as in the inventory's.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func runInspect(_ context.Context, cmd *cli.Command) error {
@@ -45,11 +47,11 @@ func runInspect(_ context.Context, cmd *cli.Command) error {
 		if err != nil {
 			return usageErr("%v", err)
 		}
-		d, err := host.ReadDevice(root, a)
+		d, warnings, err := host.ReadDeviceWarnings(root, a)
 		if err != nil {
 			return err
 		}
-		rep := deviceReport{Device: d}
+		rep := deviceReport{Device: d, Warnings: warnings}
 		if d.IOMMUGroup >= 0 {
 			g, err := host.ReadGroup(root, d.IOMMUGroup)
 			if err != nil {
@@ -134,12 +136,26 @@ func inventoryTable(out io.Writer, inv *host.Inventory) error {
 		fmt.Fprintf(out, "\nvfio blockers:\n%s\n", strings.Join(blocked, "\n"))
 	}
 	if len(inv.MdevParents) > 0 {
+		// An instance's own IOMMU group (the /dev/vfio/N its VM opens), from the groups listing it.
+		mdevGroup := map[string]int{}
+		for _, g := range inv.Groups {
+			for _, m := range g.Mdevs {
+				mdevGroup[m.UUID] = g.ID
+			}
+		}
 		fmt.Fprintln(out, "\nmdev parents:")
 		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "  PARENT\tTYPE\tNAME\tAPI\tAVAILABLE\tINSTANCES")
+		fmt.Fprintln(w, "  PARENT\tTYPE\tNAME\tAPI\tAVAILABLE\tINSTANCES (GROUP)")
 		for _, p := range inv.MdevParents {
 			for _, t := range p.Types {
-				fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%d\t%s\n", p.Parent, t.ID, dash(t.Name), t.DeviceAPI, t.AvailableInstances, dash(strings.Join(t.Instances, ",")))
+				inst := make([]string, len(t.Instances))
+				for i, u := range t.Instances {
+					inst[i] = u
+					if g, ok := mdevGroup[u]; ok {
+						inst[i] = fmt.Sprintf("%s (%d)", u, g)
+					}
+				}
+				fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%d\t%s\n", p.Parent, t.ID, dash(t.Name), t.DeviceAPI, t.AvailableInstances, dash(strings.Join(inst, ", ")))
 			}
 		}
 		if err := w.Flush(); err != nil {
@@ -185,6 +201,9 @@ func deviceTable(out io.Writer, r deviceReport) error {
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintf(out, "\nwarnings:\n  %s\n", strings.Join(r.Warnings, "\n  "))
 	}
 	return nil
 }

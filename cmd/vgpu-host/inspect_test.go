@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -147,5 +148,57 @@ func TestInspectRealKernelSnapshot(t *testing.T) {
 	}
 	if _, code := run(t, "--host-root", root.Dir(), "check"); code != exitOK {
 		t.Errorf("check on the snapshot: exit %d, want 0 (01:00.0 is passthrough-ready)", code)
+	}
+}
+
+// An mdev instance's group: JSON lists it under groups[].mdevs with no PCI members, and the
+// table shows the group next to the instance's UUID.
+func TestInspectMdevInstanceGroup(t *testing.T) {
+	tr := fakeHost(t)
+	const uuid = "6b1f1a58-8f3c-4a1e-9d3e-222222222222"
+	tr.CreateMdev("sys/devices/virtual/mbochs/mbochs", "mbochs-small", uuid)
+	out, code := run(t, "--host-root", tr.Dir(), "inspect", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var inv host.Inventory
+	if err := json.Unmarshal([]byte(out), &inv); err != nil {
+		t.Fatal(err)
+	}
+	gid := -1
+	for _, g := range inv.Groups {
+		if len(g.Mdevs) == 1 && g.Mdevs[0].UUID == uuid && g.Mdevs[0].Parent == "mbochs" && g.Mdevs[0].Type == "mbochs-small" && len(g.Members) == 0 && g.Viable {
+			gid = g.ID
+		}
+	}
+	if gid < 0 {
+		t.Fatalf("no viable group listing mdev %s: %+v", uuid, inv.Groups)
+	}
+	table, _ := run(t, "--host-root", tr.Dir(), "inspect")
+	if want := uuid + " (" + strconv.Itoa(gid) + ")"; !strings.Contains(table, want) {
+		t.Errorf("table lacks %q:\n%s", want, table)
+	}
+}
+
+// inspect ADDR reports the attributes it could not read instead of dropping them.
+func TestInspectAddrWarnings(t *testing.T) {
+	tr := fakeHost(t)
+	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/numa_node", "garbage\n")
+	out, code := run(t, "--host-root", tr.Dir(), "inspect", "0000:01:00.0", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var rep struct {
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "numa_node") {
+		t.Errorf("warnings = %q, want one naming numa_node", rep.Warnings)
+	}
+	table, _ := run(t, "--host-root", tr.Dir(), "inspect", "0000:01:00.0")
+	if !strings.Contains(table, "warnings:") || !strings.Contains(table, "numa_node") {
+		t.Errorf("table has no warnings section:\n%s", table)
 	}
 }
