@@ -34,7 +34,7 @@ type CheckResult struct {
 	Name    string  `json:"name"`
 	Verdict Verdict `json:"verdict"`
 	Detail  string  `json:"detail"`
-	Fix     string  `json:"fix,omitempty"`
+	Fix     string  `json:"fix"` // "" when there is nothing to fix
 }
 
 // GPUReadiness is the per-GPU line of `vgpu-host check`.
@@ -44,7 +44,7 @@ type GPUReadiness struct {
 	Verdict      Verdict  `json:"verdict"`
 	Capabilities []string `json:"capabilities"`
 	Detail       string   `json:"detail"`
-	Fix          string   `json:"fix,omitempty"`
+	Fix          string   `json:"fix"` // "" when there is nothing to fix
 	// Assignable is true when this GPU (or a vGPU of it) can be given to a VM now or after
 	// `vgpu-host bind`/`vf`/`mdev` alone, without reboots or hardware changes.
 	Assignable bool `json:"assignable"`
@@ -56,11 +56,12 @@ type Readiness struct {
 	Checks []CheckResult  `json:"checks"`
 	GPUs   []GPUReadiness `json:"gpus"`
 	// VirtualMdev lists virtual display mdev parents (mbochs, mdpy) with free instances.
-	VirtualMdev []string `json:"virtual_mdev,omitempty"`
+	VirtualMdev []string `json:"virtual_mdev"`
 	// Assignable is true when at least one GPU or vGPU can be given to a VM; `check` exits 3
 	// (ErrNotReady) when it is false. virtio-gpu alone does not count.
-	Assignable bool     `json:"assignable"`
-	Warnings   []string `json:"warnings,omitempty"`
+	Assignable bool `json:"assignable"`
+	// Warnings are the inventory's (Inventory.Warnings); [] when none.
+	Warnings []string `json:"warnings"`
 }
 
 // virtualDisplayMdev are the kernel's sample mdev drivers that present a display device.
@@ -78,15 +79,18 @@ func Check(root Root) (*Readiness, error) {
 
 // CheckInventory judges a host from an inventory already scanned from root.
 func CheckInventory(root Root, inv *Inventory) *Readiness {
-	r := &Readiness{Root: root.Dir(), Checks: []CheckResult{}, GPUs: []GPUReadiness{}, Warnings: inv.Warnings}
+	r := &Readiness{Root: root.Dir(), Checks: []CheckResult{}, GPUs: []GPUReadiness{}, VirtualMdev: []string{}, Warnings: inv.Warnings}
+	if r.Warnings == nil {
+		r.Warnings = []string{}
+	}
 	cpuinfo, _ := os.ReadFile(root.Proc("cpuinfo"))
 	cmdline, _ := ReadString(root.Proc("cmdline"))
-	amd := strings.Contains(string(cpuinfo), "AuthenticAMD")
+	vendor := cpuVendorOf(string(cpuinfo))
 	r.Checks = append(r.Checks,
-		checkCPU(root, string(cpuinfo)),
-		checkKVM(root),
-		checkIOMMU(root, inv, amd),
-		checkCmdline(root, cmdline, amd),
+		checkCPU(root, string(cpuinfo), vendor),
+		checkKVM(root, vendor),
+		checkIOMMU(root, cmdline, vendor),
+		checkCmdline(root, cmdline, vendor, inv.IOMMU),
 		checkInterruptRemapping(root),
 		checkVFIO(root),
 		checkRenderNode(root),
@@ -220,10 +224,49 @@ func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*De
 	return g
 }
 
-func checkCPU(root Root, cpuinfo string) CheckResult {
+// CPU vendors, from /proc/cpuinfo's vendor_id: the fixes differ (kvm_intel/kvm_amd, VT-d/AMD-Vi,
+// intel_iommu=on vs AMD's IOMMU being on by default).
+const (
+	vendorIntel = "intel"
+	vendorAMD   = "amd" // also Hygon, whose CPUs use kvm_amd and the AMD IOMMU driver
+)
+
+// cpuVendorOf returns vendorIntel, vendorAMD or "" (unknown) from /proc/cpuinfo.
+//
+//	vendor_id	: AuthenticAMD
+func cpuVendorOf(cpuinfo string) string {
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if strings.TrimSpace(k) != "vendor_id" {
+			continue
+		}
+		switch strings.TrimSpace(v) {
+		case "GenuineIntel":
+			return vendorIntel
+		case "AuthenticAMD", "HygonGenuine":
+			return vendorAMD
+		}
+		return ""
+	}
+	return ""
+}
+
+// byVendor picks the Intel or AMD wording, or both for an unknown CPU.
+func byVendor(vendor, intel, amd string) string {
+	switch vendor {
+	case vendorIntel:
+		return intel
+	case vendorAMD:
+		return amd
+	}
+	return intel + " (Intel) or " + amd + " (AMD)"
+}
+
+func checkCPU(root Root, cpuinfo, vendor string) CheckResult {
 	c := CheckResult{Name: "cpu-virtualization"}
 	if cpuinfo == "" {
 		c.Verdict, c.Detail = VerdictFail, "cannot read "+root.Proc("cpuinfo")
+		c.Fix = "check that " + root.Proc("cpuinfo") + " is readable (procfs mounted)"
 		return c
 	}
 	for _, line := range strings.Split(cpuinfo, "\n") {
@@ -240,22 +283,23 @@ func checkCPU(root Root, cpuinfo string) CheckResult {
 		break
 	}
 	c.Verdict, c.Detail = VerdictFail, "no vmx or svm flag in "+root.Proc("cpuinfo")
-	c.Fix = "enable Intel VT-x or AMD-V (SVM) in the firmware setup"
+	c.Fix = "enable " + byVendor(vendor, "Intel VT-x", "AMD-V (SVM)") + " in the firmware setup"
 	return c
 }
 
-func checkKVM(root Root) CheckResult {
+func checkKVM(root Root, vendor string) CheckResult {
 	c := CheckResult{Name: "kvm"}
 	if Exists(root.Dev("kvm")) {
 		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
 		return c
 	}
 	c.Verdict, c.Detail = VerdictFail, root.Dev("kvm")+" missing"
-	c.Fix = "modprobe kvm_intel (or kvm_amd) and enable virtualization in the firmware; libvirt would fall back to slow TCG"
+	c.Fix = "modprobe " + byVendor(vendor, "kvm_intel", "kvm_amd") + " and enable " +
+		byVendor(vendor, "VT-x", "AMD-V (SVM)") + " in the firmware; libvirt would fall back to slow TCG"
 	return c
 }
 
-func checkIOMMU(root Root, inv *Inventory, amd bool) CheckResult {
+func checkIOMMU(root Root, cmdline, vendor string) CheckResult {
 	c := CheckResult{Name: "iommu"}
 	units, _ := os.ReadDir(root.Sys("class", "iommu"))
 	groups, _ := os.ReadDir(root.Sys("kernel", "iommu_groups"))
@@ -265,33 +309,80 @@ func checkIOMMU(root Root, inv *Inventory, amd bool) CheckResult {
 	}
 	c.Verdict = VerdictFail
 	c.Detail = fmt.Sprintf("%d IOMMU units in %s, %d groups in %s", len(units), root.Sys("class", "iommu"), len(groups), root.Sys("kernel", "iommu_groups"))
-	if amd {
-		c.Fix = "enable AMD-Vi/IOMMU in the firmware and boot with amd_iommu=on iommu=pt"
-	} else {
-		c.Fix = "enable VT-d in the firmware and boot with intel_iommu=on iommu=pt (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub)"
+	args := cmdlineArgs(cmdline)
+	switch {
+	case vendor == vendorAMD:
+		c.Fix = "enable the IOMMU (\"IOMMU\" or \"AMD-Vi\") in the firmware setup; Linux turns it on by default on AMD"
+		if args["amd_iommu"]["off"] || args["iommu"]["off"] {
+			c.Fix += "; remove amd_iommu=off / iommu=off from the kernel command line"
+		}
+	case args["intel_iommu"]["on"]:
+		c.Fix = "the kernel was booted with intel_iommu=on but found no DMAR unit: enable VT-d in the firmware setup"
+	default:
+		c.Fix = "enable " + byVendor(vendor, "VT-d", "AMD-Vi") + " in the firmware and boot with " +
+			byVendor(vendor, "intel_iommu=on", "the IOMMU on (the default)") + " iommu=pt (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub)"
 	}
 	return c
 }
 
-func checkCmdline(root Root, cmdline string, amd bool) CheckResult {
-	c := CheckResult{Name: "kernel-cmdline", Verdict: VerdictOK}
-	args := map[string]string{}
+// cmdlineArgs splits a kernel command line into name -> set of comma-separated values:
+// "intel_iommu=on,sm_on iommu=pt" gives {intel_iommu: {on, sm_on}, iommu: {pt}}.
+func cmdlineArgs(cmdline string) map[string]map[string]bool {
+	args := map[string]map[string]bool{}
 	for _, f := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(f, "=")
-		args[k] = v
+		if args[k] == nil {
+			args[k] = map[string]bool{}
+		}
+		for _, x := range strings.Split(v, ",") {
+			args[k][x] = true
+		}
 	}
+	return args
+}
+
+// checkCmdline judges the IOMMU arguments of the kernel command line. Intel IOMMUs need
+// intel_iommu=on unless the kernel turns them on by default (CONFIG_INTEL_IOMMU_DEFAULT_ON,
+// seen as groups without the argument); AMD's is on by default and has no "on" value
+// (amd_iommu= takes off, fullflush, force_isolation...), so only amd_iommu=off is wrong there.
+func checkCmdline(root Root, cmdline, vendor string, iommuActive bool) CheckResult {
+	c := CheckResult{Name: "kernel-cmdline", Verdict: VerdictOK}
+	if cmdline == "" {
+		c.Verdict, c.Detail = VerdictWarn, "cannot read "+root.Proc("cmdline")
+		c.Fix = "check that " + root.Proc("cmdline") + " is readable (procfs mounted)"
+		return c
+	}
+	args := cmdlineArgs(cmdline)
 	var notes, fixes []string
 	switch {
-	case args["intel_iommu"] == "on" || args["amd_iommu"] == "on":
-		notes = append(notes, "IOMMU enabled on the command line")
-	case amd && args["amd_iommu"] != "off":
+	case args["iommu"]["off"]:
+		c.Verdict = VerdictFail
+		notes = append(notes, "iommu=off disables the IOMMU")
+		fixes = append(fixes, "remove iommu=off from the kernel command line")
+	case vendor != vendorAMD && args["intel_iommu"]["off"]:
+		c.Verdict = VerdictFail
+		notes = append(notes, "intel_iommu=off disables the IOMMU")
+		fixes = append(fixes, "replace intel_iommu=off with intel_iommu=on")
+	case vendor == vendorAMD && args["amd_iommu"]["off"]:
+		c.Verdict = VerdictFail
+		notes = append(notes, "amd_iommu=off disables the IOMMU")
+		fixes = append(fixes, "remove amd_iommu=off (the AMD IOMMU is on by default)")
+	case args["intel_iommu"]["on"]:
+		notes = append(notes, "intel_iommu=on")
+	case vendor == vendorAMD:
 		notes = append(notes, "AMD IOMMU is on by default")
+	case iommuActive:
+		notes = append(notes, "no intel_iommu=on, but the IOMMU is active (kernel default)")
 	default:
 		c.Verdict = VerdictWarn
-		notes = append(notes, "no intel_iommu=on / amd_iommu=on")
-		fixes = append(fixes, "add intel_iommu=on (Intel) or amd_iommu=on (AMD) to the kernel command line")
+		notes = append(notes, "no intel_iommu=on")
+		fix := "add intel_iommu=on to the kernel command line"
+		if vendor == "" {
+			fix += " (Intel; an AMD IOMMU is on by default)"
+		}
+		fixes = append(fixes, fix)
 	}
-	if args["iommu"] == "pt" {
+	if args["iommu"]["pt"] {
 		notes = append(notes, "iommu=pt")
 	} else {
 		c.Verdict = worse(c.Verdict, VerdictWarn)
@@ -302,10 +393,6 @@ func checkCmdline(root Root, cmdline string, amd bool) CheckResult {
 		c.Verdict = worse(c.Verdict, VerdictWarn)
 		notes = append(notes, "pcie_acs_override is set: groups no longer reflect real isolation")
 		fixes = append(fixes, "remove pcie_acs_override; it lets a guest reach host devices by peer-to-peer DMA")
-	}
-	if cmdline == "" {
-		c.Verdict = VerdictWarn
-		notes = []string{"cannot read " + root.Proc("cmdline")}
 	}
 	c.Detail, c.Fix = strings.Join(notes, "; "), strings.Join(fixes, "; ")
 	return c

@@ -123,3 +123,108 @@ func TestCheckRealKernelSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// amdHost turns a fresh tree into an AMD host: AuthenticAMD with svm, an AMD-Vi unit (ivhd0,
+// which has no intel-iommu/ecap), no amd_iommu= on the command line (on by default).
+func amdHost(t *testing.T) *hosttest.Tree {
+	tr := hosttest.New(t)
+	tr.WriteFile("proc/cpuinfo", "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu vme de pse msr pae svm x2apic\n\n")
+	os.RemoveAll(filepath.Join(tr.Dir(), "sys/class/iommu"))
+	os.RemoveAll(filepath.Join(tr.Dir(), "sys/devices/virtual/iommu/dmar0"))
+	tr.WriteFile("sys/devices/pci0000:00/0000:00:00.2/iommu/ivhd0/amd-iommu/features", "25bf732fa2295afe\n")
+	if err := os.MkdirAll(filepath.Join(tr.Dir(), "sys/class/iommu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../devices/pci0000:00/0000:00:00.2/iommu/ivhd0", filepath.Join(tr.Dir(), "sys/class/iommu/ivhd0")); err != nil {
+		t.Fatal(err)
+	}
+	tr.WriteFile("proc/interrupts", "           CPU0\n  0:         10   IR-IO-APIC    2-edge      timer\n")
+	tr.SetCmdline("BOOT_IMAGE=/vmlinuz root=/dev/nvme0n1p2 ro iommu=pt")
+	return tr
+}
+
+func TestCheckAMDHost(t *testing.T) {
+	tr := amdHost(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "amdgpu")
+	r, c, g := checks(t, tr.Root)
+	for _, name := range []string{"cpu-virtualization", "iommu", "kernel-cmdline", "interrupt-remapping"} {
+		if c[name].Verdict != host.VerdictOK {
+			t.Errorf("%s = %+v, want ok on an AMD host with AMD-Vi on by default", name, c[name])
+		}
+	}
+	if !strings.Contains(c["cpu-virtualization"].Detail, "svm") || !strings.Contains(c["kernel-cmdline"].Detail, "AMD IOMMU is on by default") {
+		t.Errorf("cpu %+v, cmdline %+v", c["cpu-virtualization"], c["kernel-cmdline"])
+	}
+	if !strings.Contains(c["interrupt-remapping"].Detail, "ivhd0") {
+		t.Errorf("interrupt remapping = %+v, want the AMD-Vi unit named", c["interrupt-remapping"])
+	}
+	if !r.Assignable || !slices.Contains(g[gpu].Capabilities, host.CapPassthrough) {
+		t.Errorf("assignable %v, GPU %+v", r.Assignable, g[gpu])
+	}
+
+	// The same AMD host without /dev/kvm and with the IOMMU switched off on the command line:
+	// every fix is in AMD's words, none mentions Intel's.
+	os.Remove(filepath.Join(tr.Dir(), "dev/kvm"))
+	tr.NoIOMMU()
+	tr.SetCmdline("root=/dev/nvme0n1p2 amd_iommu=off")
+	_, c, _ = checks(t, tr.Root)
+	for name, want := range map[string]string{"kvm": "kvm_amd", "iommu": "AMD-Vi", "kernel-cmdline": "remove amd_iommu=off"} {
+		if !strings.Contains(c[name].Fix, want) || strings.Contains(c[name].Fix, "intel") || strings.Contains(c[name].Fix, "VT-") {
+			t.Errorf("%s fix = %q, want AMD wording with %q and no Intel one", name, c[name].Fix, want)
+		}
+	}
+	if c["kernel-cmdline"].Verdict != host.VerdictFail || c["iommu"].Verdict != host.VerdictFail {
+		t.Errorf("amd_iommu=off: cmdline %+v, iommu %+v; want both fail", c["kernel-cmdline"], c["iommu"])
+	}
+	if !strings.Contains(c["iommu"].Fix, "remove amd_iommu=off") {
+		t.Errorf("iommu fix = %q, want it to name amd_iommu=off", c["iommu"].Fix)
+	}
+}
+
+func TestCheckIntelWording(t *testing.T) {
+	tr := hosttest.New(t) // GenuineIntel, vmx, dmar0
+	os.Remove(filepath.Join(tr.Dir(), "dev/kvm"))
+	tr.NoIOMMU()
+	_, c, _ := checks(t, tr.Root)
+	for name, want := range map[string]string{"kvm": "kvm_intel", "iommu": "intel_iommu=on", "kernel-cmdline": "add intel_iommu=on"} {
+		if !strings.Contains(c[name].Fix, want) || strings.Contains(c[name].Fix, "amd") || strings.Contains(c[name].Fix, "AMD") {
+			t.Errorf("%s fix = %q, want Intel wording with %q and no AMD one", name, c[name].Fix, want)
+		}
+	}
+	// Booted with intel_iommu=on and still no IOMMU: the firmware has VT-d off.
+	tr.SetCmdline("root=/dev/sda1 intel_iommu=on iommu=pt")
+	_, c, _ = checks(t, tr.Root)
+	if !strings.Contains(c["iommu"].Fix, "enable VT-d in the firmware") || c["kernel-cmdline"].Verdict != host.VerdictOK {
+		t.Errorf("intel_iommu=on without DMAR: iommu %+v cmdline %+v", c["iommu"], c["kernel-cmdline"])
+	}
+}
+
+func TestCheckCmdline(t *testing.T) {
+	for _, tc := range []struct {
+		cmdline string
+		noIOMMU bool
+		want    host.Verdict
+		detail  string
+	}{
+		{"root=/dev/sda1 intel_iommu=on iommu=pt", false, host.VerdictOK, "intel_iommu=on; iommu=pt"},
+		{"root=/dev/sda1 intel_iommu=on,sm_on iommu=pt", false, host.VerdictOK, "intel_iommu=on"},
+		{"root=/dev/sda1 iommu=pt", false, host.VerdictOK, "the IOMMU is active (kernel default)"},
+		{"root=/dev/sda1 iommu=pt", true, host.VerdictWarn, "no intel_iommu=on"},
+		{"root=/dev/sda1 intel_iommu=on", false, host.VerdictWarn, "no iommu=pt"},
+		{"root=/dev/sda1 intel_iommu=off iommu=pt", true, host.VerdictFail, "intel_iommu=off disables"},
+		{"root=/dev/sda1 iommu=off", true, host.VerdictFail, "iommu=off disables"},
+		{"root=/dev/sda1 intel_iommu=on iommu=pt pcie_acs_override=downstream,multifunction", false, host.VerdictWarn, "pcie_acs_override"},
+	} {
+		tr := hosttest.New(t)
+		tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
+		if tc.noIOMMU {
+			tr.NoIOMMU()
+		}
+		tr.SetCmdline(tc.cmdline)
+		_, c, _ := checks(t, tr.Root)
+		got := c["kernel-cmdline"]
+		if got.Verdict != tc.want || !strings.Contains(got.Detail, tc.detail) || (got.Verdict != host.VerdictOK) != (got.Fix != "") {
+			t.Errorf("%q (no IOMMU %v) = %+v, want %s with %q and a fix exactly when not ok", tc.cmdline, tc.noIOMMU, got, tc.want, tc.detail)
+		}
+	}
+}

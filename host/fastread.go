@@ -1,7 +1,9 @@
 package host
 
 import (
+	"bytes"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,20 +16,46 @@ import (
 // is most of its system time. Errors are those of ReadString: they name the path and satisfy
 // errors.Is(err, fs.ErrNotExist) for a missing file.
 func readAttr(path string) (string, error) {
-	return readAttrAt(atCWD, path, path)
+	return readAttrAt(atCWD, "", path, "")
 }
 
 // atCWD is AT_FDCWD: openat with it resolves a relative path from the working directory and an
-// absolute one as is, so readAttr is readAttrAt(atCWD, path).
+// absolute one as is, so readAttr is readAttrAt(atCWD, "", path, "").
 const atCWD = -0x64
 
-// readAttrAt reads the attribute rel relative to the open directory dirfd (openat), naming it
-// path in errors. Scan reads one attribute of every PCI function: opening "ADDR/class" from
-// the devices directory spares the kernel walking ROOT/sys/bus/pci/devices again each time.
-func readAttrAt(dirfd int, rel, path string) (string, error) {
-	p, err := syscall.BytePtrFromString(rel)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", path, err)
+// readAttrAt reads the attribute NAME/ATTR (NAME alone when attr is "") relative to the open
+// directory dirfd (openat); errors name the full path, dir being the directory dirfd has
+// open. Scan reads one attribute of every PCI function: opening "ADDR/class" from the devices
+// directory spares the kernel walking ROOT/sys/bus/pci/devices again each time, and a short
+// path goes to the kernel from a stack buffer, without an allocation.
+func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
+	pathOf := func() string {
+		if attr == "" {
+			return filepath.Join(dir, name)
+		}
+		return filepath.Join(dir, name, attr)
+	}
+	var pathBuf [256]byte
+	var p *byte
+	if want := len(name) + len(attr) + min(len(attr), 1); want < len(pathBuf) {
+		n := copy(pathBuf[:], name)
+		if attr != "" {
+			n += copy(pathBuf[n:], "/")
+			n += copy(pathBuf[n:], attr)
+		}
+		if bytes.IndexByte(pathBuf[:n], 0) >= 0 {
+			return "", fmt.Errorf("read %s: path has a NUL byte: %w", pathOf(), syscall.EINVAL)
+		}
+		p = &pathBuf[0] // the rest of pathBuf is zero: NUL-terminated
+	} else {
+		var err error
+		rel := name
+		if attr != "" {
+			rel = name + "/" + attr
+		}
+		if p, err = syscall.BytePtrFromString(rel); err != nil {
+			return "", fmt.Errorf("read %s: %w", pathOf(), err)
+		}
 	}
 	// Raw syscalls: a sysfs attribute read does not block on I/O, and Scan has no other
 	// goroutine to run meanwhile. syscall.Syscall's entersyscall/exitsyscall let the runtime's
@@ -43,7 +71,7 @@ func readAttrAt(dirfd int, rel, path string) (string, error) {
 		}
 	}
 	if e != 0 {
-		return "", fmt.Errorf("read %s: %w", path, e)
+		return "", fmt.Errorf("read %s: %w", pathOf(), e)
 	}
 	defer syscall.RawSyscall(syscall.SYS_CLOSE, fd, 0, 0)
 	var buf [4096]byte
@@ -54,7 +82,7 @@ func readAttrAt(dirfd int, rel, path string) (string, error) {
 			continue
 		}
 		if e != 0 {
-			return "", fmt.Errorf("read %s: %w", path, e)
+			return "", fmt.Errorf("read %s: %w", pathOf(), e)
 		}
 		n += int(m)
 		if m == 0 || n < len(buf) {
@@ -90,15 +118,16 @@ func readIntAttr(path string) (int64, error) {
 	return v, nil
 }
 
-// readClassAt is readHexAttr over readAttrAt: the 24-bit class of a PCI function.
-func readClassAt(dirfd int, rel, path string) (uint32, error) {
-	s, err := readAttrAt(dirfd, rel, path)
+// readClassAt is readHexAttr over readAttrAt: the 24-bit class of PCI function name, a
+// directory under dirfd's dir.
+func readClassAt(dirfd int, dir, name string) (uint32, error) {
+	s, err := readAttrAt(dirfd, dir, name, "class")
 	if err != nil {
 		return 0, err
 	}
 	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: not a hex number: %q", path, s)
+		return 0, fmt.Errorf("read %s: not a hex number: %q", filepath.Join(dir, name, "class"), s)
 	}
 	return uint32(v), nil
 }

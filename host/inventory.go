@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"syscall"
@@ -40,6 +41,7 @@ func Scan(root Root) (*Inventory, error) {
 		s.warn("no PCI devices: %v", err)
 	}
 	addrs := make([]Address, 0, len(ents))
+	names := make([]string, 0, len(ents))
 	for _, e := range ents {
 		a, err := ParseAddress(e.Name())
 		if err != nil {
@@ -47,6 +49,7 @@ func Scan(root Root) (*Inventory, error) {
 			continue
 		}
 		addrs = append(addrs, a)
+		names = append(names, e.Name())
 	}
 
 	// Pass 1: the class of every function (one small file each, opened relative to busDir).
@@ -54,16 +57,17 @@ func Scan(root Root) (*Inventory, error) {
 	present := make([]bool, len(addrs))
 	busFD, err := syscall.Open(busDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		busFD = atCWD // readAttrAt then resolves the absolute paths below
+		busFD = atCWD // then every rel below is resolved from the working directory: made absolute
+		busDir, _ = filepath.Abs(busDir)
 	} else {
 		defer syscall.Close(busFD)
 	}
 	forEach(len(addrs), func(i int) {
-		rel := addrs[i].String() + "/class"
+		name := names[i]
 		if busFD == atCWD {
-			rel = root.PCIDevice(addrs[i], "class")
+			name = filepath.Join(busDir, name)
 		}
-		c, err := readClassAt(busFD, rel, root.PCIDevice(addrs[i], "class"))
+		c, err := readClassAt(busFD, busDir, name)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				s.warn("%s: disappeared during the scan (%v)", addrs[i], err)

@@ -202,3 +202,37 @@ func TestInspectAddrWarnings(t *testing.T) {
 		t.Errorf("table has no warnings section:\n%s", table)
 	}
 }
+
+// check --output json has one shape whatever the verdicts (docs/inspect.md): every key of
+// every check and GPU present, arrays never null.
+func TestCheckJSONShape(t *testing.T) {
+	ready := fakeHost(t)
+	bare := hosttest.New(t)
+	bare.NoIOMMU()
+	for _, tr := range []*hosttest.Tree{ready, bare} {
+		out, _ := run(t, "--host-root", tr.Dir(), "check", "-o", "json")
+		var raw map[string]any
+		if err := json.Unmarshal([]byte(out), &raw); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		for _, k := range []string{"host_root", "checks", "gpus", "virtual_mdev", "assignable", "warnings"} {
+			if v, ok := raw[k]; !ok || v == nil {
+				t.Errorf("%s: top-level %q missing or null", tr.Dir(), k)
+			}
+		}
+		for _, c := range raw["checks"].([]any) {
+			for _, k := range []string{"name", "verdict", "detail", "fix"} {
+				if _, ok := c.(map[string]any)[k]; !ok {
+					t.Errorf("check %v has no %q", c, k)
+				}
+			}
+		}
+		for _, g := range raw["gpus"].([]any) {
+			for _, k := range []string{"address", "name", "verdict", "capabilities", "detail", "fix", "assignable"} {
+				if _, ok := g.(map[string]any)[k]; !ok {
+					t.Errorf("gpu %v has no %q", g, k)
+				}
+			}
+		}
+	}
+}
