@@ -71,7 +71,12 @@ for parent in $LAB_MDEV_PARENTS; do
     expect_file "$t/create" "${t##*/} has create"
   done
 done
+expect_eq "$(ls /sys/class/mdev_bus | sort | tr '\n' ' ')" "$(echo "$LAB_MDEV_PARENTS" | tr ' ' '\n' | sort | tr '\n' ' ')" \
+  "the mdev parents are exactly $LAB_MDEV_PARENTS"
 expect_eq "$(ls /sys/bus/mdev/devices | wc -l)" 0 "no mdev instances at boot"
+
+# Interrupt remapping is on (intel-iommu,intremap=on): vfio needs it without allow_unsafe_interrupts.
+expect_match "$(cat /proc/interrupts)" 'IR-' "interrupts go through remapping (IR- chips in /proc/interrupts)"
 
 # vfio is loaded and usable.
 expect_file /dev/vfio/vfio "/dev/vfio/vfio exists"
