@@ -27,9 +27,14 @@ for size in small big; do
 	$inspect >/dev/null
 	[ "$($lspci_cmd 2>/dev/null | grep -c '^[0-9a-f]')" -ge "$n" ] || { echo "lspci does not see $n functions in $dir" >&2; exit 1; }
 	if command -v hyperfine >/dev/null; then
-		hyperfine -N --warmup 3 --min-runs 20 --export-csv "$work/$size.csv" -n inspect "$inspect" -n lspci "$lspci_cmd" >&2
+		# "start" is the process alone (--version: no scan), to tell start-up from scanning.
+		hyperfine -N --warmup 3 --min-runs 20 --export-csv "$work/$size.csv" -n inspect "$inspect" -n lspci "$lspci_cmd" \
+			-n start "$BIN --version" >&2
 		t_inspect=$(awk -F, '$1=="inspect"{print $4}' "$work/$size.csv")
 		t_lspci=$(awk -F, '$1=="lspci"{print $4}' "$work/$size.csv")
+		t_start=$(awk -F, '$1=="start"{print $4}' "$work/$size.csv")
+		printf 'inspect-start     %-5s process start (vgpu-host --version) %.1f ms of inspect %.1f ms\n' \
+			"$size" "$(awk -v a="$t_start" 'BEGIN{print a*1000}')" "$(awk -v a="$t_inspect" 'BEGIN{print a*1000}')"
 	else
 		loop() { local s e; s=$(date +%s.%N); for _ in $(seq 20); do "$@" >/dev/null 2>&1; done; e=$(date +%s.%N); echo "($e - $s) / 20" | bc -l; }
 		t_inspect=$(loop $inspect)
@@ -40,4 +45,8 @@ for size in small big; do
 		"$size" "$n" "$(awk -v a="$t_inspect" 'BEGIN{print a*1000}')" "$(awk -v a="$t_lspci" 'BEGIN{print a*1000}')" "$ratio"
 	goal "inspect-vs-lspci-$size" "$ratio" "<=" 0.5 || fail=1
 done
+# host.Scan alone (no process start, no JSON) on the same generated hosts.
+$GO test ./host -run '^$' -bench 'Scan$' -benchtime 20x -count 3 2>/dev/null |
+	awk '/^BenchmarkScan\//{split($1, n, "/"); sub(/-[0-9]+$/, "", n[2]); t[n[2]] = t[n[2]] " " sprintf("%.2f", $3 / 1e6)}
+	     END{for (k in t) printf "scan-alone        %-5s host.Scan ms per run (3 runs):%s\n", k, t[k]}'
 exit $fail

@@ -23,8 +23,54 @@ type PCIIDs struct {
 	path  string
 	err   error
 
-	mu   sync.Mutex
-	memo map[string]string // lookups already answered: a host has many functions with the same IDs
+	mu     sync.Mutex
+	memo   map[string]string // lookups already answered: a host has many functions with the same IDs
+	blocks map[string][]byte // vendor ID -> its section (vendor line to the next vendor line)
+
+	classOnce  sync.Once
+	classStart int // offset of the device-class section ("C 00  ..."), at the end of the file
+}
+
+// vendorBlock returns the section of vendor (its line and its devices), nil when absent. A
+// vendor's section is found once: Intel's and NVIDIA's hold thousands of lines, and walking
+// them again for every device ID made names cost more than the rest of a scan.
+func (p *PCIIDs) vendorBlock(vendor string) []byte {
+	vendor = strings.ToLower(vendor)
+	p.mu.Lock()
+	b, ok := p.blocks[vendor]
+	p.mu.Unlock()
+	if ok {
+		return b
+	}
+	data := p.load()
+	if vs, _ := findLine(data, 0, []byte("\n"+vendor+"  ")); vs >= 0 {
+		b = sectionOf(data, vs, 0)
+	}
+	p.mu.Lock()
+	if p.blocks == nil {
+		p.blocks = map[string][]byte{}
+	}
+	p.blocks[vendor] = b
+	p.mu.Unlock()
+	return b
+}
+
+// classSection returns the device-class part of the file ("C 00  Unclassified device" to the
+// end), so that class lookups do not search the ~1.3 MB of vendors before it.
+func (p *PCIIDs) classSection() []byte {
+	data := p.load()
+	p.classOnce.Do(func() {
+		p.classStart = -1
+		if i := bytes.Index(data, []byte("\nC 00  ")); i >= 0 {
+			p.classStart = i
+		} else if i := bytes.Index(data, []byte("\nC ")); i >= 0 {
+			p.classStart = i
+		}
+	})
+	if p.classStart < 0 {
+		return nil
+	}
+	return data[p.classStart:]
 }
 
 // cached answers key from the memo or computes it with f.
@@ -97,7 +143,7 @@ func (p *PCIIDs) Path() string {
 // Vendor returns the vendor name for a 4-hex-digit vendor ID such as "10de", or "".
 func (p *PCIIDs) Vendor(vendor string) string {
 	return p.cached("v"+vendor, func() string {
-		_, name := findLine(p.load(), 0, []byte("\n"+strings.ToLower(vendor)+"  "))
+		_, name := findLine(p.vendorBlock(vendor), 0, []byte("\n"+strings.ToLower(vendor)+"  "))
 		return name
 	})
 }
@@ -108,13 +154,7 @@ func (p *PCIIDs) Device(vendor, device string) string {
 }
 
 func (p *PCIIDs) device(vendor, device string) string {
-	data := p.load()
-	vs, _ := findLine(data, 0, []byte("\n"+strings.ToLower(vendor)+"  "))
-	if vs < 0 {
-		return ""
-	}
-	block := sectionOf(data, vs, 0)
-	_, name := findLine(block, 0, []byte("\n\t"+strings.ToLower(device)+"  "))
+	_, name := findLine(p.vendorBlock(vendor), 0, []byte("\n\t"+strings.ToLower(device)+"  "))
 	return name
 }
 
@@ -124,12 +164,7 @@ func (p *PCIIDs) Subsystem(vendor, device, subVendor, subDevice string) string {
 }
 
 func (p *PCIIDs) subsystem(vendor, device, subVendor, subDevice string) string {
-	data := p.load()
-	vs, _ := findLine(data, 0, []byte("\n"+strings.ToLower(vendor)+"  "))
-	if vs < 0 {
-		return ""
-	}
-	vblock := sectionOf(data, vs, 0)
+	vblock := p.vendorBlock(vendor)
 	ds, _ := findLine(vblock, 0, []byte("\n\t"+strings.ToLower(device)+"  "))
 	if ds < 0 {
 		return ""
@@ -150,7 +185,7 @@ func (p *PCIIDs) class(class string) string {
 	if len(class) < 4 {
 		return ""
 	}
-	data := p.load()
+	data := p.classSection()
 	cs, cname := findLine(data, 0, []byte("\nC "+class[:2]+"  "))
 	if cs < 0 {
 		return ""
