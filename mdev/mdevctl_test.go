@@ -21,9 +21,7 @@ import (
 func TestMdevctlReadsDefinitions(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tool := range []string{"mdevctl", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (make deps)", tool)
-		}
+		testenv.RequireTool(t, tool, map[string]string{"mdevctl": "mdevctl", "unshare": "util-linux"}[tool])
 	}
 	tr := hosttest.New(t)
 	tr.IntelGVTg()
@@ -98,9 +96,7 @@ func mdevctlIn(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	testenv.RequireRoot(t)
 	for _, tool := range []string{"mdevctl", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (make deps)", tool)
-		}
+		testenv.RequireTool(t, tool, map[string]string{"mdevctl": "mdevctl", "unshare": "util-linux"}[tool])
 	}
 	for _, d := range []string{"scripts.d/callouts", "scripts.d/notifiers"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {

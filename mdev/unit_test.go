@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
 func TestInstallUnit(t *testing.T) {
@@ -37,10 +38,7 @@ func TestInstallUnit(t *testing.T) {
 
 // TestUnitVerifies lets systemd judge the unit file, when systemd-analyze is installed.
 func TestUnitVerifies(t *testing.T) {
-	sa, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze not installed")
-	}
+	sa := testenv.RequireTool(t, "systemd-analyze", "systemd")
 	dir := t.TempDir()
 	p := filepath.Join(dir, UnitName)
 	if err := os.WriteFile(p, []byte(SystemdUnit("/bin/true")), 0o644); err != nil {

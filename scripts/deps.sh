@@ -15,6 +15,8 @@ pkgs=(
   linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
   # peers users know
   mdevctl driverctl
+  # tools the tests use: isoinfo (seed ISO), systemd-analyze (restore unit), pgrep, unshare
+  genisoimage systemd procps util-linux
 )
 missing=()
 for p in "${pkgs[@]}"; do

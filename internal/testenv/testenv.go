@@ -78,3 +78,14 @@ func socketAnswers() bool {
 	c.Close()
 	return true
 }
+
+// RequireTool skips (locally) or fails (CI) unless the command is on PATH; pkg names the
+// Debian package that has it (scripts/deps.sh installs it).
+func RequireTool(t testing.TB, tool, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		skipOrFail(t, tool+" not installed (Debian package "+pkg+"; make deps)")
+	}
+	return p
+}
