@@ -192,7 +192,7 @@ func checkMdev(t *testing.T, parents []host.MdevParent) {
 func TestScanLabSnapshot(t *testing.T) {
 	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
 	if p == "" {
-		t.Skip("host/testdata/lab-snapshot.tar.gz not captured yet (make lab-snapshot)")
+		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
 	}
 	root := hosttest.Snapshot(t, p)
 	inv, err := host.Scan(root)

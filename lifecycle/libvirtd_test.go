@@ -43,7 +43,7 @@ func initramfs(t *testing.T, dir string) string {
 	}
 	bb, err := os.ReadFile("/usr/bin/busybox")
 	if err != nil {
-		t.Skipf("needs busybox-static: %v", err)
+		testenv.SkipOrFail(t, fmt.Sprintf("needs busybox-static: %v", err))
 	}
 	if err := os.WriteFile(filepath.Join(tree, "bin", "busybox"), bb, 0o755); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package mdev
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,7 +43,7 @@ func TestMdevctlReadsDefinitions(t *testing.T) {
 	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
 		`mount --bind "$1" /etc/mdevctl.d && exec mdevctl list --defined --dumpjson`, "sh", dir).CombinedOutput()
 	if err != nil {
-		t.Skipf("cannot run mdevctl in a private mount namespace here: %v: %s", err, out)
+		testenv.SkipOrFail(t, fmt.Sprintf("cannot run mdevctl in a private mount namespace here: %v: %s", err, out))
 	}
 	// [{"PARENT": [{"UUID": {"mdev_type": ..., "start": ..., "attrs": [...]}}]}]
 	var got []map[string][]map[string]mdevctlFile
@@ -106,7 +107,7 @@ func mdevctlIn(t *testing.T, dir string, args ...string) string {
 	out, err := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c",
 		`d=$1; shift; mount --bind "$d" /etc/mdevctl.d && exec mdevctl "$@"`, "sh", dir}, args...)...).CombinedOutput()
 	if err != nil {
-		t.Skipf("cannot run mdevctl %v in a private mount namespace here: %v: %s", args, err, out)
+		testenv.SkipOrFail(t, fmt.Sprintf("cannot run mdevctl %v in a private mount namespace here: %v: %s", args, err, out))
 	}
 	return string(out)
 }
