@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -98,11 +97,7 @@ func readHexAttr(path string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: not a hex number: %q", path, s)
-	}
-	return uint32(v), nil
+	return parseHex(path, s)
 }
 
 // readIntAttr is ReadInt over readAttr.
@@ -111,11 +106,7 @@ func readIntAttr(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.ParseInt(s, 0, 64)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: not an integer: %q", path, s)
-	}
-	return v, nil
+	return parseInt(path, s)
 }
 
 // readClassAt is readHexAttr over readAttrAt: the 24-bit class of PCI function name, a
@@ -125,9 +116,5 @@ func readClassAt(dirfd int, dir, name string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: not a hex number: %q", filepath.Join(dir, name, "class"), s)
-	}
-	return uint32(v), nil
+	return parseHex(filepath.Join(dir, name, "class"), s)
 }

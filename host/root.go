@@ -102,6 +102,11 @@ func ReadInt(path string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseInt(path, s)
+}
+
+// parseInt parses an integer attribute's value (decimal, or 0x-prefixed hex); path is for the error.
+func parseInt(path, s string) (int64, error) {
 	v, err := strconv.ParseInt(s, 0, 64)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: not an integer: %q", path, s)
@@ -115,6 +120,11 @@ func ReadHex(path string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseHex(path, s)
+}
+
+// parseHex parses a hex attribute's value ("0x10de"); path is for the error.
+func parseHex(path, s string) (uint32, error) {
 	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: not a hex number: %q", path, s)
