@@ -13,6 +13,33 @@ state() {
   ls /dev/vfio | tr '\n' ' '
 }
 jqo() { jq -r "$1" <"$E2E_OUT"; }
+# noop: the last --output json run's "changed steps" ("false 0" for a run that changed nothing).
+noop() { jqo '"\(.changed) \(.steps | length)"'; }
+
+# kernel_verdict G: IOMMU group G as the kernel's driver links show it, one line: members with
+# their drivers, the vfio verdict and the blockers, recomputed here (an endpoint blocks unless on
+# vfio-pci or driverless; a bridge unless on pcieport/shpchp or driverless), not from vgpu-host.
+kernel_verdict() {
+  _m='' _b=''
+  for m in $(group_members "$1"); do
+    _d=$(driver_of "$m")
+    _m="$_m$m=$_d,"
+    case $(cat "$(pci_dev "$m")/class") in
+      0x0600* | 0x0604* | 0x0607* | 0x0609*) case $_d in - | pcieport | shpchp) continue ;; esac ;;
+      *) case $_d in - | vfio-pci) continue ;; esac ;;
+    esac
+    _b="$_b$m=$_d,"
+  done
+  _v=true
+  [ -z "$_b" ] || _v=false
+  echo "members=$_m viable=$_v blockers=$_b"
+}
+# inspect_verdict G: the same line from `vgpu-host inspect --output json` (one run, one jq).
+inspect_verdict() {
+  vgpu-host inspect --output json >/tmp/inspect.json 2>/tmp/inspect.err || { echo "inspect failed: $(cat /tmp/inspect.err)"; return; }
+  jq -r --argjson g "$1" '.groups[] | select(.id == $g) |
+    "members=\([.members[] | "\(.address)=\(if .driver == "" then "-" else .driver end),"] | sort | join("")) viable=\(.viable) blockers=\([.blockers[] | "\(.address)=\(.driver),"] | sort | join(""))"' /tmp/inspect.json
+}
 
 # --- dry run: the exact writes, and nothing changes -----------------------------------------
 boot_state=$(state)
@@ -37,6 +64,9 @@ expect_eq "$(jq -r ".devices[\"$LAB_GPU1_AUDIO\"].driver" "$ledger")" snd_hda_in
 expect_eq "$(jq -r ".devices[\"$LAB_GPU1\"].driver" "$ledger")" "" "ledger records the GPU as driverless"
 expect_driver "$LAB_GPU2" - "the identical second GPU is untouched (bound by address)"
 expect_content "$(pci_dev "$LAB_GPU2")/driver_override" "(null)" "the identical second GPU has no override"
+kv=$(kernel_verdict "$g1")
+expect_match "$kv" "viable=true blockers=\$" "kernel: every member of group $g1 is on vfio-pci or driverless"
+expect_eq "$(inspect_verdict "$g1")" "$kv" "inspect: group $g1 viable with no blockers after bind, as the kernel's driver links say"
 
 # --- binding twice is a no-op ------------------------------------------------------------------
 run_ok vgpu-host bind "$LAB_GPU1_AUDIO" --output json
@@ -54,6 +84,9 @@ expect_content "$(pci_dev "$LAB_GPU1_AUDIO")/driver_override" "(null)" "audio ov
 expect_no_file "/dev/vfio/$g1" "/dev/vfio/$g1 went away with the last vfio-pci device"
 expect_eq "$(jq -r '.devices | length' "$ledger")" 0 "ledger empty after unbind"
 expect_eq "$(state)" "$boot_state" "the group is back in its boot state"
+kv=$(kernel_verdict "$g1")
+expect_match "$kv" "viable=false blockers=$LAB_GPU1_AUDIO=snd_hda_intel,\$" "kernel: the audio function back on snd_hda_intel is group $g1's only blocker"
+expect_eq "$(inspect_verdict "$g1")" "$kv" "inspect: group $g1 not viable after unbind, the audio function named as blocker, as the kernel's driver links say"
 run_ok vgpu-host unbind "$LAB_GPU1"
 expect_match "$(output)" "nothing to do" "unbinding again is a no-op"
 
@@ -68,15 +101,33 @@ run_fails vgpu-host bind "$LAB_BRIDGED_GPU"
 expect_eq "$E2E_RC" 4 "bridged GPU refused (host-critical NIC in its group) with exit 4"
 expect_match "$(output)" "$LAB_BRIDGED_NIC.*network controller" "the refusal names the NIC"
 expect_driver "$LAB_BRIDGED_GPU" bochs-drm "refused bind left the GPU alone"
-run_ok vgpu-host bind "$LAB_BRIDGED_GPU" --force
+# bstate: the bridged group's drivers and overrides, /dev/vfio and the ledger.
+bstate() {
+  for a in "$LAB_BRIDGE" "$LAB_BRIDGED_GPU" "$LAB_BRIDGED_NIC"; do echo "$a $(driver_of "$a") $(ovr "$a")"; done
+  ls /dev/vfio | tr '\n' ' '
+  cat "$ledger" 2>/dev/null
+}
+bridged_boot=$(bstate)
+run_ok vgpu-host bind "$LAB_BRIDGED_GPU" --force --output json
+expect_eq "$(jqo '.changed')" true "first bind --force changed the host"
 expect_driver "$LAB_BRIDGED_GPU" vfio-pci
 expect_driver "$LAB_BRIDGED_NIC" vfio-pci "the NIC moved with its group"
 expect_driver "$LAB_BRIDGE" - "the bridge stays as it was"
 expect_content "$(pci_dev "$LAB_BRIDGE")/driver_override" "(null)" "the bridge got no override"
 expect_file "/dev/vfio/$gb" "/dev/vfio/$gb appeared"
-run_ok vgpu-host unbind "$LAB_BRIDGED_GPU"
+bridged_bound=$(bstate)
+run_ok vgpu-host bind "$LAB_BRIDGED_GPU" --force --output json
+expect_eq "$(noop)" "false 0" "second bind --force of the bridged group: changed false, no step"
+expect_eq "$(bstate)" "$bridged_bound" "second bind --force left drivers, overrides, /dev/vfio and the ledger as they were"
+run_ok vgpu-host unbind "$LAB_BRIDGED_GPU" --output json
+expect_eq "$(jqo '.changed')" true "first unbind of the bridged group changed the host"
 expect_driver "$LAB_BRIDGED_GPU" bochs-drm "unbind restored bochs-drm"
 expect_driver "$LAB_BRIDGED_NIC" e1000 "unbind restored e1000"
+bridged_unbound=$(bstate)
+run_ok vgpu-host unbind "$LAB_BRIDGED_GPU" --output json
+expect_eq "$(noop)" "false 0" "second unbind of the bridged group: changed false, no step"
+expect_eq "$(bstate)" "$bridged_unbound" "second unbind left drivers, overrides, /dev/vfio and the ledger as they were"
+expect_eq "$(bstate)" "$bridged_boot" "the bridged group is back in its boot state, ledger included"
 
 # --- a device vgpu-host did not bind ---------------------------------------------------------
 echo vfio-pci >"$(pci_dev "$LAB_GPU2")/driver_override"
@@ -104,15 +155,32 @@ run_ok vgpu-host unbind "$LAB_GPU1"
 expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "restored after the holder left"
 
 # --- persistence ----------------------------------------------------------------------------------
+# pstate: the persistence files (name and content), the ledger's records of them, and the drivers.
+pstate() {
+  for f in "/etc/driverctl.d/pci-$LAB_GPU1" "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" /etc/modprobe.d/vgpu-host.conf; do
+    if [ -e "$f" ]; then echo "$f: $(cat "$f")"; else echo "$f: absent"; fi
+  done
+  jq -c '.files // {}' "$ledger" 2>/dev/null
+  state
+}
 run_ok vgpu-host bind "$LAB_GPU1" --persist
 expect_content "/etc/driverctl.d/pci-$LAB_GPU1" vfio-pci "driverctl override for the GPU"
 expect_content "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" vfio-pci "driverctl override for the audio function"
 expect_match "$(cat /etc/modprobe.d/vgpu-host.conf 2>&1)" "^softdep snd_hda_intel pre: vfio-pci\$" "modprobe softdep puts vfio-pci before snd_hda_intel"
+persisted=$(pstate)
+run_ok vgpu-host bind "$LAB_GPU1" --persist --output json
+expect_eq "$(noop)" "false 0" "second bind --persist: changed false, no step"
+expect_eq "$(pstate)" "$persisted" "second bind --persist left the files, their ledger records and the drivers as they were"
+expect_eq "$(grep -c '^softdep ' /etc/modprobe.d/vgpu-host.conf) $(jq -r '.files | length' "$ledger")" "1 2" "the softdep line once, one ledger record per driverctl file"
 run_ok vgpu-host unbind "$LAB_GPU1" --persist
 expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1" "unbind --persist removed the GPU override"
 expect_no_file "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO" "unbind --persist removed the audio override"
 expect_no_file /etc/modprobe.d/vgpu-host.conf "unbind --persist removed the softdep"
 expect_eq "$(jq -r '.files // {} | length' "$ledger")" 0 "ledger keeps no persistence record"
+unpersisted=$(pstate)
+run_ok vgpu-host unbind "$LAB_GPU1" --persist --output json
+expect_eq "$(noop)" "false 0" "second unbind --persist: changed false, no step"
+expect_eq "$(pstate)" "$unpersisted" "second unbind --persist: files still gone, drivers as they were"
 
 # --- exact restore of what an admin set: an override for another driver, their own driverctl file --
 # (an override written while a driver is bound takes effect only at the next probe)
