@@ -16,9 +16,10 @@ func inspectCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "inspect",
 		Usage:     "show the host's GPUs, IOMMU groups, SR-IOV, mdev and vendor vGPU types (JSON: docs/inspect.md)",
-		ArgsUsage: "[ADDR]",
+		ArgsUsage: "[ADDR|UUID]",
 		Description: "Without ADDR, the whole inventory. With ADDR (e.g. 0000:01:00.0), one PCI function and its\n" +
-			"IOMMU group, read even when it is not a GPU.",
+			"IOMMU group, read even when it is not a GPU. With the UUID of an mdev instance, that instance\n" +
+			"(parent, type, driver) and its own IOMMU group.",
 		Action: runInspect,
 	}
 }
@@ -28,6 +29,14 @@ type deviceReport struct {
 	Device host.Device `json:"device"`
 	Group  *host.Group `json:"group"`
 	// Warnings are the optional attributes that could not be read, as in the inventory's.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// mdevReport is `inspect UUID`'s output: one mdev instance and its own IOMMU group.
+type mdevReport struct {
+	Mdev  host.MdevInstance `json:"mdev"`
+	Group *host.Group       `json:"group"`
+	// Warnings are the optional attributes that could not be read (the type's name, device_api).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
@@ -42,10 +51,13 @@ func runInspect(_ context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() > 1 {
 		return usageErr("inspect takes at most one address, got %d arguments", cmd.Args().Len())
 	}
+	if cmd.Args().Len() == 1 && host.IsMdevUUID(cmd.Args().First()) {
+		return inspectMdev(cmd, root, cmd.Args().First())
+	}
 	if cmd.Args().Len() == 1 {
 		a, err := host.ParseAddress(cmd.Args().First())
 		if err != nil {
-			return usageErr("%v", err)
+			return usageErr("%v (or name an mdev instance by its UUID)", err)
 		}
 		d, warnings, err := host.ReadDeviceWarnings(root, a)
 		if err != nil {
@@ -66,6 +78,69 @@ func runInspect(_ context.Context, cmd *cli.Command) error {
 		return err
 	}
 	return emit(cmd, inv, func(w io.Writer) error { return inventoryTable(w, inv) })
+}
+
+// inspectMdev prints the mdev instance uuid and its group; exit 6 when there is no such instance.
+func inspectMdev(cmd *cli.Command, root host.Root, uuid string) error {
+	m, warnings, err := host.ReadMdevInstance(root, uuid)
+	if err != nil {
+		return err
+	}
+	rep := mdevReport{Mdev: m, Warnings: warnings}
+	if m.IOMMUGroup >= 0 {
+		g, err := host.ReadGroup(root, m.IOMMUGroup)
+		if err != nil {
+			return fmt.Errorf("inspect mdev %s: %w", m.UUID, err)
+		}
+		rep.Group = &g
+	}
+	return emit(cmd, rep, func(w io.Writer) error { return mdevTable(w, rep) })
+}
+
+func mdevTable(out io.Writer, r mdevReport) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	m := r.Mdev
+	fmt.Fprintf(w, "uuid\t%s\n", m.UUID)
+	parent := m.Parent
+	if m.ParentAddress == nil {
+		parent += " (virtual)"
+	}
+	fmt.Fprintf(w, "parent\t%s\n", parent)
+	typ := m.Type
+	if m.TypeName != "" && m.TypeName != m.Type {
+		typ += " (" + m.TypeName + ")"
+	}
+	fmt.Fprintf(w, "type\t%s\n", typ)
+	fmt.Fprintf(w, "device api\t%s\n", dash(m.DeviceAPI))
+	fmt.Fprintf(w, "driver\t%s\n", dash(m.Driver))
+	if g := r.Group; g != nil {
+		var members []string
+		for _, x := range g.Mdevs {
+			members = append(members, fmt.Sprintf("%s (mdev %s/%s, %s)", x.UUID, x.Parent, x.Type, dash(x.Driver)))
+		}
+		for _, x := range g.Members {
+			members = append(members, fmt.Sprintf("%s (%s, %s)", x.Address, x.Class, dash(x.Driver)))
+		}
+		fmt.Fprintf(w, "iommu group\t%d: %s\n", g.ID, strings.Join(members, ", "))
+		viable := "yes"
+		if !g.Viable {
+			var b []string
+			for _, x := range g.Blockers {
+				b = append(b, x.Address.String()+" "+x.Driver)
+			}
+			viable = "no: " + strings.Join(b, ", ")
+		}
+		fmt.Fprintf(w, "vfio viable\t%s\n", viable)
+	} else {
+		fmt.Fprintf(w, "iommu group\tnone (no vfio registration: is its mdev driver bound?)\n")
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintf(out, "\nwarnings:\n  %s\n", strings.Join(r.Warnings, "\n  "))
+	}
+	return nil
 }
 
 func inventoryTable(out io.Writer, inv *host.Inventory) error {

@@ -236,3 +236,66 @@ func TestCheckJSONShape(t *testing.T) {
 		}
 	}
 }
+
+// inspect UUID on the real-kernel snapshot: the mdpy-hd instance with its parent, type, driver
+// and its own IOMMU group (the group's mdev list names it); exit 6 for a UUID with no instance,
+// and inspect ADDR still reads a PCI function.
+func TestInspectMdevUUID(t *testing.T) {
+	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"))
+	const uuid = "66666666-7777-8888-9999-000000000000"
+	out, code := run(t, "--host-root", root.Dir(), "inspect", uuid, "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	var rep struct {
+		Mdev     host.MdevInstance `json:"mdev"`
+		Group    *host.Group       `json:"group"`
+		Warnings []string          `json:"warnings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	m := rep.Mdev
+	if m.UUID != uuid || m.Parent != "mdpy" || m.ParentAddress != nil || m.Type != "mdpy-hd" || m.Driver != "mdpy" || m.IOMMUGroup != 14 {
+		t.Errorf("mdev = %+v, want mdpy/mdpy-hd on driver mdpy in group 14", m)
+	}
+	if g := rep.Group; g == nil || g.ID != m.IOMMUGroup || len(g.Mdevs) != 1 || g.Mdevs[0].UUID != uuid || len(g.Members) != 0 || !g.Viable {
+		t.Errorf("group = %+v, want group %d listing only %s, viable", rep.Group, m.IOMMUGroup, uuid)
+	}
+	if len(rep.Warnings) != 0 {
+		t.Errorf("warnings %q on a complete snapshot", rep.Warnings)
+	}
+	// The documented keys (docs/inspect.md) are present.
+	var raw map[string]map[string]any
+	json.Unmarshal([]byte(out), &raw)
+	for _, k := range []string{"uuid", "parent", "type", "type_name", "device_api", "driver", "iommu_group"} {
+		if _, ok := raw["mdev"][k]; !ok {
+			t.Errorf("mdev has no %q", k)
+		}
+	}
+
+	table, code := run(t, "--host-root", root.Dir(), "inspect", strings.ToUpper(uuid))
+	for _, want := range []string{"uuid         " + uuid, "parent       mdpy (virtual)", "type         mdpy-hd", "driver       mdpy", "iommu group  14: " + uuid, "vfio viable  yes"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if code != 0 {
+		t.Errorf("table: exit %d", code)
+	}
+
+	if out, code := run(t, "--host-root", root.Dir(), "inspect", "66666666-7777-8888-9999-000000000001", "-o", "json"); code != exitNotFound || out != "" {
+		t.Errorf("no such instance: exit %d, want %d and nothing on stdout: %q", code, exitNotFound, out)
+	}
+	if _, _, err := host.ReadMdevInstance(root, "66666666-7777-8888-9999-000000000001"); err == nil || !strings.Contains(err.Error(), "66666666-7777-8888-9999-000000000001") {
+		t.Errorf("the not-found error must name the UUID: %v", err)
+	}
+	if out, code := run(t, "--host-root", root.Dir(), "inspect", "66666666-7777-8888-9999-00000000000", "-o", "json"); code != exitUsage {
+		t.Errorf("a UUID one digit short: exit %d, want %d: %s", code, exitUsage, out)
+	}
+	out, code = run(t, "--host-root", root.Dir(), "inspect", "0000:01:00.1", "-o", "json")
+	var dev deviceReport
+	if code != 0 || json.Unmarshal([]byte(out), &dev) != nil || dev.Device.Driver != "snd_hda_intel" || dev.Group == nil || dev.Group.ID != 9 {
+		t.Errorf("inspect ADDR on the snapshot: exit %d: %s", code, out)
+	}
+}

@@ -1,0 +1,98 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// MdevInstance is one mediated-device instance as /sys/bus/mdev/devices/UUID shows it:
+//
+//	/sys/bus/mdev/devices/6666... -> ../../../devices/virtual/mdpy/mdpy/6666...   (parent "mdpy")
+//	.../6666.../mdev_type   -> ../mdev_supported_types/mdpy-hd
+//	.../6666.../iommu_group -> ../../../../../kernel/iommu_groups/14
+//	.../6666.../driver      -> ../../../../../bus/mdev/drivers/mdpy
+type MdevInstance struct {
+	UUID string `json:"uuid"`
+	// Parent is the parent device's name: a PCI address, or "mdpy" etc. for virtual parents.
+	Parent string `json:"parent"`
+	// ParentAddress is set when the parent is a PCI function.
+	ParentAddress *Address `json:"parent_address,omitempty"`
+	// Type is the mdev type id ("nvidia-558", "mdpy-hd"); TypeName its `name` attribute,
+	// omitted when the type has none.
+	Type     string `json:"type"`
+	TypeName string `json:"type_name,omitempty"`
+	// DeviceAPI is the type's device_api ("vfio-pci"), omitted when unreadable.
+	DeviceAPI string `json:"device_api,omitempty"`
+	// Driver is the mdev driver bound to the instance ("vfio_mdev", or the parent's own on
+	// kernels >= 5.16); "" when none.
+	Driver string `json:"driver"`
+	// IOMMUGroup is the instance's own IOMMU group (its /dev/vfio/N); -1 when it has none.
+	IOMMUGroup int `json:"iommu_group"`
+}
+
+// ReadMdevInstance reads the mdev instance uuid (any case; the kernel names instances in
+// lowercase) from ROOT/sys/bus/mdev/devices. It returns an error satisfying
+// errors.Is(err, ErrNotFound) when no such instance exists, and ErrInvalid when uuid is not a
+// UUID. Optional attributes (the type's name and device_api) that cannot be read are returned
+// as warnings naming the instance and the path.
+func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
+	if !IsMdevUUID(uuid) {
+		return MdevInstance{}, nil, fmt.Errorf("mdev instance %q: want a UUID (8-4-4-4-12 hex digits): %w", uuid, ErrInvalid)
+	}
+	uuid = strings.ToLower(uuid)
+	m := MdevInstance{UUID: uuid, IOMMUGroup: -1}
+	link := root.Sys("bus", "mdev", "devices", uuid)
+	target, err := os.Readlink(link)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return m, nil, fmt.Errorf("mdev instance %s: no %s (list instances with `vgpu-host mdev list`): %w", uuid, link, ErrNotFound)
+		}
+		return m, nil, fmt.Errorf("mdev instance %s: read link %s: %w", uuid, link, err)
+	}
+	m.Parent = filepath.Base(filepath.Dir(target))
+	if a, err := ParseAddress(m.Parent); err == nil {
+		m.ParentAddress = &a
+	}
+	typeLink := filepath.Join(link, "mdev_type")
+	m.Type, err = LinkBase(typeLink)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return m, nil, fmt.Errorf("mdev instance %s: no mdev_type link at %s (removed during the read?): %w", uuid, typeLink, ErrNotFound)
+		}
+		return m, nil, fmt.Errorf("mdev instance %s: %w", uuid, err)
+	}
+	var warnings []string
+	if v, err := readAttr(filepath.Join(typeLink, "name")); err == nil {
+		m.TypeName = v
+	} else if !errors.Is(err, fs.ErrNotExist) { // name is optional in the mdev ABI
+		warnings = append(warnings, fmt.Sprintf("mdev instance %s: %v", uuid, err))
+	}
+	if v, err := readAttr(filepath.Join(typeLink, "device_api")); err == nil {
+		m.DeviceAPI = v
+	} else {
+		warnings = append(warnings, fmt.Sprintf("mdev instance %s: %v", uuid, err))
+	}
+	if m.Driver, err = LinkBase(filepath.Join(link, "driver")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return m, warnings, fmt.Errorf("mdev instance %s: %w", uuid, err)
+	}
+	groupLink := filepath.Join(link, "iommu_group")
+	g, err := LinkBase(groupLink)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// No group: no IOMMU-backed vfio registration (the mdev driver is not bound).
+	case err != nil:
+		return m, warnings, fmt.Errorf("mdev instance %s: %w", uuid, err)
+	default:
+		id, err := strconv.Atoi(g)
+		if err != nil {
+			return m, warnings, fmt.Errorf("mdev instance %s: %s names %q, not a group number", uuid, groupLink, g)
+		}
+		m.IOMMUGroup = id
+	}
+	return m, warnings, nil
+}
