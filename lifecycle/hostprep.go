@@ -35,8 +35,24 @@ func (p *SysfsPrep) BindGroup(ctx context.Context, vm string, addrs []host.Addre
 }
 
 // RestoreGroup gives the groups of addrs back to the drivers they had before vm's bind.
+// Functions the binder's ledger does not list were on vfio-pci before the bind (vfio-pci.ids=,
+// another tool): the bind left them alone, so the restore does too, rather than refusing them
+// as devices vgpu-host did not bind.
 func (p *SysfsPrep) RestoreGroup(ctx context.Context, vm string, addrs []host.Address) error {
-	if _, err := p.Binder.Unbind(ctx, addrs, vfio.UnbindOptions{Owner: vm}); err != nil {
+	l, err := p.Binder.Ledger()
+	if err != nil {
+		return fmt.Errorf("restore drivers of %s for %s: %w", joinAddrs(addrs), vm, err)
+	}
+	var bound []host.Address
+	for _, a := range addrs {
+		if _, ok := l.Lookup(a); ok {
+			bound = append(bound, a)
+		}
+	}
+	if len(bound) == 0 {
+		return nil
+	}
+	if _, err := p.Binder.Unbind(ctx, bound, vfio.UnbindOptions{Owner: vm}); err != nil {
 		return fmt.Errorf("restore drivers of %s for %s: %w", joinAddrs(addrs), vm, err)
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -256,6 +257,46 @@ func inUse(book *ledger.Book, vm string, foreign map[host.Address]string) []host
 	return out
 }
 
+// holders names the VMs other than vm that hold PCI functions or vendor vGPU VFs in the
+// ledger, and the domains vgpu-host did not create that hold PCI functions: "VMs a, b and
+// domains c (not created by vgpu-host)", at most five names of each.
+func holders(book *ledger.Book, vm string, foreign map[host.Address]string) string {
+	var vms, doms []string
+	for _, name := range sortedKeys(book.VMs) {
+		if name == vm {
+			continue
+		}
+		if slices.ContainsFunc(book.VMs[name].Claims, func(c ledger.Claim) bool {
+			return c.Kind == ledger.KindPCI || c.Kind == ledger.KindVendorVGPU
+		}) {
+			vms = append(vms, name)
+		}
+	}
+	for _, d := range foreign {
+		if !slices.Contains(doms, d) {
+			doms = append(doms, d)
+		}
+	}
+	slices.Sort(doms)
+	list := func(names []string) string {
+		if len(names) > 5 {
+			return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
+		}
+		return strings.Join(names, ", ")
+	}
+	var parts []string
+	if len(vms) > 0 {
+		parts = append(parts, "VMs "+list(vms))
+	}
+	if len(doms) > 0 {
+		parts = append(parts, "domains "+list(doms)+" (not created by vgpu-host)")
+	}
+	if len(parts) == 0 {
+		return "other VMs"
+	}
+	return strings.Join(parts, " and ")
+}
+
 // buildOpts are the domain builder options: overlays and seeds live in the pool directory.
 func (l *Lifecycle) buildOpts() domains.BuildOptions {
 	return domains.BuildOptions{ImagesDir: l.o.PoolDir}
@@ -271,7 +312,12 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI)})
 	if err != nil {
 		if errors.Is(err, host.ErrNotFound) && len(book.VMs)+len(foreignPCI) > 0 {
-			// Devices exist but others hold them: say busy, not absent.
+			// Devices exist but others hold them: say busy, not absent, and who holds them
+			// when the spec would resolve on a host where nobody held anything.
+			if _, ferr := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt}); ferr == nil {
+				return nil, fmt.Errorf("%s; the others are allocated to %s (vgpu-host status lists them): %w",
+					strings.TrimSuffix(err.Error(), ": "+host.ErrNotFound.Error()), holders(book, name, foreignPCI), host.ErrBusy)
+			}
 			return nil, fmt.Errorf("%w (devices held by other VMs are skipped): %w", err, host.ErrBusy)
 		}
 		return nil, err
