@@ -132,7 +132,8 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer conn.Close()
-	var results []*lifecycle.Result
+	// A record for each VM applied; one that failed has none (its error goes to stderr).
+	results := []*lifecycle.Result{}
 	var firstErr error
 	for _, vm := range vms {
 		res, err := lc.Apply(ctx, vm)
@@ -164,6 +165,9 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 			res.State = virt.StateShutoff
 		}
 		results = append(results, res)
+	}
+	if len(results) == 0 && firstErr != nil {
+		return firstErr // nothing was applied: nothing on stdout
 	}
 	if err := emit(cmd, results, func(w io.Writer) error { return applyTable(w, results) }); err != nil {
 		return err

@@ -48,19 +48,24 @@ func runDestroy(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer conn.Close()
-	var results []*lifecycle.DestroyResult
+	// A record for each VM destroyed; one that failed has none (its error goes to stderr and
+	// decides the exit code), so a failed destroy is never reported as done.
+	results := []*lifecycle.DestroyResult{}
 	var firstErr error
 	for _, a := range cmd.Args().Slice() {
 		name, err := vmName(a)
 		if err == nil {
 			var r *lifecycle.DestroyResult
-			if r, err = lc.Destroy(ctx, name); r != nil {
+			if r, err = lc.Destroy(ctx, name); err == nil {
 				results = append(results, r)
 			}
 		}
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
+	}
+	if len(results) == 0 && firstErr != nil {
+		return firstErr // nothing was destroyed: nothing on stdout
 	}
 	if err := emit(cmd, results, func(w io.Writer) error {
 		for _, r := range results {
