@@ -27,9 +27,12 @@ type Result struct {
 	Fallback []string `json:"fallback,omitempty"`
 	// RestartNeeded is set when the domain was redefined while running: the new definition
 	// takes effect at its next boot.
-	RestartNeeded bool           `json:"restart_needed,omitempty"`
-	State         virt.State     `json:"state"`
-	Claims        []ledger.Claim `json:"claims"`
+	RestartNeeded bool `json:"restart_needed,omitempty"`
+	// Replaced is set when the spec's devices changed: the VM was destroyed first (what was
+	// undone and which devices were released), then applied afresh.
+	Replaced *DestroyResult `json:"replaced,omitempty"`
+	State    virt.State     `json:"state"`
+	Claims   []ledger.Claim `json:"claims"`
 }
 
 var (
@@ -167,7 +170,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 		if errors.Is(err, errTeardown) && !tornDown {
 			tornDown = true
 			l.progress("%s: devices changed: destroying and re-creating it", name)
-			if _, err := l.destroy(ctx, name); err != nil {
+			if res.Replaced, err = l.destroy(ctx, name); err != nil {
 				return res, fmt.Errorf("apply %s: %w", name, err)
 			}
 			if inv, err = l.o.Scan(l.o.Root); err != nil {

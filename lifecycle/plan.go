@@ -297,6 +297,27 @@ func holders(book *ledger.Book, vm string, foreign map[host.Address]string) stri
 	return strings.Join(parts, " and ")
 }
 
+// pinnedHolders says who holds the GPUs vm's spec names by address: `0000:41:00.0 is
+// allocated to VM "b"`, or "" when nobody else does.
+func pinnedHolders(vm *domains.VM, book *ledger.Book, foreign map[host.Address]string) string {
+	var out []string
+	for _, g := range vm.Spec.GPUs {
+		if g.Passthrough == nil || g.Passthrough.Address == "" {
+			continue
+		}
+		a, err := host.ParseAddress(g.Passthrough.Address)
+		if err != nil {
+			continue
+		}
+		if h := book.Holder(ledger.Claim{Kind: ledger.KindPCI, ID: a.String()}); h != "" && h != vm.Metadata.Name {
+			out = append(out, fmt.Sprintf("%s is allocated to VM %q", a, h))
+		} else if d := foreign[a]; d != "" {
+			out = append(out, fmt.Sprintf("%s is used by domain %q, which vgpu-host did not create", a, d))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // buildOpts are the domain builder options: overlays and seeds live in the pool directory.
 func (l *Lifecycle) buildOpts() domains.BuildOptions {
 	return domains.BuildOptions{ImagesDir: l.o.PoolDir}
@@ -319,6 +340,11 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 					strings.TrimSuffix(err.Error(), ": "+host.ErrNotFound.Error()), holders(book, name, foreignPCI), host.ErrBusy)
 			}
 			return nil, fmt.Errorf("%w (devices held by other VMs are skipped): %w", err, host.ErrBusy)
+		}
+		if errors.Is(err, host.ErrBusy) {
+			if held := pinnedHolders(vm, book, foreignPCI); held != "" {
+				return nil, fmt.Errorf("%w (%s)", err, held)
+			}
 		}
 		return nil, err
 	}

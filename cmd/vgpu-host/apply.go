@@ -192,6 +192,16 @@ func applyTable(w io.Writer, rs []*lifecycle.Result) error {
 		for _, f := range r.Fallback {
 			fmt.Fprintf(w, "  FALLBACK %s\n", f)
 		}
+		if r.Replaced != nil {
+			rel := []string{"no host devices"}
+			if len(r.Replaced.Released) > 0 {
+				rel = nil
+				for _, c := range r.Replaced.Released {
+					rel = append(rel, c.Kind+" "+c.ID)
+				}
+			}
+			fmt.Fprintf(w, "  its devices changed: destroyed and re-created it (released %s)\n", strings.Join(rel, ", "))
+		}
 		if len(r.Converged) > 0 {
 			fmt.Fprintf(w, "  converged an interrupted run first: undid %s\n", strings.Join(r.Converged, "; "))
 		}

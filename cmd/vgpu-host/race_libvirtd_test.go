@@ -28,15 +28,18 @@ import (
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
-// preboundGPUs adds n consumer GPUs (VGA + HDMI audio, one IOMMU group each) whose groups
+// preboundGPUs adds n consumer GPUs (VGA + HDMI audio, one IOMMU group each) on buses bus,
+// bus+1, ... whose groups
 // are already on vfio-pci, as on a host booted with vfio-pci.ids=: the group is viable and
 // /dev/vfio/N exists, so binding it is a no-op that writes nothing to sysfs. It returns the
-// GPU addresses and, per GPU, its functions.
-func preboundGPUs(t *testing.T, tr *hosttest.Tree, n int) (gpus []host.Address, funcs map[host.Address][]host.Address) {
+// GPU addresses and, per GPU, its functions. Tests on the shared libvirtd use buses of their
+// own: vgpu-host treats hostdevs of domains it did not create (another test's, in another
+// ledger) as taken.
+func preboundGPUs(t *testing.T, tr *hosttest.Tree, bus, n int) (gpus []host.Address, funcs map[host.Address][]host.Address) {
 	t.Helper()
 	funcs = map[host.Address][]host.Address{}
-	for i := 1; i <= n; i++ {
-		gpu, audio := tr.ConsumerGPU(fmt.Sprintf("0000:00:%02x.0", i), fmt.Sprintf("0000:%02x:00.0", i), "vfio-pci")
+	for i := 0; i < n; i++ {
+		gpu, audio := tr.ConsumerGPU(fmt.Sprintf("0000:00:%02x.0", i+1), fmt.Sprintf("0000:%02x:00.0", bus+i), "vfio-pci")
 		tr.Unbind(audio)
 		tr.Bind(audio, "vfio-pci")
 		tr.WriteFile(filepath.Join("dev/vfio", strconv.Itoa(tr.Group(gpu))), "")
@@ -198,7 +201,7 @@ func TestRace16ProcessesFor4GPUsLibvirtd(t *testing.T) {
 	uri := testenv.Libvirtd(t)
 	bin := binary(t)
 	tr := hosttest.New(t)
-	gpus, funcs := preboundGPUs(t, tr, 4)
+	gpus, funcs := preboundGPUs(t, tr, 0x61, 4)
 	pool := lifecycle.PoolName(tr.Root)
 	const prefix = "vgpuhost-test-race-"
 	t.Cleanup(func() {
