@@ -56,7 +56,7 @@ func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, err
 	}
 	x, ok := all[name]
 	if !ok {
-		return nil, fmt.Errorf("verify %s: %w", name, virt.ErrNoDomain)
+		return nil, fmt.Errorf("verify %s: %w on %s: %w", name, virt.ErrNoDomain, l.o.Conn.URI(), host.ErrNotFound)
 	}
 	var d libvirtxml.Domain
 	if err := d.Unmarshal(x); err != nil {
@@ -64,6 +64,9 @@ func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, err
 	}
 	out, err := l.o.Conn.QMP(ctx, name, `{"execute":"query-pci"}`)
 	if err != nil {
+		if st, serr := l.o.Conn.State(ctx, name); serr == nil && st != virt.StateRunning {
+			return nil, fmt.Errorf("verify %s: the domain is %s: verify asks the running guest, so start it first (vgpu-host apply SPEC): %w", name, st, err)
+		}
 		return nil, fmt.Errorf("verify %s: %w", name, err)
 	}
 	var rep qmpReply
@@ -139,7 +142,17 @@ func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, err
 		return res, fmt.Errorf("verify %s: the domain has no hostdev or virtio GPU to look for: %w", name, host.ErrNotFound)
 	}
 	if !res.OK {
-		return res, fmt.Errorf("verify %s: %w", name, ErrMissingInGuest)
+		var missing []string
+		for _, c := range res.Checks {
+			if !c.Found {
+				d := c.Device
+				if d == "" {
+					d = "(no alias)"
+				}
+				missing = append(missing, strings.TrimSpace(d+" ("+c.Kind+" "+c.Source)+")")
+			}
+		}
+		return res, fmt.Errorf("verify %s: %s: %w", name, strings.Join(missing, ", "), ErrMissingInGuest)
 	}
 	return res, nil
 }

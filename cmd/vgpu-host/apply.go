@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -155,6 +156,10 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 			cancel()
 			if tick != nil {
 				fmt.Fprintln(cmd.Root().ErrWriter)
+			}
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				err = fmt.Errorf("apply %s: %s did not power off within %s (--timeout); it is still running: wait for it with another apply --wait-shutdown, or stop it with vgpu-host destroy %s: %w",
+					vm.Metadata.Name, vm.Metadata.Name, cmd.Duration("timeout"), vm.Metadata.Name, err)
 			}
 			if err != nil {
 				if firstErr == nil {

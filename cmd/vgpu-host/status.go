@@ -4,16 +4,25 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
 func statusCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "status",
-		Usage:  "list the VMs vgpu-host applied, with their devices and libvirt state",
+		Name:      "status",
+		Usage:     "list the VMs vgpu-host applied, with their devices and libvirt state",
+		ArgsUsage: "[NAME...]",
+		Description: "Lists every VM in the ledger, or only those named. Exit codes: 0 listed, 6 a named VM\n" +
+			"is not in the ledger (the others named are still listed).",
 		Flags:  []cli.Flag{connectFlag()},
 		Action: runStatus,
 	}
@@ -25,11 +34,22 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer conn.Close()
-	st, err := lc.Status(ctx)
+	all, err := lc.Status(ctx)
 	if err != nil {
 		return err
 	}
-	return emit(cmd, st, func(w io.Writer) error {
+	st, missing := all, []string(nil)
+	if cmd.Args().Len() > 0 {
+		st = []lifecycle.VMStatus{}
+		for _, n := range cmd.Args().Slice() {
+			if i := slices.IndexFunc(all, func(s lifecycle.VMStatus) bool { return s.Name == n }); i >= 0 {
+				st = append(st, all[i])
+			} else {
+				missing = append(missing, strconv.Quote(n))
+			}
+		}
+	}
+	if err := emit(cmd, st, func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VM\tSTATE\tPHASE\tDEVICES")
 		for _, s := range st {
@@ -43,5 +63,13 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.State, s.Phase, strings.Join(devs, " "))
 		}
 		return tw.Flush()
-	})
+	}); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		root, _ := rootOf(cmd)
+		return fmt.Errorf("status: no VM %s in the ledger %s (vgpu-host did not create it, or it was destroyed): %w",
+			strings.Join(missing, ", "), ledger.Open(root).Path(), host.ErrNotFound)
+	}
+	return nil
 }
