@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
@@ -24,6 +25,7 @@ func imageCommand() *cli.Command {
 				// --output names the image file here (as in the issue's pipeline); the result line is
 				// always plain text.
 				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Required: true, Usage: "write the image to `FILE.qcow2`"},
+				&cli.BoolFlag{Name: "force", Usage: "overwrite FILE if it exists"},
 			},
 			Action: runImageExport,
 		}},
@@ -35,6 +37,9 @@ func runImageExport(ctx context.Context, cmd *cli.Command) error {
 		return usageErr("image export needs one VM name")
 	}
 	name, dst := cmd.Args().First(), cmd.String("output")
+	if _, err := os.Lstat(dst); err == nil && !cmd.Bool("force") {
+		return fmt.Errorf("image export %s: %s exists: %w (pass --force to overwrite it, or choose another --output)", name, dst, host.ErrRefused)
+	}
 	root, err := rootOf(cmd)
 	if err != nil {
 		return err

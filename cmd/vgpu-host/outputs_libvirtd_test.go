@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -119,6 +120,15 @@ func TestStatusVerifyExportOutputsLibvirtd(t *testing.T) {
 	}
 	if qi["format"] != "qcow2" || qi["virtual-size"] != float64(128<<20) || qi["backing-filename"] != nil || qi["full-backing-filename"] != nil {
 		t.Errorf("exported image is not a standalone 128 MiB qcow2:\n%s", info)
+	}
+	// An existing output file is kept unless --force.
+	before, _ := os.ReadFile(img)
+	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--output", img)...)
+	if after, _ := os.ReadFile(img); code != exitRefused || !strings.Contains(errs, "--force") || !bytes.Equal(before, after) {
+		t.Errorf("export over an existing file: exit %d, want %d and the file untouched\n%s", code, exitRefused, errs)
+	}
+	if out, errs, code := runAll(t, cmd("image", "export", "--connect", uri, name, "--output", img, "--force")...); code != 0 {
+		t.Errorf("export --force over an existing file: exit %d\n%s%s", code, out, errs)
 	}
 	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, "vgpuhost-test-nosuch", "--output", img+".2")...)
 	if code != exitNotFound {
