@@ -176,46 +176,31 @@ func (f *Fake) dom(name string) (*fakeDomain, error) {
 
 // Start marks the domain running.
 func (f *Fake) Start(_ context.Context, name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("Start", name); err != nil {
-		return err
-	}
-	d, err := f.dom(name)
-	if err != nil {
-		return err
-	}
-	d.state = StateRunning
-	return nil
+	return f.setState("Start", name, StateRunning)
 }
 
 // Shutdown marks the domain shut off (the fake guest obeys at once).
 func (f *Fake) Shutdown(_ context.Context, name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.enter("Shutdown", name); err != nil {
-		return err
-	}
-	d, err := f.dom(name)
-	if err != nil {
-		return err
-	}
-	d.state = StateShutoff
-	return nil
+	return f.setState("Shutdown", name, StateShutoff)
 }
 
 // Destroy marks the domain shut off.
 func (f *Fake) Destroy(_ context.Context, name string) error {
+	return f.setState("Destroy", name, StateShutoff)
+}
+
+// setState is Start, Shutdown and Destroy: the fake's domains change state at once.
+func (f *Fake) setState(method, name string, st State) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.enter("Destroy", name); err != nil {
+	if err := f.enter(method, name); err != nil {
 		return err
 	}
 	d, err := f.dom(name)
 	if err != nil {
 		return err
 	}
-	d.state = StateShutoff
+	d.state = st
 	return nil
 }
 

@@ -30,6 +30,11 @@ const (
 // that only the commands that talk to libvirt load it; tests replace it with a fake.
 var openConn = remote.Open
 
+// virtTypeFlag is --virt-type of plan and apply; lifecycleOf validates it.
+func virtTypeFlag() cli.Flag {
+	return &cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (default: the best libvirt's domain capabilities offer)"}
+}
+
 func connectFlag() cli.Flag {
 	return &cli.StringFlag{Name: "connect", Aliases: []string{"c"}, Value: virt.DefaultURI, Usage: "libvirt connection `URI`", Sources: cli.EnvVars("VGPU_HOST_CONNECT", "LIBVIRT_DEFAULT_URI")}
 }
@@ -114,7 +119,7 @@ func applyCommand() *cli.Command {
 			"(undone), 2 usage/spec, 5 busy (devices held by other VMs), 6 not found, 7 unsupported.",
 		Flags: []cli.Flag{
 			connectFlag(),
-			&cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (default: the best libvirt's domain capabilities offer)"},
+			virtTypeFlag(),
 			&cli.BoolFlag{Name: "no-start", Usage: "define the domain but do not start it"},
 			&cli.BoolFlag{Name: "wait-shutdown", Usage: "after starting, wait until the guest powers itself off (image builders)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up waiting for --wait-shutdown after `DURATION`"},

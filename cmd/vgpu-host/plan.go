@@ -17,7 +17,7 @@ func planCommand() *cli.Command {
 		ArgsUsage: "SPEC...",
 		Flags: []cli.Flag{
 			connectFlag(),
-			&cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (default: from libvirt's domain capabilities)"},
+			virtTypeFlag(),
 			&cli.BoolFlag{Name: "no-start", Usage: "plan without the start step"},
 		},
 		Action: runPlan,

@@ -126,11 +126,7 @@ func vfEnableCommand() *cli.Command {
 				return err
 			}
 			if rec != nil {
-				var files []string
-				if cmd.Bool("persist") {
-					files = append(files, m.SRIOVPath())
-				}
-				return emitDry(cmd, rec, files, nil)
+				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
 			}
 			return emit(cmd, pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
 		},
@@ -162,11 +158,7 @@ func vfDisableCommand() *cli.Command {
 				return err
 			}
 			if rec != nil {
-				var files []string
-				if cmd.Bool("persist") {
-					files = append(files, m.SRIOVPath())
-				}
-				return emitDry(cmd, rec, files, nil)
+				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
 			}
 			return emit(cmd, pf, func(w io.Writer) error {
 				if err := pfTable(w, []mdev.PF{pf}); err != nil {
@@ -179,4 +171,12 @@ func vfDisableCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// persistFiles is what --persist would write, for a dry run's report.
+func persistFiles(cmd *cli.Command, m *mdev.Manager) []string {
+	if cmd.Bool("persist") {
+		return []string{m.SRIOVPath()}
+	}
+	return nil
 }
