@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // TestDomXMLToNative asks a real libvirtd (qemu driver) for the QEMU command line of the
@@ -42,7 +43,7 @@ func TestDomXMLToNative(t *testing.T) {
 		{"passthrough.yaml", true, []string{`"host":"0000:17:00.0"`, "q35-pcihost.pci-hole64-size=268435456K", "phys-bits=41"}},
 		{"virtio-gpu-fallback.yaml", true, []string{`"host":"0000:0a:00.0"`, `"host":"0000:0a:00.1"`, `"multifunction":true`}},
 		{"passthrough.yaml", false, []string{`"driver":"vfio-pci","host":"0000:17:00.0"`, `"rombar":0`, "-machine pc-q35"}},
-		{"vgpu-desktop.yaml", false, []string{`"sysfsdev":"/sys/bus/mdev/devices/` + domains.MdevUUID("desk-01", 0, 0) + `"`, `"display":"on"`, `"ramfb":true`}},
+		{"vgpu-desktop.yaml", false, []string{`"sysfsdev":"/sys/bus/mdev/devices/` + vgpu.InstanceUUID("desk-01", 0) + `"`, `"display":"on"`, `"ramfb":true`}},
 		{"vendor-vfio.yaml", false, []string{`"driver":"vfio-pci","host":"0000:41:00.4"`}},
 		{"virgl-workstation.yaml", false, []string{`"driver":"virtio-vga-gl"`, "egl-headless,rendernode=/dev/dri/renderD128"}},
 		{"virtio-gpu-fallback.yaml", false, []string{`"driver":"virtio-vga"`}},

@@ -8,9 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // GPUKind is what a gpus[] entry was resolved to.
@@ -101,20 +100,8 @@ type ResolveOptions struct {
 	InUse []host.Address
 }
 
-// vmNamespace is the UUID v5 namespace for names derived from specs (domain and mdev UUIDs).
-var vmNamespace = uuid.MustParse("8a3f6c1e-2b0d-5e4f-9c7a-6d1b0e2f3a45")
-
-// DomainUUID is the domain UUID vgpu-host gives a VM: a name-based (v5) UUID of its name, so
-// rendering twice gives the same domain.
-func DomainUUID(name string) string {
-	return uuid.NewSHA1(vmNamespace, []byte("domain/"+name)).String()
-}
-
-// MdevUUID is the UUID of the n-th mdev of gpus[index] of VM name: name-based (v5), so that
-// offline renders, real renders and the mdev that gets created all agree.
-func MdevUUID(name string, index, n int) string {
-	return uuid.NewSHA1(vmNamespace, []byte(fmt.Sprintf("mdev/%s/%d/%d", name, index, n))).String()
-}
+// DomainUUID is vgpu.DomainUUID: the domain UUID vgpu-host gives VM name.
+func DomainUUID(name string) string { return vgpu.DomainUUID(name) }
 
 // Resolve decides what each gpus[] entry of a valid vm gets from inv (nil when
 // opts.Offline). A selector that matches nothing is an error wrapping host.ErrNotFound that
@@ -181,6 +168,9 @@ type resolver struct {
 	inv      *host.Inventory
 	used     map[host.Address]bool
 	mdevLeft map[string]int // parent/type -> instances still available
+	// mdevNext is the VM-wide index of the next mdev instance (vgpu.InstanceUUID numbers a
+	// VM's instances across all its gpus[] entries).
+	mdevNext int
 	notes    []string
 }
 
@@ -372,9 +362,10 @@ func (r *resolver) mdev(i int, v *VGPU) ([]MdevAllocation, error) {
 	uuids := v.UUIDs
 	if len(uuids) == 0 {
 		for n := 0; n < count; n++ {
-			uuids = append(uuids, MdevUUID(r.vm.Metadata.Name, i, n))
+			uuids = append(uuids, vgpu.InstanceUUID(r.vm.Metadata.Name, r.mdevNext+n))
 		}
 	}
+	r.mdevNext += count
 	out := make([]MdevAllocation, 0, count)
 	if r.inv == nil {
 		for _, u := range uuids {
@@ -390,23 +381,24 @@ func (r *resolver) mdev(i int, v *VGPU) ([]MdevAllocation, error) {
 		t      *host.MdevType
 	}
 	var cands []cand
-	var have []string
+	var offered []vgpu.Profile
 	for pi := range r.inv.MdevParents {
 		mp := &r.inv.MdevParents[pi]
-		for ti := range mp.Types {
-			t := &mp.Types[ti]
-			have = append(have, t.ID+" ("+t.Name+")")
-			if t.ID == v.Profile || strings.EqualFold(t.Name, v.Profile) {
-				cands = append(cands, cand{mp.Parent, t})
-			}
+		types := make([]vgpu.Profile, len(mp.Types))
+		for ti, t := range mp.Types {
+			types[ti] = vgpu.Profile{ID: t.ID, Name: t.Name}
+		}
+		offered = append(offered, types...)
+		ti, err := vgpu.LookupProfile(types, v.Profile, "on "+mp.Parent)
+		if errors.Is(err, host.ErrInvalid) {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err == nil {
+			cands = append(cands, cand{mp.Parent, &mp.Types[ti]})
 		}
 	}
 	if len(cands) == 0 {
-		hint := "this host offers no mdev types"
-		if len(have) > 0 {
-			hint = "have: " + strings.Join(have, ", ")
-		}
-		return nil, fmt.Errorf("%s: no mdev type matches profile %q (%s): %w", path, v.Profile, hint, host.ErrNotFound)
+		return nil, fmt.Errorf("%s: no mdev type matches profile %q (%s): %w", path, v.Profile, vgpu.DidYouMean(offered, v.Profile), host.ErrNotFound)
 	}
 	for _, u := range uuids {
 		var got *MdevAllocation
@@ -532,19 +524,18 @@ func (r *resolver) vendorTypeFor(d *host.Device, profile string) (id int, name s
 		}
 		return 0, "", false, fmt.Errorf("VF %s runs vGPU type %d (%s), not %q (clear it first): %w", d.Address, vg.CurrentType, name, profile, host.ErrBusy)
 	}
-	for _, t := range vg.Creatable {
-		if vendorTypeMatches(t.ID, t.Name, profile) {
-			return t.ID, t.Name, false, nil
-		}
+	offered := make([]vgpu.Profile, len(vg.Creatable))
+	for i, t := range vg.Creatable {
+		offered[i] = vgpu.Profile{ID: strconv.Itoa(t.ID), Name: t.Name}
 	}
-	var have []string
-	for _, t := range vg.Creatable {
-		have = append(have, fmt.Sprintf("%d (%s)", t.ID, t.Name))
+	i, lerr := vgpu.LookupProfile(offered, profile, "on VF "+d.Address.String())
+	if lerr == nil {
+		return vg.Creatable[i].ID, vg.Creatable[i].Name, false, nil
 	}
-	why := "creatable now: none"
-	if len(have) > 0 {
-		why = "creatable now: " + strings.Join(have, ", ")
+	if errors.Is(lerr, host.ErrInvalid) {
+		return 0, "", false, lerr
 	}
+	why := "creatable now: " + vgpu.List(offered)
 	if running := r.vendorRunning(); len(running) > 0 {
 		why += "; the driver hosts one vGPU type per GPU at a time: " + strings.Join(running, ", ")
 	}
@@ -586,29 +577,10 @@ func (r *resolver) vendorRunning() []string {
 	return out
 }
 
-// vendorTypeMatches reports whether profile names vendor type id called name: by number, by
-// the whole name ("NVIDIA L40S-8Q") or by the name without its vendor prefix ("L40S-8Q"),
-// ignoring case (as mdev.MatchType does for `vgpu-host mdev create`).
+// vendorTypeMatches reports whether profile names vendor type id called name (vgpu.Matches:
+// by number, whole name or name without vendor prefix, ignoring case).
 func vendorTypeMatches(id int, name, profile string) bool {
-	p := strings.TrimSpace(profile)
-	if p == "" {
-		return false
-	}
-	if strconv.Itoa(id) == p {
-		return true
-	}
-	return name != "" && (strings.EqualFold(name, p) || strings.EqualFold(shortTypeName(name), shortTypeName(p)))
-}
-
-// shortTypeName strips a "NVIDIA " or "GRID " prefix from a vGPU type name.
-func shortTypeName(n string) string {
-	n = strings.TrimSpace(n)
-	for _, p := range []string{"NVIDIA ", "GRID "} {
-		if len(n) > len(p) && strings.EqualFold(n[:len(p)], p) {
-			return strings.TrimSpace(n[len(p):])
-		}
-	}
-	return n
+	return vgpu.Matches(vgpu.Profile{ID: strconv.Itoa(id), Name: name}, profile)
 }
 
 // placeNUMA implements numa: auto — the host node of the first assigned GPU.

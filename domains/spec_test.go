@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 const minimal = `apiVersion: vgpu-host/v1
@@ -222,7 +223,7 @@ func TestResolveSelectors(t *testing.T) {
 	}
 	// vGPU by name and by type id; an unknown profile lists what the host has.
 	a, err = domains.Resolve(parse("  gpus:\n    - vgpu: {profile: \"grid t4-2q\", count: 2}\n"), inv, domains.ResolveOptions{})
-	if err != nil || len(a.GPUs[0].Mdevs) != 2 || a.GPUs[0].Mdevs[0].Type != "nvidia-222" || a.GPUs[0].Mdevs[0].UUID != domains.MdevUUID("vm1", 0, 0) {
+	if err != nil || len(a.GPUs[0].Mdevs) != 2 || a.GPUs[0].Mdevs[0].Type != "nvidia-222" || a.GPUs[0].Mdevs[0].UUID != vgpu.InstanceUUID("vm1", 0) {
 		t.Errorf("vgpu by name: %+v %v", a, err)
 	}
 	_, err = domains.Resolve(parse("  gpus:\n    - vgpu: {profile: nvidia-223}\n"), inv, domains.ResolveOptions{})

@@ -54,7 +54,7 @@ func (m *Manager) ResolveType(parent, profile string) (Parent, Type, error) {
 			}
 			running = fmt.Sprintf("; the GPU runs %s, and the driver offers one type per GPU at a time", strings.Join(rs, ", "))
 		}
-		return Parent{}, Type{}, fmt.Errorf("vGPU type %q on %s: %w (creatable now: %s%s)", profile, p.Name, host.ErrNotFound, typeList(p.Types), running)
+		return Parent{}, Type{}, fmt.Errorf("%w%s", err, running)
 	}
 	return p, t, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // Request asks Place for Count instances of Profile.
@@ -178,7 +179,7 @@ func Place(req Request, parents []Parent) (Placement, error) {
 func typeDisplay(p Parent, id string) string {
 	for _, t := range p.Types {
 		if t.ID == id && t.Name != "" {
-			return ShortName(t.Name)
+			return vgpu.ShortName(t.Name)
 		}
 	}
 	return id
