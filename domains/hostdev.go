@@ -27,7 +27,7 @@ func PCIHostdev(src host.Address, managed bool) libvirtxml.DomainHostdev {
 		Managed: m,
 		SubsysPCI: &libvirtxml.DomainHostdevSubsysPCI{
 			Driver: &libvirtxml.DomainHostdevSubsysPCIDriver{Name: "vfio"},
-			Source: &libvirtxml.DomainHostdevSubsysPCISource{Address: src.Libvirt()},
+			Source: &libvirtxml.DomainHostdevSubsysPCISource{Address: pciAddress(src)},
 		},
 	}
 }
@@ -97,4 +97,10 @@ func MdevHostdev(uuid string, display, ramfb bool) libvirtxml.DomainHostdev {
 //	  557
 func VendorVFIOHostdev(vf host.Address) libvirtxml.DomainHostdev {
 	return PCIHostdev(vf, false)
+}
+
+// pciAddress returns a host address as libvirtxml's PCI address, for hostdev sources.
+func pciAddress(a host.Address) *libvirtxml.DomainAddressPCI {
+	dom, bus, slot, fn := uint(a.Domain), uint(a.Bus), uint(a.Device), uint(a.Function)
+	return &libvirtxml.DomainAddressPCI{Domain: &dom, Bus: &bus, Slot: &slot, Function: &fn}
 }

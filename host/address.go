@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"libvirt.org/go/libvirtxml"
 )
 
 // Address is a PCI function address: domain:bus:device.function.
@@ -90,10 +88,4 @@ func (a *Address) UnmarshalText(b []byte) error {
 	}
 	*a = v
 	return nil
-}
-
-// Libvirt returns the address as libvirtxml's PCI address, for hostdev sources.
-func (a Address) Libvirt() *libvirtxml.DomainAddressPCI {
-	dom, bus, slot, fn := uint(a.Domain), uint(a.Bus), uint(a.Device), uint(a.Function)
-	return &libvirtxml.DomainAddressPCI{Domain: &dom, Bus: &bus, Slot: &slot, Function: &fn}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -398,31 +397,11 @@ func checkCmdline(root Root, cmdline, vendor string, iommuActive bool) CheckResu
 	return c
 }
 
-// checkInterruptRemapping looks for interrupt remapping three ways: the Intel IOMMU's extended
-// capability register (bit 3, IR), "IR-" interrupt chips in /proc/interrupts, or an AMD IOMMU
-// (AMD-Vi always remaps when enabled):
-//
-//	$ cat /sys/class/iommu/dmar0/intel-iommu/ecap     $ grep -m1 IR- /proc/interrupts
-//	f00f4a   (0xa = 1010b: bit 3 set)                   0:  100  0  IR-IO-APIC  2-edge  timer
+// checkInterruptRemapping judges InterruptRemapping's answer.
 func checkInterruptRemapping(root Root) CheckResult {
 	c := CheckResult{Name: "interrupt-remapping"}
-	units, _ := os.ReadDir(root.Sys("class", "iommu"))
-	for _, u := range units {
-		ecap, err := ReadString(filepath.Join(root.Sys("class", "iommu"), u.Name(), "intel-iommu", "ecap"))
-		if err != nil {
-			if strings.HasPrefix(u.Name(), "ivhd") {
-				c.Verdict, c.Detail = VerdictOK, "AMD-Vi "+u.Name()
-				return c
-			}
-			continue
-		}
-		if v, err := strconv.ParseUint(ecap, 16, 64); err == nil && v&(1<<3) != 0 {
-			c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%s ecap %s has IR", u.Name(), ecap)
-			return c
-		}
-	}
-	if b, err := os.ReadFile(root.Proc("interrupts")); err == nil && strings.Contains(string(b), "IR-") {
-		c.Verdict, c.Detail = VerdictOK, "IR- interrupt chips in "+root.Proc("interrupts")
+	if r := InterruptRemapping(root); r.On {
+		c.Verdict, c.Detail = VerdictOK, r.Detail
 		return c
 	}
 	c.Verdict, c.Detail = VerdictWarn, "no interrupt remapping found"

@@ -26,30 +26,20 @@ func MemberViable(isBridge bool, driver string) bool {
 // VFIODriver is the driver every endpoint of an assigned IOMMU group must be on (or have none).
 const VFIODriver = "vfio-pci"
 
-// GroupOf returns the IOMMU group of the function at addr, with every member's class and
-// driver and the viability verdict. It returns an error satisfying errors.Is(err, ErrNotFound)
-// when the device does not exist, and ErrUnsupported when it has no group (no IOMMU).
+// GroupOf returns the IOMMU group of the function at addr, with every member's binding state
+// and the viability verdict. It returns an error satisfying errors.Is(err, ErrNotFound) when
+// the device does not exist, and ErrUnsupported (with ErrNoIOMMU when there is no IOMMU at
+// all) when it has no group; the message says how to fix it.
 func GroupOf(root Root, addr Address) (Group, error) {
-	dir := root.PCIDevice(addr)
-	if _, err := os.Lstat(dir); err != nil {
-		return Group{}, fmt.Errorf("iommu group of %s: %s: %w", addr, dir, ErrNotFound)
-	}
-	g, err := LinkBase(filepath.Join(dir, "iommu_group"))
+	id, err := IOMMUGroupID(root, addr)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Group{}, fmt.Errorf("iommu group of %s: no iommu_group link in %s: %w (is the IOMMU enabled?)", addr, dir, ErrUnsupported)
-		}
-		return Group{}, fmt.Errorf("iommu group of %s: %w", addr, err)
-	}
-	id, err := strconv.Atoi(g)
-	if err != nil {
-		return Group{}, fmt.Errorf("iommu group of %s: link names %q, not a number", addr, g)
+		return Group{}, err
 	}
 	return ReadGroup(root, id)
 }
 
 // ReadGroup reads IOMMU group id from ROOT/sys/kernel/iommu_groups/ID/devices: every member's
-// class and driver, and the viability verdict (see EvaluateGroup).
+// binding state (ReadFunction) and the viability verdict (see EvaluateGroup).
 func ReadGroup(root Root, id int) (Group, error) {
 	dir := root.Sys("kernel", "iommu_groups", strconv.Itoa(id), "devices")
 	ents, err := os.ReadDir(dir)
@@ -73,15 +63,11 @@ func ReadGroup(root Root, id int) (Group, error) {
 			g.Mdevs = append(g.Mdevs, m)
 			continue
 		}
-		class, err := readHexAttr(root.PCIDevice(a, "class"))
+		m, err := ReadFunction(root, a)
 		if err != nil {
 			return g, fmt.Errorf("read iommu group %d: member %s: %w", id, a, err)
 		}
-		drv, err := LinkBase(root.PCIDevice(a, "driver"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return g, fmt.Errorf("read iommu group %d: member %s: %w", id, a, err)
-		}
-		g.Members = append(g.Members, GroupMember{Address: a, Class: fmt.Sprintf("%06x", class), Driver: drv, IsBridge: IsBridgeClass(class)})
+		g.Members = append(g.Members, m)
 	}
 	sortMembers(g.Members)
 	sort.Slice(g.Mdevs, func(i, j int) bool { return g.Mdevs[i].UUID < g.Mdevs[j].UUID })

@@ -163,7 +163,7 @@ func Scan(root Root) (*Inventory, error) {
 			if !ok {
 				continue // vanished; already warned
 			}
-			g.Members = append(g.Members, GroupMember{Address: m, Class: d.Class, Driver: d.Driver, IsBridge: d.IsBridge})
+			g.Members = append(g.Members, GroupMember{Address: m, Class: d.Class, Driver: d.Driver, IsBridge: d.IsBridge, DriverOverride: d.DriverOverride, BootVGA: d.BootVGA})
 		}
 		sortMembers(g.Members)
 		EvaluateGroup(&g)

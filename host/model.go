@@ -99,6 +99,10 @@ type GroupMember struct {
 	Class    string  `json:"class"`
 	Driver   string  `json:"driver"`
 	IsBridge bool    `json:"is_bridge"`
+	// DriverOverride is the function's driver_override ("" when unset).
+	DriverOverride string `json:"driver_override,omitempty"`
+	// BootVGA is true for the VGA device the firmware and the host console use (boot_vga=1).
+	BootVGA bool `json:"boot_vga,omitempty"`
 }
 
 // Blocker names a group member that stops the group from being viable for vfio.

@@ -307,7 +307,7 @@ func (m *Manager) checkVFsFree(pf PF, what string) error {
 }
 
 // vfHolders returns the processes that hold vf's VFIO group node open.
-func (m *Manager) vfHolders(vf host.Address) []vfio.Holder {
+func (m *Manager) vfHolders(vf host.Address) []host.Holder {
 	name, err := host.LinkBase(m.Root.PCIDevice(vf, "iommu_group"))
 	if err != nil {
 		return nil
@@ -316,7 +316,7 @@ func (m *Manager) vfHolders(vf host.Address) []vfio.Holder {
 	if err != nil {
 		return nil
 	}
-	node := vfio.VFIODev(m.Root, g)
+	node := host.VFIODev(m.Root, g)
 	if !exists(node) {
 		return nil
 	}
@@ -324,7 +324,7 @@ func (m *Manager) vfHolders(vf host.Address) []vfio.Holder {
 	if rel, err := filepath.Rel(m.Root.Dir(), node); err == nil && !strings.HasPrefix(rel, "..") {
 		node = string(filepath.Separator) + rel
 	}
-	return vfio.Holders(m.Root, []string{node})
+	return host.Holders(m.Root, []string{node})
 }
 
 // setAutoprobeOff writes sriov_drivers_autoprobe=0 on pf, first recording the value it had

@@ -122,7 +122,7 @@ func (b *Binder) timeout() time.Duration {
 }
 
 // Group returns the IOMMU group of a with all members.
-func (b *Binder) Group(a host.Address) (*Group, error) { return GroupOf(b.Root, a) }
+func (b *Binder) Group(a host.Address) (*host.Group, error) { return groupOf(b.Root, a) }
 
 // Ledger reads the ledger of functions vgpu-host has bound.
 func (b *Binder) Ledger() (*Ledger, error) { return LoadLedger(b.Root) }
@@ -153,7 +153,7 @@ func (b *Binder) start(action string, dry bool) (*run, func(), error) {
 	if b.W == nil && !dry {
 		return nil, nil, fmt.Errorf("vfio: Binder.W is nil: %w", host.ErrInvalid)
 	}
-	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: hostPath(b.Root, LedgerPath(b.Root)),
+	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: host.HostPath(b.Root, LedgerPath(b.Root)),
 		Devices: []Change{}, Groups: []GroupState{}, Steps: []Step{}}}
 	r.rec = &host.Recorder{Next: b.W}
 	if dry {
@@ -200,14 +200,14 @@ func (r *run) saveLedger() error {
 }
 
 // groupsOf reads the groups of addrs, each once, in the order first named.
-func groupsOf(root host.Root, addrs []host.Address) ([]*Group, error) {
+func groupsOf(root host.Root, addrs []host.Address) ([]*host.Group, error) {
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("no device address given: %w", host.ErrInvalid)
 	}
-	var out []*Group
+	var out []*host.Group
 	seen := map[int]bool{}
 	for _, a := range addrs {
-		g, err := GroupOf(root, a)
+		g, err := groupOf(root, a)
 		if err != nil {
 			return nil, err
 		}
@@ -237,18 +237,18 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	res := r.res
 
 	// Plan: which functions move, and may they?
-	moves := map[int][]Member{}
+	moves := map[int][]host.GroupMember{}
 	var fixes []host.Address
 	var refusals []Refusal
 	for _, g := range groups {
 		for _, m := range g.Members {
 			c := Change{Address: m.Address, Group: g.ID, From: m.Driver, To: m.Driver}
 			switch {
-			case m.Bridge:
+			case m.IsBridge:
 				c.Note = "bridge stays on " + orNone(m.Driver)
 			case m.Driver == DriverName:
 				c.Note = "already bound"
-				if _, ours := r.ledger.Lookup(m.Address); ours && m.Override != DriverName {
+				if _, ours := r.ledger.Lookup(m.Address); ours && m.DriverOverride != DriverName {
 					// An interrupted unbind cleared the override but did not get to move the
 					// function: set it again so a re-probe keeps the function on vfio-pci.
 					c.Note = "already bound; driver_override set again"
@@ -308,7 +308,7 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	}
 	if opts.DryRun {
 		for _, g := range groups {
-			res.Groups = append(res.Groups, GroupState{ID: g.ID, Viable: true, VFIODev: hostPath(b.Root, VFIODev(b.Root, g.ID))})
+			res.Groups = append(res.Groups, GroupState{ID: g.ID, Viable: true, VFIODev: host.HostPath(b.Root, host.VFIODev(b.Root, g.ID))})
 		}
 		return res, nil
 	}
@@ -318,7 +318,7 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 // ensureVFIOLoaded loads vfio-pci when ROOT/sys/bus/pci/drivers/vfio-pci is missing.
 func (r *run) ensureVFIOLoaded(ctx context.Context) error {
 	dir := r.root.PCIDriver(DriverName)
-	if host.Exists(dir) {
+	if host.DriverLoaded(r.root, DriverName) {
 		return nil
 	}
 	r.step(&Step{Op: OpModprobe, Value: DriverName})
@@ -333,7 +333,7 @@ func (r *run) ensureVFIOLoaded(ctx context.Context) error {
 	if err := r.b.Modules.Load(ctx, DriverName); err != nil {
 		return fmt.Errorf("load vfio-pci for the bind (%s is missing): %w", dir, err)
 	}
-	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dir), nil }); err != nil {
+	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.DriverLoaded(r.root, DriverName), nil }); err != nil {
 		return fmt.Errorf("vfio-pci loaded but %s did not appear: %w", dir, err)
 	}
 	return nil
@@ -343,14 +343,14 @@ func (r *run) ensureVFIOLoaded(ctx context.Context) error {
 // state of every function to move is recorded in the ledger first, in one write for the group:
 // a crash later leaves entries of functions not yet moved, which unbind drops as "already
 // restored" and a later bind keeps.
-func (r *run) bindGroup(ctx context.Context, g *Group, moves []Member, opts BindOptions) error {
+func (r *run) bindGroup(ctx context.Context, g *host.Group, moves []host.GroupMember, opts BindOptions) error {
 	var fresh []host.Address
 	for _, m := range moves {
 		if _, ok := r.ledger.Lookup(m.Address); !ok {
 			// A leftover entry (a run that crashed after recording) already holds the true
 			// original; only a new function gets a new entry.
 			r.ledger.Devices[m.Address.String()] = Entry{Address: m.Address, Group: g.ID, Driver: m.Driver,
-				Module: driverModule(r.root, m.Driver), Override: m.Override, Owner: opts.Owner, BoundAt: time.Now().UTC()}
+				Module: host.DriverModule(r.root, m.Driver), Override: m.DriverOverride, Owner: opts.Owner, BoundAt: time.Now().UTC()}
 			fresh = append(fresh, m.Address)
 		}
 	}
@@ -371,7 +371,7 @@ func (r *run) bindGroup(ctx context.Context, g *Group, moves []Member, opts Bind
 }
 
 // bindOne: override, unbind, probe, wait for the driver link.
-func (r *run) bindOne(ctx context.Context, m Member) error {
+func (r *run) bindOne(ctx context.Context, m host.GroupMember) error {
 	t := r.b.timeout()
 	a := m.Address
 	if err := SetDriverOverride(ctx, r.root, r.w, t, a, DriverName); err != nil {
@@ -394,11 +394,11 @@ func (r *run) bindOne(ctx context.Context, m Member) error {
 }
 
 // explain adds the processes holding a device to a write that timed out.
-func (r *run) explain(err error, m Member, g *Group) error {
+func (r *run) explain(err error, m host.GroupMember, g *host.Group) error {
 	if !errors.Is(err, host.ErrWriteTimeout) {
 		return err
 	}
-	hs := Holders(r.root, deviceNodes(r.root, m, g.ID))
+	hs := host.Holders(r.root, host.DeviceNodes(r.root, m.Address, m.Driver, g.ID))
 	held := "no holder found in /proc/*/fd (a kernel user such as a console or an in-kernel client may hold it)"
 	if len(hs) > 0 {
 		var parts []string
@@ -412,7 +412,7 @@ func (r *run) explain(err error, m Member, g *Group) error {
 
 // revert puts the functions in done back on their original drivers, in reverse order, and
 // drops their ledger entries and those this run recorded for functions it did not reach. cause is returned, joined with anything that could not be put back.
-func (r *run) revert(ctx context.Context, g *Group, done []Member, fresh []host.Address, cause error) error {
+func (r *run) revert(ctx context.Context, g *host.Group, done []host.GroupMember, fresh []host.Address, cause error) error {
 	if r.dry {
 		return cause
 	}
@@ -444,8 +444,8 @@ func (r *run) revert(ctx context.Context, g *Group, done []Member, fresh []host.
 	return msg
 }
 
-func entryFor(m Member, group int) Entry {
-	return Entry{Address: m.Address, Group: group, Driver: m.Driver, Override: m.Override}
+func entryFor(m host.GroupMember, group int) Entry {
+	return Entry{Address: m.Address, Group: group, Driver: m.Driver, Override: m.DriverOverride}
 }
 
 // restoreOne puts e back: driver_override as it was, off vfio-pci, re-probed to its original
@@ -478,7 +478,7 @@ func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
 		}
 		return nil
 	}
-	cur, err := currentDriver(r.root, a)
+	cur, err := host.Driver(r.root, a)
 	if err != nil {
 		return err
 	}
@@ -519,7 +519,7 @@ func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
 func waitRestored(ctx context.Context, root host.Root, timeout time.Duration, a host.Address, driver string) error {
 	var got string
 	err := host.WaitFor(ctx, timeout, func() (bool, error) {
-		d, err := currentDriver(root, a)
+		d, err := host.Driver(root, a)
 		got = d
 		return d != "", err
 	})
@@ -528,7 +528,7 @@ func waitRestored(ctx context.Context, root host.Root, timeout time.Duration, a 
 	}
 	if got != driver {
 		return fmt.Errorf("restore %s: the kernel bound %s, not the recorded %s (both drivers claim it); move it with: echo %s > %s; echo %s > %s",
-			a, got, driver, a, hostPath(root, root.PCIDriver(got, "unbind")), a, hostPath(root, root.PCIDriver(driver, "bind")))
+			a, got, driver, a, host.HostPath(root, root.PCIDriver(got, "unbind")), a, host.HostPath(root, root.PCIDriver(driver, "bind")))
 	}
 	return nil
 }
@@ -537,7 +537,7 @@ func waitRestored(ctx context.Context, root host.Root, timeout time.Duration, a 
 // (unloaded since the bind), before the function leaves vfio-pci.
 func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
 	dir := r.root.PCIDriver(e.Driver)
-	if host.Exists(dir) {
+	if host.DriverLoaded(r.root, e.Driver) {
 		return nil
 	}
 	mod := orModule(e)
@@ -547,7 +547,7 @@ func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
 	}
 	fail := func(err error) error {
 		return fmt.Errorf("restore %s to %s: the driver is not loaded (%s is missing) and loading module %s failed: %w; load it (modprobe %s) and run vgpu-host unbind %s again (the device stays on vfio-pci and in the ledger until then)",
-			e.Address, e.Driver, hostPath(r.root, dir), mod, err, mod, e.Address)
+			e.Address, e.Driver, host.HostPath(r.root, dir), mod, err, mod, e.Address)
 	}
 	if r.b.Modules == nil {
 		return fail(fmt.Errorf("no module loader: %w", host.ErrUnsupported))
@@ -558,7 +558,7 @@ func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
 		return fail(err)
 	}
 	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dir), nil }); err != nil {
-		return fail(fmt.Errorf("module loaded but %s did not appear: %w", hostPath(r.root, dir), err))
+		return fail(fmt.Errorf("module loaded but %s did not appear: %w", host.HostPath(r.root, dir), err))
 	}
 	return nil
 }
@@ -571,15 +571,15 @@ func orModule(e Entry) string {
 }
 
 // verifyBound checks that each group is viable and its /dev/vfio/N exists, and fills Groups.
-func (r *run) verifyBound(ctx context.Context, groups []*Group) error {
+func (r *run) verifyBound(ctx context.Context, groups []*host.Group) error {
 	var errs []error
 	for _, g := range groups {
-		now, err := ReadGroup(r.root, g.ID)
+		now, err := host.ReadGroup(r.root, g.ID)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		st := GroupState{ID: g.ID, Viable: now.Viable()}
+		st := GroupState{ID: g.ID, Viable: now.Viable}
 		if !st.Viable {
 			var bad []string
 			for _, m := range now.Endpoints() {
@@ -594,12 +594,12 @@ func (r *run) verifyBound(ctx context.Context, groups []*Group) error {
 			r.res.Groups = append(r.res.Groups, st)
 			continue
 		}
-		dev := VFIODev(r.root, g.ID)
-		err = host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dev), nil })
+		dev := host.VFIODev(r.root, g.ID)
+		err = host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.VFIODevExists(r.root, g.ID), nil })
 		if err != nil {
-			errs = append(errs, fmt.Errorf("IOMMU group %d is bound but %s did not appear (is devtmpfs mounted on /dev, udev running?): %w", g.ID, hostPath(r.root, dev), err))
+			errs = append(errs, fmt.Errorf("IOMMU group %d is bound but %s did not appear (is devtmpfs mounted on /dev, udev running?): %w", g.ID, host.HostPath(r.root, dev), err))
 		} else {
-			st.VFIODev = hostPath(r.root, dev)
+			st.VFIODev = host.HostPath(r.root, dev)
 		}
 		r.res.Groups = append(r.res.Groups, st)
 	}

@@ -37,18 +37,6 @@ const softdepHeader = `# Written by vgpu-host bind --persist: load vfio-pci befo
 # Managed file: vgpu-host unbind --persist rewrites it; do not edit.
 `
 
-// driverModule returns the kernel module providing driver ("" when built in).
-func driverModule(root host.Root, driver string) string {
-	if driver == "" {
-		return ""
-	}
-	m, err := host.LinkBase(root.PCIDriver(driver, "module"))
-	if err != nil {
-		return ""
-	}
-	return m
-}
-
 // softdepContent renders vgpu-host.conf from the persisted ledger entries ("" = no file).
 func softdepContent(l *Ledger) string {
 	mods := map[string]bool{}
@@ -132,7 +120,7 @@ func readConf(path string) (string, bool, error) {
 // Each override it writes is first recorded in the ledger with what was there before, so
 // unbind --persist removes exactly those (or puts the previous file back) and nothing an
 // admin wrote; an override that already says vfio-pci is left alone and not recorded.
-func (r *run) persist(groups []*Group, dry bool) error {
+func (r *run) persist(groups []*host.Group, dry bool) error {
 	if !driverctlInstalled(r.root) {
 		r.res.Warnings = append(r.res.Warnings, "driverctl is not installed: the overrides in /etc/driverctl.d take effect at boot only with driverctl's udev rule (apt install driverctl)")
 	}
@@ -153,7 +141,7 @@ func (r *run) persist(groups []*Group, dry bool) error {
 			if exists && cur == driverctlContent {
 				continue // ours from an earlier bind --persist, or the admin's own identical override
 			}
-			key := hostPath(r.root, p)
+			key := host.HostPath(r.root, p)
 			if _, ok := r.ledger.Files[key]; !ok {
 				var prev *string
 				if exists {
@@ -193,7 +181,7 @@ func (r *run) persist(groups []*Group, dry bool) error {
 // endpoints of groups (putting back a file it replaced) and rewrites the softdep file. Files
 // vgpu-host did not write, or that changed since, are kept with a warning; so are those of
 // functions still bound (not restored).
-func (r *run) unpersist(groups []*Group, dry bool) error {
+func (r *run) unpersist(groups []*host.Group, dry bool) error {
 	dirty := false
 	var errs []error
 	for _, g := range groups {
@@ -202,7 +190,7 @@ func (r *run) unpersist(groups []*Group, dry bool) error {
 				continue // not restored: keep it bound at boot too
 			}
 			p := DriverctlPath(r.root, m.Address)
-			key := hostPath(r.root, p)
+			key := host.HostPath(r.root, p)
 			cur, exists, err := readConf(p)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("remove persistence of %s: %w", m.Address, err))
@@ -254,16 +242,16 @@ func (r *run) unpersist(groups []*Group, dry bool) error {
 
 // persistedWarnings warns, after an unbind without --persist, about restored functions whose
 // driverctl override (from bind --persist) would bind them to vfio-pci again at the next boot.
-func (r *run) persistedWarnings(groups []*Group) {
+func (r *run) persistedWarnings(groups []*host.Group) {
 	for _, g := range groups {
 		for _, m := range g.Endpoints() {
 			if _, still := r.ledger.Lookup(m.Address); still {
 				continue
 			}
 			p := DriverctlPath(r.root, m.Address)
-			if _, ours := r.ledger.Files[hostPath(r.root, p)]; ours && host.Exists(p) {
+			if _, ours := r.ledger.Files[host.HostPath(r.root, p)]; ours && host.Exists(p) {
 				r.res.Warnings = append(r.res.Warnings, fmt.Sprintf("%s: %s (from bind --persist) binds it to vfio-pci again at the next boot; vgpu-host unbind --persist %s removes it",
-					m.Address, hostPath(r.root, p), m.Address))
+					m.Address, host.HostPath(r.root, p), m.Address))
 			}
 		}
 	}

@@ -38,13 +38,13 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	var targets []target
 	var refusals []Refusal
 	for _, g := range groups {
-		var held []Member
+		var held []host.GroupMember
 		for _, m := range g.Members {
 			a := m.Address
 			c := Change{Address: a, Group: g.ID, From: m.Driver, To: m.Driver}
 			e, inLedger := r.ledger.Lookup(a)
 			switch {
-			case m.Bridge:
+			case m.IsBridge:
 				c.Note = "bridge stays on " + orNone(m.Driver)
 			case inLedger:
 				if opts.Owner != "" && e.Owner != "" && e.Owner != opts.Owner {
@@ -54,7 +54,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 					refusals = append(refusals, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(
 						"is on %s now, neither vfio-pci nor its original %s: something else moved it since vgpu-host bound it", m.Driver, orNone(e.Driver))})
 				}
-				if m.Driver == e.Driver && m.Override == e.Override {
+				if m.Driver == e.Driver && m.DriverOverride == e.Override {
 					c.Note = "already restored"
 					// Drop the stale entry below, with no sysfs write.
 					targets = append(targets, target{e: e})
@@ -74,7 +74,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 				if !opts.Force {
 					refusals = append(refusals, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(
 						"is on vfio-pci but %v %s: vgpu-host did not bind it (another tool, a VM manager or vfio-pci.ids= did), so it does not know the original driver; --force unbinds it anyway and lets the kernel probe its native driver",
-						ErrNotInLedger, hostPath(b.Root, LedgerPath(b.Root)))})
+						ErrNotInLedger, host.HostPath(b.Root, LedgerPath(b.Root)))})
 				}
 				c.To, c.Changed, c.Note = "(native)", true, "not in the ledger: restored to the native driver"
 				targets = append(targets, target{e: Entry{Address: a, Group: g.ID}, native: true})
@@ -85,7 +85,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 			res.Devices = append(res.Devices, c)
 		}
 		if len(held) > 0 {
-			if hs := Holders(b.Root, []string{hostPath(b.Root, VFIODev(b.Root, g.ID))}); len(hs) > 0 {
+			if hs := host.Holders(b.Root, []string{host.HostPath(b.Root, host.VFIODev(b.Root, g.ID))}); len(hs) > 0 {
 				a := held[0].Address
 				rf := heldRefusal(a, hs)
 				rf.Reason = fmt.Sprintf("IOMMU group %d is in use (a VM runs on it?): %s", g.ID, strings.TrimPrefix(rf.Reason, "is held open, so unbinding it would block until they let go: "))
@@ -131,7 +131,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	for i := range res.Devices {
 		c := &res.Devices[i]
 		if c.Changed && !r.dry {
-			now, _ := currentDriver(b.Root, c.Address)
+			now, _ := host.Driver(b.Root, c.Address)
 			c.To = now
 		}
 	}
@@ -144,11 +144,11 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	}
 	for _, g := range groups {
 		st := GroupState{ID: g.ID}
-		if now, err := ReadGroup(b.Root, g.ID); err == nil {
-			st.Viable = now.Viable()
+		if now, err := host.ReadGroup(b.Root, g.ID); err == nil {
+			st.Viable = now.Viable
 		}
-		if dev := VFIODev(b.Root, g.ID); host.Exists(dev) {
-			st.VFIODev = hostPath(b.Root, dev)
+		if dev := host.VFIODev(b.Root, g.ID); host.VFIODevExists(b.Root, g.ID) {
+			st.VFIODev = host.HostPath(b.Root, dev)
 		}
 		res.Groups = append(res.Groups, st)
 	}
@@ -162,7 +162,7 @@ func (r *run) explainUnbind(err error, e Entry) error {
 		return err
 	}
 	held := "no holder found in /proc/*/fd"
-	if hs := Holders(r.root, []string{hostPath(r.root, VFIODev(r.root, e.Group))}); len(hs) > 0 {
+	if hs := host.Holders(r.root, []string{host.HostPath(r.root, host.VFIODev(r.root, e.Group))}); len(hs) > 0 {
 		var parts []string
 		for _, h := range hs {
 			parts = append(parts, h.String())

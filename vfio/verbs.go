@@ -16,7 +16,7 @@ import (
 // SetDriverOverride sets a's driver_override to driver ("" clears it, which the kernel wants
 // as a lone newline).
 func SetDriverOverride(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address, driver string) error {
-	cur, err := currentOverride(root, a)
+	cur, err := host.DriverOverride(root, a)
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func SetDriverOverride(ctx context.Context, root host.Root, w host.Writer, timeo
 // Unbind detaches a from its current driver through ROOT/sys/bus/pci/drivers/DRV/unbind.
 // A device with no driver is left alone.
 func Unbind(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address) error {
-	cur, err := currentDriver(root, a)
+	cur, err := host.Driver(root, a)
 	if err != nil || cur == "" {
 		return err
 	}
@@ -51,7 +51,7 @@ func Unbind(ctx context.Context, root host.Root, w host.Writer, timeout time.Dur
 // Probe asks the kernel to bind a driver to a (driver_override first, else the native driver)
 // through ROOT/sys/bus/pci/drivers_probe. A device that already has a driver is left alone.
 func Probe(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address) error {
-	cur, err := currentDriver(root, a)
+	cur, err := host.Driver(root, a)
 	if err != nil || cur != "" {
 		return err
 	}
@@ -66,7 +66,7 @@ func Probe(ctx context.Context, root host.Root, w host.Writer, timeout time.Dura
 func WaitDriver(ctx context.Context, root host.Root, timeout time.Duration, a host.Address, driver string) error {
 	var last string
 	err := host.WaitFor(ctx, timeout, func() (bool, error) {
-		d, err := currentDriver(root, a)
+		d, err := host.Driver(root, a)
 		last = d
 		return d == driver, err
 	})
