@@ -15,6 +15,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // DefaultImagesDir is where overlays and cloud-init seeds go unless BuildOptions says otherwise
@@ -274,7 +275,7 @@ func stepMemory(p *Plan, d *libvirtxml.Domain) error {
 	// assigned.
 	model := "virtio"
 	for _, g := range p.Alloc.GPUs {
-		if g.Kind != KindVirtioGPU {
+		if g.Kind != vgpu.VirtioGPU {
 			model = "none"
 		}
 	}
@@ -586,66 +587,25 @@ func (p *Plan) guestSlot(d *libvirtxml.Domain) (GuestSlot, error) {
 	return GuestSlot{Bus: 0, Slot: s}, nil
 }
 
-// stepGPUs attaches what Resolve allocated for each gpus[] entry, and picks the video device:
-// virtio-gpu when one was asked for or fallen back to; none when a passed-through GPU is the
-// primary display or a vGPU exports its display; otherwise a plain virtio-gpu console when the
-// VM has graphics.
+// stepGPUs attaches what Resolve allocated for each gpus[] entry through its kind, and picks
+// the video device: virtio-gpu when one was asked for or fallen back to; none when a
+// passed-through GPU is the primary display or a vGPU exports its display; otherwise a plain
+// virtio-gpu console when the VM has graphics.
 func stepGPUs(p *Plan, d *libvirtxml.Domain) error {
-	var virtio *VirtioGPU
-	gpuDisplay := false
+	var v video
 	for i, ga := range p.Alloc.GPUs {
-		g := p.VM.Spec.GPUs[i]
-		switch ga.Kind {
-		case KindPassthrough:
-			if g.Passthrough == nil {
-				return fmt.Errorf("spec.gpus[%d]: allocation is passthrough, spec is not: %w", i, host.ErrInvalid)
-			}
-			for _, s := range ga.Slots {
-				if len(s.Functions) == 0 {
-					return fmt.Errorf("spec.gpus[%d]: allocated slot has no functions: %w", i, host.ErrInvalid)
-				}
-				at, err := p.guestSlot(d)
-				if err != nil {
-					return err
-				}
-				d.Devices.Hostdevs = append(d.Devices.Hostdevs, SlotHostdevs(s.Functions, at, true, g.Passthrough.ROM)...)
-			}
-			gpuDisplay = gpuDisplay || g.Passthrough.Primary
-		case KindVendorVFIO:
-			for _, s := range ga.Slots {
-				if len(s.Functions) == 0 {
-					return fmt.Errorf("spec.gpus[%d]: allocated VF slot is empty: %w", i, host.ErrInvalid)
-				}
-				at, err := p.guestSlot(d)
-				if err != nil {
-					return err
-				}
-				hd := VendorVFIOHostdev(s.Functions[0])
-				dom, fn := uint(0), uint(0)
-				hd.Address = &libvirtxml.DomainAddress{PCI: &libvirtxml.DomainAddressPCI{Domain: &dom, Bus: &at.Bus, Slot: &at.Slot, Function: &fn}}
-				d.Devices.Hostdevs = append(d.Devices.Hostdevs, hd)
-			}
-		case KindMdev:
-			display := g.VGPU != nil && g.VGPU.Display
-			ramfb := display && (g.VGPU.RAMFB == nil || *g.VGPU.RAMFB)
-			for _, m := range ga.Mdevs {
-				d.Devices.Hostdevs = append(d.Devices.Hostdevs, MdevHostdev(m.UUID, display, ramfb))
-			}
-			gpuDisplay = gpuDisplay || display
-		case KindVirtioGPU:
-			if g.VirtioGPU != nil {
-				virtio = g.VirtioGPU
-			} else if virtio == nil {
-				virtio = &VirtioGPU{} // fallback: 2D, runs on any host
-			}
-		default:
+		k, ok := kinds[ga.Kind]
+		if !ok {
 			return fmt.Errorf("spec.gpus[%d]: unknown allocation kind %q: %w", i, ga.Kind, host.ErrInvalid)
+		}
+		if err := k.render(p, p.VM.Spec.GPUs[i], ga, d, &v); err != nil {
+			return fmt.Errorf("spec.gpus[%d]: %w", i, err)
 		}
 	}
 	switch {
-	case virtio != nil:
-		d.Devices.Videos = append(d.Devices.Videos, VirtioVideo(*virtio))
-	case gpuDisplay:
+	case v.virtio != nil:
+		d.Devices.Videos = append(d.Devices.Videos, VirtioVideo(*v.virtio))
+	case v.gpuDisplay:
 		d.Devices.Videos = append(d.Devices.Videos, libvirtxml.DomainVideo{Model: libvirtxml.DomainVideoModel{Type: "none"}})
 	case graphicsType(p.VM) != "none":
 		d.Devices.Videos = append(d.Devices.Videos, VirtioVideo(VirtioGPU{}))
@@ -782,11 +742,11 @@ type metadata struct {
 }
 
 type metaGPU struct {
-	Index    int      `xml:"index,attr"`
-	Kind     GPUKind  `xml:"kind,attr"`
-	FellBack bool     `xml:"fellBack,attr,omitempty"`
-	Devices  []string `xml:"device"`
-	Mdevs    []string `xml:"mdev"`
+	Index    int       `xml:"index,attr"`
+	Kind     vgpu.Kind `xml:"kind,attr"`
+	FellBack bool      `xml:"fellBack,attr,omitempty"`
+	Devices  []string  `xml:"device"`
+	Mdevs    []string  `xml:"mdev"`
 }
 
 type metaDisk struct {

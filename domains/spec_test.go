@@ -193,7 +193,7 @@ func TestResolveSelectors(t *testing.T) {
 	}
 	// Same, with fallback: virtio-gpu and the reason.
 	a, err := domains.Resolve(parse("  gpus:\n    - passthrough: {model: \"H100\"}\n      fallback: virtio-gpu\n"), inv, domains.ResolveOptions{})
-	if err != nil || a.GPUs[0].Kind != domains.KindVirtioGPU || !a.GPUs[0].FellBack || !strings.Contains(a.GPUs[0].Reason, "H100") {
+	if err != nil || a.GPUs[0].Kind != vgpu.VirtioGPU || !a.GPUs[0].FellBack || !strings.Contains(a.GPUs[0].Reason, "H100") {
 		t.Errorf("fallback: %+v, %v", a, err)
 	}
 	// Model selector with companions, count 1, NUMA auto and MMIO sizing.

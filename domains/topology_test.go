@@ -10,6 +10,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
@@ -177,6 +178,12 @@ func TestPassthroughAddressChecks(t *testing.T) {
 	}
 	if f := alloc.GPUs[0].Slots[0].Functions; len(f) != 1 || f[0] != host.MustParseAddress("0000:41:00.4") {
 		t.Errorf("VF passthrough took %v, want only 0000:41:00.4 (never its PF)", f)
+	}
+	if k := alloc.GPUs[0].Kind; k != vgpu.SRIOVVF {
+		t.Errorf("VF passthrough is kind %s, want %s", k, vgpu.SRIOVVF)
+	}
+	if c := alloc.Claims(); len(c) != 1 || c[0].ID != "0000:41:00.4" || c[0].Detail != "sriov-vf" {
+		t.Errorf("VF claims %+v", c)
 	}
 	_, err = domains.Resolve(mustSpec(t, "  gpus:\n    - passthrough: {address: \"0a:00.1\"}\n"), inv, domains.ResolveOptions{})
 	if !errors.Is(err, host.ErrInvalid) || !strings.Contains(err.Error(), "0000:0a:00.1 is not a GPU") || !strings.Contains(err.Error(), "GPU 0000:0a:00.0") {

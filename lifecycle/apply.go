@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -49,18 +49,23 @@ var (
 // (a disk kept after the domain was undefined by hand, a lost ledger), so it is neither
 // replaced nor, on undo, deleted. It runs before the step is journalled, so a crash right
 // after can never make a later undo delete that volume.
-func (l *Lifecycle) refuseExisting(ctx context.Context, ps PlannedStep) error {
-	if ps.Action != ActCreateOverlay && ps.Action != ActWriteSeed {
+func (l *Lifecycle) refuseExisting(ctx context.Context, ps step.Step) error {
+	var vol, pool string
+	switch s := ps.(type) {
+	case step.CreateOverlay:
+		vol, pool = s.Volume, s.Pool
+	case step.WriteSeed:
+		vol, pool = s.Volume, s.Pool
+	default:
 		return nil
 	}
-	pool := ps.Params["pool"]
 	if pool == "" {
 		pool = l.o.Pool
 	}
-	path, err := l.o.Conn.VolumePath(ctx, pool, ps.Target)
+	path, err := l.o.Conn.VolumePath(ctx, pool, vol)
 	if err == nil {
 		return fmt.Errorf("volume %s (%s) exists in pool %s and vgpu-host did not create it for this VM; "+
-			"move or delete it (virsh vol-delete %s --pool %s) and apply again: %w: %w", ps.Target, path, pool, ps.Target, pool, host.ErrBusy, errNotTaken)
+			"move or delete it (virsh vol-delete %s --pool %s) and apply again: %w: %w", vol, path, pool, vol, pool, host.ErrBusy, errNotTaken)
 	}
 	if virt.IsNotFound(err) {
 		return nil
@@ -151,7 +156,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 			if fresh && len(plan.Steps) > 0 {
 				// Record the first step in the claiming transaction (one fsync'd write less).
 				s0 := plan.Steps[0]
-				preN = e.Record(s0.Action, s0.Target, s0.Params)
+				preN = e.Record(string(s0.Action()), s0.Target(), s0.Params())
 			}
 			return nil
 		})
@@ -203,7 +208,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 		if err != nil {
 			return res, err
 		}
-		if st != virt.StateRunning && !l.o.NoStart && slices.ContainsFunc(plan.Steps, func(s PlannedStep) bool { return s.Action == ActStart }) {
+		if st != virt.StateRunning && !l.o.NoStart && slices.ContainsFunc(plan.Steps, func(s step.Planned) bool { return s.Action() == step.ActStart }) {
 			if err := l.o.Conn.Start(ctx, name); err != nil {
 				return res, fmt.Errorf("apply %s: %w", name, err)
 			}
@@ -221,26 +226,28 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 	}
 	var taken []ledger.Step
 	pending := 0 // a step taken but not yet marked done
-	for _, ps := range plan.Steps {
-		redo := ps.Action == ActWriteSeed || ps.Action == ActDefine
+	env := l.env(name, vm, plan)
+	for _, pl := range plan.Steps {
+		ps := pl.Step
+		redo := ps.Action() == step.ActWriteSeed || ps.Action() == step.ActDefine
 		if i := slices.IndexFunc(journal, func(s ledger.Step) bool {
-			return s.Action == ps.Action && s.Target == ps.Target && s.Status == ledger.StepDone
+			return s.Action == string(ps.Action()) && s.Target == ps.Target() && s.Status == ledger.StepDone
 		}); i >= 0 && !redo {
 			continue
 		} else if i >= 0 && redo {
-			l.progress("%s: %s (again)", name, ps.Text)
-			if err := l.do(ctx, vm, plan, ps); err != nil {
-				return res, fmt.Errorf("apply %s: %s: %w", name, ps.Text, err)
+			l.progress("%s: %s (again)", name, ps.Text())
+			if err := ps.Do(ctx, env); err != nil {
+				return res, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err)
 			}
-			res.Steps = append(res.Steps, ps.Text)
-			if ps.Action == ActDefine {
+			res.Steps = append(res.Steps, ps.Text())
+			if ps.Action() == step.ActDefine {
 				if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
 					res.RestartNeeded = true
 				}
 			}
 			continue
 		}
-		if ps.Action == ActStart {
+		if ps.Action() == step.ActStart {
 			if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
 				res.RestartNeeded = true
 				continue
@@ -255,7 +262,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 				// Recorded with the claims but not taken: nothing to undo.
 				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(preN, ledger.StepUndone); return nil })
 			}
-			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text, err))
+			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
 		}
 		// Each step is recorded before it is taken, in the same transaction that marks the
 		// previous step done (so an apply costs one ledger write per step, plus one).
@@ -267,33 +274,32 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) 
 			if pending > 0 {
 				e.Mark(pending, ledger.StepDone)
 			}
-			n = e.Record(ps.Action, ps.Target, ps.Params)
+			n = e.Record(string(ps.Action()), ps.Target(), ps.Params())
 			return nil
 		}); err != nil {
-			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text, err))
+			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text(), err))
 		}
 		pending = 0
-		step := ledger.Step{N: n, Action: ps.Action, Target: ps.Target, Params: ps.Params}
-		taken = append(taken, step)
+		taken = append(taken, ledger.Step{N: n, Action: string(ps.Action()), Target: ps.Target(), Params: ps.Params()})
 		l.taken++
 		crash := l.o.CrashAt > 0 && l.taken == l.o.CrashAt && l.o.Crash != nil
 		if crash && l.o.CrashBefore {
 			l.o.Crash()
 		}
-		l.progress("%s: %s", name, ps.Text)
-		if err := l.do(ctx, vm, plan, ps); err != nil {
+		l.progress("%s: %s", name, ps.Text())
+		if err := ps.Do(ctx, env); err != nil {
 			if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
 				// Nothing was created: forget the step rather than undo it.
 				taken = taken[:len(taken)-1]
 				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepUndone); return nil })
 			}
-			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text, err))
+			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
 		}
 		if crash {
 			l.o.Crash()
 		}
 		pending = n
-		res.Steps = append(res.Steps, ps.Text)
+		res.Steps = append(res.Steps, ps.Text())
 	}
 	if err := l.o.Ledger.Update(func(b *ledger.Book) error {
 		e := b.Entry(name)
@@ -347,124 +353,38 @@ func sameClaims(a, b []ledger.Claim) bool {
 	return true
 }
 
-func splitAddrs(s string) ([]host.Address, error) {
-	var out []host.Address
-	for _, f := range splitComma(s) {
-		a, err := host.ParseAddress(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, nil
+// env is what a step of vm (spec spec, plan plan; both nil for an undo) is taken in.
+func (l *Lifecycle) env(vm string, spec *domains.VM, plan *Plan) step.Env {
+	return &stepEnv{l: l, vm: vm, spec: spec, plan: plan}
 }
 
-func splitComma(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i == len(s) || s[i] == ',' {
-			if i > start {
-				out = append(out, s[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
+type stepEnv struct {
+	l    *Lifecycle
+	vm   string
+	spec *domains.VM
+	plan *Plan
 }
 
-func (l *Lifecycle) needHost(what string) error {
-	if l.o.Host == nil {
-		return fmt.Errorf("%s: this build has no host preparation wired in: %w", what, host.ErrUnsupported)
+func (e *stepEnv) VM() string        { return e.vm }
+func (e *stepEnv) Conn() virt.Conn   { return e.l.o.Conn }
+func (e *stepEnv) Pool() string      { return e.l.o.Pool }
+func (e *stepEnv) PoolDir() string   { return e.l.o.PoolDir }
+func (e *stepEnv) DomainXML() string { return e.plan.XML }
+
+func (e *stepEnv) Host(what string) (step.HostPrep, error) {
+	if e.l.o.Host == nil {
+		return nil, fmt.Errorf("%s: this build has no host preparation wired in: %w", what, host.ErrUnsupported)
 	}
-	return nil
+	return e.l.o.Host, nil
 }
 
-// do takes one step.
-func (l *Lifecycle) do(ctx context.Context, vm *domains.VM, plan *Plan, s PlannedStep) error {
-	name := vm.Metadata.Name
-	switch s.Action {
-	case ActBindGroup:
-		if err := l.needHost(s.Text); err != nil {
-			return err
-		}
-		addrs, err := splitAddrs(s.Params["functions"])
-		if err != nil {
-			return err
-		}
-		return l.o.Host.BindGroup(ctx, name, addrs)
-	case ActCreateMdev:
-		if err := l.needHost(s.Text); err != nil {
-			return err
-		}
-		return l.o.Host.CreateMdev(ctx, name, s.Params["parent"], s.Params["type"], s.Target)
-	case ActAssignVGPU:
-		if err := l.needHost(s.Text); err != nil {
-			return err
-		}
-		vf, err := host.ParseAddress(s.Target)
-		if err != nil {
-			return err
-		}
-		index, _ := strconv.Atoi(s.Params["index"])
-		return l.o.Host.AssignVGPU(ctx, name, vf, s.Params["type"], index)
-	case ActEnsurePool:
-		return l.o.Conn.EnsureDirPool(ctx, l.o.Pool, l.o.PoolDir)
-	case ActCreateOverlay:
-		size, _ := strconv.ParseUint(s.Params["size"], 10, 64)
-		return l.o.Conn.CreateVolume(ctx, l.o.Pool, virt.Volume{Name: s.Target, Format: "qcow2", Capacity: size,
-			BackingPath: s.Params["backing"], BackingFormat: s.Params["backing_format"]})
-	case ActWriteSeed:
-		iso, err := seedOf(vm).ISO()
-		if err != nil {
-			return err
-		}
-		return l.o.Conn.UploadVolume(ctx, l.o.Pool, s.Target, iso)
-	case ActDefine:
-		_, err := l.o.Conn.Define(ctx, plan.XML)
-		return err
-	case ActStart:
-		return l.o.Conn.Start(ctx, name)
-	}
-	return fmt.Errorf("unknown step %q", s.Action)
-}
+func (e *stepEnv) SeedISO() ([]byte, error) { return seedOf(e.spec).ISO() }
 
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
 func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.Step) error {
-	var err error
-	switch s.Action {
-	case ActStart:
-		err = l.o.Conn.Destroy(ctx, s.Target)
-	case ActDefine:
-		if err = l.o.Conn.Destroy(ctx, s.Target); err == nil || virt.IsNotFound(err) {
-			err = l.o.Conn.Undefine(ctx, s.Target)
-		}
-	case ActCreateOverlay, ActWriteSeed:
-		pool := s.Params["pool"]
-		if pool == "" {
-			pool = l.o.Pool
-		}
-		err = l.o.Conn.DeleteVolume(ctx, pool, s.Target)
-	case ActCreateMdev:
-		if err = l.needHost("remove mdev " + s.Target); err == nil {
-			err = l.o.Host.RemoveMdev(ctx, name, s.Target)
-		}
-	case ActAssignVGPU:
-		var vf host.Address
-		if vf, err = host.ParseAddress(s.Target); err == nil {
-			if err = l.needHost("clear vGPU type of " + s.Target); err == nil {
-				err = l.o.Host.ClearVGPU(ctx, name, vf, s.Params["type"])
-			}
-		}
-	case ActBindGroup:
-		var addrs []host.Address
-		if addrs, err = splitAddrs(s.Params["functions"]); err == nil {
-			if err = l.needHost("restore drivers of " + s.Target); err == nil {
-				err = l.o.Host.RestoreGroup(ctx, name, addrs)
-			}
-		}
-	case ActEnsurePool:
-		// The pool is shared by every VM: never removed.
+	st, err := step.Decode(s.Action, s.Target, s.Params)
+	if err == nil {
+		err = st.Undo(ctx, l.env(name, nil, nil))
 	}
 	if err != nil && !virt.IsNotFound(err) {
 		return fmt.Errorf("undo %s %s: %w", s.Action, s.Target, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
@@ -29,7 +30,7 @@ func NewSysfsPrep(root host.Root, w host.Writer, m host.ModuleLoader) *SysfsPrep
 // BindGroup binds the whole IOMMU groups of addrs to vfio-pci for vm.
 func (p *SysfsPrep) BindGroup(ctx context.Context, vm string, addrs []host.Address) error {
 	if _, err := p.Binder.Bind(ctx, addrs, vfio.BindOptions{Owner: vm}); err != nil {
-		return fmt.Errorf("bind %s for %s: %w", joinAddrs(addrs), vm, err)
+		return fmt.Errorf("bind %s for %s: %w", step.JoinAddrs(addrs), vm, err)
 	}
 	return nil
 }
@@ -41,7 +42,7 @@ func (p *SysfsPrep) BindGroup(ctx context.Context, vm string, addrs []host.Addre
 func (p *SysfsPrep) RestoreGroup(ctx context.Context, vm string, addrs []host.Address) error {
 	l, err := p.Binder.Ledger()
 	if err != nil {
-		return fmt.Errorf("restore drivers of %s for %s: %w", joinAddrs(addrs), vm, err)
+		return fmt.Errorf("restore drivers of %s for %s: %w", step.JoinAddrs(addrs), vm, err)
 	}
 	var bound []host.Address
 	for _, a := range addrs {
@@ -53,14 +54,14 @@ func (p *SysfsPrep) RestoreGroup(ctx context.Context, vm string, addrs []host.Ad
 		return nil
 	}
 	if _, err := p.Binder.Unbind(ctx, bound, vfio.UnbindOptions{Owner: vm}); err != nil {
-		return fmt.Errorf("restore drivers of %s for %s: %w", joinAddrs(addrs), vm, err)
+		return fmt.Errorf("restore drivers of %s for %s: %w", step.JoinAddrs(addrs), vm, err)
 	}
 	return nil
 }
 
-// CreateMdev creates mdev uuid of type typ on parent for vm.
-func (p *SysfsPrep) CreateMdev(ctx context.Context, vm, parent, typ, uuid string) error {
-	if _, err := p.Mdev.Create(ctx, mdev.CreateRequest{Parent: parent, Profile: typ, Count: 1, UUIDs: []string{uuid}, Owner: vm}); err != nil {
+// CreateMdev creates vm's mdev instance number index, uuid, of type typ on parent.
+func (p *SysfsPrep) CreateMdev(ctx context.Context, vm, parent, typ, uuid string, index int) error {
+	if _, err := p.Mdev.Create(ctx, mdev.CreateRequest{Parent: parent, Profile: typ, Count: 1, UUIDs: []string{uuid}, Owner: vm, FirstIndex: index}); err != nil {
 		return fmt.Errorf("create mdev %s for %s: %w", uuid, vm, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -126,7 +127,7 @@ func TestApplyVendorVGPUFakeHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	const want = "assign vGPU type 1160 (NVIDIA L40S-8Q) to VF 0000:41:00.4"
-	if s := plans[0].Steps[0]; s.Action != ActAssignVGPU || s.Text != want {
+	if s := plans[0].Steps[0]; s.Action() != step.ActAssignVGPU || s.Text() != want {
 		t.Fatalf("first planned step %+v, want %q", s, want)
 	}
 	if e.current(t, "0000:41:00.4") != 0 {
@@ -151,7 +152,7 @@ func TestApplyVendorVGPUFakeHost(t *testing.T) {
 	}
 	b, _ := e.led.Read()
 	j := b.VMs[vm.Metadata.Name].Journal
-	if len(j) == 0 || j[0].Action != ActAssignVGPU || j[0].Target != picked || j[0].Params["type"] != "1160" || j[0].Status != ledger.StepDone {
+	if len(j) == 0 || j[0].Action != string(step.ActAssignVGPU) || j[0].Target != picked || j[0].Params["type"] != "1160" || j[0].Status != ledger.StepDone {
 		t.Fatalf("journal does not start with the assign step: %+v", j)
 	}
 	x, _ := e.conn.DomainXML(ctx, vm.Metadata.Name)
@@ -164,7 +165,7 @@ func TestApplyVendorVGPUFakeHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := plans[0].Steps[0]; s.Action == ActAssignVGPU || slices.ContainsFunc(plans[0].Alloc.Notes, func(n string) bool { return strings.Contains(n, "left set") }) {
+	if s := plans[0].Steps[0]; s.Action() == step.ActAssignVGPU || slices.ContainsFunc(plans[0].Alloc.Notes, func(n string) bool { return strings.Contains(n, "left set") }) {
 		t.Fatalf("re-plan of an applied VM: %+v notes %v", s, plans[0].Alloc.Notes)
 	}
 	writes := len(e.k.Writes())
@@ -247,7 +248,7 @@ func TestVendorVGPUTypeNotOurs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range plans[0].Steps {
-		if s.Action == ActAssignVGPU {
+		if s.Action() == step.ActAssignVGPU {
 			t.Fatalf("plan assigns a type to a VF that holds it: %+v", s)
 		}
 	}
@@ -289,7 +290,7 @@ func TestVendorVGPUCrashAtEveryStep(t *testing.T) {
 						// journal names the VF and type and the VF holds nothing yet.
 						b, _ := e.led.Read()
 						j := b.VMs[vm.Metadata.Name].Journal
-						if len(j) != 1 || j[0].Action != ActAssignVGPU || j[0].Status != ledger.StepStarted || j[0].Params["type"] != "1160" {
+						if len(j) != 1 || j[0].Action != string(step.ActAssignVGPU) || j[0].Status != ledger.StepStarted || j[0].Params["type"] != "1160" {
 							t.Fatalf("journal after a crash at step 1: %+v", j)
 						}
 						if got, want := e.current(t, "0000:41:00.4"), map[bool]int{true: 0, false: 1160}[before]; got != want {

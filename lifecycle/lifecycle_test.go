@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -48,7 +49,7 @@ func (h *fakeHost) ClearVGPU(_ context.Context, _ string, vf host.Address, _ str
 func (h *fakeHost) BindGroup(_ context.Context, vm string, addrs []host.Address) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.fail == ActBindGroup {
+	if h.fail == string(step.ActBindGroup) {
 		return fmt.Errorf("bind: %w", host.ErrBusy)
 	}
 	for _, a := range addrs {
@@ -66,7 +67,7 @@ func (h *fakeHost) RestoreGroup(_ context.Context, _ string, addrs []host.Addres
 	return nil
 }
 
-func (h *fakeHost) CreateMdev(_ context.Context, _, _, typ, uuid string) error {
+func (h *fakeHost) CreateMdev(_ context.Context, _, _, typ, uuid string, _ int) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.mdevs[uuid] = typ
@@ -193,9 +194,9 @@ func TestApplyReapplyDestroy(t *testing.T) {
 	}
 	var acts []string
 	for _, s := range plans[0].Steps {
-		acts = append(acts, s.Action)
+		acts = append(acts, string(s.Action()))
 	}
-	if want := []string{ActBindGroup, ActEnsurePool, ActCreateOverlay, ActWriteSeed, ActDefine, ActStart}; !slices.Equal(acts, want) {
+	if want := []string{string(step.ActBindGroup), string(step.ActEnsurePool), string(step.ActCreateOverlay), string(step.ActWriteSeed), string(step.ActDefine), string(step.ActStart)}; !slices.Equal(acts, want) {
 		t.Fatalf("plan steps %v, want %v", acts, want)
 	}
 	for _, c := range e.conn.Calls() {

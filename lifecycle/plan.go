@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
@@ -29,6 +28,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -45,36 +45,8 @@ func PoolName(root host.Root) string {
 	return DefaultPool + "-" + hex.EncodeToString(s[:4])
 }
 
-// Step actions, in the order apply takes them.
-const (
-	ActBindGroup     = "bind-group"     // bind a GPU's IOMMU group to vfio-pci
-	ActCreateMdev    = "create-mdev"    // create an mdev instance of a type on a parent
-	ActAssignVGPU    = "assign-vgpu"    // write a vendor vGPU type to a VF's nvidia/current_vgpu_type
-	ActEnsurePool    = "ensure-pool"    // define/start the images dir pool (shared; never undone)
-	ActCreateOverlay = "create-overlay" // qcow2 overlay volume over a base image
-	ActWriteSeed     = "write-seed"     // cloud-init NoCloud seed ISO volume
-	ActDefine        = "define"         // define the libvirt domain
-	ActStart         = "start"          // start the domain
-)
-
-// HostPrep makes the host changes a VM's devices need. Each method checks the current state
-// first, so calling it twice (or undoing something never done) is harmless.
-type HostPrep interface {
-	// BindGroup binds the IOMMU groups of addrs to vfio-pci, remembering original drivers.
-	BindGroup(ctx context.Context, vm string, addrs []host.Address) error
-	// RestoreGroup gives the functions of addrs' groups back to their original drivers.
-	RestoreGroup(ctx context.Context, vm string, addrs []host.Address) error
-	// CreateMdev creates mdev uuid of type typ on parent.
-	CreateMdev(ctx context.Context, vm, parent, typ, uuid string) error
-	// RemoveMdev removes mdev uuid.
-	RemoveMdev(ctx context.Context, vm, uuid string) error
-	// AssignVGPU writes vendor vGPU type typ to exactly VF vf (nvidia/current_vgpu_type),
-	// recording vm as its owner (instance number index of vm's vendor vGPUs).
-	AssignVGPU(ctx context.Context, vm string, vf host.Address, typ string, index int) error
-	// ClearVGPU writes 0 to vf's nvidia/current_vgpu_type if vm set it (nothing if it holds
-	// no type); a type another owner or tool set is refused (host.ErrRefused).
-	ClearVGPU(ctx context.Context, vm string, vf host.Address, typ string) error
-}
+// HostPrep makes the host changes a VM's devices need (step.HostPrep; SysfsPrep is the real one).
+type HostPrep = step.HostPrep
 
 // Options configure a Lifecycle.
 type Options struct {
@@ -129,15 +101,6 @@ func New(o Options) *Lifecycle {
 	return &Lifecycle{o: o}
 }
 
-// PlannedStep is one step of a plan.
-type PlannedStep struct {
-	Action string            `json:"action"`
-	Target string            `json:"target"`
-	Params map[string]string `json:"params,omitempty"`
-	// Text says the step in words: "bind IOMMU group of 0000:41:00.0 to vfio-pci".
-	Text string `json:"text"`
-}
-
 // Plan is what apply would do for one VM.
 type Plan struct {
 	VM       string              `json:"vm"`
@@ -145,7 +108,7 @@ type Plan struct {
 	VirtType string              `json:"virt_type"`
 	Alloc    *domains.Allocation `json:"allocation"`
 	Claims   []ledger.Claim      `json:"claims"`
-	Steps    []PlannedStep       `json:"steps"`
+	Steps    []step.Planned      `json:"steps"`
 	// Fallback says, per gpus[] entry that fell back to virtio-gpu, why.
 	Fallback []string `json:"fallback,omitempty"`
 	XML      string   `json:"-"`
@@ -204,36 +167,6 @@ func (l *Lifecycle) foreign(ctx context.Context, book *ledger.Book) (pci map[hos
 		}
 	}
 	return pci, mdev, nil
-}
-
-// claimsOf lists the devices an allocation takes.
-func claimsOf(a *domains.Allocation) []ledger.Claim {
-	var out []ledger.Claim
-	for _, g := range a.GPUs {
-		if g.Kind == domains.KindVendorVFIO {
-			for _, s := range g.Slots {
-				detail := strconv.Itoa(s.VGPUType)
-				if s.VGPUTypeName != "" {
-					detail += " (" + s.VGPUTypeName + ")"
-				}
-				out = append(out, ledger.Claim{Kind: ledger.KindVendorVGPU, ID: s.Functions[0].String(), Detail: detail})
-			}
-			continue
-		}
-		for _, s := range g.Slots {
-			for i, f := range s.Functions {
-				detail := string(g.Kind)
-				if i > 0 {
-					detail += " companion"
-				}
-				out = append(out, ledger.Claim{Kind: ledger.KindPCI, ID: f.String(), Detail: detail})
-			}
-		}
-		for _, m := range g.Mdevs {
-			out = append(out, ledger.Claim{Kind: ledger.KindMdev, ID: strings.ToLower(m.UUID), Detail: m.Type})
-		}
-	}
-	return out
 }
 
 func inUse(book *ledger.Book, vm string, foreign map[host.Address]string) []host.Address {
@@ -348,59 +281,63 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 		}
 		return nil, err
 	}
-	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: claimsOf(alloc)}
+	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
 	p.SpecHash = specHash(vm, vt, l.o.Customize != nil)
-	for _, c := range p.Claims {
-		if c.Kind == ledger.KindMdev {
-			if h := foreignMdev[c.ID]; h != "" {
-				return nil, fmt.Errorf("mdev %s is used by domain %q, which vgpu-host did not create: %w", c.ID, h, host.ErrBusy)
-			}
-		}
-		if h := book.Holder(c); h != "" && h != name {
-			return nil, fmt.Errorf("%s %s is allocated to VM %q: %w", c.Kind, c.ID, h, host.ErrBusy)
-		}
+	if err := checkClaims(p.Claims, name, book, foreignMdev); err != nil {
+		return nil, err
 	}
-	vendorIndex := 0 // the VM's vendor vGPUs, numbered for the mdev state's owner records
 	for _, g := range alloc.GPUs {
 		if g.FellBack {
 			p.Fallback = append(p.Fallback, fmt.Sprintf("gpus[%d]: no physical GPU or vGPU free, attached virtio-gpu instead (%s)", g.Index, g.Reason))
 		}
-		switch g.Kind {
-		case domains.KindPassthrough:
-			for _, s := range g.Slots {
-				p.Steps = append(p.Steps, PlannedStep{Action: ActBindGroup, Target: s.Functions[0].String(),
-					Params: map[string]string{"functions": joinAddrs(s.Functions)},
-					Text:   fmt.Sprintf("bind the IOMMU group of %s to vfio-pci", s.Functions[0])})
-			}
-		case domains.KindMdev:
-			for _, m := range g.Mdevs {
-				if m.Exists {
-					continue
-				}
-				p.Steps = append(p.Steps, PlannedStep{Action: ActCreateMdev, Target: strings.ToLower(m.UUID),
-					Params: map[string]string{"parent": m.Parent, "type": m.Type},
-					Text:   fmt.Sprintf("create mdev %s of type %s on %s", m.UUID, m.Type, m.Parent)})
-			}
-		case domains.KindVendorVFIO:
-			for _, s := range g.Slots {
-				vf := s.Functions[0]
-				if s.VGPUTypeSet {
-					if book.Holder(ledger.Claim{Kind: ledger.KindVendorVGPU, ID: vf.String()}) == name {
-						continue // this VM's own assignment (its journal clears it at destroy)
-					}
-					p.Alloc.Notes = append(p.Alloc.Notes, fmt.Sprintf("gpus[%d]: VF %s holds vGPU type %d (%s) already: used as is, and left set at destroy", g.Index, vf, s.VGPUType, s.VGPUTypeName))
-					continue
-				}
-				if s.VGPUType == 0 {
-					return nil, fmt.Errorf("gpus[%d]: VF %s has no resolved vGPU type: %w", g.Index, vf, host.ErrInvalid)
-				}
-				p.Steps = append(p.Steps, PlannedStep{Action: ActAssignVGPU, Target: vf.String(),
-					Params: map[string]string{"type": strconv.Itoa(s.VGPUType), "type_name": s.VGPUTypeName, "index": strconv.Itoa(vendorIndex)},
-					Text:   fmt.Sprintf("assign vGPU type %d (%s) to VF %s", s.VGPUType, s.VGPUTypeName, vf)})
-				vendorIndex++
+	}
+	hostSteps, notes, err := alloc.HostSteps(&domains.Numbering{Owned: func(c ledger.Claim) bool { return book.Holder(c) == name }})
+	if err != nil {
+		return nil, err
+	}
+	p.Alloc.Notes = append(p.Alloc.Notes, notes...)
+	p.add(hostSteps...)
+	storage, err := l.storageSteps(vm)
+	if err != nil {
+		return nil, err
+	}
+	p.add(storage...)
+	if p.XML, err = l.domainXML(vm, alloc); err != nil {
+		return nil, err
+	}
+	p.add(step.Define{VM: name, VirtType: vt})
+	if !l.o.NoStart {
+		p.add(step.Start{VM: name})
+	}
+	return p, nil
+}
+
+// add appends steps to the plan.
+func (p *Plan) add(ss ...step.Step) {
+	for _, s := range ss {
+		p.Steps = append(p.Steps, step.Planned{Step: s})
+	}
+}
+
+// checkClaims refuses claims another VM holds in the ledger, or mdevs a domain vgpu-host did
+// not create uses.
+func checkClaims(claims []ledger.Claim, name string, book *ledger.Book, foreignMdev map[string]string) error {
+	for _, c := range claims {
+		if c.Kind == ledger.KindMdev {
+			if h := foreignMdev[c.ID]; h != "" {
+				return fmt.Errorf("mdev %s is used by domain %q, which vgpu-host did not create: %w", c.ID, h, host.ErrBusy)
 			}
 		}
+		if h := book.Holder(c); h != "" && h != name {
+			return fmt.Errorf("%s %s is allocated to VM %q: %w", c.Kind, c.ID, h, host.ErrBusy)
+		}
 	}
+	return nil
+}
+
+// storageSteps lists the pool, overlay and seed steps of vm's disks and cloud-init.
+func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
+	var out []step.Step
 	files := vm.DiskFiles(l.buildOpts())
 	seed := vm.SeedISOPath(l.buildOpts())
 	needPool := seed != ""
@@ -408,49 +345,40 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 		needPool = needPool || f.Create
 	}
 	if needPool {
-		p.Steps = append(p.Steps, PlannedStep{Action: ActEnsurePool, Target: l.o.Pool, Params: map[string]string{"path": l.o.PoolDir},
-			Text: fmt.Sprintf("make sure the dir storage pool %s at %s exists", l.o.Pool, l.o.PoolDir)})
+		out = append(out, step.EnsurePool{Pool: l.o.Pool, Path: l.o.PoolDir})
 	}
 	for _, f := range files {
 		if !f.Create {
 			continue
 		}
-		if filepath.Dir(f.Path) != filepath.Clean(l.o.PoolDir) {
+		if !step.InPool(f.Path, l.o.PoolDir) {
 			return nil, fmt.Errorf("disk overlay %s: vgpu-host creates overlays in its pool directory %s only; drop spec.disks[].overlay: %w", f.Path, l.o.PoolDir, host.ErrInvalid)
 		}
-		p.Steps = append(p.Steps, PlannedStep{Action: ActCreateOverlay, Target: filepath.Base(f.Path),
-			Params: map[string]string{"pool": l.o.Pool, "backing": f.Backing, "backing_format": f.BackingFormat, "size": fmt.Sprint(f.Size)},
-			Text:   fmt.Sprintf("create qcow2 overlay %s over %s (%s)", f.Path, f.Backing, f.BackingFormat)})
+		out = append(out, step.CreateOverlay{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Backing: f.Backing, BackingFormat: f.BackingFormat, Size: f.Size, Path: f.Path})
 	}
 	if seed != "" {
-		p.Steps = append(p.Steps, PlannedStep{Action: ActWriteSeed, Target: filepath.Base(seed), Params: map[string]string{"pool": l.o.Pool},
-			Text: fmt.Sprintf("write cloud-init seed %s (label cidata)", seed)})
+		out = append(out, step.WriteSeed{Volume: filepath.Base(seed), Pool: l.o.Pool, Path: seed})
 	}
+	return out, nil
+}
+
+// domainXML builds, customizes and marshals vm's domain.
+func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string, error) {
+	name := vm.Metadata.Name
 	d, err := domains.Build(vm, alloc, l.buildOpts())
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if l.o.Customize != nil {
 		if err := l.o.Customize(vm, d); err != nil {
-			return nil, fmt.Errorf("customize domain %s: %w", name, err)
+			return "", fmt.Errorf("customize domain %s: %w", name, err)
 		}
 	}
-	if p.XML, err = d.Marshal(); err != nil {
-		return nil, fmt.Errorf("marshal domain %s: %w", name, err)
+	x, err := d.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("marshal domain %s: %w", name, err)
 	}
-	p.Steps = append(p.Steps, PlannedStep{Action: ActDefine, Target: name, Text: fmt.Sprintf("define domain %s (type %s)", name, vt)})
-	if !l.o.NoStart {
-		p.Steps = append(p.Steps, PlannedStep{Action: ActStart, Target: name, Text: "start domain " + name})
-	}
-	return p, nil
-}
-
-func joinAddrs(as []host.Address) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ",")
+	return x, nil
 }
 
 // Plan returns what Apply would do for each spec, changing nothing.

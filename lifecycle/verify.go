@@ -15,6 +15,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -193,9 +194,11 @@ func (l *Lifecycle) Export(ctx context.Context, name, dst string, progress io.Wr
 	}
 	var vol, pool string
 	for _, s := range e.Live() {
-		if s.Action == ActCreateOverlay && s.Status == ledger.StepDone {
-			vol, pool = s.Target, s.Params["pool"]
-			break
+		if ov, err := step.Decode(s.Action, s.Target, s.Params); err == nil && s.Status == ledger.StepDone {
+			if o, ok := ov.(step.CreateOverlay); ok {
+				vol, pool = o.Volume, o.Pool
+				break
+			}
 		}
 	}
 	if vol == "" {

@@ -6,8 +6,6 @@ import (
 	"io"
 
 	"github.com/urfave/cli/v3"
-
-	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
 func planCommand() *cli.Command {
@@ -45,11 +43,9 @@ func runPlan(ctx context.Context, cmd *cli.Command) error {
 				fmt.Fprintf(w, "  FALLBACK %s\n", f)
 			}
 			for i, s := range p.Steps {
-				fmt.Fprintf(w, "  %2d. %s\n", i+1, s.Text)
+				fmt.Fprintf(w, "  %2d. %s\n", i+1, s.Text())
 			}
 		}
 		return nil
 	})
 }
-
-var _ = lifecycle.ActDefine

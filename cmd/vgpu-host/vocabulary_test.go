@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // The one vGPU vocabulary, seen from the two ways a user names a vGPU: `mdev create --type`
@@ -60,7 +61,7 @@ func TestProfileSameOnCommandLineAndSpecMdev(t *testing.T) {
 	for _, profile := range []string{"A100-4C", "a100-4c", "GRID A100-4C", "nvidia-471"} {
 		p := planSpec(t, tr.Dir(), "prof", "    - vgpu:\n        profile: "+profile+"\n")
 		g := p.Alloc.GPUs[0]
-		if g.Kind != domains.KindMdev || len(g.Mdevs) != 1 {
+		if g.Kind != vgpu.Mdev || len(g.Mdevs) != 1 {
 			t.Fatalf("spec profile %q: resolved to %+v (fallbacks: %v)", profile, g, p.Fallback)
 		}
 		ins := createOut(t, "--host-root", tr.Dir(), "--dry-run", "--parent", gpu.String(), "--type", profile)
@@ -77,7 +78,7 @@ func TestProfileSameOnCommandLineAndSpecVendorVFIO(t *testing.T) {
 	for _, profile := range []string{"L40S-8Q", "nvidia l40s-8q", "1160"} {
 		p := planSpec(t, tr.Dir(), "prof", "    - vgpu:\n        mode: vendor-vfio\n        profile: "+profile+"\n")
 		g := p.Alloc.GPUs[0]
-		if g.Kind != domains.KindVendorVFIO || len(g.Slots) != 1 {
+		if g.Kind != vgpu.VendorVFIO || len(g.Slots) != 1 {
 			t.Fatalf("spec profile %q: resolved to %+v (fallbacks: %v)", profile, g, p.Fallback)
 		}
 		ins := createOut(t, "--host-root", tr.Dir(), "--dry-run", "--parent", pf.String(), "--type", profile)

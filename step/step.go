@@ -1,0 +1,183 @@
+// Package step holds the typed steps of a VM's plan: each host or libvirt change apply takes,
+// in order, recorded in the ledger's journal before it is taken, and undone (newest first) by
+// a failed apply, a converging re-apply or destroy.
+//
+// A step is a value of one of the types below. It says what it is (Action, Target, Params for
+// the journal, Text for people), and how to take and undo itself against an Env that apply
+// provides. The journal and `plan -o json` keep one shape for every step:
+//
+//	{"action": "bind-group", "target": "0000:41:00.0", "params": {"functions": "0000:41:00.0,0000:41:00.1"}, "text": "..."}
+//
+// Decode turns a journal entry back into its typed step, so an undo never reads a string map.
+package step
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// Action names a kind of step, as the journal and JSON output spell it.
+type Action string
+
+// The actions, in the order apply takes them.
+const (
+	ActBindGroup     Action = "bind-group"     // bind a GPU's IOMMU group to vfio-pci
+	ActCreateMdev    Action = "create-mdev"    // create an mdev instance of a type on a parent
+	ActAssignVGPU    Action = "assign-vgpu"    // write a vendor vGPU type to a VF's nvidia/current_vgpu_type
+	ActEnsurePool    Action = "ensure-pool"    // define/start the images dir pool (shared; never undone)
+	ActCreateOverlay Action = "create-overlay" // qcow2 overlay volume over a base image
+	ActWriteSeed     Action = "write-seed"     // cloud-init NoCloud seed ISO volume
+	ActDefine        Action = "define"         // define the libvirt domain
+	ActStart         Action = "start"          // start the domain
+)
+
+// HostPrep makes the host changes a VM's devices need. Each method checks the current state
+// first, so calling it twice (or undoing something never done) is harmless. vm is the owner
+// every record names, so only that VM's release undoes it.
+type HostPrep interface {
+	// BindGroup binds the IOMMU groups of addrs to vfio-pci, remembering original drivers.
+	BindGroup(ctx context.Context, vm string, addrs []host.Address) error
+	// RestoreGroup gives the functions of addrs' groups back to their original drivers.
+	RestoreGroup(ctx context.Context, vm string, addrs []host.Address) error
+	// CreateMdev creates vm's mdev instance number index (its UUID is uuid) of type typ on parent.
+	CreateMdev(ctx context.Context, vm, parent, typ, uuid string, index int) error
+	// RemoveMdev removes mdev uuid.
+	RemoveMdev(ctx context.Context, vm, uuid string) error
+	// AssignVGPU writes vendor vGPU type typ to exactly VF vf (nvidia/current_vgpu_type),
+	// recording vm as its owner (instance number index of vm's vendor vGPUs).
+	AssignVGPU(ctx context.Context, vm string, vf host.Address, typ string, index int) error
+	// ClearVGPU writes 0 to vf's nvidia/current_vgpu_type if vm set it (nothing if it holds
+	// no type); a type another owner or tool set is refused (host.ErrRefused).
+	ClearVGPU(ctx context.Context, vm string, vf host.Address, typ string) error
+}
+
+// Env is what a step is taken in: the VM, the host preparation, the libvirt connection and
+// the pool apply uses.
+type Env interface {
+	// VM is the name of the VM the step is for.
+	VM() string
+	// Host prepares devices; it errors (host.ErrUnsupported) when none is wired in.
+	Host(what string) (HostPrep, error)
+	// Conn is the libvirt connection.
+	Conn() virt.Conn
+	// Pool and PoolDir name the dir pool of overlays and seeds.
+	Pool() string
+	PoolDir() string
+	// SeedISO is the VM's cloud-init seed image.
+	SeedISO() ([]byte, error)
+	// DomainXML is the domain to define.
+	DomainXML() string
+}
+
+// Step is one change of a plan.
+type Step interface {
+	// Action says which kind of step this is.
+	Action() Action
+	// Target names what it changes (a PCI address, an mdev UUID, a volume, the domain).
+	Target() string
+	// Params are what its undo needs besides Target, as the journal records them.
+	Params() map[string]string
+	// Text says the step in words: "bind the IOMMU group of 0000:41:00.0 to vfio-pci".
+	Text() string
+	// Do takes the step.
+	Do(ctx context.Context, env Env) error
+	// Undo reverts it; undoing a step that was never taken (or twice) is harmless.
+	Undo(ctx context.Context, env Env) error
+}
+
+// Decode returns the typed step a journal entry (or a plan's JSON) records.
+func Decode(action, target string, params map[string]string) (Step, error) {
+	p := func(k string) string { return params[k] }
+	switch Action(action) {
+	case ActBindGroup:
+		fs, err := splitAddrs(p("functions"))
+		if err != nil || len(fs) == 0 {
+			return nil, fmt.Errorf("journal step %s %s: functions %q: %w", action, target, p("functions"), host.ErrInvalid)
+		}
+		return BindGroup{Functions: fs}, nil
+	case ActCreateMdev:
+		idx, _ := strconv.Atoi(p("index"))
+		return CreateMdev{UUID: target, Parent: p("parent"), Type: p("type"), Index: idx}, nil
+	case ActAssignVGPU:
+		vf, err := host.ParseAddress(target)
+		if err != nil {
+			return nil, fmt.Errorf("journal step %s %s: %w: %w", action, target, err, host.ErrInvalid)
+		}
+		t, _ := strconv.Atoi(p("type"))
+		idx, _ := strconv.Atoi(p("index"))
+		return AssignVGPU{VF: vf, Type: t, TypeName: p("type_name"), Index: idx}, nil
+	case ActEnsurePool:
+		return EnsurePool{Pool: target, Path: p("path")}, nil
+	case ActCreateOverlay:
+		size, _ := strconv.ParseUint(p("size"), 10, 64)
+		return CreateOverlay{Volume: target, Pool: p("pool"), Backing: p("backing"), BackingFormat: p("backing_format"), Size: size}, nil
+	case ActWriteSeed:
+		return WriteSeed{Volume: target, Pool: p("pool")}, nil
+	case ActDefine:
+		return Define{VM: target, VirtType: p("virt_type")}, nil
+	case ActStart:
+		return Start{VM: target}, nil
+	}
+	return nil, fmt.Errorf("journal step %q on %s: unknown action: %w", action, target, host.ErrInvalid)
+}
+
+// Planned is a Step as plan's JSON carries it: {"action", "target", "params", "text"}.
+type Planned struct {
+	Step
+}
+
+type plannedJSON struct {
+	Action Action            `json:"action"`
+	Target string            `json:"target"`
+	Params map[string]string `json:"params,omitempty"`
+	Text   string            `json:"text"`
+}
+
+// MarshalJSON writes the step's action, target, params and text.
+func (p Planned) MarshalJSON() ([]byte, error) {
+	return json.Marshal(plannedJSON{Action: p.Action(), Target: p.Target(), Params: p.Params(), Text: p.Text()})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote back into the typed step.
+func (p *Planned) UnmarshalJSON(b []byte) error {
+	var j plannedJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	s, err := Decode(string(j.Action), j.Target, j.Params)
+	if err != nil {
+		return err
+	}
+	p.Step = s
+	return nil
+}
+
+// JoinAddrs renders addresses as "A,B,C".
+func JoinAddrs(as []host.Address) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func splitAddrs(s string) ([]host.Address, error) {
+	var out []host.Address
+	for _, f := range strings.Split(s, ",") {
+		if f == "" {
+			continue
+		}
+		a, err := host.ParseAddress(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
