@@ -10,8 +10,8 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // twoCardInventory is testInventory plus a Turing card whose slot has four functions (GPU,
