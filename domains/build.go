@@ -38,9 +38,9 @@ func (o BuildOptions) imagesDir() string {
 	return o.ImagesDir
 }
 
-// Plan is what each build step sees: the spec, its allocation and the options, plus the
+// Builder is what each build step sees: the spec, its allocation and the options, plus the
 // builder's running state (guest PCI slots handed out so far).
-type Plan struct {
+type Builder struct {
 	VM    *VM
 	Alloc *Allocation
 	Opts  BuildOptions
@@ -53,11 +53,11 @@ type Plan struct {
 	seed         string     // vm.SeedISOPath(Opts)
 }
 
-// Step is one small part of the build: it reads the plan and fills part of the domain.
-type Step func(*Plan, *libvirtxml.Domain) error
+// BuildStep is one small part of the build: it reads the builder and fills part of the domain.
+type BuildStep func(*Builder, *libvirtxml.Domain) error
 
-// Steps are the build steps in order. Build runs them over the base domain.
-var Steps = []Step{
+// BuildSteps are the build steps in order. Build runs them over the base domain.
+var BuildSteps = []BuildStep{
 	stepMemory,
 	stepCPU,
 	stepNUMA,
@@ -81,10 +81,10 @@ func Build(vm *VM, alloc *Allocation, opts BuildOptions) (*libvirtxml.Domain, er
 	if len(alloc.GPUs) != len(vm.Spec.GPUs) {
 		return nil, fmt.Errorf("build %s: allocation has %d gpus for %d in the spec: %w", vm.Metadata.Name, len(alloc.GPUs), len(vm.Spec.GPUs), host.ErrInvalid)
 	}
-	p := &Plan{VM: vm, Alloc: alloc, Opts: opts, nextRootPort: 1, nextSlot: 0x10}
+	p := &Builder{VM: vm, Alloc: alloc, Opts: opts, nextRootPort: 1, nextSlot: 0x10}
 	p.files, p.seed = vm.DiskFiles(opts), vm.SeedISOPath(opts)
 	d := base(p)
-	for _, step := range Steps {
+	for _, step := range BuildSteps {
 		if err := step(p, d); err != nil {
 			return nil, fmt.Errorf("build %s: %w", vm.Metadata.Name, err)
 		}
@@ -206,7 +206,7 @@ type baseBlock struct {
 
 // base is the domain every VM starts from: identity, lifecycle, clock, a serial console,
 // a virtio RNG.
-func base(p *Plan) *libvirtxml.Domain {
+func base(p *Builder) *libvirtxml.Domain {
 	vm := p.VM
 	b := &baseBlock{}
 	p.block = b
@@ -255,7 +255,7 @@ func base(p *Plan) *libvirtxml.Domain {
 	return &b.dom
 }
 
-func stepMemory(p *Plan, d *libvirtxml.Domain) error {
+func stepMemory(p *Builder, d *libvirtxml.Domain) error {
 	s := &p.VM.Spec
 	if s.Memory.err != nil || s.Memory.Bytes == 0 {
 		return fmt.Errorf("spec.memory %q: %w", s.Memory.Raw, host.ErrInvalid)
@@ -285,7 +285,7 @@ func stepMemory(p *Plan, d *libvirtxml.Domain) error {
 }
 
 // cpuMode is the effective spec.cpu.model for the allocation's virt type.
-func cpuMode(p *Plan) string {
+func cpuMode(p *Builder) string {
 	if m := p.VM.Spec.CPU.Model; m != "" {
 		return m
 	}
@@ -295,7 +295,7 @@ func cpuMode(p *Plan) string {
 	return "host-passthrough"
 }
 
-func stepCPU(p *Plan, d *libvirtxml.Domain) error {
+func stepCPU(p *Builder, d *libvirtxml.Domain) error {
 	n := uint(p.VM.Spec.VCPUs)
 	b := p.block
 	b.vcpu = libvirtxml.DomainVCPU{Placement: "static", Value: n}
@@ -324,7 +324,7 @@ func stepCPU(p *Plan, d *libvirtxml.Domain) error {
 }
 
 // stepNUMA binds vCPUs to the assigned GPU's local CPUs and memory to its node (numa: auto).
-func stepNUMA(p *Plan, d *libvirtxml.Domain) error {
+func stepNUMA(p *Builder, d *libvirtxml.Domain) error {
 	if p.Alloc.NUMANode < 0 || p.Alloc.CPUSet == "" {
 		return nil
 	}
@@ -337,7 +337,7 @@ func stepNUMA(p *Plan, d *libvirtxml.Domain) error {
 
 // stepFirmware picks UEFI (libvirt's firmware auto-selection, secure boot off unless asked)
 // or BIOS.
-func stepFirmware(p *Plan, d *libvirtxml.Domain) error {
+func stepFirmware(p *Builder, d *libvirtxml.Domain) error {
 	s := &p.VM.Spec
 	if s.Firmware == "bios" {
 		return nil
@@ -357,7 +357,7 @@ func stepFirmware(p *Plan, d *libvirtxml.Domain) error {
 
 // stepFeatures applies quirks for consumer NVIDIA cards on drivers older than 465, which
 // refuse to start (code 43) when they see a hypervisor.
-func stepFeatures(p *Plan, d *libvirtxml.Domain) error {
+func stepFeatures(p *Builder, d *libvirtxml.Domain) error {
 	q := p.VM.Spec.Quirks
 	if q.HypervVendorID != "" {
 		d.Features.HyperV = &libvirtxml.DomainFeatureHyperV{
@@ -480,7 +480,7 @@ func fileDisk(device, path, format, bus, dev string, ro bool) libvirtxml.DomainD
 	return dk
 }
 
-func stepDisks(p *Plan, d *libvirtxml.Domain) error {
+func stepDisks(p *Builder, d *libvirtxml.Domain) error {
 	t := &p.targets
 	files := p.files
 	scsi := false
@@ -521,7 +521,7 @@ func stepDisks(p *Plan, d *libvirtxml.Domain) error {
 
 // stepCloudInit attaches the NoCloud seed ISO read-only as a CD-ROM. The apply command writes
 // the ISO (user-data, meta-data, network-config) at SeedISOPath before starting the VM.
-func stepCloudInit(p *Plan, d *libvirtxml.Domain) error {
+func stepCloudInit(p *Builder, d *libvirtxml.Domain) error {
 	path := p.seed
 	if path == "" {
 		return nil
@@ -534,7 +534,7 @@ func stepCloudInit(p *Plan, d *libvirtxml.Domain) error {
 	return nil
 }
 
-func stepNetwork(p *Plan, d *libvirtxml.Domain) error {
+func stepNetwork(p *Builder, d *libvirtxml.Domain) error {
 	n := p.VM.Spec.Network
 	iface := libvirtxml.DomainInterface{Model: &libvirtxml.DomainInterfaceModel{Type: "virtio"}}
 	if n.Model != "" {
@@ -567,7 +567,7 @@ func stepNetwork(p *Plan, d *libvirtxml.Domain) error {
 
 // guestSlot hands out a guest slot for one host slot: on q35 a pcie-root-port of its own (a
 // GPU wants a PCIe link, and its functions must share one slot); on i440fx a bus-0 slot.
-func (p *Plan) guestSlot(d *libvirtxml.Domain) (GuestSlot, error) {
+func (p *Builder) guestSlot(d *libvirtxml.Domain) (GuestSlot, error) {
 	if isQ35(p.VM.Spec.Machine) {
 		idx := p.nextRootPort
 		if idx > 200 {
@@ -591,7 +591,7 @@ func (p *Plan) guestSlot(d *libvirtxml.Domain) (GuestSlot, error) {
 // the video device: virtio-gpu when one was asked for or fallen back to; none when a
 // passed-through GPU is the primary display or a vGPU exports its display; otherwise a plain
 // virtio-gpu console when the VM has graphics.
-func stepGPUs(p *Plan, d *libvirtxml.Domain) error {
+func stepGPUs(p *Builder, d *libvirtxml.Domain) error {
 	var v video
 	for i, ga := range p.Alloc.GPUs {
 		k, ok := kinds[ga.Kind]
@@ -634,7 +634,7 @@ func graphicsType(vm *VM) string {
 	return vm.Spec.Graphics.Type
 }
 
-func stepGraphics(p *Plan, d *libvirtxml.Domain) error {
+func stepGraphics(p *Builder, d *libvirtxml.Domain) error {
 	g := p.VM.Spec.Graphics
 	listen := g.Listen
 	if listen == "" {
@@ -685,7 +685,7 @@ func stepGraphics(p *Plan, d *libvirtxml.Domain) error {
 //
 // OVMF's own knob, fw_cfg opt/ovmf/X-PciMmio64Mb, cannot be set through <sysinfo type='fwcfg'>:
 // libvirt's qemu driver rejects every opt/ovmf/ name ("That firmware name is reserved").
-func stepMMIO64(p *Plan, d *libvirtxml.Domain) error {
+func stepMMIO64(p *Builder, d *libvirtxml.Domain) error {
 	mib := p.Alloc.MMIO64MiB
 	if mib == 0 {
 		return nil
@@ -754,7 +754,7 @@ type metaDisk struct {
 	Backing string `xml:"backing,attr,omitempty"`
 }
 
-func stepMetadata(p *Plan, d *libvirtxml.Domain) error {
+func stepMetadata(p *Builder, d *libvirtxml.Domain) error {
 	m := metadata{NS: MetadataNamespace, APIVersion: APIVersion, Seed: p.seed}
 	for _, ga := range p.Alloc.GPUs {
 		mg := metaGPU{Index: ga.Index, Kind: ga.Kind, FellBack: ga.FellBack}

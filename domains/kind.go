@@ -27,7 +27,7 @@ type GPUKind interface {
 	Name() vgpu.Kind
 	wants(g GPU) bool
 	resolve(r *resolver, i int, g GPU) (GPUAllocation, error)
-	render(p *Plan, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error
+	render(p *Builder, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error
 	claims(ga GPUAllocation) []ledger.Claim
 	hostSteps(ga GPUAllocation, n *Numbering) ([]step.Step, []string, error)
 }

@@ -29,7 +29,7 @@ func (mdevKind) resolve(r *resolver, i int, g GPU) (GPUAllocation, error) {
 	return GPUAllocation{Kind: vgpu.Mdev, Mdevs: m}, err
 }
 
-func (mdevKind) render(_ *Plan, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error {
+func (mdevKind) render(_ *Builder, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error {
 	display := g.VGPU != nil && g.VGPU.Display
 	ramfb := display && (g.VGPU.RAMFB == nil || *g.VGPU.RAMFB)
 	for _, m := range ga.Mdevs {

@@ -43,7 +43,7 @@ func (passthroughKind) resolve(r *resolver, i int, g GPU) (GPUAllocation, error)
 	return ga, err
 }
 
-func (passthroughKind) render(p *Plan, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error {
+func (passthroughKind) render(p *Builder, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error {
 	if g.Passthrough == nil {
 		return fmt.Errorf("allocation is %s, spec is not passthrough: %w", ga.Kind, host.ErrInvalid)
 	}

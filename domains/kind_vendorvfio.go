@@ -31,7 +31,7 @@ func (vendorVFIOKind) resolve(r *resolver, i int, g GPU) (GPUAllocation, error) 
 	return GPUAllocation{Kind: vgpu.VendorVFIO, Slots: slots}, err
 }
 
-func (vendorVFIOKind) render(p *Plan, _ GPU, ga GPUAllocation, d *libvirtxml.Domain, _ *video) error {
+func (vendorVFIOKind) render(p *Builder, _ GPU, ga GPUAllocation, d *libvirtxml.Domain, _ *video) error {
 	for _, s := range ga.Slots {
 		if len(s.Functions) == 0 {
 			return fmt.Errorf("allocated VF slot is empty: %w", host.ErrInvalid)

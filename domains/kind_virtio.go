@@ -22,7 +22,7 @@ func (virtioKind) resolve(*resolver, int, GPU) (GPUAllocation, error) {
 	return GPUAllocation{Kind: vgpu.VirtioGPU}, nil
 }
 
-func (virtioKind) render(_ *Plan, g GPU, _ GPUAllocation, _ *libvirtxml.Domain, v *video) error {
+func (virtioKind) render(_ *Builder, g GPU, _ GPUAllocation, _ *libvirtxml.Domain, v *video) error {
 	if g.VirtioGPU != nil {
 		v.virtio = g.VirtioGPU
 	} else if v.virtio == nil {

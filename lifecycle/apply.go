@@ -14,8 +14,8 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// Result reports what Apply did for one VM.
-type Result struct {
+// ApplyResult reports what Apply did for one VM.
+type ApplyResult struct {
 	VM string `json:"vm"`
 	// Changed is false when the spec was applied already and nothing had to change.
 	Changed bool `json:"changed"`
@@ -85,18 +85,18 @@ func (l *Lifecycle) progress(format string, a ...any) {
 //
 // Apply holds vm's lock (ledger.LockVM) throughout: a second apply or destroy of the same VM
 // meanwhile fails with host.ErrBusy rather than undoing this one's steps as "interrupted".
-func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*Result, error) {
+func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*ApplyResult, error) {
 	unlock, err := l.o.Ledger.LockVM(vm.Metadata.Name)
 	if err != nil {
-		return &Result{VM: vm.Metadata.Name}, fmt.Errorf("apply %s: %w", vm.Metadata.Name, err)
+		return &ApplyResult{VM: vm.Metadata.Name}, fmt.Errorf("apply %s: %w", vm.Metadata.Name, err)
 	}
 	defer unlock()
 	return l.apply(ctx, vm)
 }
 
-func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*Result, error) {
+func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*ApplyResult, error) {
 	name := vm.Metadata.Name
-	res := &Result{VM: name}
+	res := &ApplyResult{VM: name}
 
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {

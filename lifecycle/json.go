@@ -23,8 +23,8 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 }
 
 // MarshalJSON encodes r with steps and claims as arrays.
-func (r Result) MarshalJSON() ([]byte, error) {
-	type plain Result
+func (r ApplyResult) MarshalJSON() ([]byte, error) {
+	type plain ApplyResult
 	q := plain(r)
 	q.Steps = nonNil(q.Steps)
 	q.Claims = nonNil(q.Claims)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
 // DefaultTimeout bounds each sysfs write and each wait for a driver link.
@@ -362,11 +363,17 @@ func (r *run) bindGroup(ctx context.Context, g *host.Group, moves []host.GroupMe
 			return fmt.Errorf("bind IOMMU group %d: record the original drivers before moving them: %w (nothing was moved)", g.ID, err)
 		}
 	}
-	for i, m := range moves {
-		if err := r.bindOne(ctx, m); err != nil {
-			return r.revert(ctx, g, moves[:i+1], fresh, r.explain(err, m, g))
+	rv := revert.New()
+	reached := map[host.Address]bool{}
+	for _, m := range moves {
+		reached[m.Address] = true
+		err := r.bindOne(ctx, m)
+		rv.Add(r.undoBind(ctx, g, m)) // a function that failed may be half-moved: undo it too
+		if err != nil {
+			return r.revertGroup(g, fresh, reached, rv, r.explain(err, m, g))
 		}
 	}
+	rv.Success()
 	return nil
 }
 
@@ -410,27 +417,29 @@ func (r *run) explain(err error, m host.GroupMember, g *host.Group) error {
 	return fmt.Errorf("%w: %w; %s", err, host.ErrBusy, held)
 }
 
-// revert puts the functions in done back on their original drivers, in reverse order, and
-// drops their ledger entries and those this run recorded for functions it did not reach. cause is returned, joined with anything that could not be put back.
-func (r *run) revert(ctx context.Context, g *host.Group, done []host.GroupMember, fresh []host.Address, cause error) error {
+// undoBind returns the undo of moving m: put it back on its original driver and forget its
+// ledger entry (which stays when it cannot be put back, so unbind can finish the job).
+func (r *run) undoBind(ctx context.Context, g *host.Group, m host.GroupMember) func() error {
+	return func() error {
+		if err := r.restoreOne(ctx, entryFor(m, g.ID), false); err != nil {
+			return fmt.Errorf("revert %s: %w", m.Address, err)
+		}
+		delete(r.ledger.Devices, m.Address.String())
+		return nil
+	}
+}
+
+// revertGroup undoes what bindGroup moved (rv, newest first) and drops the ledger entries this
+// run recorded for functions it never reached. Entries left by an earlier crashed run stay, as
+// they still hold the true original. cause is returned, joined with anything that could not be
+// put back.
+func (r *run) revertGroup(g *host.Group, fresh []host.Address, reached map[host.Address]bool, rv *revert.Reverter, cause error) error {
 	if r.dry {
 		return cause
 	}
-	var errs []error
-	kept := map[host.Address]bool{}
-	for i := len(done) - 1; i >= 0; i-- {
-		m := done[i]
-		if err := r.restoreOne(ctx, entryFor(m, g.ID), false); err != nil {
-			errs = append(errs, fmt.Errorf("revert %s: %w", m.Address, err))
-			kept[m.Address] = true
-			continue
-		}
-		delete(r.ledger.Devices, m.Address.String())
-	}
-	// Functions recorded by this run but never reached were not touched: drop their entries
-	// too. Entries left by an earlier crashed run stay, as they still hold the true original.
+	errs := []error{rv.Fail()}
 	for _, a := range fresh {
-		if !kept[a] {
+		if !reached[a] {
 			delete(r.ledger.Devices, a.String())
 		}
 	}
@@ -438,8 +447,8 @@ func (r *run) revert(ctx context.Context, g *host.Group, done []host.GroupMember
 		errs = append(errs, err)
 	}
 	msg := fmt.Errorf("bind IOMMU group %d: %w; the functions already moved were put back", g.ID, cause)
-	if len(errs) > 0 {
-		return fmt.Errorf("%w, but not all: %w (they stay in the ledger %s; run vgpu-host unbind)", msg, errors.Join(errs...), LedgerPath(r.root))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w, but not all: %w (they stay in the ledger %s; run vgpu-host unbind)", msg, err, LedgerPath(r.root))
 	}
 	return msg
 }

@@ -139,7 +139,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer conn.Close()
 	// A record for each VM applied; one that failed has none (its error goes to stderr).
-	results := []*lifecycle.Result{}
+	results := []*lifecycle.ApplyResult{}
 	var firstErr error
 	for _, vm := range vms {
 		res, err := lc.Apply(ctx, vm)
@@ -185,7 +185,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 	return firstErr
 }
 
-func applyTable(w io.Writer, rs []*lifecycle.Result) error {
+func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
 	for _, r := range rs {
 		what := "applied"
 		if !r.Changed {

@@ -118,7 +118,7 @@ func TestApplyFallbackLibvirtd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("apply exit %d:\n%s", code, out)
 	}
-	var res []lifecycle.Result
+	var res []lifecycle.ApplyResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}
