@@ -97,154 +97,189 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*ApplyResult, er
 func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*ApplyResult, error) {
 	name := vm.Metadata.Name
 	res := &ApplyResult{VM: name}
+	c, err := l.claim(ctx, vm, res)
+	if err != nil {
+		return res, err
+	}
+	res.Fallback, res.Claims = c.plan.Fallback, c.plan.Claims
+	for _, f := range c.plan.Fallback {
+		l.progress("%s: %s", name, f)
+	}
+	if c.unchanged {
+		return l.keepRunning(ctx, vm, c.plan, res)
+	}
+	res.Changed = true
+	pending, err := l.takeSteps(ctx, vm, c, res)
+	if err != nil {
+		return res, err
+	}
+	if err := l.markApplied(name, c.plan, pending); err != nil {
+		return res, err
+	}
+	if c.fresh && l.o.NoStart {
+		// Just defined, never started: no need to ask libvirt.
+		res.State = virt.StateShutoff
+	} else {
+		res.State, _ = l.o.Conn.State(ctx, name)
+	}
+	return res, nil
+}
 
+// claimed is what apply's claiming transaction decided.
+type claimed struct {
+	plan *Plan
+	// unchanged: the VM is applied with this very spec; fresh: it was not in the ledger.
+	unchanged, fresh bool
+	// preN is the journal number of the first step, recorded with the claims (0 when none).
+	preN int
+	// journal is the live journal of a VM applied before (nil when fresh).
+	journal []ledger.Step
+}
+
+// claim resolves vm against the host and claims its devices in one ledger transaction. On the
+// way it converges what an interrupted apply or destroy of vm left (undoing its journal), and
+// tears the VM down first when the spec's devices changed (res.Replaced); after either it
+// scans the host again, since the teardown changed it.
+func (l *Lifecycle) claim(ctx context.Context, vm *domains.VM, res *ApplyResult) (claimed, error) {
+	name := vm.Metadata.Name
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {
-		return res, fmt.Errorf("apply %s: scan host: %w", name, err)
+		return claimed{}, fmt.Errorf("apply %s: scan host: %w", name, err)
 	}
-
-	var plan *Plan
-	var unchanged, fresh, tornDown bool
-	var preN int              // first step, recorded with the claims
-	var journal []ledger.Step // the live steps of an applied VM's entry
-	var interrupted string    // the phase of an interrupted apply or destroy of this VM
+	tornDown := false
 	for {
-		unchanged, fresh, preN, journal, interrupted = false, false, 0, nil, ""
-		err = l.o.Ledger.Update(func(b *ledger.Book) error {
-			// An interrupted apply or destroy of this VM (we hold its lock, so its process is
-			// gone): undo its journal before anything else.
-			if e := b.VMs[name]; e != nil && e.Phase != ledger.PhaseApplied {
-				interrupted = e.Phase
-				return errNoop
-			}
-			// Devices of domains vgpu-host did not create only matter to an allocation that
-			// takes devices: resolve without them first, and look (one XML per domain on the
-			// connection) only when the allocation claims something.
-			plan, err = l.resolve(ctx, vm, inv, b, nil, nil)
-			if err == nil && len(plan.Claims) > 0 {
-				fp, fm, ferr := l.foreign(ctx, b)
-				if ferr != nil {
-					return ferr
-				}
-				plan, err = l.resolve(ctx, vm, inv, b, fp, fm)
-			}
-			if err != nil {
-				return err
-			}
-			e := b.VMs[name]
-			if e != nil {
-				journal = e.Live()
-				if e.SpecHash == plan.SpecHash {
-					unchanged = true
-					return nil
-				}
-				if !sameClaims(e.Claims, plan.Claims) {
-					return errTeardown
-				}
-			}
-			fresh = e == nil
-			if fresh {
-				if _, err := l.o.Conn.State(ctx, name); err == nil {
-					return fmt.Errorf("domain %s exists and vgpu-host did not create it (not in the ledger): %w", name, host.ErrBusy)
-				}
-			}
-			if err := b.Claim(name, plan.Claims...); err != nil {
-				return err
-			}
-			e = b.Entry(name)
-			e.Phase, e.URI, e.Pool, e.Fallback = ledger.PhaseApplying, l.o.Conn.URI(), l.o.Pool, plan.Fallback
-			if fresh && len(plan.Steps) > 0 {
-				// Record the first step in the claiming transaction (one fsync'd write less).
-				s0 := plan.Steps[0]
-				preN = e.Record(string(s0.Action()), s0.Target(), s0.Params())
-			}
-			return nil
-		})
-		if errors.Is(err, errNoop) && interrupted != "" && res.Converged == nil {
+		c, interrupted, err := l.claimOnce(ctx, vm, inv)
+		switch {
+		case errors.Is(err, errNoop) && interrupted != "" && res.Converged == nil:
 			undone, err := l.teardown(ctx, name)
 			res.Converged = append(undone, []string{}...)
 			if err != nil {
-				return res, fmt.Errorf("apply %s: converge interrupted %s: %w", name, interrupted, err)
+				return c, fmt.Errorf("apply %s: converge interrupted %s: %w", name, interrupted, err)
 			}
-			// The teardown changed the host (drivers, mdevs, vGPU types): look again.
-			if inv, err = l.o.Scan(l.o.Root); err != nil {
-				return res, fmt.Errorf("apply %s: scan host: %w", name, err)
-			}
-			continue
-		}
-		if errors.Is(err, errTeardown) && !tornDown {
+		case errors.Is(err, errTeardown) && !tornDown:
 			tornDown = true
 			l.progress("%s: devices changed: destroying and re-creating it", name)
 			if res.Replaced, err = l.destroy(ctx, name); err != nil {
-				return res, fmt.Errorf("apply %s: %w", name, err)
+				return c, fmt.Errorf("apply %s: %w", name, err)
 			}
-			if inv, err = l.o.Scan(l.o.Root); err != nil {
-				return res, fmt.Errorf("apply %s: scan host: %w", name, err)
-			}
-			continue
+		case interrupted != "":
+			return c, fmt.Errorf("apply %s: still %s after converging it; run vgpu-host destroy %s", name, interrupted, name)
+		case err != nil:
+			return c, fmt.Errorf("apply %s: %w", name, err)
+		default:
+			return c, nil
 		}
-		break
+		// The teardown changed the host (drivers, mdevs, vGPU types): look again.
+		if inv, err = l.o.Scan(l.o.Root); err != nil {
+			return claimed{}, fmt.Errorf("apply %s: scan host: %w", name, err)
+		}
 	}
-	if interrupted != "" {
-		return res, fmt.Errorf("apply %s: still %s after converging it; run vgpu-host destroy %s", name, interrupted, name)
-	}
-	if err != nil {
-		return res, fmt.Errorf("apply %s: %w", name, err)
-	}
-	res.Fallback, res.Claims = plan.Fallback, plan.Claims
-	for _, f := range plan.Fallback {
-		l.progress("%s: %s", name, f)
-	}
+}
 
-	if unchanged {
-		st, err := l.o.Conn.State(ctx, name)
-		if errors.Is(err, virt.ErrNoDomain) {
-			// Someone removed the domain behind our back: converge from scratch.
-			if _, err := l.teardown(ctx, name); err != nil {
-				return res, err
+// claimOnce is one claiming transaction: errNoop with the phase when an interrupted apply or
+// destroy must be converged first, errTeardown when the devices changed.
+func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inventory) (c claimed, interrupted string, err error) {
+	name := vm.Metadata.Name
+	err = l.o.Ledger.Update(func(b *ledger.Book) error {
+		// An interrupted apply or destroy of this VM (we hold its lock, so its process is
+		// gone): undo its journal before anything else.
+		if e := b.VMs[name]; e != nil && e.Phase != ledger.PhaseApplied {
+			interrupted = e.Phase
+			return errNoop
+		}
+		// Devices of domains vgpu-host did not create only matter to an allocation that
+		// takes devices: resolve without them first, and look (one XML per domain on the
+		// connection) only when the allocation claims something.
+		plan, err := l.resolve(ctx, vm, inv, b, nil, nil)
+		if err == nil && len(plan.Claims) > 0 {
+			fp, fm, ferr := l.foreign(ctx, b)
+			if ferr != nil {
+				return ferr
 			}
-			return l.apply(ctx, vm)
+			plan, err = l.resolve(ctx, vm, inv, b, fp, fm)
 		}
 		if err != nil {
+			return err
+		}
+		c.plan = plan
+		e := b.VMs[name]
+		if e != nil {
+			c.journal = e.Live()
+			if e.SpecHash == plan.SpecHash {
+				c.unchanged = true
+				return nil
+			}
+			if !sameClaims(e.Claims, plan.Claims) {
+				return errTeardown
+			}
+		}
+		c.fresh = e == nil
+		if c.fresh {
+			if _, err := l.o.Conn.State(ctx, name); err == nil {
+				return fmt.Errorf("domain %s exists and vgpu-host did not create it (not in the ledger): %w", name, host.ErrBusy)
+			}
+		}
+		if err := b.Claim(name, plan.Claims...); err != nil {
+			return err
+		}
+		e = b.Entry(name)
+		e.Phase, e.URI, e.Pool, e.Fallback = ledger.PhaseApplying, l.o.Conn.URI(), l.o.Pool, plan.Fallback
+		if c.fresh && len(plan.Steps) > 0 {
+			// Record the first step in the claiming transaction (one fsync'd write less).
+			s0 := plan.Steps[0]
+			c.preN = e.Record(string(s0.Action()), s0.Target(), s0.Params())
+		}
+		return nil
+	})
+	if c.fresh {
+		c.journal = nil
+	}
+	return c, interrupted, err
+}
+
+// keepRunning handles a re-apply of the same spec: nothing changes, but a domain removed
+// behind vgpu-host's back is converged from scratch, and a stopped one is started.
+func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan, res *ApplyResult) (*ApplyResult, error) {
+	name := vm.Metadata.Name
+	st, err := l.o.Conn.State(ctx, name)
+	if errors.Is(err, virt.ErrNoDomain) {
+		// Someone removed the domain behind our back: converge from scratch.
+		if _, err := l.teardown(ctx, name); err != nil {
 			return res, err
 		}
-		if st != virt.StateRunning && !l.o.NoStart && slices.ContainsFunc(plan.Steps, func(s step.Planned) bool { return s.Action() == step.ActStart }) {
-			if err := l.o.Conn.Start(ctx, name); err != nil {
-				return res, fmt.Errorf("apply %s: %w", name, err)
-			}
-			res.Changed = true
-			res.Steps = append(res.Steps, "start domain "+name)
-			st = virt.StateRunning
+		return l.apply(ctx, vm)
+	}
+	if err != nil {
+		return res, err
+	}
+	if st != virt.StateRunning && !l.o.NoStart && slices.ContainsFunc(plan.Steps, func(s step.Planned) bool { return s.Action() == step.ActStart }) {
+		if err := l.o.Conn.Start(ctx, name); err != nil {
+			return res, fmt.Errorf("apply %s: %w", name, err)
 		}
-		res.State = st
-		return res, nil
+		res.Changed = true
+		res.Steps = append(res.Steps, "start domain "+name)
+		st = virt.StateRunning
 	}
+	res.State = st
+	return res, nil
+}
 
-	res.Changed = true
-	if fresh {
-		journal = nil
-	}
+// takeSteps takes the plan's steps in order, each recorded in the journal before it is taken
+// (in the same transaction that marks the previous one done, so an apply costs one ledger
+// write per step, plus one). Steps the journal lists as done are skipped, except the seed and
+// the definition, which are redone. A failure undoes what this apply took. It returns the
+// journal number of the last step taken, not yet marked done.
+func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, res *ApplyResult) (int, error) {
+	name := vm.Metadata.Name
+	env := l.env(name, vm, c.plan)
+	preN := c.preN
 	var taken []ledger.Step
 	pending := 0 // a step taken but not yet marked done
-	env := l.env(name, vm, plan)
-	for _, pl := range plan.Steps {
+	for _, pl := range c.plan.Steps {
 		ps := pl.Step
-		redo := ps.Action() == step.ActWriteSeed || ps.Action() == step.ActDefine
-		if i := slices.IndexFunc(journal, func(s ledger.Step) bool {
-			return s.Action == string(ps.Action()) && s.Target == ps.Target() && s.Status == ledger.StepDone
-		}); i >= 0 && !redo {
-			continue
-		} else if i >= 0 && redo {
-			l.progress("%s: %s (again)", name, ps.Text())
-			if err := ps.Do(ctx, env); err != nil {
-				return res, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err)
-			}
-			res.Steps = append(res.Steps, ps.Text())
-			if ps.Action() == step.ActDefine {
-				if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
-					res.RestartNeeded = true
-				}
-			}
+		if handled, err := l.redoOrSkip(ctx, name, ps, c.journal, env, res); err != nil {
+			return pending, err
+		} else if handled {
 			continue
 		}
 		if ps.Action() == step.ActStart {
@@ -262,13 +297,11 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*ApplyResult, er
 				// Recorded with the claims but not taken: nothing to undo.
 				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(preN, ledger.StepUndone); return nil })
 			}
-			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
+			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
 		}
-		// Each step is recorded before it is taken, in the same transaction that marks the
-		// previous step done (so an apply costs one ledger write per step, plus one).
-		var n int
-		if preN > 0 {
-			n, preN = preN, 0
+		n := preN
+		if n > 0 {
+			preN = 0
 		} else if err := l.o.Ledger.Update(func(b *ledger.Book) error {
 			e := b.Entry(name)
 			if pending > 0 {
@@ -277,31 +310,70 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*ApplyResult, er
 			n = e.Record(string(ps.Action()), ps.Target(), ps.Params())
 			return nil
 		}); err != nil {
-			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text(), err))
+			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text(), err))
 		}
 		pending = 0
 		taken = append(taken, ledger.Step{N: n, Action: string(ps.Action()), Target: ps.Target(), Params: ps.Params()})
-		l.taken++
-		crash := l.o.CrashAt > 0 && l.taken == l.o.CrashAt && l.o.Crash != nil
-		if crash && l.o.CrashBefore {
-			l.o.Crash()
-		}
-		l.progress("%s: %s", name, ps.Text())
-		if err := ps.Do(ctx, env); err != nil {
+		if err := l.take(ctx, name, ps, env, n); err != nil {
 			if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
-				// Nothing was created: forget the step rather than undo it.
-				taken = taken[:len(taken)-1]
-				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepUndone); return nil })
+				taken = taken[:len(taken)-1] // nothing was created: forgotten, not undone
 			}
-			return res, l.fail(ctx, name, fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
-		}
-		if crash {
-			l.o.Crash()
+			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
 		}
 		pending = n
 		res.Steps = append(res.Steps, ps.Text())
 	}
-	if err := l.o.Ledger.Update(func(b *ledger.Book) error {
+	return pending, nil
+}
+
+// redoOrSkip handles a step the journal lists as done: skipped, except the seed and the
+// definition, which are taken again. It returns true for a step it handled.
+func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, journal []ledger.Step, env step.Env, res *ApplyResult) (bool, error) {
+	if !slices.ContainsFunc(journal, func(s ledger.Step) bool {
+		return s.Action == string(ps.Action()) && s.Target == ps.Target() && s.Status == ledger.StepDone
+	}) {
+		return false, nil
+	}
+	if ps.Action() != step.ActWriteSeed && ps.Action() != step.ActDefine {
+		return true, nil
+	}
+	l.progress("%s: %s (again)", name, ps.Text())
+	if err := ps.Do(ctx, env); err != nil {
+		return true, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err)
+	}
+	res.Steps = append(res.Steps, ps.Text())
+	if ps.Action() == step.ActDefine {
+		if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
+			res.RestartNeeded = true
+		}
+	}
+	return true, nil
+}
+
+// take takes one step recorded as journal number n, stopping dead where the crash test asks
+// (CrashAt). A step that created nothing (errNotTaken, an existing volume) is marked undone.
+func (l *Lifecycle) take(ctx context.Context, name string, ps step.Step, env step.Env, n int) error {
+	l.taken++
+	crash := l.o.CrashAt > 0 && l.taken == l.o.CrashAt && l.o.Crash != nil
+	if crash && l.o.CrashBefore {
+		l.o.Crash()
+	}
+	l.progress("%s: %s", name, ps.Text())
+	if err := ps.Do(ctx, env); err != nil {
+		if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
+			_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepUndone); return nil })
+		}
+		return err
+	}
+	if crash {
+		l.o.Crash()
+	}
+	return nil
+}
+
+// markApplied marks the last step done and the VM applied with the plan's spec.
+func (l *Lifecycle) markApplied(name string, plan *Plan, pending int) error {
+	err := l.o.Ledger.Update(func(b *ledger.Book) error {
 		e := b.Entry(name)
 		if pending > 0 {
 			e.Mark(pending, ledger.StepDone)
@@ -310,16 +382,11 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*ApplyResult, er
 		}
 		e.Phase, e.SpecHash = ledger.PhaseApplied, plan.SpecHash
 		return nil
-	}); err != nil && !errors.Is(err, errNoop) {
-		return res, err
+	})
+	if errors.Is(err, errNoop) {
+		return nil
 	}
-	if fresh && l.o.NoStart {
-		// Just defined, never started: no need to ask libvirt.
-		res.State = virt.StateShutoff
-	} else {
-		res.State, _ = l.o.Conn.State(ctx, name)
-	}
-	return res, nil
+	return err
 }
 
 // fail undoes the steps this apply took, newest first; a fresh VM's entry and claims go too.
