@@ -25,18 +25,43 @@ import (
 func Scan(root Root) (*Inventory, error) {
 	s := newScanner(root)
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
-
 	if ents, err := os.ReadDir(root.Sys("kernel", "iommu_groups")); err == nil {
 		inv.IOMMU = len(ents) > 0
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		s.warn("iommu groups: %v", err)
 	}
+	addrs, names, err := s.listFunctions()
+	if err != nil {
+		return nil, err
+	}
+	classOf := s.readClasses(addrs, names)
+	devs, groupMembers := s.readSelected(addrs, classOf)
+	for _, d := range devs {
+		inv.Devices = append(inv.Devices, *d)
+	}
+	sort.Slice(inv.Devices, func(i, j int) bool { return addrLess(inv.Devices[i].Address, inv.Devices[j].Address) })
+	inv.Groups = groupsOf(devs, groupMembers)
+	addCompanions(inv)
+	parents, err := s.mdevParents()
+	if err != nil {
+		s.warn("%v", err)
+	}
+	inv.MdevParents = parents
+	s.addMdevGroups(inv)
+	linkMdevParents(inv)
+	sort.Strings(s.warnings)
+	inv.Warnings = s.warnings
+	return inv, nil
+}
 
-	busDir := root.Sys("bus", "pci", "devices")
+// listFunctions lists ROOT/sys/bus/pci/devices: the addresses and their directory names. A
+// root that cannot be read at all is the only error; a host without PCI is a warning.
+func (s *scanner) listFunctions() ([]Address, []string, error) {
+	busDir := s.root.Sys("bus", "pci", "devices")
 	ents, err := os.ReadDir(busDir)
 	if err != nil {
-		if _, serr := os.Stat(root.Dir()); serr != nil {
-			return nil, fmt.Errorf("scan host root %s: %w", root.Dir(), serr)
+		if _, serr := os.Stat(s.root.Dir()); serr != nil {
+			return nil, nil, fmt.Errorf("scan host root %s: %w", s.root.Dir(), serr)
 		}
 		s.warn("no PCI devices: %v", err)
 	}
@@ -51,8 +76,14 @@ func Scan(root Root) (*Inventory, error) {
 		addrs = append(addrs, a)
 		names = append(names, e.Name())
 	}
+	return addrs, names, nil
+}
 
-	// Pass 1: the class of every function (one small file each, opened relative to busDir).
+// readClasses is pass 1: the class of every function, one small file each, opened relative
+// to the devices directory. Functions that vanished or whose class cannot be read are left
+// out, with a warning.
+func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint32 {
+	busDir := s.root.Sys("bus", "pci", "devices")
 	classes := make([]uint32, len(addrs))
 	present := make([]bool, len(addrs))
 	busFD, err := syscall.Open(busDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
@@ -84,8 +115,13 @@ func Scan(root Root) (*Inventory, error) {
 			classOf[a] = classes[i]
 		}
 	}
+	return classOf
+}
 
-	// Pass 2: GPUs, then the members of their groups, their VFs and same-slot companions.
+// readSelected is pass 2: the GPUs and the companions of their slots, then, transitively, the
+// members of their IOMMU groups and the VFs of GPUs, each read in full once. It returns the
+// devices read and the member addresses of every group met.
+func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map[Address]*Device, map[int][]Address) {
 	selected := map[Address]bool{}
 	var queue []Address
 	add := func(a Address) {
@@ -94,14 +130,12 @@ func Scan(root Root) (*Inventory, error) {
 			queue = append(queue, a)
 		}
 	}
+	gpuSlots := map[Address]bool{}
 	for _, a := range addrs {
 		if c, ok := classOf[a]; ok && c>>16 == classDisplay {
 			add(a)
+			gpuSlots[Address{Domain: a.Domain, Bus: a.Bus, Device: a.Device}] = true
 		}
-	}
-	gpuSlots := map[Address]bool{}
-	for _, a := range queue {
-		gpuSlots[Address{Domain: a.Domain, Bus: a.Bus, Device: a.Device}] = true
 	}
 	for _, a := range addrs {
 		c, ok := classOf[a]
@@ -109,29 +143,12 @@ func Scan(root Root) (*Inventory, error) {
 			add(a)
 		}
 	}
-
 	devs := map[Address]*Device{}
 	groupMembers := map[int][]Address{}
 	for len(queue) > 0 {
 		batch := queue
 		queue = nil
-		read := make([]*Device, len(batch))
-		forEach(len(batch), func(i int) {
-			d, err := s.readDevice(batch[i])
-			if err != nil {
-				if errors.Is(err, ErrNotFound) {
-					s.warn("%s: disappeared during the scan: %v", batch[i], err)
-				} else {
-					s.warn("%v", err)
-				}
-				return
-			}
-			read[i] = &d
-		})
-		for _, d := range read {
-			if d == nil {
-				continue
-			}
+		for _, d := range s.readBatch(batch) {
 			devs[d.Address] = d
 			if d.IOMMUGroup >= 0 {
 				if _, seen := groupMembers[d.IOMMUGroup]; !seen {
@@ -149,13 +166,38 @@ func Scan(root Root) (*Inventory, error) {
 			}
 		}
 	}
+	return devs, groupMembers
+}
 
-	for _, d := range devs {
-		inv.Devices = append(inv.Devices, *d)
+// readBatch reads the devices of batch, in order, leaving out (with a warning) those that
+// vanished or cannot be read.
+func (s *scanner) readBatch(batch []Address) []*Device {
+	read := make([]*Device, len(batch))
+	forEach(len(batch), func(i int) {
+		d, err := s.readDevice(batch[i])
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				s.warn("%s: disappeared during the scan: %v", batch[i], err)
+			} else {
+				s.warn("%v", err)
+			}
+			return
+		}
+		read[i] = &d
+	})
+	out := read[:0]
+	for _, d := range read {
+		if d != nil {
+			out = append(out, d)
+		}
 	}
-	sort.Slice(inv.Devices, func(i, j int) bool { return addrLess(inv.Devices[i].Address, inv.Devices[j].Address) })
+	return out
+}
 
-	// Groups, built from the devices already read (no second read of any member).
+// groupsOf builds the IOMMU groups from the devices already read (no second read of any
+// member), with their viability, sorted by id.
+func groupsOf(devs map[Address]*Device, groupMembers map[int][]Address) []Group {
+	out := []Group{}
 	for id, members := range groupMembers {
 		g := Group{ID: id, Members: []GroupMember{}}
 		for _, m := range members {
@@ -167,11 +209,15 @@ func Scan(root Root) (*Inventory, error) {
 		}
 		sortMembers(g.Members)
 		EvaluateGroup(&g)
-		inv.Groups = append(inv.Groups, g)
+		out = append(out, g)
 	}
-	sort.Slice(inv.Groups, func(i, j int) bool { return inv.Groups[i].ID < inv.Groups[j].ID })
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
 
-	// Companions: other functions of a GPU's slot or group that are audio, USB or UCSI.
+// addCompanions lists, on every GPU, the other functions of its slot or group that are audio,
+// USB or UCSI.
+func addCompanions(inv *Inventory) {
 	for i := range inv.Devices {
 		d := &inv.Devices[i]
 		if !d.IsGPU {
@@ -186,22 +232,19 @@ func Scan(root Root) (*Inventory, error) {
 			}
 		}
 	}
+}
 
-	parents, err := s.mdevParents()
-	if err != nil {
-		s.warn("%v", err)
-	}
-	inv.MdevParents = parents
-	// The group of every mdev instance: the kernel makes one per instance, listed by UUID
-	// (GroupMdev), and it is the /dev/vfio/N a VM given that mdev opens.
+// addMdevGroups adds the group of every mdev instance: the kernel makes one per instance,
+// listed by UUID (GroupMdev), and it is the /dev/vfio/N a VM given that mdev opens.
+func (s *scanner) addMdevGroups(inv *Inventory) {
 	seen := map[int]bool{}
 	for _, g := range inv.Groups {
 		seen[g.ID] = true
 	}
-	for _, p := range parents {
+	for _, p := range inv.MdevParents {
 		for _, t := range p.Types {
 			for _, uuid := range t.Instances {
-				link := root.Sys("bus", "mdev", "devices", uuid, "iommu_group")
+				link := s.root.Sys("bus", "mdev", "devices", uuid, "iommu_group")
 				name, err := LinkBase(link)
 				if err != nil {
 					if !errors.Is(err, fs.ErrNotExist) || inv.IOMMU {
@@ -218,7 +261,7 @@ func Scan(root Root) (*Inventory, error) {
 					continue
 				}
 				seen[id] = true
-				g, err := ReadGroup(root, id)
+				g, err := ReadGroup(s.root, id)
 				if err != nil {
 					s.warn("mdev %s: %v", uuid, err)
 					continue
@@ -228,6 +271,10 @@ func Scan(root Root) (*Inventory, error) {
 		}
 	}
 	sort.Slice(inv.Groups, func(i, j int) bool { return inv.Groups[i].ID < inv.Groups[j].ID })
+}
+
+// linkMdevParents points every PCI device that is an mdev parent at its MdevParents entry.
+func linkMdevParents(inv *Inventory) {
 	for i := range inv.MdevParents {
 		p := &inv.MdevParents[i]
 		if p.Address == nil {
@@ -239,10 +286,6 @@ func Scan(root Root) (*Inventory, error) {
 			}
 		}
 	}
-
-	sort.Strings(s.warnings)
-	inv.Warnings = s.warnings
-	return inv, nil
 }
 
 // groupAddresses lists the PCI functions of IOMMU group id.
