@@ -421,8 +421,7 @@ func (v *validator) gpus() {
 		v.add("spec.gpus", "more than %d entries", MaxGPUCount)
 	}
 	virtio := 0
-	seenAddr := map[string]string{}
-	seenUUID := map[string]string{}
+	seen := &seenIDs{addr: map[string]string{}, uuid: map[string]string{}}
 	for i, g := range s.GPUs {
 		p := fmt.Sprintf("spec.gpus[%d]", i)
 		kinds := 0
@@ -440,124 +439,150 @@ func (v *validator) gpus() {
 				v.add(p+".fallback", "a virtioGpu entry needs no fallback")
 			}
 		}
+		if g.Passthrough != nil {
+			v.passthrough(p+".passthrough", g.Passthrough, seen)
+		}
+		if g.VGPU != nil {
+			v.vgpu(p+".vgpu", g.VGPU, seen)
+		}
 		if g.VirtioGPU != nil {
 			virtio++
-		}
-		if pt := g.Passthrough; pt != nil {
-			pp := p + ".passthrough"
-			if pt.Address != "" {
-				a, err := host.ParseAddress(pt.Address)
-				if err != nil {
-					v.add(pp+".address", "%v", err)
-				} else if other, dup := seenAddr[a.String()]; dup {
-					v.add(pp+".address", "%s is also assigned by %s", a, other)
-				} else {
-					seenAddr[a.String()] = pp
-				}
-				if pt.Vendor != "" || pt.Device != "" || pt.Model != "" {
-					v.add(pp, "give an address or a selector (vendor, device, model), not both")
-				}
-				if pt.Count > 1 {
-					v.add(pp+".count", "an address names one GPU; use a selector for count > 1")
-				}
-			} else if pt.Vendor == "" && pt.Device == "" && pt.Model == "" {
-				v.add(pp, "give an address, or a selector: vendor, device and/or model")
-			}
-			if pt.Vendor != "" && !hexIDRE.MatchString(pt.Vendor) {
-				v.add(pp+".vendor", "%q: want a 4-digit hex PCI vendor id such as 10de", pt.Vendor)
-			}
-			if pt.Device != "" && !hexIDRE.MatchString(pt.Device) {
-				v.add(pp+".device", "%q: want a 4-digit hex PCI device id such as 2236", pt.Device)
-			}
-			v.text(pp+".model", pt.Model)
-			if pt.Count < 0 || pt.Count > MaxGPUCount {
-				v.add(pp+".count", "%d is out of range 1..%d", pt.Count, MaxGPUCount)
-			}
-			if pt.ROM != nil {
-				if pt.ROM.Bar != "" {
-					v.oneOf(pp+".rom.bar", pt.ROM.Bar, "on", "off")
-				}
-				v.absPath(pp+".rom.file", pt.ROM.File)
-			}
-		}
-		if vg := g.VGPU; vg != nil {
-			vp := p + ".vgpu"
-			if strings.TrimSpace(vg.Profile) == "" {
-				v.add(vp+".profile", "required: an mdev type id or name (e.g. nvidia-558 or \"GRID A100-4C\")")
-			}
-			v.text(vp+".profile", vg.Profile)
-			if vg.Count < 0 || vg.Count > MaxGPUCount {
-				v.add(vp+".count", "%d is out of range 1..%d", vg.Count, MaxGPUCount)
-			}
-			count := max(vg.Count, 1)
-			switch vg.Mode {
-			case "", "mdev":
-				if len(vg.VFs) > 0 {
-					v.add(vp+".vfs", "only for mode vendor-vfio")
-				}
-				if len(vg.UUIDs) > 0 && len(vg.UUIDs) != count {
-					v.add(vp+".uuids", "%d UUIDs for count %d", len(vg.UUIDs), count)
-				}
-				for j, u := range vg.UUIDs {
-					up := fmt.Sprintf("%s.uuids[%d]", vp, j)
-					id, err := uuid.Parse(u)
-					if err != nil || len(u) != 36 {
-						v.add(up, "%q is not a UUID", u)
-						continue
-					}
-					if other, dup := seenUUID[id.String()]; dup {
-						v.add(up, "%s is also used by %s", id, other)
-						continue
-					}
-					seenUUID[id.String()] = up
-				}
-				if vg.Display && graphicsType(v.vm) == "none" {
-					v.add(vp+".display", "a vGPU display needs graphics (vnc, spice or egl-headless); graphics type is none")
-				}
-				if vg.RAMFB != nil && *vg.RAMFB && !vg.Display {
-					v.add(vp+".ramfb", "only with display: true (libvirt refuses ramfb without display)")
-				}
-			case "vendor-vfio":
-				if vg.Display {
-					v.add(vp+".display", "libvirt accepts display only on mdev hostdevs; a vendor-VFIO VF is a PCI hostdev")
-				}
-				if vg.RAMFB != nil {
-					v.add(vp+".ramfb", "only for mode mdev")
-				}
-				if len(vg.UUIDs) > 0 {
-					v.add(vp+".uuids", "only for mode mdev")
-				}
-				if len(vg.VFs) > 0 && len(vg.VFs) != count {
-					v.add(vp+".vfs", "%d VFs for count %d", len(vg.VFs), count)
-				}
-				for j, a := range vg.VFs {
-					pa, err := host.ParseAddress(a)
-					if err != nil {
-						v.add(fmt.Sprintf("%s.vfs[%d]", vp, j), "%v", err)
-					} else if other, dup := seenAddr[pa.String()]; dup {
-						v.add(fmt.Sprintf("%s.vfs[%d]", vp, j), "%s is also assigned by %s", pa, other)
-					} else {
-						seenAddr[pa.String()] = vp
-					}
-				}
-			default:
-				v.oneOf(vp+".mode", vg.Mode, "mdev", "vendor-vfio")
-			}
-		}
-		if vg := g.VirtioGPU; vg != nil {
-			if vg.Heads < 0 || vg.Heads > 16 {
-				v.add(p+".virtioGpu.heads", "%d is out of range 1..16", vg.Heads)
-			}
-			if vg.Virgl {
-				switch {
-				case s.Graphics.Type == "egl-headless", s.Graphics.Type == "spice" && s.Graphics.GL:
-				default:
-					v.add(p+".virtioGpu.virgl", "virgl renders on the host GPU and needs graphics type egl-headless, or spice with gl: true")
-				}
-			}
+			v.virtioGPU(p+".virtioGpu", g.VirtioGPU)
 		}
 	}
 	if virtio > 1 {
 		v.add("spec.gpus", "at most one virtioGpu entry per VM")
+	}
+}
+
+// seenIDs are the PCI addresses and mdev UUIDs the spec's entries named so far, with the path
+// that named each: one device may be named once.
+type seenIDs struct {
+	addr, uuid map[string]string
+}
+
+// claimAddr records address a for path, or reports the entry that named it first.
+func (v *validator) claimAddr(seen *seenIDs, path string, a host.Address, owner string) {
+	if other, dup := seen.addr[a.String()]; dup {
+		v.add(path, "%s is also assigned by %s", a, other)
+		return
+	}
+	seen.addr[a.String()] = owner
+}
+
+func (v *validator) passthrough(pp string, pt *Passthrough, seen *seenIDs) {
+	if pt.Address != "" {
+		if a, err := host.ParseAddress(pt.Address); err != nil {
+			v.add(pp+".address", "%v", err)
+		} else {
+			v.claimAddr(seen, pp+".address", a, pp)
+		}
+		if pt.Vendor != "" || pt.Device != "" || pt.Model != "" {
+			v.add(pp, "give an address or a selector (vendor, device, model), not both")
+		}
+		if pt.Count > 1 {
+			v.add(pp+".count", "an address names one GPU; use a selector for count > 1")
+		}
+	} else if pt.Vendor == "" && pt.Device == "" && pt.Model == "" {
+		v.add(pp, "give an address, or a selector: vendor, device and/or model")
+	}
+	if pt.Vendor != "" && !hexIDRE.MatchString(pt.Vendor) {
+		v.add(pp+".vendor", "%q: want a 4-digit hex PCI vendor id such as 10de", pt.Vendor)
+	}
+	if pt.Device != "" && !hexIDRE.MatchString(pt.Device) {
+		v.add(pp+".device", "%q: want a 4-digit hex PCI device id such as 2236", pt.Device)
+	}
+	v.text(pp+".model", pt.Model)
+	if pt.Count < 0 || pt.Count > MaxGPUCount {
+		v.add(pp+".count", "%d is out of range 1..%d", pt.Count, MaxGPUCount)
+	}
+	if pt.ROM != nil {
+		if pt.ROM.Bar != "" {
+			v.oneOf(pp+".rom.bar", pt.ROM.Bar, "on", "off")
+		}
+		v.absPath(pp+".rom.file", pt.ROM.File)
+	}
+}
+
+func (v *validator) vgpu(vp string, vg *VGPU, seen *seenIDs) {
+	if strings.TrimSpace(vg.Profile) == "" {
+		v.add(vp+".profile", "required: an mdev type id or name (e.g. nvidia-558 or \"GRID A100-4C\")")
+	}
+	v.text(vp+".profile", vg.Profile)
+	if vg.Count < 0 || vg.Count > MaxGPUCount {
+		v.add(vp+".count", "%d is out of range 1..%d", vg.Count, MaxGPUCount)
+	}
+	switch vg.Mode {
+	case "", "mdev":
+		v.mdevVGPU(vp, vg, seen)
+	case "vendor-vfio":
+		v.vendorVGPU(vp, vg, seen)
+	default:
+		v.oneOf(vp+".mode", vg.Mode, "mdev", "vendor-vfio")
+	}
+}
+
+func (v *validator) mdevVGPU(vp string, vg *VGPU, seen *seenIDs) {
+	count := max(vg.Count, 1)
+	if len(vg.VFs) > 0 {
+		v.add(vp+".vfs", "only for mode vendor-vfio")
+	}
+	if len(vg.UUIDs) > 0 && len(vg.UUIDs) != count {
+		v.add(vp+".uuids", "%d UUIDs for count %d", len(vg.UUIDs), count)
+	}
+	for j, u := range vg.UUIDs {
+		up := fmt.Sprintf("%s.uuids[%d]", vp, j)
+		id, err := uuid.Parse(u)
+		if err != nil || len(u) != 36 {
+			v.add(up, "%q is not a UUID", u)
+			continue
+		}
+		if other, dup := seen.uuid[id.String()]; dup {
+			v.add(up, "%s is also used by %s", id, other)
+			continue
+		}
+		seen.uuid[id.String()] = up
+	}
+	if vg.Display && graphicsType(v.vm) == "none" {
+		v.add(vp+".display", "a vGPU display needs graphics (vnc, spice or egl-headless); graphics type is none")
+	}
+	if vg.RAMFB != nil && *vg.RAMFB && !vg.Display {
+		v.add(vp+".ramfb", "only with display: true (libvirt refuses ramfb without display)")
+	}
+}
+
+func (v *validator) vendorVGPU(vp string, vg *VGPU, seen *seenIDs) {
+	if vg.Display {
+		v.add(vp+".display", "libvirt accepts display only on mdev hostdevs; a vendor-VFIO VF is a PCI hostdev")
+	}
+	if vg.RAMFB != nil {
+		v.add(vp+".ramfb", "only for mode mdev")
+	}
+	if len(vg.UUIDs) > 0 {
+		v.add(vp+".uuids", "only for mode mdev")
+	}
+	if count := max(vg.Count, 1); len(vg.VFs) > 0 && len(vg.VFs) != count {
+		v.add(vp+".vfs", "%d VFs for count %d", len(vg.VFs), count)
+	}
+	for j, a := range vg.VFs {
+		path := fmt.Sprintf("%s.vfs[%d]", vp, j)
+		if pa, err := host.ParseAddress(a); err != nil {
+			v.add(path, "%v", err)
+		} else {
+			v.claimAddr(seen, path, pa, vp)
+		}
+	}
+}
+
+func (v *validator) virtioGPU(p string, vg *VirtioGPU) {
+	if vg.Heads < 0 || vg.Heads > 16 {
+		v.add(p+".heads", "%d is out of range 1..16", vg.Heads)
+	}
+	if vg.Virgl {
+		switch g := v.vm.Spec.Graphics; {
+		case g.Type == "egl-headless", g.Type == "spice" && g.GL:
+		default:
+			v.add(p+".virgl", "virgl renders on the host GPU and needs graphics type egl-headless, or spice with gl: true")
+		}
 	}
 }
