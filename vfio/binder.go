@@ -273,13 +273,8 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 			res.Warnings = append(res.Warnings, warn)
 		}
 	}
-	if len(refusals) > 0 {
-		if !opts.Force {
-			return res, refusalError(fmt.Sprintf("bind %s", addrList(addrs)), refusals)
-		}
-		for _, rf := range refusals {
-			res.Warnings = append(res.Warnings, "forced past ["+rf.Check+"] "+rf.String())
-		}
+	if err := r.refuseOrWarn("bind "+addrList(addrs), refusals, opts.Force); err != nil {
+		return res, err
 	}
 
 	if anyMove {

@@ -25,134 +25,168 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 		return nil, err
 	}
 	defer unlock()
-	res := r.res
+	targets, refusals := r.unbindTargets(groups, addrs, opts)
+	if err := r.refuseOrWarn("unbind "+addrList(addrs), refusals, opts.Force); err != nil {
+		return r.res, err
+	}
+	errs := []error{r.restoreTargets(ctx, targets)}
+	if opts.Persist {
+		errs = append(errs, r.unpersist(groups, opts.DryRun))
+	} else {
+		r.persistedWarnings(groups)
+	}
+	r.groupStates(groups)
+	return r.res, errors.Join(errs...)
+}
 
+// unbindTarget is one function Unbind restores: to its ledger entry, or (native) to whatever
+// driver the kernel probes.
+type unbindTarget struct {
+	e      Entry
+	native bool
+}
+
+// unbindTargets decides, function by function, what Unbind does (res.Devices says it) and
+// what refuses it: a function bound for another owner or moved by something else since, one on
+// vfio-pci that vgpu-host did not bind (unless forced), a group a process holds.
+func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts UnbindOptions) ([]unbindTarget, []Refusal) {
 	named := map[host.Address]bool{}
 	for _, a := range addrs {
 		named[a] = true
 	}
-	type target struct {
-		e      Entry
-		native bool
-	}
-	var targets []target
+	var targets []unbindTarget
 	var refusals []Refusal
 	for _, g := range groups {
 		var held []host.GroupMember
 		for _, m := range g.Members {
-			a := m.Address
-			c := Change{Address: a, Group: g.ID, From: m.Driver, To: m.Driver}
-			e, inLedger := r.ledger.Lookup(a)
-			switch {
-			case m.IsBridge:
-				c.Note = "bridge stays on " + orNone(m.Driver)
-			case inLedger:
-				if opts.Owner != "" && e.Owner != "" && e.Owner != opts.Owner {
-					refusals = append(refusals, Refusal{Address: &a, Check: CheckOwner, Reason: fmt.Sprintf("was bound for %q, not %q", e.Owner, opts.Owner)})
+			c, t, rs := r.unbindMember(g, m, named[m.Address], opts)
+			refusals = append(refusals, rs...)
+			if t != nil {
+				targets = append(targets, *t)
+				if c.Changed {
+					held = append(held, m)
 				}
-				if m.Driver != DriverName && m.Driver != e.Driver && m.Driver != "" {
-					refusals = append(refusals, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(
-						"is on %s now, neither vfio-pci nor its original %s: something else moved it since vgpu-host bound it", m.Driver, orNone(e.Driver))})
-				}
-				if m.Driver == e.Driver && m.DriverOverride == e.Override {
-					c.Note = "already restored"
-					// Drop the stale entry below, with no sysfs write.
-					targets = append(targets, target{e: e})
-					break
-				}
-				c.To, c.Changed = e.Driver, true
-				if e.Driver == "" {
-					c.Note = "left without a driver, as before"
-				}
-				targets = append(targets, target{e: e})
-				held = append(held, m)
-			case m.Driver == DriverName:
-				if !named[a] && !opts.Force {
-					c.Note = "on vfio-pci but not bound by vgpu-host: left alone"
-					break
-				}
-				if !opts.Force {
-					refusals = append(refusals, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(
-						"is on vfio-pci but %v %s: vgpu-host did not bind it (another tool, a VM manager or vfio-pci.ids= did), so it does not know the original driver; --force unbinds it anyway and lets the kernel probe its native driver",
-						ErrNotInLedger, host.HostPath(b.Root, LedgerPath(b.Root)))})
-				}
-				c.To, c.Changed, c.Note = "(native)", true, "not in the ledger: restored to the native driver"
-				targets = append(targets, target{e: Entry{Address: a, Group: g.ID}, native: true})
-				held = append(held, m)
-			default:
-				c.Note = "not on vfio-pci: nothing to do"
 			}
-			res.Devices = append(res.Devices, c)
+			r.res.Devices = append(r.res.Devices, c)
 		}
 		if len(held) > 0 {
-			if hs := host.Holders(b.Root, []string{host.HostPath(b.Root, host.VFIODev(b.Root, g.ID))}); len(hs) > 0 {
-				a := held[0].Address
-				rf := heldRefusal(a, hs)
+			if hs := host.Holders(r.root, []string{host.HostPath(r.root, host.VFIODev(r.root, g.ID))}); len(hs) > 0 {
+				rf := heldRefusal(held[0].Address, hs)
 				rf.Reason = fmt.Sprintf("IOMMU group %d is in use (a VM runs on it?): %s", g.ID, strings.TrimPrefix(rf.Reason, "is held open, so unbinding it would block until they let go: "))
 				refusals = append(refusals, rf)
 			}
 		}
 	}
-	if len(refusals) > 0 {
-		if !opts.Force {
-			err := refusalError("unbind "+addrList(addrs), refusals)
-			for _, rf := range refusals {
-				if rf.Check == CheckNotInLedger {
-					err = fmt.Errorf("%w (%w)", err, ErrNotInLedger)
-					break
-				}
-			}
-			return res, err
-		}
-		for _, rf := range refusals {
-			res.Warnings = append(res.Warnings, "forced past ["+rf.Check+"] "+rf.String())
-		}
-	}
+	return targets, refusals
+}
 
+// unbindMember decides about one member m of g: the change it gets, its target (nil when it
+// is left alone) and its refusals. named is true when the caller named m itself.
+func (r *run) unbindMember(g *host.Group, m host.GroupMember, named bool, opts UnbindOptions) (Change, *unbindTarget, []Refusal) {
+	a := m.Address
+	c := Change{Address: a, Group: g.ID, From: m.Driver, To: m.Driver}
+	e, inLedger := r.ledger.Lookup(a)
+	var rs []Refusal
+	switch {
+	case m.IsBridge:
+		c.Note = "bridge stays on " + orNone(m.Driver)
+	case inLedger:
+		if opts.Owner != "" && e.Owner != "" && e.Owner != opts.Owner {
+			rs = append(rs, Refusal{Address: &a, Check: CheckOwner, Reason: fmt.Sprintf("was bound for %q, not %q", e.Owner, opts.Owner)})
+		}
+		if m.Driver != DriverName && m.Driver != e.Driver && m.Driver != "" {
+			rs = append(rs, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(
+				"is on %s now, neither vfio-pci nor its original %s: something else moved it since vgpu-host bound it", m.Driver, orNone(e.Driver))})
+		}
+		if m.Driver == e.Driver && m.DriverOverride == e.Override {
+			c.Note = "already restored" // the stale entry is dropped, with no sysfs write
+			return c, &unbindTarget{e: e}, rs
+		}
+		c.To, c.Changed = e.Driver, true
+		if e.Driver == "" {
+			c.Note = "left without a driver, as before"
+		}
+		return c, &unbindTarget{e: e}, rs
+	case m.Driver == DriverName:
+		if !named && !opts.Force {
+			c.Note = "on vfio-pci but not bound by vgpu-host: left alone"
+			return c, nil, nil
+		}
+		if !opts.Force {
+			rs = append(rs, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(
+				"is on vfio-pci but %v %s: vgpu-host did not bind it (another tool, a VM manager or vfio-pci.ids= did), so it does not know the original driver; --force unbinds it anyway and lets the kernel probe its native driver",
+				ErrNotInLedger, host.HostPath(r.root, LedgerPath(r.root)))})
+		}
+		c.To, c.Changed, c.Note = "(native)", true, "not in the ledger: restored to the native driver"
+		return c, &unbindTarget{e: Entry{Address: a, Group: g.ID}, native: true}, rs
+	default:
+		c.Note = "not on vfio-pci: nothing to do"
+	}
+	return c, nil, rs
+}
+
+// refuseOrWarn turns refusals into the error (without force) or into warnings (with it).
+func (r *run) refuseOrWarn(op string, refusals []Refusal, force bool) error {
+	if len(refusals) == 0 {
+		return nil
+	}
+	if !force {
+		err := refusalError(op, refusals)
+		for _, rf := range refusals {
+			if rf.Check == CheckNotInLedger {
+				return fmt.Errorf("%w (%w)", err, ErrNotInLedger)
+			}
+		}
+		return err
+	}
+	for _, rf := range refusals {
+		r.res.Warnings = append(r.res.Warnings, "forced past ["+rf.Check+"] "+rf.String())
+	}
+	return nil
+}
+
+// restoreTargets restores the targets, last first. A function that cannot be restored stays
+// in the ledger; the others are still restored. The ledger is written once for the whole run:
+// a crash before it leaves entries of functions already restored, which the next unbind drops
+// as "already restored" and the next bind keeps.
+func (r *run) restoreTargets(ctx context.Context, targets []unbindTarget) error {
 	var errs []error
 	for i := len(targets) - 1; i >= 0; i-- {
 		t := targets[i]
-		err := r.restoreOne(ctx, t.e, t.native)
-		if err != nil {
+		if err := r.restoreOne(ctx, t.e, t.native); err != nil {
 			errs = append(errs, fmt.Errorf("unbind %s: %w", t.e.Address, err))
 			continue
 		}
 		delete(r.ledger.Devices, t.e.Address.String())
 	}
-	// One ledger write for the whole run: a crash before it leaves entries of functions already
-	// restored, which the next unbind drops as "already restored" and the next bind keeps.
 	if len(targets) > 0 {
 		if err := r.saveLedger(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	r.flushWrites()
-	res.Changed = len(res.Steps) > 0 && !r.dry
-	for i := range res.Devices {
-		c := &res.Devices[i]
+	r.res.Changed = len(r.res.Steps) > 0 && !r.dry
+	for i := range r.res.Devices {
+		c := &r.res.Devices[i]
 		if c.Changed && !r.dry {
-			now, _ := host.Driver(b.Root, c.Address)
-			c.To = now
+			c.To, _ = host.Driver(r.root, c.Address)
 		}
 	}
-	if opts.Persist {
-		if err := r.unpersist(groups, opts.DryRun); err != nil {
-			errs = append(errs, err)
-		}
-	} else {
-		r.persistedWarnings(groups)
-	}
+	return errors.Join(errs...)
+}
+
+// groupStates reports each group as it is now: viable or not, and its /dev/vfio/N.
+func (r *run) groupStates(groups []*host.Group) {
 	for _, g := range groups {
 		st := GroupState{ID: g.ID}
-		if now, err := host.ReadGroup(b.Root, g.ID); err == nil {
+		if now, err := host.ReadGroup(r.root, g.ID); err == nil {
 			st.Viable = now.Viable
 		}
-		if dev := host.VFIODev(b.Root, g.ID); host.VFIODevExists(b.Root, g.ID) {
-			st.VFIODev = host.HostPath(b.Root, dev)
+		if host.VFIODevExists(r.root, g.ID) {
+			st.VFIODev = host.HostPath(r.root, host.VFIODev(r.root, g.ID))
 		}
-		res.Groups = append(res.Groups, st)
+		r.res.Groups = append(r.res.Groups, st)
 	}
-	return res, errors.Join(errs...)
 }
 
 // explainUnbind adds the processes holding the group to an unbind from vfio-pci that timed
