@@ -48,28 +48,8 @@ type qmpReply struct {
 	} `json:"error"`
 }
 
-// Verify asks the running QEMU (QMP query-pci through libvirt) whether every hostdev and
-// virtio GPU in the domain's live XML is on the guest's PCI buses, by its qdev id.
-func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, error) {
-	all, err := l.o.Conn.ListDomainXMLs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	x, ok := all[name]
-	if !ok {
-		return nil, fmt.Errorf("verify %s: %w on %s: %w", name, virt.ErrNoDomain, l.o.Conn.URI(), host.ErrNotFound)
-	}
-	var d libvirtxml.Domain
-	if err := d.Unmarshal(x); err != nil {
-		return nil, fmt.Errorf("verify %s: parse domain XML: %w", name, err)
-	}
-	out, err := l.o.Conn.QMP(ctx, name, `{"execute":"query-pci"}`)
-	if err != nil {
-		if st, serr := l.o.Conn.State(ctx, name); serr == nil && st != virt.StateRunning {
-			return nil, fmt.Errorf("verify %s: the domain is %s: verify asks the running guest, so start it first (vgpu-host apply SPEC): %w", name, st, err)
-		}
-		return nil, fmt.Errorf("verify %s: %w", name, err)
-	}
+// guestPCI decodes a query-pci reply into the guest's PCI devices by qdev id, bridges walked.
+func guestPCI(name, out string) (map[string]raw.PCIDeviceInfo, error) {
 	var rep qmpReply
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		return nil, fmt.Errorf("verify %s: decode query-pci reply: %w", name, err)
@@ -93,40 +73,78 @@ func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, err
 	for _, b := range rep.Return {
 		walk(b.Bus, b.Devices)
 	}
-	res := &VerifyResult{VM: name, OK: true}
-	if d.Devices != nil {
-		for _, hd := range d.Devices.Hostdevs {
-			c := Check{}
-			if hd.Alias != nil {
-				c.Device = hd.Alias.Name
-			}
-			switch {
-			case hd.SubsysPCI != nil:
-				c.Kind = "hostdev-pci"
-				if a := hd.SubsysPCI.Source; a != nil && a.Address != nil && a.Address.Bus != nil && a.Address.Slot != nil && a.Address.Function != nil {
-					c.Source = fmt.Sprintf("%02x:%02x.%x", *a.Address.Bus, *a.Address.Slot, *a.Address.Function)
-				}
-			case hd.SubsysMDev != nil:
-				c.Kind = "hostdev-mdev"
-				if hd.SubsysMDev.Source != nil && hd.SubsysMDev.Source.Address != nil {
-					c.Source = hd.SubsysMDev.Source.Address.UUID
-				}
-			default:
-				continue
-			}
-			res.Checks = append(res.Checks, c)
-		}
-		for _, v := range d.Devices.Videos {
-			if v.Model.Type != "virtio" {
-				continue
-			}
-			c := Check{Kind: "virtio-gpu"}
-			if v.Alias != nil {
-				c.Device = v.Alias.Name
-			}
-			res.Checks = append(res.Checks, c)
-		}
+	return guest, nil
+}
+
+// expectedDevices lists what the guest must show: every hostdev of the domain (PCI by
+// address, mdev by UUID) and every virtio video device, by their aliases. Every kind of GPU
+// ends up as one of these in the domain, so one reading serves them all.
+func expectedDevices(d *libvirtxml.Domain) []Check {
+	var out []Check
+	if d.Devices == nil {
+		return out
 	}
+	for _, hd := range d.Devices.Hostdevs {
+		c := Check{}
+		if hd.Alias != nil {
+			c.Device = hd.Alias.Name
+		}
+		switch {
+		case hd.SubsysPCI != nil:
+			c.Kind = "hostdev-pci"
+			if a := hd.SubsysPCI.Source; a != nil && a.Address != nil && a.Address.Bus != nil && a.Address.Slot != nil && a.Address.Function != nil {
+				c.Source = fmt.Sprintf("%02x:%02x.%x", *a.Address.Bus, *a.Address.Slot, *a.Address.Function)
+			}
+		case hd.SubsysMDev != nil:
+			c.Kind = "hostdev-mdev"
+			if hd.SubsysMDev.Source != nil && hd.SubsysMDev.Source.Address != nil {
+				c.Source = hd.SubsysMDev.Source.Address.UUID
+			}
+		default:
+			continue
+		}
+		out = append(out, c)
+	}
+	for _, v := range d.Devices.Videos {
+		if v.Model.Type != "virtio" {
+			continue
+		}
+		c := Check{Kind: "virtio-gpu"}
+		if v.Alias != nil {
+			c.Device = v.Alias.Name
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Verify asks the running QEMU (QMP query-pci through libvirt) whether every hostdev and
+// virtio GPU in the domain's live XML is on the guest's PCI buses, by its qdev id.
+func (l *Lifecycle) Verify(ctx context.Context, name string) (*VerifyResult, error) {
+	all, err := l.o.Conn.ListDomainXMLs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	x, ok := all[name]
+	if !ok {
+		return nil, fmt.Errorf("verify %s: %w on %s: %w", name, virt.ErrNoDomain, l.o.Conn.URI(), host.ErrNotFound)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		return nil, fmt.Errorf("verify %s: parse domain XML: %w", name, err)
+	}
+	out, err := l.o.Conn.QMP(ctx, name, `{"execute":"query-pci"}`)
+	if err != nil {
+		if st, serr := l.o.Conn.State(ctx, name); serr == nil && st != virt.StateRunning {
+			return nil, fmt.Errorf("verify %s: the domain is %s: verify asks the running guest, so start it first (vgpu-host apply SPEC): %w", name, st, err)
+		}
+		return nil, fmt.Errorf("verify %s: %w", name, err)
+	}
+	guest, err := guestPCI(name, out)
+	if err != nil {
+		return nil, err
+	}
+	res := &VerifyResult{VM: name, OK: true, Checks: expectedDevices(&d)}
 	for i := range res.Checks {
 		c := &res.Checks[i]
 		g, ok := guest[c.Device]
