@@ -561,7 +561,7 @@ func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
 	if err := r.b.Modules.Load(lctx, mod); err != nil {
 		return fail(err)
 	}
-	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.Exists(dir), nil }); err != nil {
+	if err := host.WaitFor(ctx, r.b.timeout(), func() (bool, error) { return host.DriverLoaded(r.root, e.Driver), nil }); err != nil {
 		return fail(fmt.Errorf("module loaded but %s did not appear: %w", host.HostPath(r.root, dir), err))
 	}
 	return nil
