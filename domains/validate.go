@@ -182,6 +182,8 @@ func human(b uint64) string {
 	return fmt.Sprintf("%dB", b)
 }
 
+// check runs every field check of the spec, top to bottom in the order docs/spec.md lists the
+// fields; it is long (95 lines) because the spec is, and each line is one field's rule.
 func (v *validator) check() {
 	vm := v.vm
 	if vm.APIVersion != APIVersion {

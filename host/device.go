@@ -73,7 +73,9 @@ func ReadDeviceWarnings(root Root, addr Address) (Device, []string, error) {
 	return d, s.warnings, err
 }
 
-// readDevice reads addr, recording problems with optional attributes as warnings.
+// readDevice reads addr, recording problems with optional attributes as warnings. It is one
+// attribute after another, in the order Device lists them (86 lines): splitting it would only
+// scatter that list.
 func (s *scanner) readDevice(addr Address) (Device, error) {
 	dir := s.root.PCIDevice(addr)
 	d := Device{Address: addr, IOMMUGroup: -1, NUMANode: -1}

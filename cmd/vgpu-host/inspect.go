@@ -143,6 +143,8 @@ func mdevTable(out io.Writer, r mdevReport) error {
 	return nil
 }
 
+// inventoryTable prints inspect's table: GPUs, groups, mdev parents and warnings, one section
+// after the other (99 lines of Fprintf; each section reads top to bottom like the output).
 func inventoryTable(out io.Writer, inv *host.Inventory) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	iommu := "off"

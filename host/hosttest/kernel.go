@@ -96,6 +96,8 @@ func (k *Kernel) Write(ctx context.Context, path, value string) error {
 	return nil
 }
 
+// write emulates the kernel's answer to one sysfs write: one case per attribute the tools
+// write (92 lines), each a few lines of the kernel's rule for it.
 func (k *Kernel) write(ctx context.Context, rel, v string) error {
 	t := k.T
 	// Resolve the path through symlinks inside the tree, as the kernel's VFS would.
