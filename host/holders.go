@@ -24,11 +24,19 @@ type Holder struct {
 func (h Holder) String() string { return fmt.Sprintf("pid %d (%s) has %s open", h.PID, h.Comm, h.Path) }
 
 // DeviceNodes returns the host paths (as /proc/PID/fd links show them) of the device nodes
-// through which processes use function a bound to driver: its DRM card and render nodes,
-// /dev/nvidia* for the nvidia driver, and /dev/vfio/GROUP when group >= 0. A trailing "*"
-// matches a prefix (see Holders).
+// through which processes use function a bound to driver:
+//
+//   - its DRM card and render nodes (ROOT/sys/bus/pci/devices/ADDR/drm/{cardN,renderDN});
+//   - its framebuffers (.../graphics/fbN → /dev/fbN);
+//   - its ALSA card's nodes (.../sound/cardN → /dev/snd/controlCN, pcmCND*, hwCND*): the HDMI
+//     audio function of a GPU, whose unbind blocks in the kernel while any of them is open;
+//   - /dev/nvidia* for the nvidia driver;
+//   - /dev/vfio/GROUP when group >= 0.
+//
+// A trailing "*" matches a prefix (see Holders).
 func DeviceNodes(root Root, a Address, driver string, group int) []string {
 	var out []string
+	dev := func(name string) string { return HostPath(root, root.Dev(name)) }
 	if ents, err := os.ReadDir(root.PCIDevice(a, "drm")); err == nil {
 		for _, e := range ents {
 			n := e.Name()
@@ -37,8 +45,25 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 			}
 		}
 	}
+	if ents, err := os.ReadDir(root.PCIDevice(a, "graphics")); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "fb") {
+				out = append(out, dev(e.Name()))
+			}
+		}
+	}
+	if ents, err := os.ReadDir(root.PCIDevice(a, "sound")); err == nil {
+		for _, e := range ents {
+			n, ok := strings.CutPrefix(e.Name(), "card")
+			if _, err := strconv.Atoi(n); !ok || err != nil {
+				continue
+			}
+			snd := HostPath(root, root.Dev("snd"))
+			out = append(out, snd+"/controlC"+n, snd+"/pcmC"+n+"D*", snd+"/hwC"+n+"D*")
+		}
+	}
 	if driver == "nvidia" {
-		out = append(out, HostPath(root, root.Dev("nvidia"))+"*")
+		out = append(out, dev("nvidia")+"*")
 	}
 	if group >= 0 {
 		out = append(out, HostPath(root, VFIODev(root, group)))

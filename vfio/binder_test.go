@@ -751,3 +751,29 @@ func BenchmarkBindUnbind(b *testing.B) {
 		}
 	}
 }
+
+// TestHeldHDARefusedBeforeAnyWrite: measured in the real-kernel lab, the kernel's unbind of an
+// HDA function blocks while a process holds its ALSA nodes and cannot be interrupted; so a
+// held /dev/snd/controlC0 must refuse the bind before any write, naming the process.
+func TestHeldHDARefusedBeforeAnyWrite(t *testing.T) {
+	tr, k, b, gpu, _ := consumer(t, "nvidia")
+	tr.HoldOpen(5150, "pulseaudio", "/dev/snd/controlC0")
+	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "pid 5150 (pulseaudio) has /dev/snd/controlC0 open") {
+		t.Fatalf("err = %v, want busy naming pid 5150", err)
+	}
+	if len(k.Writes()) != 0 {
+		t.Fatalf("refused bind wrote %v", k.Writes())
+	}
+	// A pcm node of the same card counts too; one of another card does not.
+	tr2, _, b2, gpu2, _ := consumer(t, "nvidia")
+	tr2.HoldOpen(5151, "speaker-test", "/dev/snd/pcmC0D3p")
+	if _, err := b2.Bind(ctx, []host.Address{gpu2}, BindOptions{DryRun: true}); !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("pcm node held: %v", err)
+	}
+	tr3, _, b3, gpu3, _ := consumer(t, "nvidia")
+	tr3.HoldOpen(5152, "aplay", "/dev/snd/pcmC1D3p")
+	if _, err := b3.Bind(ctx, []host.Address{gpu3}, BindOptions{DryRun: true}); err != nil {
+		t.Fatalf("another card's node held: %v", err)
+	}
+}

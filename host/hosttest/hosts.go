@@ -2,6 +2,7 @@ package hosttest
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -33,7 +34,24 @@ func (t *Tree) ConsumerGPU(portAddr, gpuAddr, gpuDriver string) (gpu, audio host
 	a.Function = 1
 	audio = t.AddPCI(PCI{Addr: a.String(), Parent: portAddr, Vendor: VendorNVIDIA, Device: 0x1aef, Class: 0x040300, Driver: "snd_hda_intel", Group: g,
 		BARs: []BARSpec{{Index: 0, Size: 16 << 10}}})
+	// snd_hda_intel registers an ALSA card for the function: .../sound/cardN.
+	t.mkdir(filepath.Join(t.devPath[audio], "sound", fmt.Sprintf("card%d", t.nextSoundCard)))
+	t.nextSoundCard++
 	return gpu, audio
+}
+
+// HoldOpen makes a fake process pid (command comm) hold the device node path (a host path such
+// as /dev/snd/controlC0) open, as /proc/PID/fd shows it.
+func (t *Tree) HoldOpen(pid int, comm, path string) {
+	t.WriteFile(fmt.Sprintf("proc/%d/comm", pid), comm+"\n")
+	fd := filepath.Join(t.Dir(), fmt.Sprintf("proc/%d/fd", pid))
+	if err := os.MkdirAll(fd, 0o755); err != nil {
+		t.tb.Fatal(err)
+	}
+	n, _ := os.ReadDir(fd)
+	if err := os.Symlink(path, filepath.Join(fd, fmt.Sprint(3+len(n)))); err != nil {
+		t.tb.Fatal(err)
+	}
 }
 
 // DatacenterGPU adds an NVIDIA A100 (3D controller, class 0302, no audio function) behind a new

@@ -27,6 +27,8 @@ type Tree struct {
 	native map[host.Address]string
 	// vfSpec remembers how to create VFs of a PF.
 	vfSpec map[host.Address]VFSpec
+	// nextSoundCard numbers the ALSA cards of HDA functions (sound/cardN).
+	nextSoundCard int
 }
 
 // New returns an empty host tree: an IOMMU (dmar0) with no groups yet, intel_iommu=on iommu=pt on
