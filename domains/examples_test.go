@@ -122,7 +122,7 @@ func TestExampleExpectations(t *testing.T) {
 		got[r.name] = r.xml
 	}
 	want := map[string][]string{
-		"passthrough.offline": {`<driver name="vfio">`, `managed="yes"`, `bus="0x17"`, `<rom bar="off">`},
+		"passthrough.offline": {`<driver name="vfio">`, `managed="no"`, `bus="0x17"`, `<rom bar="off">`},
 		"passthrough.host": {`bus="0x17"`, `<pcihole64 unit="KiB">268435456</pcihole64>`,
 			`<maxphysaddr mode="passthrough">`, `cpuset="16-31"`, `<memory mode="strict" nodeset="1">`, `<page size="1048576" unit="KiB">`},
 		"vgpu-desktop.offline":        {`type="mdev"`, `model="vfio-pci"`, `display="on"`, `ramfb="on"`, `<uuid>`, `<model type="none">`},

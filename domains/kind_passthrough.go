@@ -34,7 +34,7 @@ func (sriovVFKind) wants(GPU) bool       { return false } // a passthrough entry
 
 func (passthroughKind) resolve(r *resolver, i int, g GPU) (GPUAllocation, error) {
 	slots, err := r.passthrough(i, g.Passthrough)
-	ga := GPUAllocation{Kind: vgpu.Passthrough, Slots: slots}
+	ga := GPUAllocation{Kind: vgpu.Passthrough, Slots: slots, Managed: g.Passthrough.Managed}
 	if len(slots) == 1 && r.inv != nil {
 		if d := r.device(slots[0].Functions[0]); d != nil && d.PhysFn != nil {
 			ga.Kind = vgpu.SRIOVVF
@@ -55,7 +55,7 @@ func (passthroughKind) render(p *Builder, g GPU, ga GPUAllocation, d *libvirtxml
 		if err != nil {
 			return err
 		}
-		d.Devices.Hostdevs = append(d.Devices.Hostdevs, SlotHostdevs(s.Functions, at, true, g.Passthrough.ROM)...)
+		d.Devices.Hostdevs = append(d.Devices.Hostdevs, SlotHostdevs(s.Functions, at, g.Passthrough.Managed, g.Passthrough.ROM)...)
 	}
 	v.gpuDisplay = v.gpuDisplay || g.Passthrough.Primary
 	return nil
@@ -75,7 +75,12 @@ func (passthroughKind) claims(ga GPUAllocation) []ledger.Claim {
 	return out
 }
 
+// hostSteps binds each slot's whole IOMMU group, unless the entry hands the binding to libvirt
+// (managed: true), in which case libvirt detaches the functions itself at start.
 func (passthroughKind) hostSteps(ga GPUAllocation, _ *Numbering) ([]step.Step, []string, error) {
+	if ga.Managed {
+		return nil, nil, nil
+	}
 	var out []step.Step
 	for _, s := range ga.Slots {
 		out = append(out, step.BindGroup{Functions: s.Functions})

@@ -42,3 +42,33 @@ func TestKindsRegistered(t *testing.T) {
 		t.Error("an empty entry has a kind")
 	}
 }
+
+// TestPassthroughBindingOwner: by default vgpu-host owns the binding (a bind-group step, and
+// managed='no' so libvirt does not detach and reattach behind it); managed: true hands it to
+// libvirt (managed='yes', no bind-group step).
+func TestPassthroughBindingOwner(t *testing.T) {
+	for _, c := range []struct {
+		managed   bool
+		want      string
+		wantSteps int
+	}{{false, "no", 1}, {true, "yes", 0}} {
+		vm := &VM{APIVersion: APIVersion, Kind: Kind, Metadata: Metadata{Name: "own"}}
+		vm.Spec.VCPUs, vm.Spec.Memory = 1, MustSize("1GiB")
+		vm.Spec.GPUs = []GPU{{Passthrough: &Passthrough{Address: "0000:41:00.0", Managed: c.managed}}}
+		alloc, err := Resolve(vm, nil, ResolveOptions{Offline: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Build(vm, alloc, BuildOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(d.Devices.Hostdevs); n != 1 || d.Devices.Hostdevs[0].Managed != c.want {
+			t.Errorf("managed %v: hostdevs %d, managed=%q, want %q", c.managed, n, d.Devices.Hostdevs[0].Managed, c.want)
+		}
+		steps, _, err := alloc.HostSteps(&Numbering{})
+		if err != nil || len(steps) != c.wantSteps {
+			t.Errorf("managed %v: host steps %v (%v), want %d", c.managed, steps, err, c.wantSteps)
+		}
+	}
+}

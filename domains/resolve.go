@@ -40,6 +40,9 @@ type GPUAllocation struct {
 	Slots []Slot `json:"slots,omitempty"`
 	// Mdevs are the mediated devices (kind mdev).
 	Mdevs []MdevAllocation `json:"mdevs,omitempty"`
+	// Managed is true when libvirt owns the binding of the entry's functions (passthrough with
+	// managed: true); vgpu-host then binds nothing for it.
+	Managed bool `json:"managed,omitempty"`
 	// FellBack is true when the entry asked for a GPU or vGPU and got virtio-gpu instead.
 	FellBack bool   `json:"fell_back,omitempty"`
 	Reason   string `json:"reason,omitempty"`

@@ -147,6 +147,12 @@ type Passthrough struct {
 	ROM        *ROM  `yaml:"rom,omitempty" json:"rom,omitempty"`
 	// Primary makes the GPU the VM's only display (no emulated VGA).
 	Primary bool `yaml:"primary,omitempty" json:"primary,omitempty"`
+	// Managed hands the binding to libvirt (managed='yes': libvirt detaches the functions at
+	// every start and reattaches them at every stop). By default vgpu-host owns it: apply binds
+	// the whole IOMMU group with its own checks and exact restore, the domain gets
+	// managed='no', and destroy restores every function's driver. apply runs every safety
+	// check either way.
+	Managed bool `yaml:"managed,omitempty" json:"managed,omitempty"`
 }
 
 // ROM controls the option ROM of a passed-through GPU.
