@@ -201,6 +201,9 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 		if err != nil {
 			return err
 		}
+		if err := plan.Refused(); err != nil {
+			return err
+		}
 		c.plan = plan
 		e := b.VMs[name]
 		if e != nil {
@@ -446,6 +449,8 @@ func (e *stepEnv) Host(what string) (step.HostPrep, error) {
 }
 
 func (e *stepEnv) SeedISO() ([]byte, error) { return seedOf(e.spec).ISO() }
+
+func (e *stepEnv) Forced() []string { return e.l.o.Force }
 
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
 func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.Step) error {

@@ -27,9 +27,15 @@ func NewSysfsPrep(root host.Root, w host.Writer, m host.ModuleLoader) *SysfsPrep
 	}
 }
 
-// BindGroup binds the whole IOMMU groups of addrs to vfio-pci for vm.
-func (p *SysfsPrep) BindGroup(ctx context.Context, vm string, addrs []host.Address) error {
-	if _, err := p.Binder.Bind(ctx, addrs, vfio.BindOptions{Owner: vm}); err != nil {
+// Preflight returns the binder's safety refusals for the groups of addrs, changing nothing.
+func (p *SysfsPrep) Preflight(_ context.Context, addrs []host.Address) ([]vfio.Refusal, error) {
+	return p.Binder.Preflight(addrs)
+}
+
+// BindGroup binds the whole IOMMU groups of addrs to vfio-pci for vm, past the checks force
+// names.
+func (p *SysfsPrep) BindGroup(ctx context.Context, vm string, addrs []host.Address, force []string) error {
+	if _, err := p.Binder.Bind(ctx, addrs, vfio.BindOptions{Owner: vm, ForceChecks: force}); err != nil {
 		return fmt.Errorf("bind %s for %s: %w", step.JoinAddrs(addrs), vm, err)
 	}
 	return nil

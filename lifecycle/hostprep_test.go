@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -313,5 +314,72 @@ func TestVendorVGPUCrashAtEveryStep(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestRefusalsPlannedAndNamedForce: plan shows every safety refusal before anything changes
+// (here the boot VGA, and the HDMI audio function's ALSA node held by a process); apply refuses
+// on the same grounds and writes nothing; each --force=NAME overrides its own refusal only.
+func TestRefusalsPlannedAndNamedForce(t *testing.T) {
+	tree := hosttest.New(t)
+	gpu, audio := tree.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
+	tree.WriteFile("sys/bus/pci/devices/0000:01:00.0/boot_vga", "1\n")
+	tree.HoldOpen(4711, "pulseaudio", "/dev/snd/controlC0")
+	k := hosttest.NewKernel(tree)
+	conn := virt.NewFake("kvm", "qemu")
+	ctx := context.Background()
+	vm := spec(t, "vgpuhost-test-refuse", anyNvidia)
+	lc := func(force ...string) *Lifecycle {
+		return New(Options{Root: tree.Root, Conn: conn, Host: NewSysfsPrep(tree.Root, k, k), Ledger: ledger.Open(tree.Root), Force: force})
+	}
+
+	plans, err := lc().Plan(ctx, []*domains.VM{vm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := map[string]bool{}
+	for _, r := range plans[0].Refusals {
+		checks[r.Check] = true
+		if r.Check == vfio.CheckHeld && (len(r.Holders) != 1 || r.Holders[0].PID != 4711 || *r.Address != audio) {
+			t.Errorf("held refusal %+v, want pid 4711 on %s", r, audio)
+		}
+		if r.Check == vfio.CheckBootVGA && *r.Address != gpu {
+			t.Errorf("boot-vga refusal on %s", r.Address)
+		}
+	}
+	if !checks[vfio.CheckBootVGA] || !checks[vfio.CheckHeld] || len(plans[0].Forced) != 0 {
+		t.Fatalf("plan refusals %+v forced %v, want boot-vga and held", plans[0].Refusals, plans[0].Forced)
+	}
+	if err := plans[0].Refused(); !errors.Is(err, host.ErrRefused) {
+		t.Fatalf("plan's verdict %v, want refused", err)
+	}
+
+	_, err = lc().Apply(ctx, vm)
+	if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), "--force=boot-vga,held") {
+		t.Fatalf("apply: %v, want refused naming --force=boot-vga,held", err)
+	}
+	_, err = lc(vfio.CheckBootVGA).Apply(ctx, vm)
+	if !errors.Is(err, host.ErrBusy) || errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), "pid 4711 (pulseaudio)") {
+		t.Fatalf("apply --force=boot-vga: %v, want busy naming pid 4711", err)
+	}
+	if w := k.Writes(); len(w) != 0 || len(conn.Domains()) != 0 {
+		t.Fatalf("refused applies changed the host: writes %v, domains %v", w, conn.Domains())
+	}
+	if b, _ := ledger.Open(tree.Root).Read(); len(b.VMs) != 0 {
+		t.Fatalf("refused applies claimed: %v", b.VMs)
+	}
+
+	res, err := lc(vfio.CheckBootVGA, vfio.CheckHeld).Apply(ctx, vm)
+	if err != nil || !res.Changed {
+		t.Fatalf("apply --force=boot-vga,held: %+v %v", res, err)
+	}
+	if d, _ := host.LinkBase(tree.Root.PCIDevice(gpu, "driver")); d != "vfio-pci" {
+		t.Fatalf("GPU on %q after the forced apply", d)
+	}
+	if _, err := lc().Destroy(ctx, vm.Metadata.Name); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := host.LinkBase(tree.Root.PCIDevice(audio, "driver")); d != "snd_hda_intel" {
+		t.Fatalf("audio on %q after destroy", d)
 	}
 }

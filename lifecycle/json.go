@@ -14,6 +14,7 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 	q := plain(p)
 	q.Claims = nonNil(q.Claims)
 	q.Steps = nonNil(q.Steps)
+	q.Refusals = nonNil(q.Refusals)
 	if q.Alloc != nil && q.Alloc.GPUs == nil {
 		a := *q.Alloc
 		a.GPUs = nonNil(a.GPUs)

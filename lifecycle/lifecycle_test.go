@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -26,6 +27,12 @@ type fakeHost struct {
 	mdevs map[string]string // uuid -> type
 	vgpus map[string]string // VF -> type
 	fail  string            // action to fail
+	// refuse are the refusals Preflight reports for every group.
+	refuse []vfio.Refusal
+}
+
+func (h *fakeHost) Preflight(context.Context, []host.Address) ([]vfio.Refusal, error) {
+	return h.refuse, nil
 }
 
 func newFakeHost() *fakeHost {
@@ -46,7 +53,7 @@ func (h *fakeHost) ClearVGPU(_ context.Context, _ string, vf host.Address, _ str
 	return nil
 }
 
-func (h *fakeHost) BindGroup(_ context.Context, vm string, addrs []host.Address) error {
+func (h *fakeHost) BindGroup(_ context.Context, vm string, addrs []host.Address, _ []string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fail == string(step.ActBindGroup) {

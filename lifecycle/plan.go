@@ -29,6 +29,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -61,6 +62,9 @@ type Options struct {
 	VirtType string
 	// NoStart defines without starting.
 	NoStart bool
+	// Force names the safety checks apply may go past (vfio.CheckBootVGA, vfio.CheckHeld, ...):
+	// each overrides its own refusal only.
+	Force []string
 	// Pool names the dir pool for overlays and seeds (default DefaultPool) at PoolDir
 	// (default ROOT/var/lib/vgpu-host/images).
 	Pool    string
@@ -111,7 +115,12 @@ type Plan struct {
 	Steps    []step.Planned      `json:"steps"`
 	// Fallback says, per gpus[] entry that fell back to virtio-gpu, why.
 	Fallback []string `json:"fallback,omitempty"`
-	XML      string   `json:"-"`
+	// Refusals are the safety checks that refuse this plan (boot VGA, host-critical group
+	// members, held device nodes, missing interrupt remapping), found before anything changes;
+	// Forced are those the options override. apply refuses while one is not forced.
+	Refusals []vfio.Refusal `json:"refusals"`
+	Forced   []string       `json:"forced,omitempty"`
+	XML      string         `json:"-"`
 }
 
 // specHash identifies a spec and the choices that shape its domain.
@@ -297,6 +306,9 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 	}
 	p.Alloc.Notes = append(p.Alloc.Notes, notes...)
 	p.add(hostSteps...)
+	if err := l.preflight(ctx, p); err != nil {
+		return nil, err
+	}
 	storage, err := l.storageSteps(vm)
 	if err != nil {
 		return nil, err
@@ -310,6 +322,58 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inven
 		p.add(step.Start{VM: name})
 	}
 	return p, nil
+}
+
+// preflight runs the binder's safety checks for every group the plan binds, and for every
+// passthrough slot libvirt will bind itself (managed: true), before anything changes.
+func (l *Lifecycle) preflight(ctx context.Context, p *Plan) error {
+	if l.o.Host == nil {
+		return nil
+	}
+	var groups [][]host.Address
+	for _, s := range p.Steps {
+		if b, ok := s.Step.(step.BindGroup); ok {
+			groups = append(groups, b.Functions)
+		}
+	}
+	for _, g := range p.Alloc.GPUs {
+		if g.Managed {
+			for _, s := range g.Slots {
+				groups = append(groups, s.Functions)
+			}
+		}
+	}
+	for _, fs := range groups {
+		rs, err := l.o.Host.Preflight(ctx, fs)
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if slices.Contains(l.o.Force, r.Check) {
+				if !slices.Contains(p.Forced, r.Check) {
+					p.Forced = append(p.Forced, r.Check)
+				}
+			}
+			p.Refusals = append(p.Refusals, r)
+		}
+	}
+	return nil
+}
+
+// Refused returns the error apply gives for the plan's refusals that are not forced: busy
+// (host.ErrBusy, exit 5) when processes hold the devices and nothing else refuses, refused
+// (host.ErrRefused, exit 4) otherwise; nil when there are none.
+func (p *Plan) Refused() error {
+	var rs []vfio.Refusal
+	for _, r := range p.Refusals {
+		if !slices.Contains(p.Forced, r.Check) {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return vfio.RefusalError("apply "+p.VM, rs)
 }
 
 // add appends steps to the plan.

@@ -38,7 +38,7 @@ func (s BindGroup) Do(ctx context.Context, env Env) error {
 	if err != nil {
 		return err
 	}
-	return h.BindGroup(ctx, env.VM(), s.Functions)
+	return h.BindGroup(ctx, env.VM(), s.Functions, env.Forced())
 }
 
 // Undo implements Step.

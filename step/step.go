@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -41,8 +42,12 @@ const (
 // first, so calling it twice (or undoing something never done) is harmless. vm is the owner
 // every record names, so only that VM's release undoes it.
 type HostPrep interface {
+	// Preflight returns every safety check that refuses binding the IOMMU groups of addrs,
+	// changing nothing.
+	Preflight(ctx context.Context, addrs []host.Address) ([]vfio.Refusal, error)
 	// BindGroup binds the IOMMU groups of addrs to vfio-pci, remembering original drivers.
-	BindGroup(ctx context.Context, vm string, addrs []host.Address) error
+	// force names the safety checks the user overrode (vfio.CheckBootVGA, ...).
+	BindGroup(ctx context.Context, vm string, addrs []host.Address, force []string) error
 	// RestoreGroup gives the functions of addrs' groups back to their original drivers.
 	RestoreGroup(ctx context.Context, vm string, addrs []host.Address) error
 	// CreateMdev creates vm's mdev instance number index (its UUID is uuid) of type typ on parent.
@@ -73,6 +78,8 @@ type Env interface {
 	SeedISO() ([]byte, error)
 	// DomainXML is the domain to define.
 	DomainXML() string
+	// Forced names the safety checks the user overrode (apply --force=NAME).
+	Forced() []string
 }
 
 // Step is one change of a plan.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +32,9 @@ type BindOptions struct {
 	// Force turns safety refusals (boot VGA, host-critical devices, held devices, missing
 	// interrupt remapping) into warnings.
 	Force bool
+	// ForceChecks turns only the refusals of these checks (CheckBootVGA, CheckHeld, ...) into
+	// warnings: apply's --force=NAME.
+	ForceChecks []string
 	// Persist makes the binding survive a reboot (driverctl override + modprobe softdep).
 	Persist bool
 	// DryRun records the exact writes and changes nothing (no ledger, no lock, no files).
@@ -113,6 +117,11 @@ type Result struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Ledger is the state file path.
 	Ledger string `json:"ledger"`
+}
+
+// forced reports whether the options override a refusal of check.
+func (o BindOptions) forced(check string) bool {
+	return o.Force || slices.Contains(o.ForceChecks, check)
 }
 
 func (b *Binder) timeout() time.Duration {
@@ -236,44 +245,11 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	}
 	defer unlock()
 	res := r.res
-
-	// Plan: which functions move, and may they?
-	moves := map[int][]host.GroupMember{}
-	var fixes []host.Address
-	var refusals []Refusal
-	for _, g := range groups {
-		for _, m := range g.Members {
-			c := Change{Address: m.Address, Group: g.ID, From: m.Driver, To: m.Driver}
-			switch {
-			case m.IsBridge:
-				c.Note = "bridge stays on " + orNone(m.Driver)
-			case m.Driver == DriverName:
-				c.Note = "already bound"
-				if _, ours := r.ledger.Lookup(m.Address); ours && m.DriverOverride != DriverName {
-					// An interrupted unbind cleared the override but did not get to move the
-					// function: set it again so a re-probe keeps the function on vfio-pci.
-					c.Note = "already bound; driver_override set again"
-					fixes = append(fixes, m.Address)
-				}
-			default:
-				c.To, c.Changed = DriverName, true
-				moves[g.ID] = append(moves[g.ID], m)
-			}
-			res.Devices = append(res.Devices, c)
-		}
-		refusals = append(refusals, bindRefusals(b.Root, g, moves[g.ID])...)
-	}
+	pf := preflight(b.Root, groups, r.ledger)
+	res.Devices, res.Warnings = pf.devices, append(res.Warnings, pf.warnings...)
+	moves, fixes := pf.moves, pf.fixes
 	anyMove := len(moves) > 0
-	if anyMove {
-		ir, warn := interruptRemapping(b.Root)
-		if ir != nil {
-			refusals = append(refusals, *ir)
-		}
-		if warn != "" {
-			res.Warnings = append(res.Warnings, warn)
-		}
-	}
-	if err := r.refuseOrWarn("bind "+addrList(addrs), refusals, opts.Force); err != nil {
+	if err := r.refuseOrWarn("bind "+addrList(addrs), pf.refusals, opts.forced); err != nil {
 		return res, err
 	}
 
@@ -309,6 +285,70 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 		return res, nil
 	}
 	return res, r.verifyBound(ctx, groups)
+}
+
+// bindPlan is what a bind of some groups would do and what refuses it, decided before any
+// write.
+type bindPlan struct {
+	devices  []Change
+	moves    map[int][]host.GroupMember // by group: the functions that move to vfio-pci
+	fixes    []host.Address             // on vfio-pci for vgpu-host, override to set again
+	refusals []Refusal
+	warnings []string
+}
+
+// preflight decides, for every member of groups, whether it moves, and runs every safety check
+// a move needs: boot VGA, host-critical classes, mounts and routes, held device nodes, and
+// interrupt remapping. It reads the host and writes nothing.
+func preflight(root host.Root, groups []*host.Group, l *Ledger) bindPlan {
+	p := bindPlan{moves: map[int][]host.GroupMember{}}
+	for _, g := range groups {
+		for _, m := range g.Members {
+			c := Change{Address: m.Address, Group: g.ID, From: m.Driver, To: m.Driver}
+			switch {
+			case m.IsBridge:
+				c.Note = "bridge stays on " + orNone(m.Driver)
+			case m.Driver == DriverName:
+				c.Note = "already bound"
+				if _, ours := l.Lookup(m.Address); ours && m.DriverOverride != DriverName {
+					// An interrupted unbind cleared the override but did not get to move the
+					// function: set it again so a re-probe keeps the function on vfio-pci.
+					c.Note = "already bound; driver_override set again"
+					p.fixes = append(p.fixes, m.Address)
+				}
+			default:
+				c.To, c.Changed = DriverName, true
+				p.moves[g.ID] = append(p.moves[g.ID], m)
+			}
+			p.devices = append(p.devices, c)
+		}
+		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID])...)
+	}
+	if len(p.moves) > 0 {
+		ir, warn := interruptRemapping(root)
+		if ir != nil {
+			p.refusals = append(p.refusals, *ir)
+		}
+		if warn != "" {
+			p.warnings = append(p.warnings, warn)
+		}
+	}
+	return p
+}
+
+// Preflight returns every safety check that would refuse a bind of the IOMMU groups of addrs,
+// without changing anything (no lock, no write): what `plan` shows before `apply` binds. An
+// address that does not exist, or a host without IOMMU, is the error.
+func (b *Binder) Preflight(addrs []host.Address) ([]Refusal, error) {
+	groups, err := groupsOf(b.Root, addrs)
+	if err != nil {
+		return nil, err
+	}
+	l, err := LoadLedger(b.Root)
+	if err != nil {
+		return nil, err
+	}
+	return preflight(b.Root, groups, l).refusals, nil
 }
 
 // ensureVFIOLoaded loads vfio-pci when ROOT/sys/bus/pci/drivers/vfio-pci is missing.

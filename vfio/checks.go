@@ -2,6 +2,7 @@ package vfio
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -11,7 +12,7 @@ import (
 const (
 	CheckBootVGA      = "boot-vga"
 	CheckHostCritical = "host-critical"
-	CheckHeld         = "held-open"
+	CheckHeld         = "held"
 	CheckIntRemap     = "interrupt-remapping"
 	CheckNotInLedger  = "not-in-ledger"
 	CheckOwner        = "owner"
@@ -34,21 +35,25 @@ func (r Refusal) String() string {
 	return r.Reason
 }
 
-// refusalError turns refusals into one error: host.ErrBusy when processes hold the devices and
+// RefusalError turns refusals into one error (what bind, unbind and apply return): host.ErrBusy when processes hold the devices and
 // nothing else refused (exit 5), host.ErrRefused otherwise (exit 4).
-func refusalError(op string, rs []Refusal) error {
+func RefusalError(op string, rs []Refusal) error {
 	var b strings.Builder
 	busyOnly := true
+	var names []string
 	for _, r := range rs {
+		if !slices.Contains(names, r.Check) {
+			names = append(names, r.Check)
+		}
 		fmt.Fprintf(&b, "\n  - [%s] %s", r.Check, r)
 		if r.Check != CheckHeld {
 			busyOnly = false
 		}
 	}
 	if busyOnly {
-		return fmt.Errorf("%s: %w:%s\n  (stop those processes, or re-run with --force to try anyway; the unbind then waits up to --timeout)", op, host.ErrBusy, b.String())
+		return fmt.Errorf("%s: %w:%s\n  (stop those processes, or re-run with --force (bind) or --force=held (apply) to try anyway; the unbind then waits up to --timeout)", op, host.ErrBusy, b.String())
 	}
-	return fmt.Errorf("%s: %w:%s\n  (re-run with --force if you mean it; docs/vfio.md explains each check)", op, host.ErrRefused, b.String())
+	return fmt.Errorf("%s: %w:%s\n  (re-run with --force (bind) or --force=%s (apply) if you mean it; docs/vfio.md explains each check)", op, host.ErrRefused, b.String(), strings.Join(names, ","))
 }
 
 // hostCriticalClass names the device classes the host usually cannot live without.

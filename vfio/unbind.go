@@ -26,7 +26,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	}
 	defer unlock()
 	targets, refusals := r.unbindTargets(groups, addrs, opts)
-	if err := r.refuseOrWarn("unbind "+addrList(addrs), refusals, opts.Force); err != nil {
+	if err := r.refuseOrWarn("unbind "+addrList(addrs), refusals, func(string) bool { return opts.Force }); err != nil {
 		return r.res, err
 	}
 	errs := []error{r.restoreTargets(ctx, targets)}
@@ -125,24 +125,27 @@ func (r *run) unbindMember(g *host.Group, m host.GroupMember, named bool, opts U
 	return c, nil, rs
 }
 
-// refuseOrWarn turns refusals into the error (without force) or into warnings (with it).
-func (r *run) refuseOrWarn(op string, refusals []Refusal, force bool) error {
-	if len(refusals) == 0 {
+// refuseOrWarn turns the refusals forced does not override into the error, and those it does
+// into warnings.
+func (r *run) refuseOrWarn(op string, refusals []Refusal, forced func(check string) bool) error {
+	var refused []Refusal
+	for _, rf := range refusals {
+		if forced(rf.Check) {
+			r.res.Warnings = append(r.res.Warnings, "forced past ["+rf.Check+"] "+rf.String())
+		} else {
+			refused = append(refused, rf)
+		}
+	}
+	if len(refused) == 0 {
 		return nil
 	}
-	if !force {
-		err := refusalError(op, refusals)
-		for _, rf := range refusals {
-			if rf.Check == CheckNotInLedger {
-				return fmt.Errorf("%w (%w)", err, ErrNotInLedger)
-			}
+	err := RefusalError(op, refused)
+	for _, rf := range refused {
+		if rf.Check == CheckNotInLedger {
+			return fmt.Errorf("%w (%w)", err, ErrNotInLedger)
 		}
-		return err
 	}
-	for _, rf := range refusals {
-		r.res.Warnings = append(r.res.Warnings, "forced past ["+rf.Check+"] "+rf.String())
-	}
-	return nil
+	return err
 }
 
 // restoreTargets restores the targets, last first. A function that cannot be restored stays
