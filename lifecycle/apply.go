@@ -11,6 +11,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -91,6 +92,7 @@ func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*ApplyResult, er
 		return &ApplyResult{VM: vm.Metadata.Name}, fmt.Errorf("apply %s: %w", vm.Metadata.Name, err)
 	}
 	defer unlock()
+	l.checked = map[string][]vfio.Refusal{}
 	return l.apply(ctx, vm)
 }
 
@@ -178,8 +180,32 @@ func (l *Lifecycle) claim(ctx context.Context, vm *domains.VM, res *ApplyResult)
 
 // claimOnce is one claiming transaction: errNoop with the phase when an interrupted apply or
 // destroy must be converged first, errTeardown when the devices changed.
+//
+// Everything that asks libvirt (the domain type, the domains vgpu-host did not create, whether
+// a domain of this name exists) is asked before the ledger's lock is taken, so a slow libvirtd
+// never stalls every other vgpu-host on the host; the transaction itself decides from the
+// ledger as it finds it.
 func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inventory) (c claimed, interrupted string, err error) {
 	name := vm.Metadata.Name
+	vt, err := l.virtType(ctx, vm)
+	if err != nil {
+		return c, "", err
+	}
+	before, err := l.o.Ledger.Read()
+	if err != nil {
+		return c, "", err
+	}
+	// Devices of domains vgpu-host did not create only matter to an allocation that takes
+	// devices: look (one XML per domain on the connection) only when it claims something.
+	var fp map[host.Address]string
+	var fm map[string]string
+	if p, err := l.resolve(ctx, vm, vt, inv, before, nil, nil); err != nil || len(p.Claims) > 0 {
+		if fp, fm, err = l.foreign(ctx, before); err != nil {
+			return c, "", err
+		}
+	}
+	_, serr := l.o.Conn.State(ctx, name)
+	domainExists := serr == nil
 	err = l.o.Ledger.Update(func(b *ledger.Book) error {
 		// An interrupted apply or destroy of this VM (we hold its lock, so its process is
 		// gone): undo its journal before anything else.
@@ -187,17 +213,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 			interrupted = e.Phase
 			return errNoop
 		}
-		// Devices of domains vgpu-host did not create only matter to an allocation that
-		// takes devices: resolve without them first, and look (one XML per domain on the
-		// connection) only when the allocation claims something.
-		plan, err := l.resolve(ctx, vm, inv, b, nil, nil)
-		if err == nil && len(plan.Claims) > 0 {
-			fp, fm, ferr := l.foreign(ctx, b)
-			if ferr != nil {
-				return ferr
-			}
-			plan, err = l.resolve(ctx, vm, inv, b, fp, fm)
-		}
+		plan, err := l.resolve(ctx, vm, vt, inv, b, fp, fm)
 		if err != nil {
 			return err
 		}
@@ -217,10 +233,8 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 			}
 		}
 		c.fresh = e == nil
-		if c.fresh {
-			if _, err := l.o.Conn.State(ctx, name); err == nil {
-				return fmt.Errorf("domain %s exists and vgpu-host did not create it (not in the ledger): %w", name, host.ErrBusy)
-			}
+		if c.fresh && domainExists {
+			return fmt.Errorf("domain %s exists and vgpu-host did not create it (not in the ledger): %w", name, host.ErrBusy)
 		}
 		if err := b.Claim(name, plan.Claims...); err != nil {
 			return err

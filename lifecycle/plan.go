@@ -86,6 +86,9 @@ type Options struct {
 type Lifecycle struct {
 	o     Options
 	taken int // steps taken by this process (for CrashAt)
+	// checked holds the preflight refusals of each group read in this call (apply resolves
+	// twice, before and inside its ledger transaction; the binder checks again when it binds).
+	checked map[string][]vfio.Refusal
 }
 
 // New returns a Lifecycle.
@@ -102,7 +105,7 @@ func New(o Options) *Lifecycle {
 	if o.Ledger == nil {
 		o.Ledger = ledger.Open(o.Root)
 	}
-	return &Lifecycle{o: o}
+	return &Lifecycle{o: o, checked: map[string][]vfio.Refusal{}}
 }
 
 // Plan is what apply would do for one VM.
@@ -265,13 +268,10 @@ func (l *Lifecycle) buildOpts() domains.BuildOptions {
 	return domains.BuildOptions{ImagesDir: l.o.PoolDir}
 }
 
-// resolve resolves vm against inv and the book, and lists the steps.
-func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*Plan, error) {
+// resolve resolves vm (domain type vt) against inv and the book, and lists the steps. It asks
+// libvirt nothing, so apply can call it while it holds the ledger's lock.
+func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*Plan, error) {
 	name := vm.Metadata.Name
-	vt, err := l.virtType(ctx, vm)
-	if err != nil {
-		return nil, err
-	}
 	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI)})
 	if err != nil {
 		if errors.Is(err, host.ErrNotFound) && len(book.VMs)+len(foreignPCI) > 0 {
@@ -344,9 +344,14 @@ func (l *Lifecycle) preflight(ctx context.Context, p *Plan) error {
 		}
 	}
 	for _, fs := range groups {
-		rs, err := l.o.Host.Preflight(ctx, fs)
-		if err != nil {
-			return err
+		key := step.JoinAddrs(fs)
+		rs, ok := l.checked[key]
+		if !ok {
+			var err error
+			if rs, err = l.o.Host.Preflight(ctx, fs); err != nil {
+				return err
+			}
+			l.checked[key] = rs
 		}
 		for _, r := range rs {
 			if slices.Contains(l.o.Force, r.Check) {
@@ -447,6 +452,7 @@ func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string
 
 // Plan returns what Apply would do for each spec, changing nothing.
 func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error) {
+	l.checked = map[string][]vfio.Refusal{}
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {
 		return nil, fmt.Errorf("scan host: %w", err)
@@ -461,7 +467,11 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 	}
 	var out []*Plan
 	for _, vm := range vms {
-		p, err := l.resolve(ctx, vm, inv, book, fp, fm)
+		vt, err := l.virtType(ctx, vm)
+		if err != nil {
+			return out, fmt.Errorf("plan %s: %w", vm.Metadata.Name, err)
+		}
+		p, err := l.resolve(ctx, vm, vt, inv, book, fp, fm)
 		if err != nil {
 			return out, fmt.Errorf("plan %s: %w", vm.Metadata.Name, err)
 		}
