@@ -218,7 +218,7 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 		id := ids[i]
 		if err := m.write(ctx, filepath.Join(typeDir, "create"), id); err != nil {
 			uerr := rv.fail()
-			return nil, errors.Join(mdevCreateErr(p, t, id, typeDir, err), undoErr(uerr))
+			return nil, errors.Join(mdevCreateErr(p, t, id, typeDir, err, m.undoNote(len(rv.undo), "instance(s)")), undoErr(uerr))
 		}
 		rv.add(func() error {
 			return m.write(context.WithoutCancel(ctx), m.Root.Sys("bus", "mdev", "devices", id, "remove"), "1")
@@ -237,6 +237,21 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 	return out, nil
 }
 
+// undoNote says, for an error that stops a multi-step create, what happens to the n steps this
+// call made before it: undone (the caller's revert runs next), nothing to undo, or, in a dry
+// run, nothing changed at all (the writes were only recorded).
+func (m *Manager) undoNote(n int, what string) string {
+	switch {
+	case m.DryRun && n > 0:
+		return fmt.Sprintf("nothing was changed (dry run; a real run would undo the %d %s made before this)", n, what)
+	case m.DryRun:
+		return "nothing was changed (dry run)"
+	case n == 0:
+		return "nothing was changed"
+	}
+	return fmt.Sprintf("undid the %d %s this call made", n, what)
+}
+
 func undoErr(err error) error {
 	if err == nil {
 		return nil
@@ -244,12 +259,14 @@ func undoErr(err error) error {
 	return fmt.Errorf("undo also failed, check by hand: %w", err)
 }
 
-func mdevCreateErr(p Parent, t Type, id, typeDir string, err error) error {
+// mdevCreateErr explains a failed create write; undone says what became of this call's
+// earlier instances (undoNote).
+func mdevCreateErr(p Parent, t Type, id, typeDir string, err error, undone string) error {
 	where := filepath.Join(typeDir, "create")
 	switch errno(err) {
 	case syscall.EUSERS, syscall.ENOSPC:
-		return fmt.Errorf("create mdev %s (%s on %s) via %s: %w: the parent has no room left for this type (another type may be running on it); undid this call's instances: %w",
-			id, t.ID, p.Name, where, host.ErrBusy, err)
+		return fmt.Errorf("create mdev %s (%s on %s) via %s: %w: the parent has no room left for this type (another type may be running on it); %s: %w",
+			id, t.ID, p.Name, where, host.ErrBusy, undone, err)
 	case syscall.EEXIST:
 		return fmt.Errorf("create mdev %s via %s: %w: the UUID is already in use: %w", id, where, host.ErrBusy, err)
 	case syscall.ENOENT, syscall.ENODEV:

@@ -317,8 +317,8 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 				break
 			}
 			if free == nil {
-				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); undid this call's assignments",
-					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID)
+				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); %s",
+					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID, m.undoNote(len(rv.undo), "VF assignment(s)"))
 			}
 			a := free.Address
 			taken[a.String()] = true
