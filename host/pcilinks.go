@@ -91,8 +91,8 @@ func ListPCIFunctions(root Root) ([]Address, error) {
 	return out, nil
 }
 
-// PCIDriverRegistered reports whether the PCI driver name is registered with the kernel (its
-// ROOT/sys/bus/pci/drivers/NAME exists): loaded, or built in.
-func PCIDriverRegistered(root Root, name string) bool {
-	return Exists(root.PCIDriver(name))
-}
+// DriverLoaded reports whether PCI driver name is registered (ROOT/sys/bus/pci/drivers/NAME).
+//
+// Merge note: main's host/pci.go has this same function (moved there from vfio); when both
+// meet, keep that one and delete this copy.
+func DriverLoaded(root Root, name string) bool { return Exists(root.PCIDriver(name)) }

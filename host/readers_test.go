@@ -15,7 +15,7 @@ import (
 )
 
 // The readers package mdev uses between its writes: ReadFunctionLinks, ListPCIFunctions,
-// PCIDriverRegistered, ReadSRIOV, ReadVFs, SRIOV.VFAddresses, IsVendorVF,
+// DriverLoaded, ReadSRIOV, ReadVFs, SRIOV.VFAddresses, IsVendorVF,
 // ReadCurrentVGPUType and ReadMdevInstances, on fake trees and the real-kernel snapshot.
 
 func labSnapshot(t *testing.T) host.Root {
@@ -102,11 +102,11 @@ func TestListPCIFunctions(t *testing.T) {
 	}
 }
 
-func TestPCIDriverRegistered(t *testing.T) {
+func TestDriverLoadedFollowsDriversDir(t *testing.T) {
 	tr := hosttest.New(t)
 	tr.LoadDriver("vfio-pci")
-	if !host.PCIDriverRegistered(tr.Root, "vfio-pci") || host.PCIDriverRegistered(tr.Root, "no-such-driver") {
-		t.Error("PCIDriverRegistered does not follow ROOT/sys/bus/pci/drivers")
+	if !host.DriverLoaded(tr.Root, "vfio-pci") || host.DriverLoaded(tr.Root, "no-such-driver") {
+		t.Error("DriverLoaded does not follow ROOT/sys/bus/pci/drivers")
 	}
 }
 

@@ -411,7 +411,7 @@ func (m *Manager) bindVFIO(ctx context.Context, vf host.Address) error {
 	if m.driverOf(vf) == DriverVFIO {
 		return nil
 	}
-	if !host.PCIDriverRegistered(m.Root, DriverVFIO) {
+	if !host.DriverLoaded(m.Root, DriverVFIO) {
 		return fmt.Errorf("bind VF %s to vfio-pci: %w: the vfio-pci driver is not loaded (%s missing; run modprobe vfio-pci)", vf, host.ErrNotReady, m.Root.PCIDriver(DriverVFIO))
 	}
 	t := m.timeout()
