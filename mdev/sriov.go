@@ -75,6 +75,9 @@ type DisableOptions struct {
 // SR-IOV capability.
 func (m *Manager) ReadPF(a host.Address) (PF, error) {
 	sr, _, err := host.ReadSRIOV(m.Root, a)
+	if errors.Is(err, host.ErrNotFound) {
+		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: no %s", a, host.ErrNotFound, m.Root.PCIDevice(a))
+	}
 	if err != nil {
 		return PF{}, fmt.Errorf("SR-IOV PF %s: %w", a, err)
 	}
