@@ -174,7 +174,7 @@ func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*De
 	if d.Mdev != nil {
 		free := d.Mdev.Capacity()
 		g.Capabilities = append(g.Capabilities, CapMdev)
-		details = append(details, fmt.Sprintf("%d mdev types, up to %d instances available (of one type: the types are alternatives)", len(d.Mdev.Types), free))
+		details = append(details, fmt.Sprintf("%d mdev types, up to %d instances of one type available", len(d.Mdev.Types), free))
 		if free > 0 {
 			g.Assignable = true
 		}
