@@ -171,12 +171,9 @@ func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*De
 		fixes = append(fixes, "keep it for the host, or pass it through with --force after moving the console (video=efifb:off) to another GPU")
 	}
 	if d.Mdev != nil {
-		free := 0
-		for _, t := range d.Mdev.Types {
-			free += t.AvailableInstances
-		}
+		free := d.Mdev.Capacity()
 		g.Capabilities = append(g.Capabilities, CapMdev)
-		details = append(details, fmt.Sprintf("%d mdev types, %d instances available", len(d.Mdev.Types), free))
+		details = append(details, fmt.Sprintf("%d mdev types, up to %d instances of one type available", len(d.Mdev.Types), free))
 		if free > 0 {
 			g.Assignable = true
 		}
@@ -202,7 +199,7 @@ func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*De
 			}
 		}
 		if d.SRIOV.NumVFs == 0 {
-			fixes = append(fixes, fmt.Sprintf("enable VFs with `vgpu-host vf enable %s N`", d.Address))
+			fixes = append(fixes, fmt.Sprintf("enable VFs with `vgpu-host vf enable %s --count %d` (sriov_totalvfs; fewer is fine)", d.Address, d.SRIOV.TotalVFs))
 		}
 	}
 	if len(g.Capabilities) == 0 {

@@ -108,21 +108,10 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	d.Driver = s.optionalLink(addr, filepath.Join(dir, "driver"))
+	links := s.functionLinks(addr, dir)
+	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn
 	if ov := s.optionalString(addr, filepath.Join(dir, "driver_override")); ov != "(null)" {
 		d.DriverOverride = ov
-	}
-	if g := s.optionalLink(addr, filepath.Join(dir, "iommu_group")); g != "" {
-		if n, err := strconv.Atoi(g); err == nil {
-			d.IOMMUGroup = n
-		} else {
-			s.warn("%s: iommu_group link %s names %q, not a group number", addr, filepath.Join(dir, "iommu_group"), g)
-		}
-	}
-	if n, err := readIntAttr(filepath.Join(dir, "numa_node")); err == nil {
-		d.NUMANode = int(n)
-	} else {
-		s.warn("%s: %v", addr, err)
 	}
 	if c, err := readAttr(filepath.Join(dir, "local_cpulist")); err == nil {
 		d.LocalCPUs = c
@@ -142,13 +131,6 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 		s.warn("%s: %v", addr, err)
 	}
 	d.SRIOV = s.readSRIOV(addr, dir)
-	if pf := s.optionalLink(addr, filepath.Join(dir, "physfn")); pf != "" {
-		if a, err := ParseAddress(pf); err == nil {
-			d.PhysFn = &a
-		} else {
-			s.warn("%s: physfn link names %q: %v", addr, pf, err)
-		}
-	}
 	if v, err := ReadVendorVGPU(s.root, addr); err != nil {
 		s.warn("%v", err)
 	} else {
@@ -248,42 +230,4 @@ func ReadBARs(path string) ([]BAR, error) {
 		})
 	}
 	return bars, nil
-}
-
-// readSRIOV reads a PF's SR-IOV attributes; nil when the device has no SR-IOV capability.
-//
-//	sriov_totalvfs 3, sriov_numvfs 3, virtfn0 -> ../0000:00:0a.1
-func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
-	total, err := readIntAttr(filepath.Join(dir, "sriov_totalvfs"))
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			s.warn("%s: %v", addr, err)
-		}
-		return nil
-	}
-	sr := &SRIOV{TotalVFs: int(total), VFs: []Address{}}
-	if n, err := readIntAttr(filepath.Join(dir, "sriov_numvfs")); err == nil {
-		sr.NumVFs = int(n)
-	} else {
-		s.warn("%s: %v", addr, err)
-	}
-	if ap, err := readIntAttr(filepath.Join(dir, "sriov_drivers_autoprobe")); err == nil {
-		v := ap != 0
-		sr.DriversAutoprobe = &v
-	}
-	for i := 0; i < sr.NumVFs; i++ {
-		link := filepath.Join(dir, fmt.Sprintf("virtfn%d", i))
-		name, err := LinkBase(link)
-		if err != nil {
-			s.warn("%s: sriov_numvfs is %d but %v", addr, sr.NumVFs, err)
-			continue
-		}
-		a, err := ParseAddress(name)
-		if err != nil {
-			s.warn("%s: %s names %q: %v", addr, link, name, err)
-			continue
-		}
-		sr.VFs = append(sr.VFs, a)
-	}
-	return sr
 }

@@ -121,13 +121,8 @@ func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
 		return nil, fmt.Errorf("%s: %s: %w", addr, path, err)
 	}
 	v := &VendorVGPU{Creatable: types}
-	cur := root.PCIDevice(addr, "nvidia", "current_vgpu_type")
-	if n, err := readIntAttr(cur); err == nil {
-		v.CurrentType = int(n)
-	} else {
-		return v, fmt.Errorf("%s: %w", addr, err)
-	}
-	return v, nil
+	v.CurrentType, err = ReadCurrentVGPUType(root, addr)
+	return v, err
 }
 
 // ParseCreatableVGPUTypes parses the text of nvidia/creatable_vgpu_types: an optional header

@@ -96,3 +96,33 @@ func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
 	}
 	return m, warnings, nil
 }
+
+// ReadMdevInstances reads every instance under ROOT/sys/bus/mdev/devices (see
+// ReadMdevInstance), sorted by UUID. A host without the mdev bus returns an empty list and no
+// error; an instance removed during the read is skipped; an entry that is not a UUID, or an
+// instance that cannot be read, is a warning naming it.
+func ReadMdevInstances(root Root) ([]MdevInstance, []string, error) {
+	dir := root.Sys("bus", "mdev", "devices")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return []MdevInstance{}, nil, nil
+		}
+		return nil, nil, fmt.Errorf("list mdev instances in %s: %w", dir, err)
+	}
+	out := []MdevInstance{}
+	var warnings []string
+	for _, e := range ents {
+		m, w, err := ReadMdevInstance(root, e.Name())
+		warnings = append(warnings, w...)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // removed while we read
+		case err != nil:
+			warnings = append(warnings, err.Error())
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, warnings, nil
+}

@@ -65,6 +65,10 @@ type SRIOV struct {
 	NumVFs           int       `json:"num_vfs"`
 	DriversAutoprobe *bool     `json:"drivers_autoprobe,omitempty"`
 	VFs              []Address `json:"vfs"`
+	// Offset and Stride are sriov_offset and sriov_stride: VF i's routing ID is the PF's +
+	// Offset + i*Stride (see VFAddresses). 0 when the kernel does not show them.
+	Offset int `json:"vf_offset,omitempty"`
+	Stride int `json:"vf_stride,omitempty"`
 }
 
 // Group is an IOMMU group: the smallest set of functions that can be given to a guest.

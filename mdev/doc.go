@@ -16,6 +16,13 @@
 // (write an ID to assign, 0 to clear). An instance is a VF; it stays on the nvidia driver and
 // is attached to a guest as a PCI hostdev with managed='no'.
 //
+// Package mdev does not read sysfs itself: every fact about the host (mdev parents and types,
+// instances, SR-IOV, vendor vGPU files, a function's driver, PF and NUMA node) comes from
+// package host's readers, and Parent, Type, Instance, PF and VendorVF are views built from
+// them. Polls after a write (VF links appearing, an instance going away) use the same readers.
+// What mdev reads itself are its own files: the state file, mdevctl definitions, the persisted
+// VF counts and its systemd unit.
+//
 // Every host change goes through a host.Writer (a dry run records the writes; tests emulate the
 // kernel with hosttest.Kernel). Operations check the current state first, so running one twice
 // is harmless, and multi-step changes undo what they did when a later step fails.

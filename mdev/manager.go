@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -219,29 +217,19 @@ func (m *Manager) wait(ctx context.Context, cond func() (bool, error)) error {
 	return host.WaitFor(ctx, m.timeout(), cond)
 }
 
-// physfn returns the PF of a VF, from its physfn link.
+// physfn returns the PF of a VF (host.ReadFunctionLinks).
 func (m *Manager) physfn(vf host.Address) (host.Address, bool) {
-	name, err := host.LinkBase(m.Root.PCIDevice(vf, "physfn"))
-	if err != nil {
+	l, err := host.ReadFunctionLinks(m.Root, vf)
+	if err != nil || l.PhysFn == nil {
 		return host.Address{}, false
 	}
-	pf, err := host.ParseAddress(name)
-	return pf, err == nil
+	return *l.PhysFn, true
 }
 
 // driverOf returns the driver bound to a PCI function ("" for none).
 func (m *Manager) driverOf(a host.Address) string {
-	d, _ := host.LinkBase(m.Root.PCIDevice(a, "driver"))
-	return d
-}
-
-// numaOf reads numa_node in dir (-1 when absent).
-func numaOf(dir string) int {
-	n, err := host.ReadInt(filepath.Join(dir, "numa_node"))
-	if err != nil {
-		return -1
-	}
-	return int(n)
+	l, _ := host.ReadFunctionLinks(m.Root, a)
+	return l.Driver
 }
 
 // errno extracts the kernel's errno from a write error (0 when there is none).
@@ -251,12 +239,6 @@ func errno(err error) syscall.Errno {
 		return e
 	}
 	return 0
-}
-
-// exists reports whether path exists without following a final symlink.
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }
 
 // revert collects undo steps of a multi-step host change and runs them, newest first, when the

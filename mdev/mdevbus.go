@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"syscall"
@@ -23,111 +21,57 @@ import (
 
 func (m *Manager) mdevBusDir() string { return m.Root.Sys("class", "mdev_bus") }
 
-// mdevParents reads every parent under /sys/class/mdev_bus.
+// mdevParents is the mdev backend's view of host.MdevParents: each parent with its driver and
+// NUMA node (PCI parents), its types, and the types that have instances.
 func (m *Manager) mdevParents() ([]Parent, error) {
-	ents, err := os.ReadDir(m.mdevBusDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	hps, err := host.MdevParents(m.Root)
 	if err != nil {
-		return nil, fmt.Errorf("list mdev parents in %s: %w", m.mdevBusDir(), err)
+		return nil, err
 	}
 	var out []Parent
-	for _, e := range ents {
-		p, err := m.mdevParent(e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
+	for _, hp := range hps {
+		out = append(out, m.mdevParent(hp))
 	}
 	return out, nil
 }
 
-func (m *Manager) mdevParent(name string) (Parent, error) {
-	dir := filepath.Join(m.mdevBusDir(), name)
-	p := Parent{Name: name, Backend: BackendMdev, NUMA: numaOf(dir)}
-	if a, err := host.ParseAddress(name); err == nil {
-		p.Address = &a
-		p.Driver = m.driverOf(a)
-	}
-	tdir := filepath.Join(dir, "mdev_supported_types")
-	ents, err := os.ReadDir(tdir)
-	if err != nil {
-		return Parent{}, fmt.Errorf("read mdev types of %s in %s: %w", name, tdir, err)
-	}
-	for _, e := range ents {
-		t, err := readMdevType(filepath.Join(tdir, e.Name()))
-		if err != nil {
-			return Parent{}, fmt.Errorf("mdev parent %s: %w", name, err)
+func (m *Manager) mdevParent(hp host.MdevParent) Parent {
+	p := Parent{Name: hp.Parent, Address: hp.Address, Backend: BackendMdev, NUMA: -1}
+	if hp.Address != nil {
+		if l, err := host.ReadFunctionLinks(m.Root, *hp.Address); err == nil {
+			p.Driver, p.NUMA = l.Driver, l.NUMANode
 		}
+	}
+	for _, ht := range hp.Types {
+		t := mdevType(ht)
 		if len(t.Instances) > 0 {
 			p.Running = append(p.Running, t.ID)
 		}
 		p.Types = append(p.Types, t)
 	}
-	return p, nil
+	return p
 }
 
-func readMdevType(dir string) (Type, error) {
-	t := Type{ID: filepath.Base(dir), Instances: []string{}}
-	t.Name, _ = host.ReadString(filepath.Join(dir, "name"))
+// mdevType is a host.MdevType as a Type: a type without a name attribute is named by its id.
+func mdevType(ht host.MdevType) Type {
+	t := Type{ID: ht.ID, Name: ht.Name, Description: ht.Description, DeviceAPI: ht.DeviceAPI,
+		Available: ht.AvailableInstances, Instances: append([]string{}, ht.Instances...)}
 	if t.Name == "" {
 		t.Name = t.ID
 	}
-	t.Description, _ = host.ReadString(filepath.Join(dir, "description"))
-	t.DeviceAPI, _ = host.ReadString(filepath.Join(dir, "device_api"))
-	n, err := host.ReadInt(filepath.Join(dir, "available_instances"))
-	if err != nil {
-		return Type{}, err
-	}
-	t.Available = int(n)
-	ents, _ := os.ReadDir(filepath.Join(dir, "devices"))
-	for _, e := range ents {
-		t.Instances = append(t.Instances, e.Name())
-	}
 	sort.Strings(t.Instances)
-	return t, nil
+	return t
 }
 
-// activeMdev is an mdev instance as sysfs shows it.
-type activeMdev struct {
-	UUID, Parent, Type string
-}
-
-// activeMdev reads /sys/bus/mdev/devices/UUID; ok is false when the instance does not exist.
-func (m *Manager) activeMdev(id string) (activeMdev, bool) {
-	link := m.Root.Sys("bus", "mdev", "devices", id)
-	dir, err := filepath.EvalSymlinks(link)
-	if err != nil {
-		return activeMdev{}, false
-	}
-	typeDir, err := filepath.EvalSymlinks(filepath.Join(dir, "mdev_type"))
-	if err != nil {
-		return activeMdev{}, false
-	}
-	return activeMdev{UUID: id, Parent: filepath.Base(filepath.Dir(dir)), Type: filepath.Base(typeDir)}, true
-}
-
-func (m *Manager) activeMdevs() ([]activeMdev, error) {
-	d := m.Root.Sys("bus", "mdev", "devices")
-	ents, err := os.ReadDir(d)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list mdev instances in %s: %w", d, err)
-	}
-	var out []activeMdev
-	for _, e := range ents {
-		if a, ok := m.activeMdev(e.Name()); ok {
-			out = append(out, a)
-		}
-	}
-	return out, nil
+// activeMdev reads instance id from the mdev bus (host.ReadMdevInstance); ok is false when
+// the instance does not exist (or cannot be read).
+func (m *Manager) activeMdev(id string) (host.MdevInstance, bool) {
+	in, _, err := host.ReadMdevInstance(m.Root, id)
+	return in, err == nil
 }
 
 func (m *Manager) mdevInstances(st *state) ([]Instance, error) {
-	act, err := m.activeMdevs()
+	act, _, err := host.ReadMdevInstances(m.Root)
 	if err != nil {
 		return nil, err
 	}
@@ -138,32 +82,44 @@ func (m *Manager) mdevInstances(st *state) ([]Instance, error) {
 	byID := map[string]*Instance{}
 	var order []string
 	for _, a := range act {
-		in := &Instance{Backend: BackendMdev, Parent: a.Parent, Type: a.Type, UUID: a.UUID, Active: true}
+		in := &Instance{Backend: BackendMdev, Parent: a.Parent, Type: a.Type, TypeName: a.TypeName, UUID: a.UUID, Active: true}
 		byID[a.UUID] = in
 		order = append(order, a.UUID)
 	}
+	var inactive bool
 	for _, d := range defs {
 		in, ok := byID[d.UUID]
 		if !ok {
 			in = &Instance{Backend: BackendMdev, Parent: d.Parent, Type: d.Type, UUID: d.UUID}
 			byID[d.UUID] = in
 			order = append(order, d.UUID)
+			inactive = true
 		}
 		in.Defined = true
 		in.Start = d.Start
 	}
+	// A defined instance that is not active takes its type's name from its parent's types.
 	names := map[string]string{}
+	if inactive {
+		hps, err := host.MdevParents(m.Root)
+		if err != nil {
+			return nil, err
+		}
+		for _, hp := range hps {
+			for _, ht := range hp.Types {
+				names[hp.Parent+"/"+ht.ID] = ht.Name
+			}
+		}
+	}
 	out := make([]Instance, 0, len(order))
 	for _, id := range order {
 		in := byID[id]
 		if i, ok := st.find(id); ok {
 			in.Owner, in.Index = st.Instances[i].Owner, st.Instances[i].Index
 		}
-		key := in.Parent + "/" + in.Type
-		if _, ok := names[key]; !ok {
-			names[key], _ = host.ReadString(filepath.Join(m.mdevBusDir(), in.Parent, "mdev_supported_types", in.Type, "name"))
+		if !in.Active {
+			in.TypeName = names[in.Parent+"/"+in.Type]
 		}
-		in.TypeName = names[key]
 		out = append(out, *in)
 	}
 	return out, nil
@@ -218,7 +174,7 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 		id := ids[i]
 		if err := m.write(ctx, filepath.Join(typeDir, "create"), id); err != nil {
 			uerr := rv.fail()
-			return nil, errors.Join(mdevCreateErr(p, t, id, typeDir, err), undoErr(uerr))
+			return nil, errors.Join(mdevCreateErr(p, t, id, typeDir, err, m.undoNote(len(rv.undo), "instance(s)")), undoErr(uerr))
 		}
 		rv.add(func() error {
 			return m.write(context.WithoutCancel(ctx), m.Root.Sys("bus", "mdev", "devices", id, "remove"), "1")
@@ -237,6 +193,21 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 	return out, nil
 }
 
+// undoNote says, for an error that stops a multi-step create, what happens to the n steps this
+// call made before it: undone (the caller's revert runs next), nothing to undo, or, in a dry
+// run, nothing changed at all (the writes were only recorded).
+func (m *Manager) undoNote(n int, what string) string {
+	switch {
+	case m.DryRun && n > 0:
+		return fmt.Sprintf("nothing was changed (dry run; a real run would undo the %d %s made before this)", n, what)
+	case m.DryRun:
+		return "nothing was changed (dry run)"
+	case n == 0:
+		return "nothing was changed"
+	}
+	return fmt.Sprintf("undid the %d %s this call made", n, what)
+}
+
 func undoErr(err error) error {
 	if err == nil {
 		return nil
@@ -244,12 +215,14 @@ func undoErr(err error) error {
 	return fmt.Errorf("undo also failed, check by hand: %w", err)
 }
 
-func mdevCreateErr(p Parent, t Type, id, typeDir string, err error) error {
+// mdevCreateErr explains a failed create write; undone says what became of this call's
+// earlier instances (undoNote).
+func mdevCreateErr(p Parent, t Type, id, typeDir string, err error, undone string) error {
 	where := filepath.Join(typeDir, "create")
 	switch errno(err) {
 	case syscall.EUSERS, syscall.ENOSPC:
-		return fmt.Errorf("create mdev %s (%s on %s) via %s: %w: the parent has no room left for this type (another type may be running on it); undid this call's instances: %w",
-			id, t.ID, p.Name, where, host.ErrBusy, err)
+		return fmt.Errorf("create mdev %s (%s on %s) via %s: %w: the parent has no room left for this type (another type may be running on it); %s: %w",
+			id, t.ID, p.Name, where, host.ErrBusy, undone, err)
 	case syscall.EEXIST:
 		return fmt.Errorf("create mdev %s via %s: %w: the UUID is already in use: %w", id, where, host.ErrBusy, err)
 	case syscall.ENOENT, syscall.ENODEV:

@@ -341,12 +341,12 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 			record("vendor-vgpu", e.VF, want, false, fmt.Errorf("restore vGPU type: %w: bad VF %q in %s", host.ErrInvalid, e.VF, m.statePath()))
 			continue
 		}
-		cur, err := host.ReadInt(m.Root.PCIDevice(a, "nvidia", "current_vgpu_type"))
+		cur, err := host.ReadCurrentVGPUType(m.Root, a)
 		if err != nil {
 			record("vendor-vgpu", e.VF, want, false, fmt.Errorf("restore vGPU type %s on VF %s: %w: %w (are its VFs enabled and the vGPU driver loaded?)", e.Type, e.VF, host.ErrNotFound, err))
 			continue
 		}
-		if strconv.Itoa(int(cur)) == e.Type {
+		if strconv.Itoa(cur) == e.Type {
 			record("vendor-vgpu", e.VF, want, true, nil)
 			continue
 		}

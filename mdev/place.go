@@ -108,6 +108,8 @@ func Place(req Request, parents []Parent) (Placement, error) {
 	if !offered {
 		return Placement{}, refuse(host.ErrNotFound)
 	}
+	// One type per parent here (the profile's), so adding the parents' counts is right; a
+	// parent's counts for different types are alternatives (host.MdevParent.Capacity).
 	total := 0
 	for _, c := range cands {
 		total += c.t.Available

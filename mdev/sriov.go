@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,87 +70,70 @@ type DisableOptions struct {
 	Force bool
 }
 
-// ReadPF reads a PF's SR-IOV state; ErrUnsupported when the device has no SR-IOV capability.
+// ReadPF reads a PF's SR-IOV state (host.ReadSRIOV); ErrUnsupported when the device has no
+// SR-IOV capability.
 func (m *Manager) ReadPF(a host.Address) (PF, error) {
-	if !host.Exists(m.Root.PCIDevice(a)) {
+	sr, _, err := host.ReadSRIOV(m.Root, a)
+	if errors.Is(err, host.ErrNotFound) {
 		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: no %s", a, host.ErrNotFound, m.Root.PCIDevice(a))
 	}
-	total, err := host.ReadInt(m.Root.PCIDevice(a, "sriov_totalvfs"))
-	if err != nil {
-		if _, ok := m.physfn(a); ok {
-			return PF{}, fmt.Errorf("SR-IOV PF %s: %w: %s is itself a VF (name its PF)", a, host.ErrInvalid, a)
-		}
-		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: the device has no SR-IOV capability (no %s)", a, host.ErrUnsupported, m.Root.PCIDevice(a, "sriov_totalvfs"))
-	}
-	num, err := host.ReadInt(m.Root.PCIDevice(a, "sriov_numvfs"))
 	if err != nil {
 		return PF{}, fmt.Errorf("SR-IOV PF %s: %w", a, err)
 	}
-	pf := PF{Address: a, Driver: m.driverOf(a), TotalVFs: int(total), NumVFs: int(num), VFs: []VF{}}
-	if s, err := host.ReadString(m.Root.PCIDevice(a, "sriov_drivers_autoprobe")); err == nil {
-		b := s != "0"
-		pf.Autoprobe = &b
+	if sr == nil {
+		if l, err := host.ReadFunctionLinks(m.Root, a); err == nil && l.PhysFn != nil {
+			return PF{}, fmt.Errorf("SR-IOV PF %s: %w: %s is itself a VF (name its PF %s)", a, host.ErrInvalid, a, l.PhysFn)
+		}
+		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: the device has no SR-IOV capability (no %s)", a, host.ErrUnsupported, m.Root.PCIDevice(a, "sriov_totalvfs"))
 	}
-	for i := 0; ; i++ {
-		name, err := host.LinkBase(m.Root.PCIDevice(a, fmt.Sprintf("virtfn%d", i)))
-		if err != nil {
-			break
-		}
-		vf, err := host.ParseAddress(name)
-		if err != nil {
-			continue
-		}
+	return m.pfView(a, sr), nil
+}
+
+// pfView is the PF at a as host.SRIOV shows it, with its VFs' drivers and the persisted count.
+func (m *Manager) pfView(a host.Address, sr *host.SRIOV) PF {
+	pf := PF{Address: a, Driver: m.driverOf(a), TotalVFs: sr.TotalVFs, NumVFs: sr.NumVFs, Autoprobe: sr.DriversAutoprobe, VFs: []VF{}}
+	for _, vf := range sr.VFs {
 		pf.VFs = append(pf.VFs, VF{Address: vf, Driver: m.driverOf(vf), VendorVGPU: m.IsVendorVF(vf)})
 	}
 	if p, ok := m.persistedPF(a); ok {
 		pf.Persisted = &p
 	}
-	return pf, nil
+	return pf
 }
 
 // ListPFs returns every SR-IOV capable PF, sorted by address.
 func (m *Manager) ListPFs() ([]PF, error) {
-	d := m.Root.Sys("bus", "pci", "devices")
-	ents, err := os.ReadDir(d)
+	addrs, err := host.ListPCIFunctions(m.Root)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return []PF{}, nil
-		}
-		return nil, fmt.Errorf("list PCI devices in %s: %w", d, err)
+		return nil, err
 	}
 	out := []PF{}
-	for _, e := range ents {
-		a, err := host.ParseAddress(e.Name())
-		if err != nil || !host.Exists(filepath.Join(d, e.Name(), "sriov_totalvfs")) {
-			continue
+	for _, a := range addrs {
+		sr, _, err := host.ReadSRIOV(m.Root, a)
+		if errors.Is(err, host.ErrNotFound) {
+			continue // removed while we listed
 		}
-		pf, err := m.ReadPF(a)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, pf)
+		if sr != nil {
+			out = append(out, m.pfView(a, sr))
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Address.String() < out[j].Address.String() })
 	return out, nil
 }
 
 // VFAddresses computes the addresses of a PF's first n VFs from sriov_offset and
-// sriov_stride (routing ID = PF's + offset + i*stride), as the kernel does; this works before
-// the VFs exist, so a dry run can name them.
+// sriov_stride (host.SRIOV.VFAddresses); this works before the VFs exist, so a dry run can
+// name them.
 func (m *Manager) VFAddresses(pf host.Address, n int) ([]host.Address, error) {
-	off, err := host.ReadInt(m.Root.PCIDevice(pf, "sriov_offset"))
+	sr, _, err := host.ReadSRIOV(m.Root, pf)
 	if err != nil {
 		return nil, fmt.Errorf("VF addresses of %s: %w", pf, err)
 	}
-	stride, err := host.ReadInt(m.Root.PCIDevice(pf, "sriov_stride"))
+	out, err := sr.VFAddresses(pf, n)
 	if err != nil {
-		return nil, fmt.Errorf("VF addresses of %s: %w", pf, err)
-	}
-	rid := int(pf.Bus)<<8 | int(pf.Device)<<3 | int(pf.Function)
-	out := make([]host.Address, n)
-	for i := range out {
-		r := rid + int(off) + i*int(stride)
-		out[i] = host.Address{Domain: pf.Domain, Bus: uint8(r >> 8), Device: uint8(r>>3) & 0x1f, Function: uint8(r & 7)}
+		return nil, fmt.Errorf("%w (%s)", err, m.Root.PCIDevice(pf, "sriov_offset"))
 	}
 	return out, nil
 }
@@ -212,7 +192,8 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 			return PF{}, err
 		}
 		if err := m.wait(ctx, func() (bool, error) {
-			return host.Exists(m.Root.PCIDevice(pf, fmt.Sprintf("virtfn%d", n-1))) && !host.Exists(m.Root.PCIDevice(pf, fmt.Sprintf("virtfn%d", n))), nil
+			vfs, _ := host.ReadVFs(m.Root, pf) // a link the kernel is still adding reads as missing
+			return len(vfs) == n, nil
 		}); err != nil {
 			return PF{}, fmt.Errorf("enable %d VFs on %s via %s: the virtfn links did not appear: %w", n, pf, numPath, err)
 		}
@@ -265,7 +246,10 @@ func (m *Manager) DisableVFsWith(ctx context.Context, pf host.Address, opts Disa
 		if err := m.setNumVFs(ctx, pf, st.Driver, 0); err != nil {
 			return PF{}, err
 		}
-		if err := m.wait(ctx, func() (bool, error) { return !host.Exists(m.Root.PCIDevice(pf, "virtfn0")), nil }); err != nil {
+		if err := m.wait(ctx, func() (bool, error) {
+			vfs, _ := host.ReadVFs(m.Root, pf)
+			return len(vfs) == 0, nil
+		}); err != nil {
 			return PF{}, fmt.Errorf("disable VFs on %s: the virtfn links did not go away: %w", pf, err)
 		}
 	}
@@ -292,12 +276,22 @@ func (m *Manager) DisableVFsWith(ctx context.Context, pf host.Address, opts Disa
 // the kernel's sriov_numvfs write block until the holder closes it, so the refusal names the
 // holders and the way out instead.
 func (m *Manager) checkVFsFree(pf PF, what string) error {
-	var held []string
+	// One scan of /proc for every VF's group node; a VF without a group has no node to hold.
+	nodeVF := map[string]host.Address{}
+	var nodes []string
 	for _, vf := range pf.VFs {
-		hs := m.vfHolders(vf.Address)
-		for _, h := range hs {
-			held = append(held, fmt.Sprintf("VF %s: %s", vf.Address, h))
+		l, err := host.ReadFunctionLinks(m.Root, vf.Address)
+		if err != nil || l.IOMMUGroup < 0 {
+			continue
 		}
+		// /proc/PID/fd links name the path the host sees, not the one under --host-root.
+		node := host.HostPath(m.Root, host.VFIODev(m.Root, l.IOMMUGroup))
+		nodeVF[node] = vf.Address
+		nodes = append(nodes, node)
+	}
+	var held []string
+	for _, h := range host.Holders(m.Root, nodes) {
+		held = append(held, fmt.Sprintf("VF %s: %s", nodeVF[h.Path], h))
 	}
 	if len(held) == 0 {
 		return nil
@@ -306,34 +300,13 @@ func (m *Manager) checkVFsFree(pf PF, what string) error {
 		what, host.ErrBusy, strings.Join(held, "; "), m.Root.PCIDevice(pf.Address, "sriov_numvfs"))
 }
 
-// vfHolders returns the processes that hold vf's VFIO group node open.
-func (m *Manager) vfHolders(vf host.Address) []host.Holder {
-	name, err := host.LinkBase(m.Root.PCIDevice(vf, "iommu_group"))
-	if err != nil {
-		return nil
-	}
-	g, err := strconv.Atoi(name)
-	if err != nil {
-		return nil
-	}
-	node := host.VFIODev(m.Root, g)
-	if !exists(node) {
-		return nil
-	}
-	// /proc/PID/fd links name the path the host sees, not the one under --host-root.
-	if rel, err := filepath.Rel(m.Root.Dir(), node); err == nil && !strings.HasPrefix(rel, "..") {
-		node = string(filepath.Separator) + rel
-	}
-	return host.Holders(m.Root, []string{node})
-}
-
 // setAutoprobeOff writes sriov_drivers_autoprobe=0 on pf, first recording the value it had
 // in the state file (under its lock) unless a record exists already: a second enable must not
 // replace the original with vgpu-host's own 0. A failed write drops a record it just made.
 func (m *Manager) setAutoprobeOff(ctx context.Context, pf host.Address) error {
 	path := m.Root.PCIDevice(pf, "sriov_drivers_autoprobe")
 	return m.updateState(func(s *state) error {
-		cur, err := host.ReadString(path)
+		cur, err := m.autoprobe(pf)
 		if err != nil {
 			return err
 		}
@@ -354,6 +327,22 @@ func (m *Manager) setAutoprobeOff(ctx context.Context, pf host.Address) error {
 	})
 }
 
+// autoprobe returns pf's sriov_drivers_autoprobe as the kernel shows it, "1" or "0"
+// (host.ReadSRIOV).
+func (m *Manager) autoprobe(pf host.Address) (string, error) {
+	sr, _, err := host.ReadSRIOV(m.Root, pf)
+	if err != nil {
+		return "", err
+	}
+	if sr == nil || sr.DriversAutoprobe == nil {
+		return "", fmt.Errorf("read %s: %w: %s has no readable sriov_drivers_autoprobe", m.Root.PCIDevice(pf, "sriov_drivers_autoprobe"), host.ErrUnsupported, pf)
+	}
+	if *sr.DriversAutoprobe {
+		return "1", nil
+	}
+	return "0", nil
+}
+
 // restoreAutoprobe writes back the sriov_drivers_autoprobe value recorded by setAutoprobeOff
 // (when it differs from the current one) and drops the record. It reports whether it wrote.
 // Without a record (vgpu-host never changed it) nothing is written.
@@ -365,7 +354,7 @@ func (m *Manager) restoreAutoprobe(ctx context.Context, pf host.Address) (bool, 
 		if !ok {
 			return nil
 		}
-		cur, err := host.ReadString(path)
+		cur, err := m.autoprobe(pf)
 		if err != nil {
 			return fmt.Errorf("restore sriov_drivers_autoprobe: %w", err)
 		}
@@ -421,7 +410,7 @@ func (m *Manager) bindVFIO(ctx context.Context, vf host.Address) error {
 	if m.driverOf(vf) == DriverVFIO {
 		return nil
 	}
-	if !host.Exists(m.Root.PCIDriver(DriverVFIO)) {
+	if !host.DriverLoaded(m.Root, DriverVFIO) {
 		return fmt.Errorf("bind VF %s to vfio-pci: %w: the vfio-pci driver is not loaded (%s missing; run modprobe vfio-pci)", vf, host.ErrNotReady, m.Root.PCIDriver(DriverVFIO))
 	}
 	t := m.timeout()

@@ -1,14 +1,11 @@
 package mdev
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -36,74 +33,49 @@ type VendorVF struct {
 	Creatable []Type `json:"creatable"`
 }
 
-// IsVendorVF reports whether a is a VF using NVIDIA's vendor-specific VFIO interface: it has
-// nvidia/creatable_vgpu_types and no mdev_supported_types.
-func (m *Manager) IsVendorVF(a host.Address) bool {
-	return host.Exists(m.Root.PCIDevice(a, "nvidia", "creatable_vgpu_types")) &&
-		!host.Exists(m.Root.PCIDevice(a, "mdev_supported_types"))
-}
+// IsVendorVF reports whether a is a VF using NVIDIA's vendor-specific VFIO interface
+// (host.IsVendorVF).
+func (m *Manager) IsVendorVF(a host.Address) bool { return host.IsVendorVF(m.Root, a) }
 
-// ReadVendorVF reads a VF's vendor vGPU files.
+// ReadVendorVF reads a VF's vendor vGPU files (host.ReadVendorVGPU) and links.
 func (m *Manager) ReadVendorVF(a host.Address) (VendorVF, error) {
-	v := VendorVF{Address: a, Driver: m.driverOf(a)}
-	pf, ok := m.physfn(a)
-	if !ok {
+	l, err := host.ReadFunctionLinks(m.Root, a)
+	if err != nil || l.PhysFn == nil {
 		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w: no physfn link at %s (not a VF)", a, host.ErrNotFound, m.Root.PCIDevice(a, "physfn"))
 	}
-	v.PF = pf
-	cur, err := host.ReadInt(m.Root.PCIDevice(a, "nvidia", "current_vgpu_type"))
-	if err != nil {
+	v := VendorVF{Address: a, PF: *l.PhysFn, Driver: l.Driver}
+	hv, err := host.ReadVendorVGPU(m.Root, a)
+	switch {
+	case hv == nil && err == nil:
+		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w: no %s", a, host.ErrNotFound, m.Root.PCIDevice(a, "nvidia", "creatable_vgpu_types"))
+	case hv != nil && err != nil: // current_vgpu_type is unreadable: not (or no longer) a vendor VF
 		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w: %w", a, host.ErrNotFound, err)
-	}
-	v.Current = int(cur)
-	v.Creatable, err = readCreatable(m.Root.PCIDevice(a, "nvidia", "creatable_vgpu_types"))
-	if err != nil {
+	case err != nil:
 		return VendorVF{}, fmt.Errorf("vendor vGPU VF %s: %w", a, err)
 	}
+	v.Current = hv.CurrentType
+	v.Creatable = vendorTypes(hv.Creatable)
 	return v, nil
 }
 
-// readCreatable parses creatable_vgpu_types: a header line, then "ID : NAME" lines. Lines
-// whose first field is not a number (the header) are skipped.
-func readCreatable(path string) ([]Type, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
+// vendorTypes is creatable_vgpu_types (host.ParseCreatableVGPUTypes) as Types.
+func vendorTypes(hts []host.VendorVGPUType) []Type {
 	out := []Type{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		id, name, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		id = strings.TrimSpace(id)
-		if _, err := strconv.Atoi(id); err != nil {
-			continue
-		}
-		out = append(out, Type{ID: id, Name: strings.TrimSpace(name), DeviceAPI: "vfio-pci"})
+	for _, ht := range hts {
+		out = append(out, Type{ID: strconv.Itoa(ht.ID), Name: ht.Name, DeviceAPI: "vfio-pci"})
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return out, nil
+	return out
 }
 
 // vendorVFs returns every vendor-VFIO VF, grouped by PF, each group sorted by address.
 func (m *Manager) vendorVFs() (map[host.Address][]VendorVF, error) {
-	d := m.Root.Sys("bus", "pci", "devices")
-	ents, err := os.ReadDir(d)
+	addrs, err := host.ListPCIFunctions(m.Root)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list PCI devices in %s: %w", d, err)
+		return nil, err
 	}
 	out := map[host.Address][]VendorVF{}
-	for _, e := range ents {
-		a, err := host.ParseAddress(e.Name())
-		if err != nil || !m.IsVendorVF(a) {
+	for _, a := range addrs {
+		if !m.IsVendorVF(a) {
 			continue
 		}
 		v, err := m.ReadVendorVF(a)
@@ -129,7 +101,10 @@ func (m *Manager) vendorParents() ([]Parent, error) {
 	var out []Parent
 	for pf, vfs := range byPF {
 		pf := pf
-		p := Parent{Name: pf.String(), Address: &pf, Backend: BackendNvidiaVFIO, Driver: m.driverOf(pf), NUMA: numaOf(m.Root.PCIDevice(pf))}
+		p := Parent{Name: pf.String(), Address: &pf, Backend: BackendNvidiaVFIO, NUMA: -1}
+		if l, err := host.ReadFunctionLinks(m.Root, pf); err == nil {
+			p.Driver, p.NUMA = l.Driver, l.NUMANode
+		}
 		idx := map[string]int{}
 		running := map[string]bool{}
 		add := func(t Type) int {
@@ -166,22 +141,19 @@ func (m *Manager) vendorParents() ([]Parent, error) {
 // vendorTypeName finds the name of type id for a VF that holds it: the VF's own list is empty
 // then, so look in the state file's record, then in the siblings' lists.
 func (m *Manager) vendorTypeName(vf host.Address, id int) string {
-	want := strconv.Itoa(id)
-	if pf, ok := m.physfn(vf); ok {
-		for i := 0; ; i++ {
-			name, err := host.LinkBase(m.Root.PCIDevice(pf, fmt.Sprintf("virtfn%d", i)))
-			if err != nil {
-				break
-			}
-			sib, err := host.ParseAddress(name)
-			if err != nil {
-				continue
-			}
-			ts, _ := readCreatable(m.Root.PCIDevice(sib, "nvidia", "creatable_vgpu_types"))
-			for _, t := range ts {
-				if t.ID == want {
-					return t.Name
-				}
+	l, err := host.ReadFunctionLinks(m.Root, vf)
+	if err != nil || l.PhysFn == nil {
+		return ""
+	}
+	sibs, _ := host.ReadVFs(m.Root, *l.PhysFn)
+	for _, sib := range sibs {
+		v, _ := host.ReadVendorVGPU(m.Root, sib)
+		if v == nil {
+			continue
+		}
+		for _, t := range v.Creatable {
+			if t.ID == id {
+				return t.Name
 			}
 		}
 	}
@@ -274,8 +246,8 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 						t.ID, req.Owner, index, p.Name, host.ErrBusy, e.VF, e.Type, e.Parent)
 				}
 				a, _ := host.ParseAddress(e.VF)
-				cur, err := host.ReadInt(m.Root.PCIDevice(a, "nvidia", "current_vgpu_type"))
-				if err == nil && int(cur) == id {
+				cur, err := host.ReadCurrentVGPUType(m.Root, a)
+				if err == nil && cur == id {
 					out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
 					continue
 				}
@@ -317,8 +289,8 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 				break
 			}
 			if free == nil {
-				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); undid this call's assignments",
-					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID)
+				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); %s",
+					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID, m.undoNote(len(rv.undo), "VF assignment(s)"))
 			}
 			a := free.Address
 			taken[a.String()] = true
@@ -387,11 +359,11 @@ func (m *Manager) assignVendor(ctx context.Context, vf host.Address, id int, t T
 	}
 	// The driver can accept the write and still not take the type (a VF it is setting up, a
 	// firmware refusal it only logs): read it back rather than report a vGPU that is not there.
-	got, err := host.ReadInt(path)
+	got, err := host.ReadCurrentVGPUType(m.Root, vf)
 	if err != nil {
 		return fmt.Errorf("assign vGPU type %s to VF %s: read back %s: %w", t.ID, vf, path, err)
 	}
-	if int(got) != id {
+	if got != id {
 		return fmt.Errorf("assign vGPU type %s (%s) to VF %s via %s: %w: the driver accepted the write but current_vgpu_type reads %d (see dmesg for the nvidia driver's reason)",
 			t.ID, t.Name, vf, path, host.ErrBusy, got)
 	}

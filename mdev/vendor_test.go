@@ -290,3 +290,35 @@ func TestProfileNamesBothBackends(t *testing.T) {
 		t.Fatalf("unknown profile: %v", err)
 	}
 }
+
+// A create past capacity says what became of the call's earlier assignments: undone on a real
+// run, nothing changed in a dry run (which only recorded writes).
+func TestVendorPastCapacityMessage(t *testing.T) {
+	tr, pf := l40s(t)
+	m, _ := newMgr(tr)
+	_, err := m.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "L40S-8Q", Count: 5, Owner: "big"})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "undid the 4 VF assignment(s) this call made") {
+		t.Fatalf("real run past capacity: %v, want the 4 undone assignments named", err)
+	}
+	rec := &host.Recorder{}
+	dry := New(tr.Root, rec)
+	dry.DryRun = true
+	// A dry run cannot see the driver stop listing the type, so it runs out at the 7th of 6 VFs.
+	_, err = dry.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "L40S-8Q", Count: 7, Owner: "big"})
+	if !errors.Is(err, host.ErrBusy) || strings.Contains(err.Error(), "undid") || !strings.Contains(err.Error(), "nothing was changed (dry run") {
+		t.Fatalf("dry run past capacity: %v, want \"nothing was changed (dry run\" and no \"undid\"", err)
+	}
+	for i := 0; i < 6; i++ {
+		if c := current(tr, tr.VFAddress(pf, i)); c != "0" {
+			t.Fatalf("dry run changed VF %d to type %s", i, c)
+		}
+	}
+	// Nothing assigned before the shortfall: nothing to undo, and the message says so.
+	if _, err := m.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "L40S-8Q", Count: 4, Owner: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Create(context.Background(), CreateRequest{Parent: pf.String(), Profile: "1160", Count: 1, Owner: "b"})
+	if !errors.Is(err, host.ErrBusy) || strings.Contains(err.Error(), "undid") || !strings.HasSuffix(err.Error(), "; nothing was changed") {
+		t.Fatalf("a 5th L40S-8Q on a full GPU: %v, want \"nothing was changed\"", err)
+	}
+}

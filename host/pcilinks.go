@@ -1,0 +1,92 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// FunctionLinks is what a PCI function's own links and numa_node say about it, the cheap
+// subset of ReadDevice that code acting on one function needs between writes:
+//
+//	devices/ADDR/driver      -> ../../../bus/pci/drivers/nvidia    Driver "nvidia"
+//	devices/ADDR/physfn      -> ../0000:41:00.0                    PhysFn (on a VF)
+//	devices/ADDR/iommu_group -> ../../../kernel/iommu_groups/27    IOMMUGroup 27
+//	devices/ADDR/numa_node      1                                  NUMANode 1
+type FunctionLinks struct {
+	// Driver is the bound driver; "" when none.
+	Driver string
+	// PhysFn is the PF of a VF; nil on any other function.
+	PhysFn *Address
+	// IOMMUGroup is the function's group; -1 without an IOMMU.
+	IOMMUGroup int
+	// NUMANode is the function's NUMA node; -1 when the platform reports none.
+	NUMANode int
+}
+
+// ReadFunctionLinks reads the FunctionLinks of the PCI function at addr. It returns an error
+// satisfying errors.Is(err, ErrNotFound) when the device does not exist; a link or attribute
+// that is missing or unreadable is left at its zero value (-1 for the numbers), as ReadDevice
+// does.
+func ReadFunctionLinks(root Root, addr Address) (FunctionLinks, error) {
+	dir := root.PCIDevice(addr)
+	if _, err := os.Lstat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return FunctionLinks{IOMMUGroup: -1, NUMANode: -1}, fmt.Errorf("PCI function %s: no %s: %w", addr, dir, ErrNotFound)
+		}
+		return FunctionLinks{IOMMUGroup: -1, NUMANode: -1}, fmt.Errorf("PCI function %s: %w", addr, err)
+	}
+	return newScanner(root).functionLinks(addr, dir), nil
+}
+
+// functionLinks reads a function's links and numa_node, recording problems as warnings.
+func (s *scanner) functionLinks(addr Address, dir string) FunctionLinks {
+	l := FunctionLinks{IOMMUGroup: -1, NUMANode: -1}
+	l.Driver = s.optionalLink(addr, filepath.Join(dir, "driver"))
+	if g := s.optionalLink(addr, filepath.Join(dir, "iommu_group")); g != "" {
+		if n, err := strconv.Atoi(g); err == nil {
+			l.IOMMUGroup = n
+		} else {
+			s.warn("%s: iommu_group link %s names %q, not a group number", addr, filepath.Join(dir, "iommu_group"), g)
+		}
+	}
+	if n, err := readIntAttr(filepath.Join(dir, "numa_node")); err == nil {
+		l.NUMANode = int(n)
+	} else {
+		s.warn("%s: %v", addr, err)
+	}
+	if pf := s.optionalLink(addr, filepath.Join(dir, "physfn")); pf != "" {
+		if a, err := ParseAddress(pf); err == nil {
+			l.PhysFn = &a
+		} else {
+			s.warn("%s: physfn link names %q: %v", addr, pf, err)
+		}
+	}
+	return l
+}
+
+// ListPCIFunctions returns the address of every function under ROOT/sys/bus/pci/devices,
+// sorted; entries that are not PCI addresses are skipped. A host without the directory
+// returns an empty list and no error.
+func ListPCIFunctions(root Root) ([]Address, error) {
+	dir := root.Sys("bus", "pci", "devices")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return []Address{}, nil
+		}
+		return nil, fmt.Errorf("list PCI functions in %s: %w", dir, err)
+	}
+	out := make([]Address, 0, len(ents))
+	for _, e := range ents {
+		if a, err := ParseAddress(e.Name()); err == nil {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
