@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
 // CreateRequest asks for Count instances of one profile on one parent.
@@ -92,21 +93,21 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) ([]Instance, er
 // got in this call. Re-running with the same owner converges.
 func (m *Manager) CreatePlacement(ctx context.Context, owner string, p Placement) ([]Instance, error) {
 	var out []Instance
-	rv := &revert{}
+	rv := revert.New()
 	index := 0
 	for _, a := range p.Assignments {
 		got, err := m.Create(ctx, CreateRequest{Parent: a.Parent, Profile: a.Type, Count: a.Count, Owner: owner, FirstIndex: index})
 		if err != nil {
-			return nil, errors.Join(err, undoErr(rv.fail()))
+			return nil, revert.Wrap(err, rv.Fail())
 		}
 		for _, in := range got {
 			in := in
-			rv.add(func() error { return m.remove(context.WithoutCancel(ctx), in) })
+			rv.Add(func() error { return m.remove(context.WithoutCancel(ctx), in) })
 		}
 		out = append(out, got...)
 		index += a.Count
 	}
-	rv.success()
+	rv.Success()
 	return out, nil
 }
 

@@ -240,30 +240,3 @@ func errno(err error) syscall.Errno {
 	}
 	return 0
 }
-
-// revert collects undo steps of a multi-step host change and runs them, newest first, when the
-// change fails part-way (Incus's revert pattern).
-type revert struct {
-	undo []func() error
-	done bool
-}
-
-func (r *revert) add(f func() error) { r.undo = append(r.undo, f) }
-
-// success keeps the changes.
-func (r *revert) success() { r.done = true }
-
-// fail undoes every recorded step and returns the undo errors joined (nil when all undid).
-func (r *revert) fail() error {
-	if r.done {
-		return nil
-	}
-	r.done = true
-	var errs []error
-	for i := len(r.undo) - 1; i >= 0; i-- {
-		if err := r.undo[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}

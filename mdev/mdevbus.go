@@ -2,7 +2,6 @@ package mdev
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
 // The mdev backend. Layout (a 6.1 kernel):
@@ -169,14 +169,14 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 	if _, err := m.readState(); err != nil {
 		return nil, err
 	}
-	rv := &revert{}
+	rv := revert.New()
 	for _, i := range missing {
 		id := ids[i]
 		if err := m.write(ctx, filepath.Join(typeDir, "create"), id); err != nil {
-			uerr := rv.fail()
-			return nil, errors.Join(mdevCreateErr(p, t, id, typeDir, err, m.undoNote(len(rv.undo), "instance(s)")), undoErr(uerr))
+			uerr := rv.Fail()
+			return nil, revert.Wrap(mdevCreateErr(p, t, id, typeDir, err, m.undoNote(rv.Len(), "instance(s)")), uerr)
 		}
-		rv.add(func() error {
+		rv.Add(func() error {
 			return m.write(context.WithoutCancel(ctx), m.Root.Sys("bus", "mdev", "devices", id, "remove"), "1")
 		})
 	}
@@ -187,9 +187,9 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 		return nil
 	})
 	if err != nil {
-		return nil, errors.Join(err, undoErr(rv.fail()))
+		return nil, revert.Wrap(err, rv.Fail())
 	}
-	rv.success()
+	rv.Success()
 	return out, nil
 }
 
@@ -206,13 +206,6 @@ func (m *Manager) undoNote(n int, what string) string {
 		return "nothing was changed"
 	}
 	return fmt.Sprintf("undid the %d %s this call made", n, what)
-}
-
-func undoErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("undo also failed, check by hand: %w", err)
 }
 
 // mdevCreateErr explains a failed create write; undone says what became of this call's

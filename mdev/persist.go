@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
 // Persistence. Three records bring the host's vGPU state back after a reboot, applied by
@@ -418,7 +419,7 @@ func (m *Manager) startDefinition(ctx context.Context, d Definition) error {
 		path := filepath.Join(dir, a.k)
 		if err := m.write(ctx, path, a.v); err != nil {
 			aerr := fmt.Errorf("start mdev %s: set attribute %s=%s via %s (from %s): %w; removed the instance again", d.UUID, a.k, a.v, path, d.Path, err)
-			return errors.Join(aerr, undoErr(m.removeMdev(context.WithoutCancel(ctx), d.UUID)))
+			return revert.Wrap(aerr, m.removeMdev(context.WithoutCancel(ctx), d.UUID))
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
@@ -185,7 +186,7 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 		if err := m.setNumVFs(ctx, pf, st.Driver, n); err != nil {
 			if st.NumVFs != 0 {
 				if rerr := m.setNumVFs(context.WithoutCancel(ctx), pf, st.Driver, st.NumVFs); rerr != nil {
-					return PF{}, errors.Join(err, undoErr(rerr))
+					return PF{}, revert.Wrap(err, rerr)
 				}
 				return PF{}, fmt.Errorf("%w (restored the previous %d VFs)", err, st.NumVFs)
 			}

@@ -2,13 +2,13 @@ package mdev
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 	"syscall"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
 // The NVIDIA vendor-specific VFIO backend (vGPU 17+, Ada/Hopper/Blackwell, kernel >= 6.8).
@@ -217,7 +217,7 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 		return nil, fmt.Errorf("create %s on %s: %w: vendor vGPU type IDs are numbers", t.ID, p.Name, host.ErrInvalid)
 	}
 	var out []Instance
-	rv := &revert{}
+	rv := revert.New()
 	err = m.updateState(func(st *state) error {
 		byPF, err := m.vendorVFs()
 		if err != nil {
@@ -255,7 +255,7 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 					if err := m.assignVendor(ctx, a, id, t); err != nil {
 						return err
 					}
-					rv.add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
+					rv.Add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
 					out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
 					continue
 				}
@@ -290,14 +290,14 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 			}
 			if free == nil {
 				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); %s",
-					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID, m.undoNote(len(rv.undo), "VF assignment(s)"))
+					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID, m.undoNote(rv.Len(), "VF assignment(s)"))
 			}
 			a := free.Address
 			taken[a.String()] = true
 			if err := m.assignVendor(ctx, a, id, t); err != nil {
 				return err
 			}
-			rv.add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
+			rv.Add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
 			out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
 		}
 		for _, in := range out {
@@ -306,9 +306,9 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 		return nil
 	})
 	if err != nil {
-		return nil, errors.Join(err, undoErr(rv.fail()))
+		return nil, revert.Wrap(err, rv.Fail())
 	}
-	rv.success()
+	rv.Success()
 	return out, nil
 }
 

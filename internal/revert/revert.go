@@ -80,5 +80,5 @@ func Wrap(cause, undoErr error) error {
 	if undoErr == nil {
 		return cause
 	}
-	return fmt.Errorf("%w; undoing it also failed: %w", cause, undoErr)
+	return fmt.Errorf("%w; undo also failed, check by hand: %w", cause, undoErr)
 }

@@ -44,7 +44,7 @@ func TestWrap(t *testing.T) {
 		t.Fatal("no undo error: the cause alone")
 	}
 	w := Wrap(cause, errors.New("stuck"))
-	if !errors.Is(w, cause) || !strings.Contains(w.Error(), "undoing it also failed: stuck") {
+	if !errors.Is(w, cause) || !strings.Contains(w.Error(), "undo also failed, check by hand: stuck") {
 		t.Fatal(w)
 	}
 }
