@@ -62,20 +62,64 @@ func Place(req Request, parents []Parent) (Placement, error) {
 	if req.Count < 0 || strings.TrimSpace(req.Profile) == "" {
 		return Placement{}, fmt.Errorf("place vGPU: %w: need a profile and a positive count", host.ErrInvalid)
 	}
-	type cand struct {
-		p Parent
-		t Type
+	cands, reasons, offered, err := candidates(req, parents)
+	if err != nil {
+		return Placement{}, err
 	}
-	var cands []cand
-	var reasons []string
-	offered := false
+	refuse := func(sentinel error) error {
+		if len(reasons) == 0 {
+			reasons = []string{"the host has no vGPU parent"}
+		}
+		return fmt.Errorf("no parent can host %d× %s: %s: %w", req.Count, req.Profile, strings.Join(reasons, ", "), sentinel)
+	}
+	if !offered {
+		return Placement{}, refuse(host.ErrNotFound)
+	}
+	// One type per parent here (the profile's), so adding the parents' counts is right; a
+	// parent's counts for different types are alternatives (host.MdevParent.Capacity).
+	total := 0
+	for _, c := range cands {
+		total += c.t.Available
+	}
+	if total < req.Count {
+		return Placement{}, refuse(host.ErrBusy)
+	}
+	pl := Placement{Request: req}
+	near, far := cands, []cand(nil)
+	if req.NUMA >= 0 {
+		near = nil
+		for _, c := range cands {
+			if c.p.NUMA == req.NUMA {
+				near = append(near, c)
+			} else {
+				far = append(far, c)
+			}
+		}
+	}
+	left := pl.fill(near, req.Count)
+	if left > 0 && req.NUMA >= 0 {
+		pl.Notes = append(pl.Notes, fmt.Sprintf("NUMA node %d could host %d of %d; the rest go to other nodes", req.NUMA, req.Count-left, req.Count))
+	}
+	pl.fill(far, left)
+	return pl, nil
+}
+
+// cand is a parent that offers the requested type, with the type.
+type cand struct {
+	p Parent
+	t Type
+}
+
+// candidates finds the parents that offer req's profile and have room, and says for every
+// parent why it can or cannot help; offered is false when no parent offers the profile at all.
+func candidates(req Request, parents []Parent) (cands []cand, reasons []string, offered bool, err error) {
 	for _, p := range parents {
 		if req.Backend != "" && p.Backend != req.Backend {
 			continue
 		}
 		t, err := LookupType(p, req.Profile)
 		if errors.Is(err, host.ErrInvalid) {
-			return Placement{}, fmt.Errorf("place vGPU: %w", err)
+			return nil, nil, false, fmt.Errorf("place vGPU: %w", err)
 		}
 		if err != nil {
 			reasons = append(reasons, fmt.Sprintf("%s does not offer it", p.Name))
@@ -99,82 +143,45 @@ func Place(req Request, parents []Parent) (Placement, error) {
 			reasons = append(reasons, fmt.Sprintf("%s is full (0 free)", p.Name))
 		}
 	}
-	refuse := func(sentinel error) error {
-		if len(reasons) == 0 {
-			reasons = []string{"the host has no vGPU parent"}
-		}
-		return fmt.Errorf("no parent can host %d× %s: %s: %w", req.Count, req.Profile, strings.Join(reasons, ", "), sentinel)
-	}
-	if !offered {
-		return Placement{}, refuse(host.ErrNotFound)
-	}
-	// One type per parent here (the profile's), so adding the parents' counts is right; a
-	// parent's counts for different types are alternatives (host.MdevParent.Capacity).
-	total := 0
-	for _, c := range cands {
-		total += c.t.Available
-	}
-	if total < req.Count {
-		return Placement{}, refuse(host.ErrBusy)
-	}
+	return cands, reasons, offered, nil
+}
 
-	pl := Placement{Request: req}
-	near, far := cands, []cand(nil)
-	if req.NUMA >= 0 {
-		near = nil
-		for _, c := range cands {
-			if c.p.NUMA == req.NUMA {
-				near = append(near, c)
-			} else {
-				far = append(far, c)
+// fill places left instances on pool by best fit: while instances remain, the parent with the
+// fewest free slots that still fits all of them wins; when none fits all, the roomiest takes
+// what it can. It returns how many it could not place.
+func (pl *Placement) fill(pool []cand, left int) int {
+	sort.SliceStable(pool, func(i, j int) bool { return pool[i].p.Name < pool[j].p.Name })
+	free := map[string]int{}
+	for _, c := range pool {
+		free[c.p.Name] = c.t.Available
+	}
+	for left > 0 {
+		best := -1
+		for i, c := range pool {
+			f := free[c.p.Name]
+			if f >= left && (best < 0 || f < free[pool[best].p.Name]) {
+				best = i
 			}
 		}
-	}
-	left := req.Count
-	fill := func(pool []cand) {
-		free := map[string]int{}
-		for _, c := range pool {
-			free[c.p.Name] = c.t.Available
-		}
-		for left > 0 {
-			best := -1
-			// Best fit: the smallest free count that still fits everything left.
+		if best < 0 { // nothing fits all: the roomiest parent takes what it can
 			for i, c := range pool {
 				f := free[c.p.Name]
-				if f >= left && (best < 0 || f < free[pool[best].p.Name]) {
+				if f > 0 && (best < 0 || f > free[pool[best].p.Name]) {
 					best = i
 				}
 			}
-			if best < 0 { // nothing fits all: the roomiest parent takes what it can
-				for i, c := range pool {
-					f := free[c.p.Name]
-					if f > 0 && (best < 0 || f > free[pool[best].p.Name]) {
-						best = i
-					}
-				}
-			}
-			if best < 0 {
-				return
-			}
-			c := pool[best]
-			n := min(free[c.p.Name], left)
-			free[c.p.Name] -= n
-			left -= n
-			pl.Assignments = append(pl.Assignments, Assignment{Parent: c.p.Name, Backend: c.p.Backend, Type: c.t.ID, TypeName: c.t.Name,
-				Count: n, NUMA: c.p.NUMA, Free: c.t.Available})
 		}
+		if best < 0 {
+			return left
+		}
+		c := pool[best]
+		n := min(free[c.p.Name], left)
+		free[c.p.Name] -= n
+		left -= n
+		pl.Assignments = append(pl.Assignments, Assignment{Parent: c.p.Name, Backend: c.p.Backend, Type: c.t.ID, TypeName: c.t.Name,
+			Count: n, NUMA: c.p.NUMA, Free: c.t.Available})
 	}
-	sortCands := func(cs []cand) {
-		sort.SliceStable(cs, func(i, j int) bool { return cs[i].p.Name < cs[j].p.Name })
-	}
-	sortCands(near)
-	sortCands(far)
-	fill(near)
-	if left > 0 && req.NUMA >= 0 {
-		pl.Notes = append(pl.Notes, fmt.Sprintf("NUMA node %d could host %d of %d; the rest go to other nodes", req.NUMA, req.Count-left, req.Count))
-	}
-	fill(far)
-	return pl, nil
+	return 0
 }
 
 // typeDisplay names a running type for a message: its short name when the parent lists it.
