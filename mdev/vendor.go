@@ -216,100 +216,139 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 	if err != nil {
 		return nil, fmt.Errorf("create %s on %s: %w: vendor vGPU type IDs are numbers", t.ID, p.Name, host.ErrInvalid)
 	}
-	var out []Instance
-	rv := revert.New()
+	vc := &vendorCreate{m: m, p: p, t: t, id: id, req: req, rv: revert.New()}
 	err = m.updateState(func(st *state) error {
 		byPF, err := m.vendorVFs()
 		if err != nil {
 			return err
 		}
-		vfs := byPF[*p.Address]
-		taken := map[string]bool{}
+		vc.st, vc.vfs, vc.taken = st, byPF[*p.Address], map[string]bool{}
 		for _, e := range st.Instances {
 			if e.VF != "" {
-				taken[e.VF] = true // reserved by a recorded instance, even while cleared (after a reboot)
+				vc.taken[e.VF] = true // reserved by a recorded instance, even while cleared (after a reboot)
 			}
 		}
 		for i := 0; i < req.Count; i++ {
-			index := req.FirstIndex + i
-			var pinned *host.Address
-			if len(req.VFs) > 0 {
-				pinned = &req.VFs[i]
-			}
-			if e, ok := st.ownerEntry(BackendNvidiaVFIO, req.Owner, index); ok {
-				if pinned != nil && e.VF != pinned.String() {
-					return fmt.Errorf("create %s for %s (instance %d) on VF %s: %w: its instance %d is recorded on VF %s (remove it first)",
-						t.ID, req.Owner, index, pinned, host.ErrBusy, index, e.VF)
-				}
-				if e.Type != t.ID || e.Parent != p.Name {
-					return fmt.Errorf("create %s for %s (instance %d) on %s: %w: %s already holds type %s for it on %s (remove it first)",
-						t.ID, req.Owner, index, p.Name, host.ErrBusy, e.VF, e.Type, e.Parent)
-				}
-				a, _ := host.ParseAddress(e.VF)
-				cur, err := host.ReadCurrentVGPUType(m.Root, a)
-				if err == nil && cur == id {
-					out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
-					continue
-				}
-				if err == nil && cur == 0 {
-					if err := m.assignVendor(ctx, a, id, t); err != nil {
-						return err
-					}
-					rv.Add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
-					out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
-					continue
-				}
-				return fmt.Errorf("create %s for %s (instance %d): %w: recorded VF %s now has current_vgpu_type %d", t.ID, req.Owner, index, host.ErrBusy, a, cur)
-			}
-			if pinned != nil {
-				if err := m.checkPinnedVF(*pinned, vfs, st, t, p); err != nil {
-					return fmt.Errorf("create %s for %s (instance %d): %w", t.ID, req.Owner, index, err)
-				}
-			}
-			var free *VendorVF
-			for j := range vfs {
-				if pinned != nil && vfs[j].Address != *pinned {
-					continue
-				}
-				v := vfs[j]
-				if taken[v.Address.String()] || v.Current != 0 {
-					continue
-				}
-				if !m.DryRun {
-					fresh, err := m.ReadVendorVF(v.Address) // the list shrinks as siblings are used
-					if err != nil {
-						return err
-					}
-					v = fresh
-				}
-				if v.Current != 0 || !hasType(v.Creatable, t.ID) {
-					continue
-				}
-				free = &v
-				break
-			}
-			if free == nil {
-				return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); %s",
-					req.Count, t.ID, t.Name, p.Name, host.ErrBusy, i, t.ID, m.undoNote(rv.Len(), "VF assignment(s)"))
-			}
-			a := free.Address
-			taken[a.String()] = true
-			if err := m.assignVendor(ctx, a, id, t); err != nil {
+			if err := vc.instance(ctx, i); err != nil {
 				return err
 			}
-			rv.Add(func() error { return m.clearVendor(context.WithoutCancel(ctx), a) })
-			out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: p.Name, Type: t.ID, TypeName: t.Name, VF: &a, Owner: req.Owner, Index: index, Active: true, Defined: true})
 		}
-		for _, in := range out {
+		for _, in := range vc.out {
 			st.put(stateEntry{Backend: BackendNvidiaVFIO, Parent: in.Parent, Type: in.Type, VF: in.VF.String(), Owner: in.Owner, Index: in.Index})
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, revert.Wrap(err, rv.Fail())
+		return nil, revert.Wrap(err, vc.rv.Fail())
 	}
-	rv.Success()
-	return out, nil
+	vc.rv.Success()
+	return vc.out, nil
+}
+
+// vendorCreate is one createVendor call's state.
+type vendorCreate struct {
+	m     *Manager
+	p     Parent
+	t     Type
+	id    int
+	req   CreateRequest
+	st    *state
+	vfs   []VendorVF
+	taken map[string]bool
+	rv    *revert.Reverter
+	out   []Instance
+}
+
+// instance makes the call's i-th instance: the owner's recorded VF again when the state has
+// one (a re-run converges), else a pinned or the first free VF that lists the type now.
+func (vc *vendorCreate) instance(ctx context.Context, i int) error {
+	m, t, req := vc.m, vc.t, vc.req
+	index := req.FirstIndex + i
+	var pinned *host.Address
+	if len(req.VFs) > 0 {
+		pinned = &req.VFs[i]
+	}
+	if e, ok := vc.st.ownerEntry(BackendNvidiaVFIO, req.Owner, index); ok {
+		return vc.recorded(ctx, e, index, pinned)
+	}
+	if pinned != nil {
+		if err := m.checkPinnedVF(*pinned, vc.vfs, vc.st, t, vc.p); err != nil {
+			return fmt.Errorf("create %s for %s (instance %d): %w", t.ID, req.Owner, index, err)
+		}
+	}
+	free, err := vc.freeVF(pinned)
+	if err != nil {
+		return err
+	}
+	if free == nil {
+		return fmt.Errorf("create %d× %s (%s) on %s: %w: only %d VF(s) could take it (no free VF lists type %s in nvidia/creatable_vgpu_types; the GPU may run another type, or be full); %s",
+			req.Count, t.ID, t.Name, vc.p.Name, host.ErrBusy, i, t.ID, m.undoNote(vc.rv.Len(), "VF assignment(s)"))
+	}
+	vc.taken[free.String()] = true
+	return vc.assign(ctx, *free, index)
+}
+
+// recorded converges the owner's instance index that the state records on VF e.VF.
+func (vc *vendorCreate) recorded(ctx context.Context, e stateEntry, index int, pinned *host.Address) error {
+	t, req := vc.t, vc.req
+	if pinned != nil && e.VF != pinned.String() {
+		return fmt.Errorf("create %s for %s (instance %d) on VF %s: %w: its instance %d is recorded on VF %s (remove it first)",
+			t.ID, req.Owner, index, pinned, host.ErrBusy, index, e.VF)
+	}
+	if e.Type != t.ID || e.Parent != vc.p.Name {
+		return fmt.Errorf("create %s for %s (instance %d) on %s: %w: %s already holds type %s for it on %s (remove it first)",
+			t.ID, req.Owner, index, vc.p.Name, host.ErrBusy, e.VF, e.Type, e.Parent)
+	}
+	a, _ := host.ParseAddress(e.VF)
+	cur, err := host.ReadCurrentVGPUType(vc.m.Root, a)
+	switch {
+	case err == nil && cur == vc.id:
+		vc.out = append(vc.out, vc.instanceOn(a, index))
+		return nil
+	case err == nil && cur == 0:
+		return vc.assign(ctx, a, index)
+	}
+	return fmt.Errorf("create %s for %s (instance %d): %w: recorded VF %s now has current_vgpu_type %d", t.ID, req.Owner, index, host.ErrBusy, a, cur)
+}
+
+// freeVF returns the first VF (the pinned one, if any) that holds no type, is not reserved, and
+// lists the type now; nil when none does.
+func (vc *vendorCreate) freeVF(pinned *host.Address) (*host.Address, error) {
+	for j := range vc.vfs {
+		v := vc.vfs[j]
+		if pinned != nil && v.Address != *pinned {
+			continue
+		}
+		if vc.taken[v.Address.String()] || v.Current != 0 {
+			continue
+		}
+		if !vc.m.DryRun {
+			fresh, err := vc.m.ReadVendorVF(v.Address) // the list shrinks as siblings are used
+			if err != nil {
+				return nil, err
+			}
+			v = fresh
+		}
+		if v.Current != 0 || !hasType(v.Creatable, vc.t.ID) {
+			continue
+		}
+		return &v.Address, nil
+	}
+	return nil, nil
+}
+
+// assign writes the type to VF a as instance index, recording its undo.
+func (vc *vendorCreate) assign(ctx context.Context, a host.Address, index int) error {
+	if err := vc.m.assignVendor(ctx, a, vc.id, vc.t); err != nil {
+		return err
+	}
+	vc.rv.Add(func() error { return vc.m.clearVendor(context.WithoutCancel(ctx), a) })
+	vc.out = append(vc.out, vc.instanceOn(a, index))
+	return nil
+}
+
+func (vc *vendorCreate) instanceOn(a host.Address, index int) Instance {
+	return Instance{Backend: BackendNvidiaVFIO, Parent: vc.p.Name, Type: vc.t.ID, TypeName: vc.t.Name, VF: &a, Owner: vc.req.Owner, Index: index, Active: true, Defined: true}
 }
 
 // checkPinnedVF says why a pinned VF cannot take type t now (nil when it can, as far as
