@@ -80,29 +80,9 @@ func (r *resolver) mdev(i int, v *VGPU) ([]MdevAllocation, error) {
 		}
 		return out, nil
 	}
-	type cand struct {
-		parent string
-		t      *host.MdevType
-	}
-	var cands []cand
-	var offered []vgpu.Profile
-	for pi := range r.inv.MdevParents {
-		mp := &r.inv.MdevParents[pi]
-		types := make([]vgpu.Profile, len(mp.Types))
-		for ti, t := range mp.Types {
-			types[ti] = vgpu.Profile{ID: t.ID, Name: t.Name}
-		}
-		offered = append(offered, types...)
-		ti, err := vgpu.LookupProfile(types, v.Profile, "on "+mp.Parent)
-		if errors.Is(err, host.ErrInvalid) {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if err == nil {
-			cands = append(cands, cand{mp.Parent, &mp.Types[ti]})
-		}
-	}
-	if len(cands) == 0 {
-		return nil, fmt.Errorf("%s: no mdev type matches profile %q (%s): %w", path, v.Profile, vgpu.DidYouMean(offered, v.Profile), host.ErrNotFound)
+	cands, err := r.mdevCandidates(path, v.Profile)
+	if err != nil {
+		return nil, err
 	}
 	for _, u := range uuids {
 		var got *MdevAllocation
@@ -144,4 +124,37 @@ func (r *resolver) mdev(i int, v *VGPU) ([]MdevAllocation, error) {
 		out = append(out, *got)
 	}
 	return out, nil
+}
+
+// mdevCand is an mdev parent offering the type a profile names.
+type mdevCand struct {
+	parent string
+	t      *host.MdevType
+}
+
+// mdevCandidates finds, on every mdev parent of the inventory, the type profile names (by
+// vgpu.LookupProfile). None is host.ErrNotFound with a did-you-mean over every type offered;
+// a profile naming several types of one parent is host.ErrInvalid.
+func (r *resolver) mdevCandidates(path, profile string) ([]mdevCand, error) {
+	var cands []mdevCand
+	var offered []vgpu.Profile
+	for pi := range r.inv.MdevParents {
+		mp := &r.inv.MdevParents[pi]
+		types := make([]vgpu.Profile, len(mp.Types))
+		for ti, t := range mp.Types {
+			types[ti] = vgpu.Profile{ID: t.ID, Name: t.Name}
+		}
+		offered = append(offered, types...)
+		ti, err := vgpu.LookupProfile(types, profile, "on "+mp.Parent)
+		if errors.Is(err, host.ErrInvalid) {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err == nil {
+			cands = append(cands, mdevCand{mp.Parent, &mp.Types[ti]})
+		}
+	}
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("%s: no mdev type matches profile %q (%s): %w", path, profile, vgpu.DidYouMean(offered, profile), host.ErrNotFound)
+	}
+	return cands, nil
 }

@@ -125,6 +125,9 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 	return r
 }
 
+// judgeGPU decides what GPU d can be given as (passthrough, vGPU, SR-IOV) and, for each way
+// it cannot, the reason and the fix. It is long (94 lines) because each capability is a short
+// run of rules in the order check prints them; split, the rules would lose their order.
 func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*Device) GPUReadiness {
 	g := GPUReadiness{Address: d.Address, Name: strings.TrimSpace(d.VendorName + " " + d.DeviceName), Verdict: VerdictOK, Capabilities: []string{}}
 	if g.Name == "" {
