@@ -239,15 +239,51 @@ func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, op
 		return fmt.Errorf("clear vGPU type %s of VF %s: %w: vgpu-host did not set it (no record in %s); another tool or an operator did",
 			in.Type, in.ID(), host.ErrRefused, m.statePath())
 	}
-	if m.Domains == nil || opts.Force || !in.Active {
+	if opts.Force || !in.Active {
 		return nil
 	}
-	doms, err := m.Domains.DomainsUsing(ctx, in)
-	if err != nil {
-		return fmt.Errorf("remove %s: %w: cannot tell whether a libvirt domain uses it: %w", in.ID(), host.ErrRefused, err)
+	return m.inUse(ctx, in, opts.Owner)
+}
+
+// inUse says whether an active instance is in use, judged by the kernel first: a process
+// holding its /dev/vfio/GROUP (a running guest's QEMU) is busy (host.ErrBusy), naming the
+// process. Then the allocation ledger: an instance it gives to a VM other than owner is
+// refused (host.ErrRefused): destroy that VM instead. libvirt, when reachable, names the
+// domains whose configuration uses it (refused too); an unreachable libvirtd is no reason
+// to refuse by itself.
+func (m *Manager) inUse(ctx context.Context, in Instance, owner string) error {
+	var names []string
+	if in.Backend == BackendMdev {
+		if mi, _, err := host.ReadMdevInstance(m.Root, in.UUID); err == nil && mi.IOMMUGroup >= 0 {
+			names = append(names, host.HostPath(m.Root, host.VFIODev(m.Root, mi.IOMMUGroup)))
+		}
+	} else if in.VF != nil {
+		if l, err := host.ReadFunctionLinks(m.Root, *in.VF); err == nil && l.IOMMUGroup >= 0 {
+			names = append(names, host.HostPath(m.Root, host.VFIODev(m.Root, l.IOMMUGroup)))
+		}
+	}
+	var doms []string
+	if m.Domains != nil {
+		doms, _ = m.Domains.DomainsUsing(ctx, in) // unreachable: the kernel and the ledger decide
+	}
+	used := ""
+	if len(doms) > 0 {
+		used = " (libvirt domain " + strings.Join(doms, ", ") + ")"
+	}
+	if hs := host.Holders(m.Root, names); len(hs) > 0 {
+		var parts []string
+		for _, h := range hs {
+			parts = append(parts, h.String())
+		}
+		return fmt.Errorf("remove %s: %w: in use%s: %s (stop the guest first, or --force)", in.ID(), host.ErrBusy, used, strings.Join(parts, "; "))
+	}
+	if m.Allocated != nil {
+		if vm := m.Allocated(in); vm != "" && vm != owner {
+			return fmt.Errorf("remove %s: %w: the allocation ledger gives it to VM %q%s; run vgpu-host destroy %s (or --force)", in.ID(), host.ErrRefused, vm, used, vm)
+		}
 	}
 	if len(doms) > 0 {
-		return fmt.Errorf("remove %s: %w: used by libvirt domain(s) %s (undefine them or detach the hostdev first)", in.ID(), host.ErrRefused, strings.Join(doms, ", "))
+		return fmt.Errorf("remove %s: %w: used by libvirt domain(s) %s (undefine them or detach the hostdev first, or --force)", in.ID(), host.ErrRefused, strings.Join(doms, ", "))
 	}
 	return nil
 }

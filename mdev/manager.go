@@ -35,8 +35,13 @@ type Manager struct {
 	DryRun bool
 	// Timeout bounds each write and each wait; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// Domains answers which libvirt domains use an instance; nil skips that check.
+	// Domains answers which libvirt domains use an instance; nil (or an unreachable libvirtd)
+	// skips that check: the kernel (a process holding the instance's /dev/vfio/N) and the
+	// allocation ledger decide first.
 	Domains DomainUsers
+	// Allocated names the VM the allocation ledger gives an instance to ("" for none); nil
+	// skips that check.
+	Allocated func(in Instance) string
 	// Binder binds VFs to vfio-pci by address; nil uses package vfio's verbs on the VF alone.
 	Binder VFBinder
 }

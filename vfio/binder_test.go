@@ -777,3 +777,26 @@ func TestHeldHDARefusedBeforeAnyWrite(t *testing.T) {
 		t.Fatalf("another card's node held: %v", err)
 	}
 }
+
+// TestUnbindRefusesWhatAVMOwns: a group apply bound for a VM is the VM's: a plain unbind
+// refuses (exit 4) naming the VM and the command that gives it back; --force restores it.
+func TestUnbindRefusesWhatAVMOwns(t *testing.T) {
+	tr, k, b, gpu, audio := consumer(t, "nvidia")
+	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Owner: "train-01"}); err != nil {
+		t.Fatal(err)
+	}
+	n := len(k.Writes())
+	_, err := b.Unbind(ctx, []host.Address{gpu}, UnbindOptions{})
+	if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), `VM "train-01"`) || !strings.Contains(err.Error(), "vgpu-host destroy train-01") {
+		t.Fatalf("unbind of a VM's group: %v", err)
+	}
+	if len(k.Writes()) != n {
+		t.Fatal("the refused unbind wrote")
+	}
+	if _, err := b.Unbind(ctx, []host.Address{gpu}, UnbindOptions{Owner: "train-01"}); err != nil {
+		t.Fatalf("the owner's own unbind: %v", err)
+	}
+	if tr.Driver(audio) != "snd_hda_intel" {
+		t.Fatalf("audio on %q", tr.Driver(audio))
+	}
+}

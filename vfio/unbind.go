@@ -91,8 +91,12 @@ func (r *run) unbindMember(g *host.Group, m host.GroupMember, named bool, opts U
 	case m.IsBridge:
 		c.Note = "bridge stays on " + orNone(m.Driver)
 	case inLedger:
-		if opts.Owner != "" && e.Owner != "" && e.Owner != opts.Owner {
-			rs = append(rs, Refusal{Address: &a, Check: CheckOwner, Reason: fmt.Sprintf("was bound for %q, not %q", e.Owner, opts.Owner)})
+		if e.Owner != "" && e.Owner != opts.Owner {
+			why := fmt.Sprintf("was bound for %q, not %q", e.Owner, opts.Owner)
+			if opts.Owner == "" {
+				why = fmt.Sprintf("was bound by vgpu-host apply for VM %q, which uses it: vgpu-host destroy %s gives it back (or --force)", e.Owner, e.Owner)
+			}
+			rs = append(rs, Refusal{Address: &a, Check: CheckOwner, Reason: why})
 		}
 		if m.Driver != DriverName && m.Driver != e.Driver && m.Driver != "" {
 			rs = append(rs, Refusal{Address: &a, Check: CheckNotInLedger, Reason: fmt.Sprintf(

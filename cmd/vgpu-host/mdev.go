@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
@@ -27,7 +28,7 @@ var openLibvirt = func() (mdev.DomainXMLLister, func(), error) {
 
 // lazyLibvirt is the CLI's DomainUsers: it connects on first use, so commands that never
 // remove anything never need libvirtd. An unreachable libvirtd makes the check fail, and
-// Remove then refuses unless --force.
+// Remove then decides by the kernel (who holds /dev/vfio/N) and the allocation ledger alone.
 type lazyLibvirt struct {
 	once  sync.Once
 	users mdev.LibvirtUsers
@@ -39,7 +40,7 @@ func (l *lazyLibvirt) DomainsUsing(ctx context.Context, in mdev.Instance) ([]str
 	l.once.Do(func() {
 		c, closeFn, err := openLibvirt()
 		if err != nil {
-			l.err = fmt.Errorf("libvirtd is unreachable, so vgpu-host cannot tell which domains use %s (start libvirtd, or pass --force): %w", in.ID(), err)
+			l.err = fmt.Errorf("libvirtd is unreachable, so vgpu-host cannot tell which domains use %s: %w", in.ID(), err)
 			return
 		}
 		l.users, l.close = mdev.LibvirtUsers{Conn: c}, closeFn
@@ -70,6 +71,7 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 		rec = &host.Recorder{}
 		m.W, m.DryRun = rec, true
 	}
+	m.Allocated = ledgerHolder(root)
 	done := func() {}
 	if root.IsReal() {
 		l := &lazyLibvirt{}
@@ -81,6 +83,24 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 		}
 	}
 	return m, rec, done, nil
+}
+
+// ledgerHolder returns the check mdev remove makes against the allocation ledger: the VM it
+// gives an instance to ("" for none). The ledger is read once, on first use; an unreadable one
+// gives nobody (the kernel's holders still decide).
+func ledgerHolder(root host.Root) func(mdev.Instance) string {
+	var once sync.Once
+	var book *ledger.Book
+	return func(in mdev.Instance) string {
+		once.Do(func() { book, _ = ledger.Open(root).Read() })
+		if book == nil {
+			return ""
+		}
+		if in.VF != nil {
+			return book.Holder(ledger.Claim{Kind: ledger.KindVendorVGPU, ID: in.VF.String()})
+		}
+		return book.Holder(ledger.Claim{Kind: ledger.KindMdev, ID: in.UUID})
+	}
 }
 
 // dryRunReport is the --dry-run output: the sysfs writes in order, and the files vgpu-host

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -174,7 +175,11 @@ func TestHostRestoreAndUnit(t *testing.T) {
 	}
 }
 
-func TestLibvirtUnreachableRefuses(t *testing.T) {
+// TestRemoveInUseJudgedByKernel: with libvirtd unreachable, an instance nothing holds is
+// removed (an unreachable libvirtd is no reason to refuse); one whose /dev/vfio/N a process
+// holds is busy (exit 5) naming the process; one the allocation ledger gives to a VM is refused
+// (exit 4) naming the VM; --force removes either.
+func TestRemoveInUseJudgedByKernel(t *testing.T) {
 	old := openLibvirt
 	openLibvirt = func() (mdev.DomainXMLLister, func(), error) { return nil, nil, errors.New("connection refused") }
 	t.Cleanup(func() { openLibvirt = old })
@@ -182,16 +187,34 @@ func TestLibvirtUnreachableRefuses(t *testing.T) {
 	tr.Mbochs()
 	k := hosttest.NewKernel(tr)
 	m := mdev.New(tr.Root, k)
-	ins, err := m.Create(context.Background(), mdev.CreateRequest{Parent: "mbochs", Profile: "small"})
+	m.Domains = &lazyLibvirt{}
+	ins, err := m.Create(context.Background(), mdev.CreateRequest{Parent: "mbochs", Profile: "small", Count: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Domains = &lazyLibvirt{}
-	_, err = m.Remove(context.Background(), []string{ins[0].UUID}, mdev.RemoveOptions{})
-	if exitCode(err) != 4 || !strings.Contains(err.Error(), "libvirtd is unreachable") {
-		t.Fatalf("exit %d: %v", exitCode(err), err)
+	if _, err := m.Remove(context.Background(), []string{ins[0].UUID}, mdev.RemoveOptions{}); err != nil {
+		t.Fatalf("remove with libvirtd unreachable: %v", err)
 	}
-	if _, err := m.Remove(context.Background(), []string{ins[0].UUID}, mdev.RemoveOptions{Force: true}); err != nil {
+	mi, _, err := host.ReadMdevInstance(tr.Root, ins[1].UUID)
+	if err != nil || mi.IOMMUGroup < 0 {
+		t.Fatalf("instance group: %+v %v", mi, err)
+	}
+	tr.HoldOpen(31337, "qemu-system-x86", fmt.Sprintf("/dev/vfio/%d", mi.IOMMUGroup))
+	_, err = m.Remove(context.Background(), []string{ins[1].UUID}, mdev.RemoveOptions{})
+	if exitCode(err) != exitBusy || !strings.Contains(err.Error(), "pid 31337 (qemu-system-x86)") {
+		t.Fatalf("held instance: exit %d: %v", exitCode(err), err)
+	}
+	m.Allocated = func(in mdev.Instance) string {
+		if in.UUID == ins[2].UUID {
+			return "train-01"
+		}
+		return ""
+	}
+	_, err = m.Remove(context.Background(), []string{ins[2].UUID}, mdev.RemoveOptions{})
+	if exitCode(err) != 4 || !strings.Contains(err.Error(), `VM "train-01"`) {
+		t.Fatalf("allocated instance: exit %d: %v", exitCode(err), err)
+	}
+	if _, err := m.Remove(context.Background(), []string{ins[1].UUID, ins[2].UUID}, mdev.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 }
