@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -269,7 +268,10 @@ func parseBytes(s string) (uint64, error) {
 
 // Load reads, parses and validates the spec file at path.
 func Load(path string) (*VM, error) {
-	b, err := os.ReadFile(path)
+	b, err := host.ReadFileLimit(path, host.MaxSpecSize)
+	if errors.Is(err, host.ErrTooLarge) {
+		return nil, fmt.Errorf("read spec: %w: %w", err, host.ErrInvalid)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
@@ -287,6 +289,9 @@ func Load(path string) (*VM, error) {
 // the line and the field. It does not validate values; call Validate (Load does both).
 // Errors wrap host.ErrInvalid.
 func Parse(data []byte) (*VM, error) {
+	if len(data) > host.MaxSpecSize {
+		return nil, fmt.Errorf("parse spec: %d bytes: %w: a spec is at most %d bytes (1 MiB): %w", len(data), host.ErrTooLarge, host.MaxSpecSize, host.ErrInvalid)
+	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("parse spec: %s: %w", cleanYAMLError(err), host.ErrInvalid)

@@ -444,7 +444,10 @@ func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.Step) error 
 		if pool == "" {
 			pool = l.o.Pool
 		}
-		err = l.o.Conn.DeleteVolume(ctx, pool, s.Target)
+		// The ledger is a file on disk: its names are input like any other.
+		if err = errors.Join(host.CheckComponent("pool in ledger step", pool), host.CheckComponent("volume in ledger step", s.Target)); err == nil {
+			err = l.o.Conn.DeleteVolume(ctx, pool, s.Target)
+		}
 	case ActCreateMdev:
 		if err = l.needHost("remove mdev " + s.Target); err == nil {
 			err = l.o.Host.RemoveMdev(ctx, name, s.Target)
@@ -559,9 +562,10 @@ type VMStatus struct {
 // Status lists the VMs in the ledger with their devices and libvirt state ("missing" when
 // the domain is gone).
 func (l *Lifecycle) Status(ctx context.Context) ([]VMStatus, error) {
-	book, err := l.o.Ledger.Read()
-	if err != nil {
-		return nil, err
+	// A damaged ledger still lists its intact entries; the error comes back with them.
+	book, rerr := l.o.Ledger.Read()
+	if book == nil {
+		return nil, rerr
 	}
 	out := []VMStatus{}
 	for _, name := range sortedKeys(book.VMs) {
@@ -574,7 +578,7 @@ func (l *Lifecycle) Status(ctx context.Context) ([]VMStatus, error) {
 		}
 		out = append(out, VMStatus{Name: name, Phase: e.Phase, State: st, URI: e.URI, Claims: e.Claims, Fallback: e.Fallback, Steps: len(e.Live()), UpdatedAt: e.UpdatedAt})
 	}
-	return out, nil
+	return out, rerr
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
 )
 
 // Persistence. Three records bring the host's vGPU state back after a reboot, applied by
@@ -76,7 +77,7 @@ func (m *Manager) Definitions() ([]Definition, error) {
 				continue
 			}
 			path := m.mdevctlDir(p.Name(), f.Name())
-			b, err := os.ReadFile(path)
+			b, err := host.ReadFileLimit(path, host.MaxStateFileSize)
 			if err != nil {
 				return nil, fmt.Errorf("read mdev definition %s: %w", path, err)
 			}
@@ -101,6 +102,25 @@ func (m *Manager) Definitions() ([]Definition, error) {
 // definition of the same UUID under another parent is replaced (mdevctl would list both).
 // In a dry run the file is not written; the returned Definition says what would be.
 func (m *Manager) Define(d Definition) (Definition, error) {
+	if m.DryRun {
+		return m.define(d)
+	}
+	var out Definition
+	err := m.withDefinitionsLock(func() (err error) {
+		out, err = m.define(d)
+		return err
+	})
+	return out, err
+}
+
+// withDefinitionsLock runs fn holding the lock of the mdevctl definitions
+// (ROOT/var/lib/vgpu-host/mdevctl.lock: mdevctl.d itself is mdevctl's directory, so the lock
+// file stays out of it).
+func (m *Manager) withDefinitionsLock(fn func() error) error {
+	return filelock.With(m.Root.StateDir("mdevctl.lock"), filelock.Exclusive, filelock.DefaultTimeout, fn)
+}
+
+func (m *Manager) define(d Definition) (Definition, error) {
 	id, err := ParseUUID(d.UUID)
 	if err != nil {
 		return Definition{}, fmt.Errorf("define mdev: %w: %w", host.ErrInvalid, err)
@@ -116,6 +136,10 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 	}
 	if d.Parent == "" || d.Type == "" {
 		return Definition{}, fmt.Errorf("define mdev %s: %w: it is not active, so name its --parent and --type", id, host.ErrNotFound)
+	}
+	// Both become part of a path (mdevctl.d/PARENT/UUID) or of one mdevctl writes in sysfs.
+	if err := errors.Join(host.CheckComponent("mdev parent", d.Parent), host.CheckComponent("mdev type", d.Type)); err != nil {
+		return Definition{}, fmt.Errorf("define mdev %s: %w", id, err)
 	}
 	if d.Start == "" {
 		d.Start = "auto"
@@ -168,6 +192,18 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 // Undefine deletes the persistent definitions of id (a missing one is already undefined) and
 // returns the files it removed.
 func (m *Manager) Undefine(id string) ([]string, error) {
+	if m.DryRun {
+		return m.undefine(id)
+	}
+	var removed []string
+	err := m.withDefinitionsLock(func() (err error) {
+		removed, err = m.undefine(id)
+		return err
+	})
+	return removed, err
+}
+
+func (m *Manager) undefine(id string) ([]string, error) {
 	u, err := ParseUUID(id)
 	if err != nil {
 		return nil, fmt.Errorf("undefine mdev: %w: %w", host.ErrInvalid, err)
@@ -208,7 +244,7 @@ func (m *Manager) SRIOVPath() string { return m.Root.Etc("vgpu-host", "sriov.jso
 
 // PersistedPFs returns the VF counts recorded for boot, sorted by address.
 func (m *Manager) PersistedPFs() ([]PersistedPF, error) {
-	b, err := os.ReadFile(m.SRIOVPath())
+	b, err := host.ReadFileLimit(m.SRIOVPath(), host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -232,7 +268,18 @@ func (m *Manager) persistedPF(a host.Address) (PersistedPF, bool) {
 	return PersistedPF{}, false
 }
 
+// writePersisted edits sriov.json under its lock (sriov.lock beside it), so parallel
+// vf enable --persist runs each see the others' records.
 func (m *Manager) writePersisted(edit func([]PersistedPF) []PersistedPF) error {
+	if m.DryRun {
+		return m.editPersisted(edit)
+	}
+	return filelock.With(filelock.Sibling(m.SRIOVPath()), filelock.Exclusive, filelock.DefaultTimeout, func() error {
+		return m.editPersisted(edit)
+	})
+}
+
+func (m *Manager) editPersisted(edit func([]PersistedPF) []PersistedPF) error {
 	ps, err := m.PersistedPFs()
 	if err != nil {
 		return err
