@@ -55,12 +55,31 @@ func (m *Manager) mdevctlDir(elem ...string) string {
 // Definitions reads every mdevctl definition under root.Etc("mdevctl.d"), sorted by parent and
 // UUID. Files that are not UUIDs (scripts.d) are skipped.
 func (m *Manager) Definitions() ([]Definition, error) {
+	defs, bad, err := m.scanDefinitions()
+	if err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 {
+		return nil, bad[0].err
+	}
+	return defs, nil
+}
+
+// badFile is a file that could not be read or parsed, and why.
+type badFile struct {
+	path string
+	err  error
+}
+
+// scanDefinitions reads every definition it can: bad holds each file that could not be read or
+// parsed, err an unreadable mdevctl.d.
+func (m *Manager) scanDefinitions() (defs []Definition, bad []badFile, err error) {
 	parents, err := os.ReadDir(m.mdevctlDir())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(), err)
+		return nil, nil, fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(), err)
 	}
 	var out []Definition
 	for _, p := range parents {
@@ -69,7 +88,8 @@ func (m *Manager) Definitions() ([]Definition, error) {
 		}
 		files, err := os.ReadDir(m.mdevctlDir(p.Name()))
 		if err != nil {
-			return nil, fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(p.Name()), err)
+			bad = append(bad, badFile{m.mdevctlDir(p.Name()), fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(p.Name()), err)})
+			continue
 		}
 		for _, f := range files {
 			id, err := ParseUUID(f.Name())
@@ -79,11 +99,13 @@ func (m *Manager) Definitions() ([]Definition, error) {
 			path := m.mdevctlDir(p.Name(), f.Name())
 			b, err := host.ReadFileLimit(path, host.MaxStateFileSize)
 			if err != nil {
-				return nil, fmt.Errorf("read mdev definition %s: %w", path, err)
+				bad = append(bad, badFile{path, fmt.Errorf("read mdev definition %s: %w", path, err)})
+				continue
 			}
 			var mf mdevctlFile
 			if err := json.Unmarshal(b, &mf); err != nil {
-				return nil, fmt.Errorf("read mdev definition %s: %w: %v", path, host.ErrInvalid, err)
+				bad = append(bad, badFile{path, fmt.Errorf("read mdev definition %s: %w: %v", path, host.ErrInvalid, err)})
+				continue
 			}
 			out = append(out, Definition{UUID: id, Parent: p.Name(), Type: mf.MdevType, Start: mf.Start, Attrs: mf.Attrs, Path: path})
 		}
@@ -94,7 +116,7 @@ func (m *Manager) Definitions() ([]Definition, error) {
 		}
 		return out[i].UUID < out[j].UUID
 	})
-	return out, nil
+	return out, bad, nil
 }
 
 // Define writes a persistent definition for an mdev instance. Parent and type come from the
@@ -349,9 +371,10 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 		steps = append(steps, s)
 	}
 
+	// A file that cannot be read is one failed step: the others are still restored.
 	pfs, err := m.PersistedPFs()
 	if err != nil {
-		return nil, err
+		record("sriov", m.SRIOVPath(), "", false, err)
 	}
 	for _, p := range pfs {
 		a, err := host.ParseAddress(p.Address)
@@ -376,7 +399,8 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 
 	st, err := m.readState()
 	if err != nil {
-		return steps, errors.Join(append(errs, err)...)
+		record("vendor-vgpu", m.statePath(), "", false, err)
+		st = &state{}
 	}
 	for _, e := range st.Instances {
 		if e.Backend != BackendNvidiaVFIO {
@@ -405,9 +429,12 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 		record("vendor-vgpu", e.VF, want, false, m.assignVendor(ctx, a, id, Type{ID: e.Type}))
 	}
 
-	defs, err := m.Definitions()
+	defs, bad, err := m.scanDefinitions()
 	if err != nil {
-		return steps, errors.Join(append(errs, err)...)
+		record("mdev", m.mdevctlDir(), "", false, err)
+	}
+	for _, b := range bad {
+		record("mdev", b.path, "", false, b.err)
 	}
 	for _, d := range defs {
 		want := d.Type + " on " + d.Parent

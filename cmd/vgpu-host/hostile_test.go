@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
@@ -75,5 +76,54 @@ func TestMdevDefineParentEscape(t *testing.T) {
 	})
 	if len(outside) > 0 {
 		t.Errorf("definitions written: %v", outside)
+	}
+}
+
+// TestHostRestoreGoesOnPastBadFiles: `host restore` stopped at the first file it could not
+// read, although the documentation says it goes on. A damaged sriov.json and a damaged mdevctl
+// definition are now two failed steps naming their files; the good definitions are restored,
+// and the exit code is non-zero.
+func TestHostRestoreGoesOnPastBadFiles(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	withKernel(t, tr)
+	good := []string{"1b6c4a8e-1e4f-4b7a-9a43-5f2f3b1e9d10", "9b6c4a8e-1e4f-4b7a-9a43-5f2f3b1e9d10"}
+	badID := "5b6c4a8e-1e4f-4b7a-9a43-5f2f3b1e9d10"
+	for _, id := range good {
+		tr.WriteFile("etc/mdevctl.d/mbochs/"+id, `{"mdev_type": "mbochs-small", "start": "auto", "attrs": []}`)
+	}
+	tr.WriteFile("etc/mdevctl.d/mbochs/"+badID, `{"mdev_type": `)
+	tr.WriteFile("etc/vgpu-host/sriov.json", `{"version": 1, "pfs": [`)
+
+	out, err := runErr(t, "--host-root", tr.Dir(), "-o", "json", "host", "restore")
+	if code := exitCode(err); code == 0 {
+		t.Fatalf("restore with damaged files exit 0:\n%s", out)
+	}
+	var steps []map[string]string
+	if jerr := json.Unmarshal([]byte(out), &steps); jerr != nil {
+		t.Fatalf("not JSON: %v\n%s", jerr, out)
+	}
+	failed := map[string]string{}
+	applied := 0
+	for _, s := range steps {
+		switch s["result"] {
+		case "failed":
+			failed[s["target"]] = s["error"]
+		case "applied":
+			applied++
+		}
+	}
+	for _, f := range []string{tr.Root.Etc("vgpu-host", "sriov.json"), tr.Root.Etc("mdevctl.d", "mbochs", badID)} {
+		if why, ok := failed[f]; !ok || !strings.Contains(why, f) {
+			t.Errorf("no failed step for %s (with the file in its reason): %v", f, failed)
+		}
+	}
+	if applied != 2 {
+		t.Errorf("%d steps applied, want the 2 good definitions: %s", applied, out)
+	}
+	for _, id := range good {
+		if !host.Exists(tr.Root.Sys("bus", "mdev", "devices", id)) {
+			t.Errorf("good definition %s was not restored", id)
+		}
 	}
 }
