@@ -300,6 +300,11 @@ func Parse(data []byte) (*VM, error) {
 	if len(root.Content) > 0 {
 		recordLines(root.Content[0], "", lines, values)
 	}
+	if len(root.Content) > 0 {
+		if err := checkWholeNumbers(&root, &VM{}); err != nil {
+			return nil, err
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	vm := &VM{}
