@@ -83,6 +83,18 @@ func LoadLedger(root host.Root) (*Ledger, error) {
 	if l.Devices == nil {
 		l.Devices = map[string]Entry{}
 	}
+	// Driver and module names are joined into sysfs paths and given to modprobe on unbind:
+	// the file is input like any other.
+	for key, e := range l.Devices {
+		for what, name := range map[string]string{"driver": e.Driver, "module": e.Module} {
+			if name == "" {
+				continue
+			}
+			if err := host.CheckComponent(what, name); err != nil {
+				return nil, fmt.Errorf("read ledger %s: entry %s: %w: repair it (the original %s of the function), or move it aside (mv %s %s.bad) and run again: %w", p, key, err, what, p, p, ErrLedgerCorrupt)
+			}
+		}
+	}
 	if l.Files == nil {
 		l.Files = map[string]PersistedFile{}
 	}
