@@ -76,17 +76,11 @@ func ReadFileLimit(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("read %s: %w: it is larger than the limit of %s for this file", path, ErrTooLarge, humanBytes(limit))
+		size := fmt.Sprintf("%d bytes", limit)
+		if limit%(1<<20) == 0 {
+			size = fmt.Sprintf("%d MiB", limit>>20)
+		}
+		return nil, fmt.Errorf("read %s: %w: it is larger than the limit of %s for this file", path, ErrTooLarge, size)
 	}
 	return b, nil
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -27,7 +27,7 @@ func TestReadFileLimit(t *testing.T) {
 	if err := os.WriteFile(p, make([]byte, 2049), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReadFileLimit(p, 2048); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "2 KiB") || !strings.Contains(err.Error(), p) {
+	if _, err := ReadFileLimit(p, 2048); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "2048 bytes") || !strings.Contains(err.Error(), p) {
 		t.Errorf("over the limit: %v", err)
 	}
 	if b, err := ReadFileLimit(p, 2049); err != nil || len(b) != 2049 {
