@@ -120,3 +120,46 @@ func walkInRoot(root, rel string) (string, error) {
 	}
 	return filepath.Join(root, filepath.Join(done...)), nil
 }
+
+// CheckInside returns an error when path, resolved through the symlinks that exist so far, is
+// not under the root: a snapshot or fake tree whose etc or var/lib is a symlink to the real
+// /etc would otherwise have vgpu-host's state files written on the real host. On the real root
+// every path is inside. Errors wrap ErrRefused.
+func (r Root) CheckInside(path string) error {
+	if r.IsReal() {
+		return nil
+	}
+	root, err := filepath.EvalSymlinks(r.Dir())
+	if err != nil {
+		return fmt.Errorf("resolve host root %s: %w", r.Dir(), err)
+	}
+	p, rest := filepath.Clean(path), ""
+	for {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			p = filepath.Join(real, rest)
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("resolve %s: %w", path, err)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		rest, p = filepath.Join(filepath.Base(p), rest), parent
+	}
+	if rel, err := filepath.Rel(root, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("%s resolves to %s, outside the host root %s (a symlink in the tree points out of it): %w", path, p, r.Dir(), ErrRefused)
+	}
+	return nil
+}
+
+// WriteFileAtomic is WriteFileAtomic for a file under the root: it refuses (CheckInside) a
+// path that symlinks lead out of the root.
+func (r Root) WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	if err := r.CheckInside(path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return WriteFileAtomic(path, data, perm)
+}

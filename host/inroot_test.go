@@ -2,8 +2,10 @@ package host
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -81,5 +83,39 @@ func TestSysfsWriterStaysInRoot(t *testing.T) {
 				t.Errorf("missing attribute: %v", err)
 			}
 		})
+	}
+}
+
+// TestStateWritesStayInRoot: a tree whose etc is a symlink to a directory outside it (a
+// snapshot of a host where /etc links elsewhere, or a hostile one) had state files written
+// through the link. Root.WriteFileAtomic refuses a path that leads out of the root.
+func TestStateWritesStayInRoot(t *testing.T) {
+	outside := t.TempDir()
+	root, err := NewRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, root.Path("etc")); err != nil {
+		t.Fatal(err)
+	}
+	err = root.WriteFileAtomic(root.Etc("vgpu-host", "sriov.json"), []byte("{}"), 0o644)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "outside the host root") {
+		t.Fatalf("write through etc -> %s: %v", outside, err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("written outside the root: %v", ents)
+	}
+	// Links inside the root are fine, and so is a path that does not exist yet.
+	if err := os.MkdirAll(root.Path("var", "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", root.Path("var", "lib")); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.WriteFileAtomic(root.StateDir("new", "x.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(root.Path("var", "real", "vgpu-host", "new", "x.json")); string(b) != "{}" {
+		t.Fatalf("in-root link: %q", b)
 	}
 }

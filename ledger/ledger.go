@@ -111,7 +111,12 @@ type Ledger struct {
 }
 
 // Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger.json).
-func Open(root host.Root) *Ledger { return OpenPath(root.StateDir("ledger.json")) }
+// Its writes refuse a path that symlinks in the tree lead out of root (Root.WriteFileAtomic).
+func Open(root host.Root) *Ledger {
+	l := OpenPath(root.StateDir("ledger.json"))
+	l.WriteFile = root.WriteFileAtomic
+	return l
+}
 
 // OpenPath returns the ledger stored at path (its lock file is path with ".lock").
 func OpenPath(path string) *Ledger {

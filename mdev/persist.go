@@ -205,7 +205,7 @@ func (m *Manager) define(d Definition) (Definition, error) {
 			}
 		}
 	}
-	if err := host.WriteFileAtomic(d.Path, b, 0o644); err != nil {
+	if err := m.Root.WriteFileAtomic(d.Path, b, 0o644); err != nil {
 		return Definition{}, fmt.Errorf("define mdev %s: %w", id, err)
 	}
 	return d, nil
@@ -296,6 +296,10 @@ func (m *Manager) writePersisted(edit func([]PersistedPF) []PersistedPF) error {
 	if m.DryRun {
 		return m.editPersisted(edit)
 	}
+	// Before the lock file beside it is created: not even that goes through a link out of root.
+	if err := m.Root.CheckInside(m.SRIOVPath()); err != nil {
+		return fmt.Errorf("persist VF counts: %w", err)
+	}
 	return filelock.With(filelock.Sibling(m.SRIOVPath()), filelock.Exclusive, filelock.DefaultTimeout, func() error {
 		return m.editPersisted(edit)
 	})
@@ -315,7 +319,7 @@ func (m *Manager) editPersisted(edit func([]PersistedPF) []PersistedPF) error {
 	if err != nil {
 		return err
 	}
-	return host.WriteFileAtomic(m.SRIOVPath(), append(b, '\n'), 0o644)
+	return m.Root.WriteFileAtomic(m.SRIOVPath(), append(b, '\n'), 0o644)
 }
 
 func (m *Manager) persistPF(p PersistedPF) error {

@@ -128,7 +128,7 @@ func (m *Manager) updateState(f func(*state) error) error {
 	if err != nil {
 		return errors.Join(ferr, fmt.Errorf("encode vGPU state: %w", err))
 	}
-	if err := host.WriteFileAtomic(m.statePath(), append(b, '\n'), 0o644); err != nil {
+	if err := m.Root.WriteFileAtomic(m.statePath(), append(b, '\n'), 0o644); err != nil {
 		return errors.Join(ferr, err)
 	}
 	return ferr

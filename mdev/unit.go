@@ -55,7 +55,7 @@ func (m *Manager) InstallUnit(execPath string) ([]string, error) {
 	if old, err := os.ReadFile(path); err != nil || string(old) != text {
 		wrote = append(wrote, path)
 		if !m.DryRun {
-			if err := host.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
+			if err := m.Root.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
 				return nil, fmt.Errorf("install %s: %w", UnitName, err)
 			}
 		}

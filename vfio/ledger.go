@@ -125,7 +125,7 @@ func (l *Ledger) save(root host.Root) error {
 		return err
 	}
 	p := LedgerPath(root)
-	if err := host.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
+	if err := root.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("save ledger: %w", err)
 	}
 	return nil

@@ -127,3 +127,26 @@ func TestHostRestoreGoesOnPastBadFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestPersistRefusesEtcLinkOutOfRoot: `vf enable --persist` under a --host-root whose etc is a
+// symlink out of the tree wrote sriov.json through the link, onto another file system.
+func TestPersistRefusesEtcLinkOutOfRoot(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
+		hosttest.VFSpec{Total: 2, VFDevice: 0x0010, VFDriver: "nvme"}, 0)
+	withKernel(t, tr)
+	outside := t.TempDir()
+	if err := os.RemoveAll(tr.Root.Path("etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, tr.Root.Path("etc")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := runErr(t, "--host-root", tr.Dir(), "vf", "enable", "0000:00:0a.0", "--count", "1", "--persist")
+	if err == nil || !strings.Contains(err.Error(), "outside the host root") {
+		t.Fatalf("persist through an etc link out of the root: %v", err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("written outside the root: %v", ents)
+	}
+}
