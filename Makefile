@@ -31,10 +31,10 @@ test-go: deps ## every Go test, including those against a real libvirtd the test
 	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 ./...
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
-# of instrumented builds on 2 cores). -fuzzminimizetime 1s: Go minimizes every new interesting
-# input for up to 60 s by default, uncounted, which left FuzzRender at a few dozen execs in 8 s.
-# Inputs that fail are written to the package's
-# testdata/fuzz/TARGET/ and fail `go test` from then on: commit them with the fix.
+# of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes
+# every new interesting input for up to 60 s by default, uncounted, which left FuzzRender at a
+# few dozen execs in 8 s. Inputs that fail are written to the package's testdata/fuzz/TARGET/
+# and fail `go test` from then on: commit them with the fix.
 FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./host:FuzzParseAddress ./host:FuzzParseCreatableVGPUTypes ./host:FuzzMdevSupportedTypes \
@@ -42,10 +42,7 @@ FUZZ_TARGETS := \
 	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO
 
 fuzz: deps ## run every fuzz target for FUZZTIME (default 8s) each
-	@for t in $(FUZZ_TARGETS); do \
-		out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s "$${t%%:*}" 2>&1) || { echo "$$out"; exit 1; }; \
-		echo "$${t#*:} ($${t%%:*}, $(FUZZTIME)): $$(echo "$$out" | grep -o 'execs: [0-9]*' | tail -n 1)"; \
-	done
+	@GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 # The packages whose code runs concurrently (file locks, the racing CLI tests), under the race
 # detector.
