@@ -14,7 +14,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Label is the volume label cloud-init's NoCloud data source looks for.
@@ -47,8 +49,10 @@ const sector = 2048
 func WriteISO(label string, files map[string][]byte) ([]byte, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
-		if n == "" || len(n) > 64 || strings.ContainsAny(n, "/;") {
-			return nil, fmt.Errorf("iso file name %q: want 1-64 characters without '/' or ';'", n)
+		// Joliet names are UCS-2: a name that is not UTF-8 would be written as U+FFFD and read
+		// back as another name (found by FuzzSeedISO); Joliet forbids * / : ; ? \ and controls.
+		if n == "" || len(n) > 64 || strings.ContainsAny(n, "*/:;?\\") || !utf8.ValidString(n) || strings.IndexFunc(n, unicode.IsControl) >= 0 {
+			return nil, fmt.Errorf("iso file name %q: want 1-64 bytes of UTF-8 without control characters or * / : ; ? \\", n)
 		}
 		names = append(names, n)
 	}

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -275,7 +274,10 @@ func parseBytes(s string) (uint64, error) {
 
 // Load reads, parses and validates the spec file at path.
 func Load(path string) (*VM, error) {
-	b, err := os.ReadFile(path)
+	b, err := host.ReadFileLimit(path, host.MaxSpecSize)
+	if errors.Is(err, host.ErrTooLarge) {
+		return nil, fmt.Errorf("read spec: %w: %w", err, host.ErrInvalid)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
@@ -293,6 +295,9 @@ func Load(path string) (*VM, error) {
 // the line and the field. It does not validate values; call Validate (Load does both).
 // Errors wrap host.ErrInvalid.
 func Parse(data []byte) (*VM, error) {
+	if len(data) > host.MaxSpecSize {
+		return nil, fmt.Errorf("parse spec: %d bytes: %w: a spec is at most %d bytes (1 MiB): %w", len(data), host.ErrTooLarge, host.MaxSpecSize, host.ErrInvalid)
+	}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("parse spec: %s: %w", cleanYAMLError(err), host.ErrInvalid)
@@ -300,6 +305,11 @@ func Parse(data []byte) (*VM, error) {
 	lines, values := map[string]int{}, map[string]string{}
 	if len(root.Content) > 0 {
 		recordLines(root.Content[0], "", lines, values)
+	}
+	if len(root.Content) > 0 {
+		if err := checkWholeNumbers(&root, &VM{}); err != nil {
+			return nil, err
+		}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)

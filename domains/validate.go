@@ -340,16 +340,28 @@ func (v *validator) disks() {
 		v.add("spec.disks", "more than 20 disks")
 	}
 	// Two disks on one file: QEMU's image locking refuses the second at start.
+	// Paths are compared cleaned ("/a//b.img" is "/a/b.img"); a base image may back several
+	// disks (read-only), but no disk may write a file another disk uses as its base.
 	files := map[string]int{}
-	for i, f := range v.vm.DiskFiles(BuildOptions{}) {
+	dfs := v.vm.DiskFiles(BuildOptions{})
+	for i, f := range dfs {
 		if f.Path == "" {
 			continue
 		}
-		if j, dup := files[f.Path]; dup {
+		p := filepath.Clean(f.Path)
+		if j, dup := files[p]; dup {
 			v.add(fmt.Sprintf("spec.disks[%d]", i), "%s is also the file of spec.disks[%d]", f.Path, j)
 			continue
 		}
-		files[f.Path] = i
+		files[p] = i
+	}
+	for i, f := range dfs {
+		if f.Backing == "" {
+			continue
+		}
+		if j, dup := files[filepath.Clean(f.Backing)]; dup {
+			v.add(fmt.Sprintf("spec.disks[%d].image", i), "%s is the writable file of spec.disks[%d]; a base image must not be written", f.Backing, j)
+		}
 	}
 }
 

@@ -107,6 +107,13 @@ func Holders(root Root, paths []string) []Holder {
 	return out
 }
 
+// ProcessName returns the command name of process pid (ROOT/proc/PID/comm), "" when it
+// cannot be read.
+func ProcessName(root Root, pid int) string {
+	c, _ := readAttr(root.Proc(strconv.Itoa(pid), "comm"))
+	return c
+}
+
 func matchAny(t string, paths []string) bool {
 	for _, p := range paths {
 		if pre, ok := strings.CutSuffix(p, "*"); ok {

@@ -24,7 +24,7 @@ func (m Modprobe) Load(ctx context.Context, module string) error {
 	if !m.Root.IsReal() {
 		return fmt.Errorf("load module %s: %w under --host-root %s (load it in that host's kernel)", module, ErrUnsupported, m.Root.Dir())
 	}
-	out, err := exec.CommandContext(ctx, "modprobe", module).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "modprobe", "--", module).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("load module %s: modprobe: %v: %s", module, err, strings.TrimSpace(string(out)))
 	}

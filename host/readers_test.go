@@ -18,15 +18,6 @@ import (
 // DriverLoaded, ReadSRIOV, ReadVFs, SRIOV.VFAddresses, IsVendorVF,
 // ReadCurrentVGPUType and ReadMdevInstances, on fake trees and the real-kernel snapshot.
 
-func labSnapshot(t *testing.T) host.Root {
-	t.Helper()
-	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
-	if p == "" {
-		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
-	}
-	return hosttest.Snapshot(t, p)
-}
-
 // linksAgreeWithReadDevice checks that ReadFunctionLinks tells, for every function of the
 // host, what ReadDevice tells: they share one reader, so they cannot disagree.
 func linksAgreeWithReadDevice(t *testing.T, root host.Root) int {

@@ -27,15 +27,20 @@ type Writer interface {
 var ErrWriteTimeout = errors.New("sysfs write did not return in time")
 
 // SysfsWriter writes to the real files under a Root.
-type SysfsWriter struct{}
+type SysfsWriter struct {
+	// Root is the host root the paths are under. Every path is resolved inside it
+	// (OpenInRoot), so a symlink in a snapshot or fake tree cannot send a write out of it.
+	// The zero Root is the real root "/".
+	Root Root
+}
 
 // Write opens path write-only (never creating it: a missing attribute is the kernel's answer
 // that the feature is absent) and writes value. A write that blocks past ctx's deadline is
 // abandoned and reported with ErrWriteTimeout; the kernel may still complete it later.
-func (SysfsWriter) Write(ctx context.Context, path, value string) error {
+func (w SysfsWriter) Write(ctx context.Context, path, value string) error {
 	done := make(chan error, 1)
 	go func() {
-		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		f, err := OpenInRoot(w.Root.Dir(), path, os.O_WRONLY, 0)
 		if err != nil {
 			done <- err
 			return

@@ -18,11 +18,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
 )
 
 // FormatVersion is the "version" of the JSON document this package writes.
@@ -104,44 +105,43 @@ type Ledger struct {
 	// file, fsync, rename, fsync of the directory). Tests inject a failing writer (ENOSPC) to
 	// prove a failed write loses nothing.
 	WriteFile func(path string, data []byte, perm os.FileMode) error
+	// LockTimeout is how long a transaction waits for another process's (0:
+	// filelock.DefaultTimeout); the error on timeout names the holder's pid.
+	LockTimeout time.Duration
 }
 
 // Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger.json).
-func Open(root host.Root) *Ledger { return OpenPath(root.StateDir("ledger.json")) }
+// Its writes refuse a path that symlinks in the tree lead out of root (Root.WriteFileAtomic).
+func Open(root host.Root) *Ledger {
+	l := OpenPath(root.StateDir("ledger.json"))
+	l.WriteFile = root.WriteFileAtomic
+	return l
+}
 
 // OpenPath returns the ledger stored at path (its lock file is path with ".lock").
 func OpenPath(path string) *Ledger {
-	return &Ledger{path: path, lock: path[:len(path)-len(filepath.Ext(path))] + ".lock"}
+	return &Ledger{path: path, lock: filelock.Sibling(path)}
 }
 
 // Path returns the ledger file.
 func (l *Ledger) Path() string { return l.path }
 
-func (l *Ledger) locked(how int, fn func() error) error {
-	if err := os.MkdirAll(filepath.Dir(l.lock), 0o755); err != nil {
-		return fmt.Errorf("ledger directory %s: %w", filepath.Dir(l.lock), err)
+func (l *Ledger) locked(mode filelock.Mode, fn func() error) error {
+	timeout := l.LockTimeout
+	if timeout == 0 {
+		timeout = filelock.DefaultTimeout
 	}
-	f, err := os.OpenFile(l.lock, os.O_RDWR|os.O_CREATE, 0o644)
+	release, err := filelock.Acquire(l.lock, mode, timeout)
 	if err != nil {
-		return fmt.Errorf("open ledger lock %s: %w", l.lock, err)
+		return fmt.Errorf("ledger %s: %w", l.path, err)
 	}
-	defer f.Close()
-	for {
-		err = syscall.Flock(int(f.Fd()), how)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("lock ledger %s: %w", l.lock, err)
-	}
-	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing drops it anyway
+	defer release()
 	return fn()
 }
 
 func (l *Ledger) load() (*Book, error) {
 	b := &Book{Version: FormatVersion, VMs: map[string]*VM{}}
-	data, err := os.ReadFile(l.path)
+	data, err := host.ReadFileLimit(l.path, host.MaxStateFileSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return b, nil
 	}
@@ -159,6 +159,17 @@ func (l *Ledger) load() (*Book, error) {
 	}
 	if b.VMs == nil {
 		b.VMs = map[string]*VM{}
+	}
+	var empty []string
+	for name, e := range b.VMs {
+		if e == nil {
+			empty = append(empty, strconv.Quote(name))
+			delete(b.VMs, name)
+		}
+	}
+	if len(empty) > 0 {
+		sort.Strings(empty)
+		return b, l.corrupt(fmt.Errorf("the entry of VM %s is null, so its devices are unknown", strings.Join(empty, ", ")))
 	}
 	return b, nil
 }
@@ -181,10 +192,12 @@ func (l *Ledger) removeStaleTemps() {
 	}
 }
 
-// Read returns a snapshot of the ledger (under a shared lock).
+// Read returns a snapshot of the ledger (under a shared lock). When the document parses but
+// some entries are damaged (null), it returns the intact entries together with the error, so
+// a read-only command can still show them; a writer (Update) stops.
 func (l *Ledger) Read() (*Book, error) {
 	var b *Book
-	err := l.locked(syscall.LOCK_SH, func() error {
+	err := l.locked(filelock.Shared, func() error {
 		var err error
 		b, err = l.load()
 		return err
@@ -195,7 +208,7 @@ func (l *Ledger) Read() (*Book, error) {
 // Update runs fn on the ledger under an exclusive lock and writes the result atomically.
 // If fn returns an error nothing is written and the error is returned.
 func (l *Ledger) Update(fn func(*Book) error) error {
-	return l.locked(syscall.LOCK_EX, func() error {
+	return l.locked(filelock.Exclusive, func() error {
 		l.removeStaleTemps()
 		b, err := l.load()
 		if err != nil {
@@ -226,34 +239,22 @@ func (l *Ledger) Update(fn func(*Book) error) error {
 // steps down under it. The kernel drops the lock when the process dies (kill -9), so an
 // interrupted apply never blocks the next one. Call the returned function to release it.
 func (l *Ledger) LockVM(vm string) (unlock func(), err error) {
-	if vm == "" || vm == "." || vm == ".." || strings.ContainsAny(vm, "/\x00") {
-		return nil, fmt.Errorf("VM name %q: not usable as a lock file name: %w", vm, host.ErrInvalid)
+	if err := host.CheckComponent("VM name", vm); err != nil {
+		return nil, fmt.Errorf("lock VM: %w", err)
 	}
 	dir := filepath.Join(filepath.Dir(l.path), "vms")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("VM lock directory %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, vm+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open VM lock %s: %w", path, err)
-	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if errors.Is(err, syscall.EWOULDBLOCK) {
-		f.Close()
-		return nil, fmt.Errorf("VM %s is being applied or destroyed by another vgpu-host process (it holds %s); wait for it to finish: %w", vm, path, host.ErrBusy)
+	release, err := filelock.Acquire(path, filelock.Exclusive, 0)
+	if errors.Is(err, filelock.ErrTimeout) {
+		return nil, fmt.Errorf("VM %s is being applied or destroyed by another vgpu-host process: %w; wait for it to finish", vm, err)
 	}
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock VM %s (%s): %w", vm, path, err)
+		return nil, fmt.Errorf("lock VM %s: %w", vm, err)
 	}
-	// The file stays: removing it while another process opens it would let two holders in.
-	return func() { f.Close() }, nil
+	return release, nil
 }
 
 // Holder returns the VM holding the claim kind:id, or "".

@@ -565,9 +565,10 @@ type VMStatus struct {
 // Status lists the VMs in the ledger with their devices and libvirt state ("missing" when
 // the domain is gone).
 func (l *Lifecycle) Status(ctx context.Context) ([]VMStatus, error) {
-	book, err := l.o.Ledger.Read()
-	if err != nil {
-		return nil, err
+	// A damaged ledger still lists its intact entries; the error comes back with them.
+	book, rerr := l.o.Ledger.Read()
+	if book == nil {
+		return nil, rerr
 	}
 	out := []VMStatus{}
 	for _, name := range sortedKeys(book.VMs) {
@@ -580,7 +581,7 @@ func (l *Lifecycle) Status(ctx context.Context) ([]VMStatus, error) {
 		}
 		out = append(out, VMStatus{Name: name, Phase: e.Phase, State: st, URI: e.URI, Claims: e.Claims, Fallback: e.Fallback, Steps: len(e.Live()), UpdatedAt: e.UpdatedAt})
 	}
-	return out, nil
+	return out, rerr
 }
 
 func sortedKeys[V any](m map[string]V) []string {

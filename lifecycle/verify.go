@@ -233,7 +233,8 @@ func (l *Lifecycle) Export(ctx context.Context, name, dst string, progress io.Wr
 	if progress != nil {
 		args = append(args, "-p")
 	}
-	args = append(args, src, dst)
+	// "--": the paths are never taken for options (an output named "-f.qcow2").
+	args = append(args, "--", src, dst)
 	cmd := exec.CommandContext(ctx, "qemu-img", args...)
 	var stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = progress, &stderr

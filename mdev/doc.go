@@ -29,7 +29,7 @@
 //
 // The API other packages use (vgpu-host apply, issue 7):
 //
-//	m := mdev.New(root, host.SysfsWriter{})
+//	m := mdev.New(root, host.SysfsWriter{Root: root})
 //	parents, _ := m.Parents()                            // every parent of both backends
 //	p, _ := mdev.Place(mdev.Request{Profile: "A100-4C", Count: 1, NUMA: -1}, parents)
 //	insts, _ := m.CreatePlacement(ctx, "vm1", p)         // all or none, converges on re-run

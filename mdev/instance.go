@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
 	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
@@ -74,6 +75,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) ([]Instance, er
 	}
 	if len(req.UUIDs) > 0 && len(req.UUIDs) != req.Count {
 		return nil, fmt.Errorf("create vGPU instances: %w: %d UUIDs for count %d", host.ErrInvalid, len(req.UUIDs), req.Count)
+	}
+	// One create at a time: the check of what exists and what is free, the kernel writes and
+	// the state record form one step, so two runs for one VM converge on the same instances
+	// instead of the second failing (EEXIST) and undoing what the first made.
+	if !m.DryRun {
+		release, err := filelock.Acquire(m.Root.StateDir("vgpu-create.lock"), filelock.Exclusive, filelock.DefaultTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("create vGPU instances: %w", err)
+		}
+		defer release()
 	}
 	p, t, err := m.ResolveType(req.Parent, req.Profile)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
 	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
@@ -55,12 +56,31 @@ func (m *Manager) mdevctlDir(elem ...string) string {
 // Definitions reads every mdevctl definition under root.Etc("mdevctl.d"), sorted by parent and
 // UUID. Files that are not UUIDs (scripts.d) are skipped.
 func (m *Manager) Definitions() ([]Definition, error) {
+	defs, bad, err := m.scanDefinitions()
+	if err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 {
+		return nil, bad[0].err
+	}
+	return defs, nil
+}
+
+// badFile is a file that could not be read or parsed, and why.
+type badFile struct {
+	path string
+	err  error
+}
+
+// scanDefinitions reads every definition it can: bad holds each file that could not be read or
+// parsed, err an unreadable mdevctl.d.
+func (m *Manager) scanDefinitions() (defs []Definition, bad []badFile, err error) {
 	parents, err := os.ReadDir(m.mdevctlDir())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(), err)
+		return nil, nil, fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(), err)
 	}
 	var out []Definition
 	for _, p := range parents {
@@ -69,7 +89,8 @@ func (m *Manager) Definitions() ([]Definition, error) {
 		}
 		files, err := os.ReadDir(m.mdevctlDir(p.Name()))
 		if err != nil {
-			return nil, fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(p.Name()), err)
+			bad = append(bad, badFile{m.mdevctlDir(p.Name()), fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(p.Name()), err)})
+			continue
 		}
 		for _, f := range files {
 			id, err := ParseUUID(f.Name())
@@ -77,13 +98,15 @@ func (m *Manager) Definitions() ([]Definition, error) {
 				continue
 			}
 			path := m.mdevctlDir(p.Name(), f.Name())
-			b, err := os.ReadFile(path)
+			b, err := host.ReadFileLimit(path, host.MaxStateFileSize)
 			if err != nil {
-				return nil, fmt.Errorf("read mdev definition %s: %w", path, err)
+				bad = append(bad, badFile{path, fmt.Errorf("read mdev definition %s: %w", path, err)})
+				continue
 			}
 			var mf mdevctlFile
 			if err := json.Unmarshal(b, &mf); err != nil {
-				return nil, fmt.Errorf("read mdev definition %s: %w: %v", path, host.ErrInvalid, err)
+				bad = append(bad, badFile{path, fmt.Errorf("read mdev definition %s: %w: %v", path, host.ErrInvalid, err)})
+				continue
 			}
 			out = append(out, Definition{UUID: id, Parent: p.Name(), Type: mf.MdevType, Start: mf.Start, Attrs: mf.Attrs, Path: path})
 		}
@@ -94,7 +117,7 @@ func (m *Manager) Definitions() ([]Definition, error) {
 		}
 		return out[i].UUID < out[j].UUID
 	})
-	return out, nil
+	return out, bad, nil
 }
 
 // Define writes a persistent definition for an mdev instance. Parent and type come from the
@@ -102,6 +125,25 @@ func (m *Manager) Definitions() ([]Definition, error) {
 // definition of the same UUID under another parent is replaced (mdevctl would list both).
 // In a dry run the file is not written; the returned Definition says what would be.
 func (m *Manager) Define(d Definition) (Definition, error) {
+	if m.DryRun {
+		return m.define(d)
+	}
+	var out Definition
+	err := m.withDefinitionsLock(func() (err error) {
+		out, err = m.define(d)
+		return err
+	})
+	return out, err
+}
+
+// withDefinitionsLock runs fn holding the lock of the mdevctl definitions
+// (ROOT/var/lib/vgpu-host/mdevctl.lock: mdevctl.d itself is mdevctl's directory, so the lock
+// file stays out of it).
+func (m *Manager) withDefinitionsLock(fn func() error) error {
+	return filelock.With(m.Root.StateDir("mdevctl.lock"), filelock.Exclusive, filelock.DefaultTimeout, fn)
+}
+
+func (m *Manager) define(d Definition) (Definition, error) {
 	id, err := ParseUUID(d.UUID)
 	if err != nil {
 		return Definition{}, fmt.Errorf("define mdev: %w: %w", host.ErrInvalid, err)
@@ -117,6 +159,10 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 	}
 	if d.Parent == "" || d.Type == "" {
 		return Definition{}, fmt.Errorf("define mdev %s: %w: it is not active, so name its --parent and --type", id, host.ErrNotFound)
+	}
+	// Both become part of a path (mdevctl.d/PARENT/UUID) or of one mdevctl writes in sysfs.
+	if err := errors.Join(host.CheckComponent("mdev parent", d.Parent), host.CheckComponent("mdev type", d.Type)); err != nil {
+		return Definition{}, fmt.Errorf("define mdev %s: %w", id, err)
 	}
 	if d.Start == "" {
 		d.Start = "auto"
@@ -160,7 +206,7 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 			}
 		}
 	}
-	if err := host.WriteFileAtomic(d.Path, b, 0o644); err != nil {
+	if err := m.Root.WriteFileAtomic(d.Path, b, 0o644); err != nil {
 		return Definition{}, fmt.Errorf("define mdev %s: %w", id, err)
 	}
 	return d, nil
@@ -169,6 +215,18 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 // Undefine deletes the persistent definitions of id (a missing one is already undefined) and
 // returns the files it removed.
 func (m *Manager) Undefine(id string) ([]string, error) {
+	if m.DryRun {
+		return m.undefine(id)
+	}
+	var removed []string
+	err := m.withDefinitionsLock(func() (err error) {
+		removed, err = m.undefine(id)
+		return err
+	})
+	return removed, err
+}
+
+func (m *Manager) undefine(id string) ([]string, error) {
 	u, err := ParseUUID(id)
 	if err != nil {
 		return nil, fmt.Errorf("undefine mdev: %w: %w", host.ErrInvalid, err)
@@ -209,7 +267,7 @@ func (m *Manager) SRIOVPath() string { return m.Root.Etc("vgpu-host", "sriov.jso
 
 // PersistedPFs returns the VF counts recorded for boot, sorted by address.
 func (m *Manager) PersistedPFs() ([]PersistedPF, error) {
-	b, err := os.ReadFile(m.SRIOVPath())
+	b, err := host.ReadFileLimit(m.SRIOVPath(), host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -233,7 +291,22 @@ func (m *Manager) persistedPF(a host.Address) (PersistedPF, bool) {
 	return PersistedPF{}, false
 }
 
+// writePersisted edits sriov.json under its lock (sriov.lock beside it), so parallel
+// vf enable --persist runs each see the others' records.
 func (m *Manager) writePersisted(edit func([]PersistedPF) []PersistedPF) error {
+	if m.DryRun {
+		return m.editPersisted(edit)
+	}
+	// Before the lock file beside it is created: not even that goes through a link out of root.
+	if err := m.Root.CheckInside(m.SRIOVPath()); err != nil {
+		return fmt.Errorf("persist VF counts: %w", err)
+	}
+	return filelock.With(filelock.Sibling(m.SRIOVPath()), filelock.Exclusive, filelock.DefaultTimeout, func() error {
+		return m.editPersisted(edit)
+	})
+}
+
+func (m *Manager) editPersisted(edit func([]PersistedPF) []PersistedPF) error {
 	ps, err := m.PersistedPFs()
 	if err != nil {
 		return err
@@ -247,7 +320,7 @@ func (m *Manager) writePersisted(edit func([]PersistedPF) []PersistedPF) error {
 	if err != nil {
 		return err
 	}
-	return host.WriteFileAtomic(m.SRIOVPath(), append(b, '\n'), 0o644)
+	return m.Root.WriteFileAtomic(m.SRIOVPath(), append(b, '\n'), 0o644)
 }
 
 func (m *Manager) persistPF(p PersistedPF) error {
@@ -303,9 +376,10 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 		steps = append(steps, s)
 	}
 
+	// A file that cannot be read is one failed step: the others are still restored.
 	pfs, err := m.PersistedPFs()
 	if err != nil {
-		return nil, err
+		record("sriov", m.SRIOVPath(), "", false, err)
 	}
 	for _, p := range pfs {
 		a, err := host.ParseAddress(p.Address)
@@ -330,7 +404,8 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 
 	st, err := m.readState()
 	if err != nil {
-		return steps, errors.Join(append(errs, err)...)
+		record("vendor-vgpu", m.statePath(), "", false, err)
+		st = &state{}
 	}
 	for _, e := range st.Instances {
 		if e.Backend != BackendNvidiaVFIO {
@@ -359,9 +434,12 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 		record("vendor-vgpu", e.VF, want, false, m.assignVendor(ctx, a, id, Type{ID: e.Type}))
 	}
 
-	defs, err := m.Definitions()
+	defs, bad, err := m.scanDefinitions()
 	if err != nil {
-		return steps, errors.Join(append(errs, err)...)
+		record("mdev", m.mdevctlDir(), "", false, err)
+	}
+	for _, b := range bad {
+		record("mdev", b.path, "", false, b.err)
 	}
 	for _, d := range defs {
 		want := d.Type + " on " + d.Parent

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"syscall"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
 )
 
 // The state file records which instances vgpu-host created and for whom, so that a release
@@ -85,7 +85,7 @@ func (m *Manager) statePath() string { return m.Root.StateDir(stateFileName) }
 // readState reads the state file without locking (a missing file is an empty state).
 func (m *Manager) readState() (*state, error) {
 	st := &state{Version: 1}
-	b, err := os.ReadFile(m.statePath())
+	b, err := host.ReadFileLimit(m.statePath(), host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
 	}
@@ -113,16 +113,11 @@ func (m *Manager) updateState(f func(*state) error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state directory %s: %w", dir, err)
 	}
-	lockPath := m.Root.StateDir(stateLockName)
-	lf, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o644)
+	release, err := filelock.Acquire(m.Root.StateDir(stateLockName), filelock.Exclusive, filelock.DefaultTimeout)
 	if err != nil {
-		return fmt.Errorf("open state lock %s: %w", lockPath, err)
+		return err
 	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", lockPath, err)
-	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	defer release()
 	st, err := m.readState()
 	if err != nil {
 		return err
@@ -133,7 +128,7 @@ func (m *Manager) updateState(f func(*state) error) error {
 	if err != nil {
 		return errors.Join(ferr, fmt.Errorf("encode vGPU state: %w", err))
 	}
-	if err := host.WriteFileAtomic(m.statePath(), append(b, '\n'), 0o644); err != nil {
+	if err := m.Root.WriteFileAtomic(m.statePath(), append(b, '\n'), 0o644); err != nil {
 		return errors.Join(ferr, err)
 	}
 	return ferr

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/vgpu-host/vgpu-host/host"
 )
@@ -43,8 +45,8 @@ func (m *Manager) UnitPath() string { return m.Root.Etc("systemd", "system", Uni
 // `systemctl enable` does (a multi-user.target.wants symlink). It returns the files it wrote
 // or would write; an identical unit is left alone. Run `systemctl daemon-reload` afterwards.
 func (m *Manager) InstallUnit(execPath string) ([]string, error) {
-	if !filepath.IsAbs(execPath) || strings.ContainsAny(execPath, " \t\n%") {
-		return nil, fmt.Errorf("install %s: %w: the binary path %q must be absolute, without spaces or %%", UnitName, host.ErrInvalid, execPath)
+	if !filepath.IsAbs(execPath) || strings.ContainsAny(execPath, " \t%\\\"';") || strings.IndexFunc(execPath, unicode.IsControl) >= 0 || !utf8.ValidString(execPath) {
+		return nil, fmt.Errorf("install %s: %w: the binary path %q must be absolute, without spaces, quotes, %%, \\, ';' or control characters (CR, LF, ...): the unit file would run something else", UnitName, host.ErrInvalid, execPath)
 	}
 	path := m.UnitPath()
 	link := m.Root.Etc("systemd", "system", "multi-user.target.wants", UnitName)
@@ -53,7 +55,7 @@ func (m *Manager) InstallUnit(execPath string) ([]string, error) {
 	if old, err := os.ReadFile(path); err != nil || string(old) != text {
 		wrote = append(wrote, path)
 		if !m.DryRun {
-			if err := host.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
+			if err := m.Root.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
 				return nil, fmt.Errorf("install %s: %w", UnitName, err)
 			}
 		}

@@ -121,17 +121,34 @@ func Decode(action, target string, params map[string]string) (Step, error) {
 		return AssignVGPU{VF: vf, Type: t, TypeName: p("type_name"), Index: idx}, nil
 	case ActEnsurePool:
 		return EnsurePool{Pool: target, Path: p("path")}, nil
-	case ActCreateOverlay:
+	case ActCreateOverlay, ActWriteSeed:
+		// The journal is a file on disk: the names it gives become paths, so they are input
+		// like any other.
+		if err := checkVolume(target, p("pool")); err != nil {
+			return nil, fmt.Errorf("journal step %s %s: %w", action, target, err)
+		}
+		if Action(action) == ActWriteSeed {
+			return WriteSeed{Volume: target, Pool: p("pool")}, nil
+		}
 		size, _ := strconv.ParseUint(p("size"), 10, 64)
 		return CreateOverlay{Volume: target, Pool: p("pool"), Backing: p("backing"), BackingFormat: p("backing_format"), Size: size}, nil
-	case ActWriteSeed:
-		return WriteSeed{Volume: target, Pool: p("pool")}, nil
 	case ActDefine:
 		return Define{VM: target, VirtType: p("virt_type")}, nil
 	case ActStart:
 		return Start{VM: target}, nil
 	}
 	return nil, fmt.Errorf("journal step %q on %s: unknown action: %w", action, target, host.ErrInvalid)
+}
+
+// checkVolume validates a volume name and its pool's ("" for the apply's pool).
+func checkVolume(volume, pool string) error {
+	if err := host.CheckComponent("volume", volume); err != nil {
+		return err
+	}
+	if pool != "" {
+		return host.CheckComponent("pool", pool)
+	}
+	return nil
 }
 
 // Planned is a Step as plan's JSON carries it: {"action", "target", "params", "text"}.

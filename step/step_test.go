@@ -50,6 +50,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"bind-group", "0000:41:00.0"}, // no functions
 		{"assign-vgpu", "not-an-address"},
 		{"format-disk", "x"},
+		{"create-overlay", "../../etc/passwd"}, // a journal is input: no path out of the pool
+		{"write-seed", "a/b"},
 	} {
 		if _, err := Decode(c.action, c.target, nil); err == nil {
 			t.Errorf("Decode(%s %s) accepted", c.action, c.target)

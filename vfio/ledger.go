@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
 )
 
 // LedgerVersion is the format version of vfio.json.
@@ -68,7 +66,7 @@ func lockPath(root host.Root) string { return root.StateDir("vfio.lock") }
 func LoadLedger(root host.Root) (*Ledger, error) {
 	p := LedgerPath(root)
 	l := &Ledger{Version: LedgerVersion, Devices: map[string]Entry{}, Files: map[string]PersistedFile{}}
-	b, err := os.ReadFile(p)
+	b, err := host.ReadFileLimit(p, host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return l, nil
 	}
@@ -84,6 +82,18 @@ func LoadLedger(root host.Root) (*Ledger, error) {
 	}
 	if l.Devices == nil {
 		l.Devices = map[string]Entry{}
+	}
+	// Driver and module names are joined into sysfs paths and given to modprobe on unbind:
+	// the file is input like any other.
+	for key, e := range l.Devices {
+		for what, name := range map[string]string{"driver": e.Driver, "module": e.Module} {
+			if name == "" {
+				continue
+			}
+			if err := host.CheckComponent(what, name); err != nil {
+				return nil, fmt.Errorf("read ledger %s: entry %s: %w: repair it (the original %s of the function), or move it aside (mv %s %s.bad) and run again: %w", p, key, err, what, p, p, ErrLedgerCorrupt)
+			}
+		}
 	}
 	if l.Files == nil {
 		l.Files = map[string]PersistedFile{}
@@ -115,7 +125,7 @@ func (l *Ledger) save(root host.Root) error {
 		return err
 	}
 	p := LedgerPath(root)
-	if err := host.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
+	if err := root.WriteFileAtomic(p, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("save ledger: %w", err)
 	}
 	return nil
@@ -124,30 +134,9 @@ func (l *Ledger) save(root host.Root) error {
 // lock takes an exclusive flock on ROOT/var/lib/vgpu-host/vfio.lock, waiting up to timeout for
 // another vgpu-host run to finish. The returned func releases it.
 func lock(root host.Root, timeout time.Duration) (func(), error) {
-	p := lockPath(root)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", p, err)
+	release, err := filelock.Acquire(lockPath(root), filelock.Exclusive, timeout)
+	if errors.Is(err, filelock.ErrTimeout) {
+		return nil, fmt.Errorf("another vgpu-host bind/unbind is running: %w", err)
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", p, err)
-	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, fmt.Errorf("lock %s: another vgpu-host bind/unbind is running (waited %s): %w", p, timeout, host.ErrBusy)
-			}
-			return nil, fmt.Errorf("lock %s: %w", p, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return release, err
 }

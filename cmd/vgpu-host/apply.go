@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,13 +16,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
-)
-
-// Environment hooks for the crash tests: apply exits hard (code 137, as after kill -9) at the
-// N-th step it takes, after taking it (or before, with VGPU_HOST_CRASH_BEFORE=1).
-const (
-	envCrashAt     = "VGPU_HOST_CRASH_AT_STEP"
-	envCrashBefore = "VGPU_HOST_CRASH_BEFORE"
 )
 
 // openConn connects to libvirt through the helper vgpu-host-libvirt (package virt/remote), so
@@ -74,14 +66,9 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if out == "table" {
 		o.Progress = cmd.Root().ErrWriter
 	}
-	if s := os.Getenv(envCrashAt); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			conn.Close()
-			return nil, nil, usageErr("%s=%q: want a step number from 1", envCrashAt, s)
-		}
-		o.CrashAt, o.CrashBefore = n, os.Getenv(envCrashBefore) == "1"
-		o.Crash = func() { os.Exit(137) }
+	if err := crashHook(&o); err != nil {
+		conn.Close()
+		return nil, nil, err
 	}
 	return lifecycle.New(o), conn, nil
 }

@@ -179,7 +179,8 @@ func binary(t *testing.T) string {
 		}
 		binPath = filepath.Join(dir, "vgpu-host")
 		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		out, err := exec.Command(gobin, "build", "-o", binPath, ".").CombinedOutput()
+		// -tags crashtest: the crash tests drive apply's VGPU_HOST_CRASH_AT_STEP hook.
+		out, err := exec.Command(gobin, "build", "-tags", "crashtest", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = errors.New(string(out))
 			return

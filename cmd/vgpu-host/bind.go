@@ -17,7 +17,7 @@ import (
 // hostIO returns the Writer and ModuleLoader for root: the real sysfs and modprobe. Tests
 // replace it with hosttest's kernel emulator.
 var hostIO = func(root host.Root) (host.Writer, host.ModuleLoader) {
-	return host.SysfsWriter{}, host.Modprobe{Root: root}
+	return host.SysfsWriter{Root: root}, host.Modprobe{Root: root}
 }
 
 func bindCommand() *cli.Command {

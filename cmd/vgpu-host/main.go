@@ -7,7 +7,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 )
@@ -43,9 +47,42 @@ func newApp() *cli.Command {
 }
 
 func main() {
-	err := newApp().Run(context.Background(), os.Args)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "vgpu-host: %v\n", err)
+	os.Exit(execute(newApp(), os.Args, os.Stderr))
+}
+
+// execute runs app and returns the exit code. Errors are printed once, here. A panic is a bug:
+// it is recovered, reported in one line and exits 1 (never Go's 2, which means a usage error).
+func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "vgpu-host: internal error (a bug in vgpu-host %s, please report it with the command line; docs/security.md says how): %v at %s\n",
+				version, r, panicSite())
+			code = exitFailure
+		}
+	}()
+	var notFound error
+	setUsageHandlers(app, &notFound)
+	err := app.Run(context.Background(), args)
+	if err == nil {
+		err = notFound
 	}
-	os.Exit(exitCode(err))
+	if err != nil {
+		fmt.Fprintf(stderr, "vgpu-host: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+// panicSite returns the function and line that panicked: the first frame below the runtime's.
+func panicSite() string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf("%s (%s:%d)", f.Function, filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return "unknown"
+		}
+	}
 }

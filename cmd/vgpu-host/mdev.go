@@ -306,6 +306,11 @@ func runMdevCreate(ctx context.Context, cmd *cli.Command) error {
 	if cmd.IsSet("count") && count < 1 {
 		return usageErr("--count must be at least 1")
 	}
+	if n := cmd.String("name"); n != "" {
+		if err := host.CheckComponent("--name", n); err != nil {
+			return err
+		}
+	}
 	m, rec, done, err := vgpuManager(cmd)
 	if err != nil {
 		return err

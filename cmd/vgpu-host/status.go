@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -34,9 +35,10 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer conn.Close()
-	all, err := lc.Status(ctx)
-	if err != nil {
-		return err
+	// A damaged ledger: show the entries that are intact, then fail with the reason (exit 1).
+	all, damaged := lc.Status(ctx)
+	if all == nil {
+		return damaged
 	}
 	st, missing := all, []string(nil)
 	if cmd.Args().Len() > 0 {
@@ -68,8 +70,8 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 	}
 	if len(missing) > 0 {
 		root, _ := rootOf(cmd)
-		return fmt.Errorf("status: no VM %s in the ledger %s (vgpu-host did not create it, or it was destroyed): %w",
-			strings.Join(missing, ", "), ledger.Open(root).Path(), host.ErrNotFound)
+		return errors.Join(damaged, fmt.Errorf("status: no VM %s in the ledger %s (vgpu-host did not create it, or it was destroyed): %w",
+			strings.Join(missing, ", "), ledger.Open(root).Path(), host.ErrNotFound))
 	}
-	return nil
+	return damaged
 }

@@ -29,7 +29,11 @@ type Kernel struct {
 
 	mu     sync.Mutex
 	writes []host.RecordedWrite
-	held   map[host.Address]chan struct{}
+	// kmu serializes the emulated kernel's reactions, as the kernel's own locks do (mdev
+	// create checks available_instances and creates under the parent's lock): tests run
+	// writers concurrently. A blocked unbind releases it while it waits.
+	kmu  sync.Mutex
+	held map[host.Address]chan struct{}
 	// FailWrite, when set, is consulted before each write; a non-nil error is returned as the
 	// kernel's answer (to test reverts of half-done operations).
 	FailWrite func(path, value string) error
@@ -99,6 +103,8 @@ func (k *Kernel) Write(ctx context.Context, path, value string) error {
 // write emulates the kernel's answer to one sysfs write: one case per attribute the tools
 // write (92 lines), each a few lines of the kernel's rule for it.
 func (k *Kernel) write(ctx context.Context, rel, v string) error {
+	k.kmu.Lock()
+	defer k.kmu.Unlock()
 	t := k.T
 	// Resolve the path through symlinks inside the tree, as the kernel's VFS would.
 	abs := filepath.Join(t.dir, rel)
@@ -137,12 +143,15 @@ func (k *Kernel) write(ctx context.Context, rel, v string) error {
 		c := k.held[a]
 		k.mu.Unlock()
 		if c != nil {
+			k.kmu.Unlock()
 			select {
 			case <-c:
 			case <-ctx.Done():
 				// The real write would stay blocked in the kernel; the caller gave up.
+				k.kmu.Lock()
 				return ctx.Err()
 			}
+			k.kmu.Lock()
 		}
 		t.Unbind(a)
 		return nil
@@ -431,7 +440,7 @@ func (t *Tree) removeMdev(dir string) error {
 		os.RemoveAll(filepath.Join(t.dir, "sys/kernel/iommu_groups", filepath.Base(g)))
 		os.Remove(filepath.Join(t.dir, "dev/vfio", filepath.Base(g)))
 	}
-	return os.WriteFile(filepath.Join(typeDir, "available_instances"), []byte(fmt.Sprintf("%d\n", avail+1)), 0o644)
+	return writeAtomic(filepath.Join(typeDir, "available_instances"), fmt.Sprintf("%d\n", avail+1))
 }
 
 func readAbs(p string) string {

@@ -302,9 +302,19 @@ func (t *Tree) WriteFile(rel, content string) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.tb.Fatal(err)
 	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+	if err := writeAtomic(p, content); err != nil {
 		t.tb.Fatal(err)
 	}
+}
+
+// writeAtomic replaces a file by rename, so a concurrent reader sees the old or the new value
+// and never an empty file, as with a sysfs attribute.
+func writeAtomic(p, content string) error {
+	tmp := p + ".hosttest-tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
 }
 
 // ReadFile reads a file relative to the root ("" when missing).

@@ -38,12 +38,15 @@ const EnvHelper = "VGPU_HOST_LIBVIRT_HELPER"
 // ErrNoHelper is returned (wrapped in host.ErrUnsupported) when the helper cannot be found.
 var ErrNoHelper = errors.New(HelperName + " not found")
 
-// HelperPath finds the helper: $VGPU_HOST_LIBVIRT_HELPER, then beside the running executable,
-// then in PATH.
+// HelperPath finds the helper: $VGPU_HOST_LIBVIRT_HELPER (if trustedHelper accepts it), then
+// beside the running executable, then in PATH.
 func HelperPath() (string, error) {
 	if p := os.Getenv(EnvHelper); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w: %w", EnvHelper, p, ErrNoHelper, host.ErrUnsupported)
+		}
+		if err := trustedHelper(p); err != nil {
+			return "", err
 		}
 		return p, nil
 	}

@@ -1,0 +1,165 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// OpenInRoot opens path, an absolute path under root, resolving every component inside root:
+// a symlink (absolute or with "..") can never lead out of it, as if root were "/" (a chroot).
+// This is what keeps a sysfs snapshot or a fake tree given as --host-root from redirecting
+// vgpu-host's writes to the real host:
+//
+//	ROOT/sys/bus/pci/devices/0000:01:00.0/driver_override -> /etc/shadow
+//
+// opens ROOT/etc/shadow, never /etc/shadow. On the real root ("/") it is os.OpenFile. It uses
+// openat2(2) with RESOLVE_IN_ROOT (Linux 5.6+), and an equivalent walk of the components where
+// the kernel lacks it.
+func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error) {
+	root = filepath.Clean(root)
+	if root == "/" {
+		return os.OpenFile(path, flag, perm)
+	}
+	rel, err := filepath.Rel(root, filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not under the host root %s", root)}
+	}
+	if !noOpenat2 {
+		f, err := openat2InRoot(root, rel, flag, perm)
+		if !errors.Is(err, unix.ENOSYS) {
+			if err != nil {
+				return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			}
+			return f, nil
+		}
+	}
+	resolved, err := walkInRoot(root, rel)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	// The last component was resolved by the walk: do not follow a link swapped in since.
+	return os.OpenFile(resolved, flag|syscall.O_NOFOLLOW, perm)
+}
+
+// noOpenat2 forces the component walk (tests of the fallback).
+var noOpenat2 = false
+
+func openat2InRoot(root, rel string, flag int, perm os.FileMode) (*os.File, error) {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	how := &unix.OpenHow{Flags: uint64(flag) | unix.O_CLOEXEC, Mode: uint64(perm.Perm()), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	if flag&os.O_CREATE == 0 {
+		how.Mode = 0
+	}
+	var fd int
+	for {
+		fd, err = unix.Openat2(dir, rel, how)
+		if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(root, rel)), nil
+}
+
+// walkInRoot resolves rel under root one component at a time, following symlinks as the
+// kernel would if root were "/": an absolute target restarts at root, ".." stops at root.
+// It returns the resolved path (under root); the last component is not followed if it does
+// not exist.
+func walkInRoot(root, rel string) (string, error) {
+	todo := strings.Split(rel, "/")
+	var done []string // resolved components below root
+	links := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(done) > 0 {
+				done = done[:len(done)-1]
+			}
+			continue
+		}
+		p := filepath.Join(root, filepath.Join(done...), c)
+		st, err := os.Lstat(p)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) && len(todo) == 0 {
+				done = append(done, c)
+				break
+			}
+			return "", err
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			done = append(done, c)
+			continue
+		}
+		if links++; links > 40 {
+			return "", syscall.ELOOP
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			done = nil
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return filepath.Join(root, filepath.Join(done...)), nil
+}
+
+// CheckInside returns an error when path, resolved through the symlinks that exist so far, is
+// not under the root: a snapshot or fake tree whose etc or var/lib is a symlink to the real
+// /etc would otherwise have vgpu-host's state files written on the real host. On the real root
+// every path is inside. Errors wrap ErrRefused.
+func (r Root) CheckInside(path string) error {
+	if r.IsReal() {
+		return nil
+	}
+	root, err := filepath.EvalSymlinks(r.Dir())
+	if err != nil {
+		return fmt.Errorf("resolve host root %s: %w", r.Dir(), err)
+	}
+	p, rest := filepath.Clean(path), ""
+	for {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			p = filepath.Join(real, rest)
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("resolve %s: %w", path, err)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		rest, p = filepath.Join(filepath.Base(p), rest), parent
+	}
+	if rel, err := filepath.Rel(root, p); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("%s resolves to %s, outside the host root %s (a symlink in the tree points out of it): %w", path, p, r.Dir(), ErrRefused)
+	}
+	return nil
+}
+
+// WriteFileAtomic is WriteFileAtomic for a file under the root: it refuses (CheckInside) a
+// path that symlinks lead out of the root.
+func (r Root) WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	if err := r.CheckInside(path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return WriteFileAtomic(path, data, perm)
+}
