@@ -36,6 +36,8 @@ func newApp() *cli.Command {
 			statusCommand(),
 			verifyCommand(),
 			imageCommand(),
+			kubevirtCommand(),
+			devicePluginCommand(),
 		},
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},

@@ -17,20 +17,9 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/kube"
 )
-
-// pciIDs is a small pci.ids for the fake roots, so names do not depend on this machine's file.
-// (host.PCIIDs finds a vendor by "\n10de  ", so the file starts with a comment, as the real one does.)
-const pciIDs = `# pci.ids for tests
-10de  NVIDIA Corporation
-	1aef  GA102 High Definition Audio Controller
-	20b0  GA100 [A100 SXM4 40GB]
-	2206  GA102 [GeForce RTX 3080]
-	26b9  AD102GL [L40S]
-8086  Intel Corporation
-	7c10  Root Port
-`
 
 // fakeKubelet is the kubelet's side of the device plugin API, on a real unix socket: it
 // serves Registration, and for every registration dials the plugin's endpoint and follows
@@ -183,7 +172,7 @@ func (k *fakeKubelet) waitList(resource string, ok func(map[string]string) bool)
 // a group of its own, all on vfio-pci.
 func consumerHost(t *testing.T) (*hosttest.Tree, [4]host.Address) {
 	tr := hosttest.New(t)
-	tr.WriteFile("usr/share/misc/pci.ids", pciIDs)
+	tr.WriteFile("usr/share/misc/pci.ids", kubetest.PCIIDs)
 	gpu, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "vfio-pci")
 	tr.Bind(audio, "vfio-pci")
 	tr.RootPort("0000:00:02.0")
@@ -323,7 +312,7 @@ func TestKubeletRestartReregisters(t *testing.T) {
 
 func TestPreferredAllocationTwoNUMA(t *testing.T) {
 	tr := hosttest.New(t)
-	tr.WriteFile("usr/share/misc/pci.ids", pciIDs)
+	tr.WriteFile("usr/share/misc/pci.ids", kubetest.PCIIDs)
 	n0 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 0)
 	n1a := tr.DatacenterGPU("0000:80:01.0", "0000:81:00.0", "vfio-pci", 1)
 	n1b := tr.DatacenterGPU("0000:80:02.0", "0000:82:00.0", "vfio-pci", 1)
@@ -387,7 +376,7 @@ func TestPreferredAllocationTwoNUMA(t *testing.T) {
 // vendor-VFIO VFs with a type are PCI_RESOURCE_ devices of the type's resource.
 func TestMdevAndVendorVFIO(t *testing.T) {
 	tr := hosttest.New(t)
-	tr.WriteFile("usr/share/misc/pci.ids", pciIDs)
+	tr.WriteFile("usr/share/misc/pci.ids", kubetest.PCIIDs)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(gpu)
 	u1, u2 := "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"
