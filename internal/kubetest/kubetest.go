@@ -94,7 +94,6 @@ func leaves(path string, v any, out map[string]any) {
 	}
 }
 
-
 // PCIIDs is a small pci.ids for fake roots, so resource names do not depend on this machine's
 // file. (host.PCIIDs finds a vendor by "\n10de  ", so it starts with a comment, as the real one.)
 const PCIIDs = `# pci.ids for tests
