@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 
@@ -53,10 +54,23 @@ func Domain(vendorID string) string {
 	return DefaultDomain
 }
 
-var (
-	spaces  = regexp.MustCompile(`\s+`)
-	badName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
-)
+// underscoreSpaces turns every run of white space into one "_" (and trims the ends).
+func underscoreSpaces(s string) string { return strings.Join(strings.Fields(s), "_") }
+
+// keep returns s without the runes ok rejects.
+func keep(s string, ok func(r rune) bool) string {
+	var b strings.Builder
+	for _, r := range s {
+		if ok(r) {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func isAlnum(r rune) bool {
+	return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
+}
 
 // PCIName is the name part of a passthrough GPU's (or VF's) resource: the pci.ids device name
 // the way NVIDIA's kubevirt-gpu-device-plugin spells it, so clusters moving from it keep their
@@ -73,14 +87,8 @@ func PCIName(d *host.Device) string {
 	}
 	n = strings.ToUpper(n)
 	n = strings.NewReplacer("/", "_", ".", "_").Replace(n)
-	n = spaces.ReplaceAllString(n, "_")
-	var b strings.Builder
-	for _, r := range n {
-		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
+	n = underscoreSpaces(n)
+	return keep(n, func(r rune) bool { return isAlnum(r) || r == '_' })
 }
 
 // TypeName is the name part of a vGPU type's resource: the type's name with runs of spaces
@@ -95,8 +103,8 @@ func TypeName(name, id string) string {
 	if n == "" {
 		n = id
 	}
-	n = spaces.ReplaceAllString(n, "_")
-	return badName.ReplaceAllString(n, "")
+	n = underscoreSpaces(n)
+	return keep(n, func(r rune) bool { return isAlnum(r) || r == '_' || r == '.' || r == '-' })
 }
 
 // Config is the plugin's configuration file (YAML), docs/kubevirt.md "Configuration":
@@ -113,7 +121,10 @@ type Config struct {
 // DefaultConfigPath is where the configuration lives under the host root.
 const DefaultConfigPath = "etc/vgpu-host/kubernetes.yaml"
 
-var resourceNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+// resourceNameRE is compiled on first use: vgpu-host's start-up must not pay for it.
+var resourceNameRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+})
 
 // LoadConfig reads a configuration file strictly. A missing file at the default path is an
 // empty configuration; set required for a path the user named.
@@ -132,7 +143,7 @@ func LoadConfig(path string, required bool) (Config, error) {
 		return c, fmt.Errorf("kubernetes config %s: %s: %w", path, strings.TrimPrefix(err.Error(), "yaml: "), host.ErrInvalid)
 	}
 	for k, v := range c.ResourceNames {
-		if !resourceNameRE.MatchString(v) {
+		if !resourceNameRE().MatchString(v) {
 			return c, fmt.Errorf("kubernetes config %s: resourceNames[%q] = %q: want DOMAIN/NAME such as nvidia.com/A100_80GB: %w", path, k, v, host.ErrInvalid)
 		}
 	}
