@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,19 +35,6 @@ func TestMainBinaryHasNoKubernetes(t *testing.T) {
 	}
 }
 
-// runKube is runSplit with the error main would print appended to stderr.
-func runKube(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &errOut
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
-	if err != nil {
-		fmt.Fprintf(&errOut, "vgpu-host: %v\n", err)
-	}
-	return out.String(), errOut.String(), exitCode(err)
-}
-
 // yamlToJSON converts the CLI's YAML output to JSON for the upstream judge.
 func yamlToJSON(t *testing.T, y string) []byte {
 	t.Helper()
@@ -67,14 +51,14 @@ func yamlToJSON(t *testing.T, y string) []byte {
 
 func TestKubevirtConfigCLI(t *testing.T) {
 	tr := kubetest.ExampleHost(t)
-	out, errOut, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "config")
+	out, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "config")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if err := kubetest.StrictRoundTrip[kubevirtv1.KubeVirt](yamlToJSON(t, out)); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	jout, _, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "config", "-o", "json")
+	jout, _, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "config", "-o", "json")
 	if code != 0 || !json.Valid([]byte(jout)) {
 		t.Fatalf("json: exit %d: %s", code, jout)
 	}
@@ -87,12 +71,12 @@ func TestKubevirtConfigCLI(t *testing.T) {
 	}
 	// A resource name from the config file under the host root.
 	tr.WriteFile(kube.DefaultConfigPath, "resourceNames:\n  \"10de:20b0\": nvidia.com/A100\n")
-	out, _, _ = runKube(t, "--host-root", tr.Dir(), "kubevirt", "config")
+	out, _, _ = runAll(t, "--host-root", tr.Dir(), "kubevirt", "config")
 	if !strings.Contains(out, "resourceName: nvidia.com/A100\n") {
 		t.Errorf("config override not used:\n%s", out)
 	}
 	tr.WriteFile(kube.DefaultConfigPath, "resourceNames:\n  \"10de:20b0\": A100\n")
-	if _, errOut, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "config"); code != exitUsage || !strings.Contains(errOut, "DOMAIN/NAME") {
+	if _, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "config"); code != exitUsage || !strings.Contains(errOut, "DOMAIN/NAME") {
 		t.Errorf("bad config: exit %d: %s", code, errOut)
 	}
 }
@@ -100,7 +84,7 @@ func TestKubevirtConfigCLI(t *testing.T) {
 func TestKubevirtVMCLI(t *testing.T) {
 	tr := kubetest.ExampleHost(t)
 	spec := "../../examples/virgl-workstation.yaml"
-	out, errOut, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "vm", spec)
+	out, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "vm", spec)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -116,7 +100,7 @@ func TestKubevirtVMCLI(t *testing.T) {
 	if strings.Contains(out, "not in the KubeVirt manifest") {
 		t.Error("findings on stdout")
 	}
-	jout, _, code := runKube(t, "--host-root", tr.Dir(), "-o", "json", "kubevirt", "vm", spec, "--container-disk", "root=quay.io/containerdisks/debian:12")
+	jout, _, code := runAll(t, "--host-root", tr.Dir(), "-o", "json", "kubevirt", "vm", spec, "--container-disk", "root=quay.io/containerdisks/debian:12")
 	if code != 0 {
 		t.Fatalf("json: exit %d", code)
 	}
@@ -131,25 +115,25 @@ func TestKubevirtVMCLI(t *testing.T) {
 	if !strings.Contains(vm.Annotations[kube.AnnotationUnsupported], `"field":"spec.gpus[0].virtioGpu.virgl"`) {
 		t.Errorf("annotation %q", vm.Annotations[kube.AnnotationUnsupported])
 	}
-	if _, errOut, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "vm", spec, "--strict"); code != exitUnsupported || !strings.Contains(errOut, "cannot express") {
+	if _, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "vm", spec, "--strict"); code != exitUnsupported || !strings.Contains(errOut, "cannot express") {
 		t.Errorf("--strict: exit %d: %s", code, errOut)
 	}
 	for _, bad := range [][]string{{"--container-disk", "root"}, {"--container-disk", "nope=img"}} {
-		if _, errOut, code := runKube(t, append([]string{"--host-root", tr.Dir(), "kubevirt", "vm", spec}, bad...)...); code != exitUsage {
+		if _, errOut, code := runAll(t, append([]string{"--host-root", tr.Dir(), "kubevirt", "vm", spec}, bad...)...); code != exitUsage {
 			t.Errorf("%v: exit %d: %s", bad, code, errOut)
 		}
 	}
 	// A vGPU type this host does not offer: not found.
 	p := filepath.Join(t.TempDir(), "vm.yaml")
 	os.WriteFile(p, []byte("apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata:\n  name: x\nspec:\n  vcpus: 1\n  memory: 1GiB\n  gpus:\n    - vgpu:\n        profile: A100-4C\n"), 0o644)
-	if _, errOut, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "vm", p); code != exitNotFound || !strings.Contains(errOut, "spec.gpus[0]") {
+	if _, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "vm", p); code != exitNotFound || !strings.Contains(errOut, "spec.gpus[0]") {
 		t.Errorf("unknown profile: exit %d: %s", code, errOut)
 	}
 }
 
 func TestKubevirtLabelsCLI(t *testing.T) {
 	tr := kubetest.ExampleHost(t)
-	out, errOut, code := runKube(t, "--host-root", tr.Dir(), "kubevirt", "labels", "--write")
+	out, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "labels", "--write")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -164,7 +148,7 @@ func TestKubevirtLabelsCLI(t *testing.T) {
 
 func TestDevicePluginHelperMissing(t *testing.T) {
 	t.Setenv(kubeHelperEnv, filepath.Join(t.TempDir(), "none"))
-	_, errOut, code := runKube(t, "--host-root", hostRootForTest(t), "device-plugin")
+	_, errOut, code := runAll(t, "--host-root", hostRootForTest(t), "device-plugin")
 	if code != exitUnsupported || !strings.Contains(errOut, kubeHelperName+" not found") {
 		t.Errorf("exit %d: %s", code, errOut)
 	}
