@@ -22,6 +22,8 @@ package deviceplugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -68,8 +70,22 @@ func SocketName(resource string) string {
 	return "vgpu-host-" + strings.ReplaceAll(resource, "/", "_") + ".sock"
 }
 
+// maxSocketPath is the longest unix socket path Linux takes (sun_path is 108 bytes with its NUL).
+const maxSocketPath = 107
+
+// socketPath is the socket of resource in dir: SocketName, or "vgpu-host-" and a hash of the
+// name when that would be longer than a unix socket path may be.
+func socketPath(dir, resource string) string {
+	p := filepath.Join(dir, SocketName(resource))
+	if len(p) <= maxSocketPath {
+		return p
+	}
+	sum := sha256.Sum256([]byte(resource))
+	return filepath.Join(dir, "vgpu-host-"+hex.EncodeToString(sum[:8])+".sock")
+}
+
 func newPlugin(dir string, r kube.Resource) *plugin {
-	p := &plugin{name: r.Name, socket: filepath.Join(dir, SocketName(r.Name)), known: map[string]kube.Device{},
+	p := &plugin{name: r.Name, socket: socketPath(dir, r.Name), known: map[string]kube.Device{},
 		changed: make(chan struct{}), stopped: make(chan struct{})}
 	p.update(r)
 	return p

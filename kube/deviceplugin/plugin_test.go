@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -183,6 +184,18 @@ func consumerHost(t *testing.T) (*hosttest.Tree, [4]host.Address) {
 	return tr, [4]host.Address{gpu, audio, gpu2, audio2}
 }
 
+// socketDir is a short temporary directory: unix socket paths are limited to 107 bytes, and
+// t.TempDir() under a long test name is not.
+func socketDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "kp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 func run(t *testing.T, root host.Root, dir string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -201,7 +214,7 @@ const rtx = "nvidia.com/GA102_GEFORCE_RTX_3080"
 
 func TestRegisterListAllocateAndHealth(t *testing.T) {
 	tr, a := consumerHost(t)
-	dir := t.TempDir()
+	dir := socketDir(t)
 	k := startKubelet(t, dir)
 	run(t, tr.Root, dir)
 
@@ -280,7 +293,7 @@ func TestRegisterListAllocateAndHealth(t *testing.T) {
 
 func TestKubeletRestartReregisters(t *testing.T) {
 	tr, a := consumerHost(t)
-	dir := t.TempDir()
+	dir := socketDir(t)
 	k := startKubelet(t, dir)
 	run(t, tr.Root, dir)
 	k.waitRegs(1)
@@ -316,7 +329,7 @@ func TestPreferredAllocationTwoNUMA(t *testing.T) {
 	n0 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 0)
 	n1a := tr.DatacenterGPU("0000:80:01.0", "0000:81:00.0", "vfio-pci", 1)
 	n1b := tr.DatacenterGPU("0000:80:02.0", "0000:82:00.0", "vfio-pci", 1)
-	dir := t.TempDir()
+	dir := socketDir(t)
 	k := startKubelet(t, dir)
 	run(t, tr.Root, dir)
 	const a100 = "nvidia.com/GA100_A100_SXM4_40GB"
@@ -423,5 +436,17 @@ func TestMdevAndVendorVFIO(t *testing.T) {
 		if r.Kind == kube.KindPCI {
 			t.Errorf("an mdev parent or vendor-VFIO PF is offered whole: %+v", r)
 		}
+	}
+}
+
+func TestLongResourceNameSocket(t *testing.T) {
+	dir := strings.Repeat("d", 60)
+	long := "nvidia.com/" + strings.Repeat("X", 60)
+	p := socketPath(dir, long)
+	if len(p) > maxSocketPath || !strings.HasPrefix(filepath.Base(p), "vgpu-host-") || p == socketPath(dir, long+"Y") {
+		t.Errorf("socket path %s (%d bytes)", p, len(p))
+	}
+	if got := socketPath("/var/lib/kubelet/device-plugins", "nvidia.com/GRID_A100-4C"); got != "/var/lib/kubelet/device-plugins/vgpu-host-nvidia.com_GRID_A100-4C.sock" {
+		t.Errorf("short name hashed: %s", got)
 	}
 }
