@@ -18,10 +18,14 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/kube"
 	"github.com/vgpu-host/vgpu-host/kube/deviceplugin"
+	"github.com/vgpu-host/vgpu-host/kube/dra"
 )
 
 func main() {
@@ -48,6 +52,7 @@ func command() *cli.Command {
 			&cli.DurationFlag{Name: "interval", Value: deviceplugin.DefaultInterval, Usage: "re-scan the host and check kubelet.sock every `DURATION`", Destination: &interval},
 			&cli.BoolFlag{Name: "nfd", Usage: "keep Node Feature Discovery's feature file (etc/" + kube.FeaturesFile + ") in step with the host", Destination: &nfd},
 		},
+		Commands: []*cli.Command{draCommand(&root, &config, &interval)},
 		Action: func(ctx context.Context, _ *cli.Command) error {
 			r, err := host.NewRoot(root)
 			if err != nil {
@@ -111,5 +116,59 @@ func (w *featureWriter) update(inv *host.Inventory, cat *kube.Catalog) {
 func (w *featureWriter) remove() {
 	if err := kube.RemoveFeatures(w.root); err != nil {
 		w.logf("%v", err)
+	}
+}
+
+// draCommand runs the Dynamic Resource Allocation kubelet plugin (kube/dra) instead of the
+// device plugin: it publishes this node's devices as ResourceSlices through the API server
+// (in-cluster credentials) and prepares claims with CDI specs.
+func draCommand(root, config *string, interval *time.Duration) *cli.Command {
+	var node, cdiDir, pluginDir, registrarDir string
+	return &cli.Command{
+		Name:  "dra",
+		Usage: "run the DRA kubelet plugin (driver " + dra.DriverName + ") for this node",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "node-name", Usage: "this node's `NAME` (the pool and the slices' owner)", Sources: cli.EnvVars("NODE_NAME"), Destination: &node, Required: true},
+			&cli.StringFlag{Name: "cdi-dir", Value: kubeletplugin.DefaultCDIDir, Usage: "where claim CDI specs are written (`DIR`)", Destination: &cdiDir},
+			&cli.StringFlag{Name: "plugin-dir", Value: kubeletplugin.KubeletPluginsDir + "/" + dra.DriverName, Usage: "the plugin's socket `DIR`", Destination: &pluginDir},
+			&cli.StringFlag{Name: "registrar-dir", Value: kubeletplugin.KubeletRegistryDir, Usage: "the kubelet's plugin registration `DIR`", Destination: &registrarDir},
+		},
+		Action: func(ctx context.Context, _ *cli.Command) error {
+			r, err := host.NewRoot(*root)
+			if err != nil {
+				return err
+			}
+			cfgPath, required := *config, true
+			if cfgPath == "" {
+				cfgPath, required = r.Path(kube.DefaultConfigPath), false
+			}
+			cfg, err := kube.LoadConfig(cfgPath, required)
+			if err != nil {
+				return err
+			}
+			rc, err := rest.InClusterConfig()
+			if err != nil {
+				return fmt.Errorf("dra: the plugin runs in a pod with the API server's credentials: %w", err)
+			}
+			client, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return fmt.Errorf("dra: %w", err)
+			}
+			drv := &dra.Driver{Root: r, Config: cfg, CDIDir: cdiDir}
+			helper, err := kubeletplugin.Start(ctx, drv,
+				kubeletplugin.DriverName(dra.DriverName),
+				kubeletplugin.KubeClient(client),
+				kubeletplugin.NodeName(node),
+				kubeletplugin.PluginDataDirectoryPath(pluginDir),
+				kubeletplugin.RegistrarDirectoryPath(registrarDir),
+				kubeletplugin.HealthService(false),
+			)
+			if err != nil {
+				return fmt.Errorf("dra: %w", err)
+			}
+			defer helper.Stop()
+			log.Printf("vgpu-host-kube: dra driver %s serving %s for node %s", dra.DriverName, r.Dir(), node)
+			return drv.Run(ctx, helper, node, *interval)
+		},
 	}
 }

@@ -89,25 +89,59 @@ func devicePluginCommand() *cli.Command {
 			if cmd.NArg() != 0 {
 				return usageErr("device-plugin takes no arguments")
 			}
-			path, err := remote.FindHelper(kubeHelperName, kubeHelperEnv, "device plugin", errNoKubeHelper)
-			if err != nil {
-				return err
-			}
-			args := []string{path, "--host-root", cmd.String("host-root"), "--kubelet-dir", cmd.String("kubelet-dir")}
-			if c := cmd.String("config"); c != "" {
-				args = append(args, "--config", c)
-			}
-			if d := cmd.Duration("interval"); d > 0 {
-				args = append(args, "--interval", d.String())
-			}
+			args := []string{"--kubelet-dir", cmd.String("kubelet-dir")}
 			if cmd.Bool("nfd") {
 				args = append(args, "--nfd")
 			}
-			// Replace this process: the kubelet's and the DaemonSet's signals go to the plugin.
-			if err := syscall.Exec(path, args, os.Environ()); err != nil {
-				return fmt.Errorf("start %s: %w", path, err)
+			return execKubeHelper(cmd, nil, args)
+		},
+	}
+}
+
+// execKubeHelper replaces this process with vgpu-host-kube [sub] and the common flags
+// (--host-root, --config, --interval) plus args, so the kubelet's and the DaemonSet's signals
+// go to the plugin.
+func execKubeHelper(cmd *cli.Command, sub []string, args []string) error {
+	path, err := remote.FindHelper(kubeHelperName, kubeHelperEnv, "kubelet plugins", errNoKubeHelper)
+	if err != nil {
+		return err
+	}
+	argv := []string{path, "--host-root", cmd.String("host-root")}
+	if c := cmd.String("config"); c != "" {
+		argv = append(argv, "--config", c)
+	}
+	if d := cmd.Duration("interval"); d > 0 {
+		argv = append(argv, "--interval", d.String())
+	}
+	argv = append(append(argv, sub...), args...)
+	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+		return fmt.Errorf("start %s: %w", path, err)
+	}
+	return nil
+}
+
+func draPluginCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dra-plugin",
+		Usage: "run the Dynamic Resource Allocation kubelet plugin for this node (starts " + kubeHelperName + " dra)",
+		Description: "Publishes this node's GPUs and vGPUs as ResourceSlices of the driver gpu.vgpu-host.io\n" +
+			"(attributes: model, NUMA node, PCI address, vGPU type, resource name) and prepares\n" +
+			"allocated claims with CDI specs. Runs in a pod: it uses the in-cluster API credentials.\n" +
+			"See docs/kubevirt.md, \"Dynamic Resource Allocation\".",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "node-name", Usage: "this node's `NAME` (default $NODE_NAME)"},
+			kubeConfigFlag(),
+			&cli.DurationFlag{Name: "interval", Usage: "re-scan the host every `DURATION` (default 2s)"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.NArg() != 0 {
+				return usageErr("dra-plugin takes no arguments")
 			}
-			return nil
+			var args []string
+			if n := cmd.String("node-name"); n != "" {
+				args = append(args, "--node-name", n)
+			}
+			return execKubeHelper(cmd, []string{"dra"}, args)
 		},
 	}
 }

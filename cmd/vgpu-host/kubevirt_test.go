@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -19,7 +22,7 @@ import (
 // TestMainBinaryHasNoKubernetes: vgpu-host's start-up is a benchmarked goal; the Kubernetes,
 // KubeVirt and gRPC packages (heavy init) live in the helper vgpu-host-kube and in tests only.
 func TestMainBinaryHasNoKubernetes(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
@@ -161,4 +164,50 @@ func hostRootForTest(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return r.Dir()
+}
+
+// TestDevicePluginExecsHelper: the installed pair as make build lays it out — vgpu-host finds
+// vgpu-host-kube beside itself, replaces itself with it (same pid, so signals reach the
+// plugin), and the plugin scans the host: with --nfd the feature file appears, and it goes
+// when the plugin is stopped.
+func TestDevicePluginExecsHelper(t *testing.T) {
+	bin := binary(t)
+	helper := filepath.Join(filepath.Dir(bin), kubeHelperName)
+	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", helper, "../vgpu-host-kube").CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", kubeHelperName, err, out)
+	}
+	tr := kubetest.ExampleHost(t)
+	kdir := t.TempDir()
+	cmd := exec.Command(bin, "--host-root", tr.Dir(), "device-plugin", "--kubelet-dir", kdir, "--interval", "100ms", "--nfd")
+	cmd.Env = append(os.Environ(), kubeHelperEnv+"=") // found beside vgpu-host, not through the environment
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	features := filepath.Join(tr.Dir(), "etc", kube.FeaturesFile)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, err := os.ReadFile(features); err == nil && strings.Contains(string(b), "vgpu-host.vgpu.GRID_T4-2Q=1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("no feature file from the plugin; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("plugin exit: %v\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(features); !os.IsNotExist(err) {
+		t.Errorf("feature file left after the plugin stopped: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "vgpu-host-kube: ") {
+		t.Errorf("stderr is not the helper's:\n%s", stderr.String())
+	}
 }

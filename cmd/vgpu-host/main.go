@@ -38,6 +38,7 @@ func newApp() *cli.Command {
 			imageCommand(),
 			kubevirtCommand(),
 			devicePluginCommand(),
+			draPluginCommand(),
 		},
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
