@@ -542,7 +542,7 @@ func (t *translator) graphics(d *DomainSpec) {
 	}
 }
 
-// resources returns the catalog's resources of kind k whose devices or types match.
+// resourcesOf returns the names of the catalog's resources of kind k that match.
 func (t *translator) resourcesOf(k Kind, match func(r *Resource) bool) []string {
 	var out []string
 	if t.cat == nil {
