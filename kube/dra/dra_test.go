@@ -3,11 +3,12 @@ package dra
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,37 +21,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/kube"
 )
-
-// snapshot records every file and link of a tree (path → content or link target), to prove
-// that preparing and unpreparing a claim leaves the host as it was.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	m := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case e.Type()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			m[rel] = "-> " + l
-		case e.IsDir():
-			m[rel] = "dir"
-		default:
-			b, _ := os.ReadFile(p)
-			m[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
 
 // TestPublishAndPrepare runs the driver through the upstream kubeletplugin helper with the
 // upstream fake clientset: the ResourceSlice it publishes lists exactly the inventory's healthy
@@ -145,7 +119,7 @@ func TestPublishAndPrepare(t *testing.T) {
 	}
 
 	// Prepare a claim for the RTX 3080 (with its audio companion) and the mdev.
-	before := snapshot(t, tr.Dir())
+	before := hosttest.State(t, tr.Dir())
 	claim := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "vm-gpus", Namespace: "default", UID: types.UID("c1a1m")},
 		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
@@ -171,7 +145,7 @@ func TestPublishAndPrepare(t *testing.T) {
 	json.Unmarshal(b, &spec)
 	gpuGroup := tr.Group(kubetest.Addr("0000:01:00.0"))
 	gpu := spec.Devices[0].ContainerEdits
-	if len(gpu.DeviceNodes) != 2 || gpu.DeviceNodes[0].Path != "/dev/vfio/vfio" || gpu.DeviceNodes[1].Path != "/dev/vfio/"+itoa(gpuGroup) ||
+	if len(gpu.DeviceNodes) != 2 || gpu.DeviceNodes[0].Path != "/dev/vfio/vfio" || gpu.DeviceNodes[1].Path != "/dev/vfio/"+strconv.Itoa(gpuGroup) ||
 		gpu.Env[0] != "PCI_RESOURCE_NVIDIA_COM_GA102_GEFORCE_RTX_3080=0000:01:00.0" {
 		t.Errorf("CDI edits %+v", gpu)
 	}
@@ -189,7 +163,7 @@ func TestPublishAndPrepare(t *testing.T) {
 			t.Fatalf("unprepare: %v %v", err, ures[claim.UID])
 		}
 	}
-	if after := snapshot(t, tr.Dir()); !mapsEqual(before, after) {
+	if after := hosttest.State(t, tr.Dir()); !maps.Equal(before, after) {
 		t.Error("the host tree changed across prepare and unprepare")
 	}
 	if ents, _ := os.ReadDir(drv.CDIDir); len(ents) != 0 {
@@ -214,18 +188,4 @@ func TestPublishAndPrepare(t *testing.T) {
 	if res, _ := drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim}); res[claim.UID].Err == nil {
 		t.Error("a claim for an unhealthy device was prepared")
 	}
-}
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
