@@ -349,3 +349,39 @@ func TestLabels(t *testing.T) {
 		t.Error("feature file not removed")
 	}
 }
+
+// TestPreferVGPUFragmentation: vGPU instances are pooled by parent GPU; a request goes to the
+// parent with the fewest free instances that still fits it, so a roomy parent stays roomy,
+// and a request no parent fits alone starts with the roomiest.
+func TestPreferVGPUFragmentation(t *testing.T) {
+	r := &kube.Resource{Name: "nvidia.com/GRID_A100-4C", Kind: kube.KindMdev}
+	add := func(parent string, numa int, ids ...string) {
+		for _, id := range ids {
+			r.Devices = append(r.Devices, kube.Device{ID: id, Parent: parent, NUMA: numa, Healthy: true})
+		}
+	}
+	add("0000:41:00.0", 0, "a1", "a2", "a3")
+	add("0000:81:00.0", 1, "b1")
+	r.Devices = append(r.Devices, kube.Device{ID: "sick", Parent: "0000:81:00.0", NUMA: 1, Healthy: false, Reason: "gone"})
+	all := []string{"a1", "a2", "a3", "b1", "sick"}
+	for _, c := range []struct {
+		must []string
+		size int
+		want []string
+	}{
+		{nil, 1, []string{"b1"}},                        // the single free slot on 81:00.0, not one of 41:00.0's three
+		{nil, 2, []string{"a1", "a2"}},                  // only 41:00.0 fits two
+		{nil, 4, []string{"a1", "a2", "a3", "b1"}},      // nothing fits four: the roomiest first
+		{[]string{"a3"}, 2, []string{"a3", "a1"}},       // the parent's NUMA node of a must-include first
+		{[]string{"b1"}, 2, []string{"b1", "a1"}},       // node 1 has nothing more: node 0
+		{[]string{"a1", "b1"}, 2, []string{"a1", "b1"}}, // must-includes only
+	} {
+		got, err := kube.Prefer(r, all, c.must, c.size)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("must %v size %d: %v %v, want %v", c.must, c.size, got, err, c.want)
+		}
+	}
+	if _, err := kube.Prefer(r, all, nil, 5); !errors.Is(err, host.ErrBusy) {
+		t.Errorf("more than the healthy devices: %v, want ErrBusy", err)
+	}
+}
