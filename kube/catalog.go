@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ledger"
 )
 
 // Kind is how KubeVirt attaches a resource's devices.
@@ -361,4 +362,44 @@ func Offered(inv *host.Inventory, cfg Config) *Catalog {
 	}
 	sort.Slice(c.Resources, func(i, j int) bool { return c.Resources[i].Name < c.Resources[j].Name })
 	return c
+}
+
+// MarkHeld marks unhealthy every device that a VM of `vgpu-host apply` holds on this host
+// (holder is ledger.Book.Holder: the VM holding a claim, or ""), so the kubelet never hands a
+// pod a GPU, companion, VF or mdev instance that vgpu-host gave to a libvirt VM.
+func (c *Catalog) MarkHeld(holder func(ledger.Claim) string) {
+	for i := range c.Resources {
+		r := &c.Resources[i]
+		for j := range r.Devices {
+			d := &r.Devices[j]
+			var claims []ledger.Claim
+			switch r.Kind {
+			case KindPCI:
+				claims = append(claims, ledger.Claim{Kind: ledger.KindPCI, ID: d.ID})
+				for _, a := range d.Companions {
+					claims = append(claims, ledger.Claim{Kind: ledger.KindPCI, ID: a.String()})
+				}
+			case KindVendorVFIO:
+				claims = append(claims, ledger.Claim{Kind: ledger.KindVendorVGPU, ID: d.ID})
+			case KindMdev:
+				claims = append(claims, ledger.Claim{Kind: ledger.KindMdev, ID: strings.ToLower(d.ID)})
+			}
+			for _, cl := range claims {
+				if vm := holder(cl); vm != "" {
+					d.Healthy, d.Reason = false, fmt.Sprintf("%s is held by VM %s (vgpu-host apply; vgpu-host destroy %s frees it)", cl.ID, vm, vm)
+					break
+				}
+			}
+		}
+	}
+}
+
+// MarkHeldFromLedger applies MarkHeld with the allocation ledger under root.
+func (c *Catalog) MarkHeldFromLedger(root host.Root) error {
+	book, err := ledger.Open(root).Read()
+	if err != nil {
+		return fmt.Errorf("devices held by vgpu-host's VMs: %w", err)
+	}
+	c.MarkHeld(book.Holder)
+	return nil
 }

@@ -112,10 +112,12 @@ func checkDaemonSet(t *testing.T, ds appsv1.DaemonSet) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m.MountPath
 	}
+	var hostPaths []string
 	for _, v := range ds.Spec.Template.Spec.Volumes {
 		if v.HostPath == nil {
 			continue
 		}
+		hostPaths = append(hostPaths, v.HostPath.Path)
 		// Every host path is mounted at the same place under --host-root /host, except the
 		// kubelet's directories and CDI's, which the plugin reaches by its own flags, at the
 		// node's paths (the kubelet and the runtime read what it writes there).
@@ -125,6 +127,12 @@ func checkDaemonSet(t *testing.T, ds appsv1.DaemonSet) {
 		}
 		if mounts[v.Name] != want {
 			t.Errorf("hostPath %s mounted at %s, want %s", v.HostPath.Path, mounts[v.Name], want)
+		}
+	}
+	// What the plugin reads: the inventory, pci.ids names, the allocation ledger.
+	for _, p := range []string{"/sys", "/usr/share/misc", "/var/lib/vgpu-host"} {
+		if !slices.Contains(hostPaths, p) {
+			t.Errorf("%s does not mount %s", ds.Name, p)
 		}
 	}
 	if ds.Name == "vgpu-host-device-plugin" && !strings.HasSuffix(mounts["nfd-features"], kube.FeaturesFile[:strings.LastIndexByte(kube.FeaturesFile, '/')]) {

@@ -57,7 +57,8 @@ func scanKube(cmd *cli.Command, offered bool) (host.Root, *host.Inventory, *kube
 	if offered {
 		return root, inv, kube.Offered(inv, cfg), nil
 	}
-	return root, inv, kube.Build(inv, cfg), nil
+	cat := kube.Build(inv, cfg)
+	return root, inv, cat, cat.MarkHeldFromLedger(root)
 }
 
 // manifestFormat is --output for manifests: JSON for json, YAML otherwise (a table of a

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/kube"
+	"github.com/vgpu-host/vgpu-host/ledger"
 )
 
 // fakeKubelet is the kubelet's side of the device plugin API, on a real unix socket: it
@@ -283,6 +284,26 @@ func TestRegisterListAllocateAndHealth(t *testing.T) {
 	// Back on vfio-pci: healthy again.
 	tr.Unbind(a[3])
 	tr.Bind(a[3], "vfio-pci")
+	k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Healthy })
+	// Given to a libvirt VM by `vgpu-host apply` (its companion claimed in the ledger):
+	// unhealthy until the VM is destroyed.
+	l := ledger.Open(tr.Root)
+	if err := l.Update(func(b *ledger.Book) error {
+		return b.Claim("train-01", ledger.Claim{Kind: ledger.KindPCI, ID: a[3].String(), Detail: "companion"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Unhealthy })
+	if _, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{a[2].String()}}}}); err == nil || !strings.Contains(err.Error(), "held by VM train-01") {
+		t.Errorf("allocating a device a VM holds: %v", err)
+	}
+	if err := l.Update(func(b *ledger.Book) error {
+		b.Release("train-01", ledger.Claim{Kind: ledger.KindPCI, ID: a[3].String()})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Healthy })
 	// Removed from the bus: still listed, unhealthy.
 	if err := os.Remove(tr.Root.Sys("bus", "pci", "devices", a[2].String())); err != nil {

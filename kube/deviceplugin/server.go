@@ -91,6 +91,9 @@ func (s *Server) Sync(ctx context.Context) error {
 		return fmt.Errorf("device plugin: %w", err)
 	}
 	cat := kube.Build(inv, s.opts.Config)
+	if err := cat.MarkHeldFromLedger(s.opts.Root); err != nil {
+		s.opts.Logf("%v", err)
+	}
 	if s.opts.OnScan != nil {
 		s.opts.OnScan(inv, cat)
 	}

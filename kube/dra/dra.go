@@ -73,6 +73,9 @@ func (d *Driver) Scan() ([]resourceapi.Device, error) {
 		return nil, fmt.Errorf("dra: %w", err)
 	}
 	cat := kube.Build(inv, d.Config)
+	if err := cat.MarkHeldFromLedger(d.Root); err != nil {
+		d.HandleError(context.Background(), err, "scan")
+	}
 	d.mu.Lock()
 	d.cat, d.inv = cat, inv
 	d.mu.Unlock()
