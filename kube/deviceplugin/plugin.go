@@ -54,6 +54,7 @@ type plugin struct {
 
 	name   string
 	socket string // absolute path
+	root   host.Root
 
 	mu      sync.Mutex
 	res     kube.Resource          // the current catalog entry, devices merged with known ones
@@ -84,8 +85,8 @@ func socketPath(dir, resource string) string {
 	return filepath.Join(dir, "vgpu-host-"+hex.EncodeToString(sum[:8])+".sock")
 }
 
-func newPlugin(dir string, r kube.Resource) *plugin {
-	p := &plugin{name: r.Name, socket: socketPath(dir, r.Name), known: map[string]kube.Device{},
+func newPlugin(root host.Root, dir string, r kube.Resource) *plugin {
+	p := &plugin{name: r.Name, socket: socketPath(dir, r.Name), root: root, known: map[string]kube.Device{},
 		changed: make(chan struct{}), stopped: make(chan struct{})}
 	p.update(r)
 	return p
@@ -195,7 +196,7 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	r, _ := p.snapshot()
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.ContainerRequests {
-		cr, err := allocate(r, c.DevicesIds)
+		cr, err := allocate(p.root, r, c.DevicesIds)
 		if err != nil {
 			return nil, err
 		}
@@ -204,8 +205,9 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	return resp, nil
 }
 
-// allocate is Allocate for one container.
-func allocate(r kube.Resource, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+// allocate is Allocate for one container. Like KubeVirt's own plugin it adds the VFIO cdev
+// nodes (/dev/vfio/devices/vfioN) of the PCI functions it hands over, where the kernel has them.
+func allocate(root host.Root, r kube.Resource, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	byID := map[string]kube.Device{}
 	for _, d := range r.Devices {
 		byID[d.ID] = d
@@ -222,6 +224,13 @@ func allocate(r kube.Resource, ids []string) (*pluginapi.ContainerAllocateRespon
 			return nil, fmt.Errorf("allocate %s: device %s is unhealthy: %s: %w", r.Name, id, d.Reason, host.ErrBusy)
 		}
 		values = append(values, d.ID)
+		if d.Address != nil {
+			for _, a := range append([]host.Address{*d.Address}, d.Companions...) {
+				for _, n := range kube.VFIOCdevs(root, a) {
+					specs = append(specs, &pluginapi.DeviceSpec{HostPath: n, ContainerPath: n, Permissions: "mrw"})
+				}
+			}
+		}
 		for _, g := range d.Groups {
 			if groups[g] {
 				continue

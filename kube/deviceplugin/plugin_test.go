@@ -219,6 +219,12 @@ func TestRegisterListAllocateAndHealth(t *testing.T) {
 	k := startKubelet(t, dir)
 	run(t, tr.Root, dir)
 
+	// A kernel with VFIO cdevs (≥ 6.6): gpu2 and its audio function have one each.
+	for i, a := range []host.Address{a[2], a[3]} {
+		if err := os.MkdirAll(filepath.Join(tr.DevDir(a), "vfio-dev", "vfio"+strconv.Itoa(7+i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	regs := k.waitRegs(1)
 	r, ok := regs[rtx]
 	if !ok {
@@ -252,7 +258,7 @@ func TestRegisterListAllocateAndHealth(t *testing.T) {
 		}
 		paths = append(paths, d.HostPath)
 	}
-	want := []string{"/dev/vfio/vfio"}
+	want := []string{"/dev/vfio/vfio", "/dev/vfio/devices/vfio7", "/dev/vfio/devices/vfio8"}
 	for _, g := range []int{tr.Group(a[2]), tr.Group(a[3]), tr.Group(a[0])} {
 		want = append(want, "/dev/vfio/"+strconv.Itoa(g))
 	}
@@ -432,7 +438,7 @@ func TestMdevAndVendorVFIO(t *testing.T) {
 	if !ok || md.Kind != kube.KindMdev || len(md.Devices) != 2 || md.Healthy() != 2 {
 		t.Fatalf("mdev resource %+v in %+v", md, cat.Resources)
 	}
-	resp, err := allocate(*md, []string{u2, u1})
+	resp, err := allocate(tr.Root, *md, []string{u2, u1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +452,7 @@ func TestMdevAndVendorVFIO(t *testing.T) {
 	if !ok || vr.Kind != kube.KindVendorVFIO || len(vr.Devices) != 1 || vr.Devices[0].ID != vf.String() || vr.Devices[0].NUMA != 1 {
 		t.Fatalf("vendor resource %+v in %+v", vr, cat.Resources)
 	}
-	resp, err = allocate(*vr, []string{vf.String()})
+	resp, err = allocate(tr.Root, *vr, []string{vf.String()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func (s *Server) Sync(ctx context.Context) error {
 			}
 			continue
 		}
-		s.plugins[r.Name] = newPlugin(s.opts.KubeletDir, r)
+		s.plugins[r.Name] = newPlugin(s.opts.Root, s.opts.KubeletDir, r)
 	}
 	for name, p := range s.plugins {
 		if !seen[name] {

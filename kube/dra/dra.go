@@ -237,6 +237,13 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResu
 		for _, g := range dev.Groups {
 			edits.DeviceNodes = append(edits.DeviceNodes, cdiNode{Path: "/dev/vfio/" + strconv.Itoa(g), Permissions: "rw"})
 		}
+		if dev.Address != nil {
+			for _, a := range append([]host.Address{*dev.Address}, dev.Companions...) {
+				for _, n := range kube.VFIOCdevs(d.Root, a) {
+					edits.DeviceNodes = append(edits.DeviceNodes, cdiNode{Path: n, Permissions: "rw"})
+				}
+			}
+		}
 		spec.Devices = append(spec.Devices, cdiDevice{Name: name, ContainerEdits: edits})
 		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{a.Request}, PoolName: a.Pool, DeviceName: a.Device,
 			CDIDeviceIDs: []string{CDIKind + "=" + name}})
