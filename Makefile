@@ -13,9 +13,10 @@ help: ## list targets
 deps: ## install the Debian packages the build, tests and lab need (root; only what is missing)
 	@scripts/deps.sh
 
-build: deps ## build bin/vgpu-host (pure Go, static) and its libvirt helper bin/vgpu-host-libvirt (cgo)
+build: deps ## build bin/vgpu-host (pure Go, static), its libvirt helper bin/vgpu-host-libvirt (cgo) and its kubelet device plugin bin/vgpu-host-kube
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/vgpu-host
 	$(GO) build -o bin/vgpu-host-libvirt ./cmd/vgpu-host-libvirt
+	CGO_ENABLED=0 $(GO) build -o bin/vgpu-host-kube ./cmd/vgpu-host-kube
 
 demo: build ## run the main job on this host: check, inspect, render an example VM (read-only)
 	@scripts/demo.sh

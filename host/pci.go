@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -155,4 +156,22 @@ func HostPath(root Root, p string) string {
 		return p
 	}
 	return string(filepath.Separator) + rel
+}
+
+// VFIOCdevs returns the VFIO device-cdev nodes of PCI function a ("/dev/vfio/devices/vfio3",
+// host paths), one per entry of its sysfs vfio-dev directory, which kernels >= 6.6 with
+// VFIO_DEVICE_CDEV create for a function on vfio-pci; none on older kernels:
+//
+//	/sys/bus/pci/devices/0000:41:00.0/vfio-dev/vfio3   ->   /dev/vfio/devices/vfio3
+func VFIOCdevs(root Root, a Address) []string {
+	ents, err := os.ReadDir(root.PCIDevice(a, "vfio-dev"))
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, filepath.Join("/dev/vfio/devices", e.Name()))
+	}
+	sort.Strings(out)
+	return out
 }

@@ -107,7 +107,14 @@ func emit(cmd *cli.Command, v any, table func(w io.Writer) error) error {
 	if err != nil {
 		return err
 	}
-	w := cmd.Root().Writer
+	if o == "table" {
+		return table(cmd.Root().Writer)
+	}
+	return encodeAs(cmd.Root().Writer, o, v)
+}
+
+// encodeAs writes v as JSON (o == "json") or YAML (o == "yaml") with the JSON field names.
+func encodeAs(w io.Writer, o string, v any) error {
 	switch o {
 	case "json":
 		enc := json.NewEncoder(w)
@@ -128,5 +135,5 @@ func emit(cmd *cli.Command, v any, table func(w io.Writer) error) error {
 		defer enc.Close()
 		return enc.Encode(generic)
 	}
-	return table(w)
+	return fmt.Errorf("encode as %q: %w", o, errUsage)
 }

@@ -40,6 +40,9 @@ func newApp() *cli.Command {
 			statusCommand(),
 			verifyCommand(),
 			imageCommand(),
+			kubevirtCommand(),
+			devicePluginCommand(),
+			draPluginCommand(),
 		},
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},

@@ -41,9 +41,17 @@ var ErrNoHelper = errors.New(HelperName + " not found")
 // HelperPath finds the helper: $VGPU_HOST_LIBVIRT_HELPER (if trustedHelper accepts it), then
 // beside the running executable, then in PATH.
 func HelperPath() (string, error) {
-	if p := os.Getenv(EnvHelper); p != "" {
+	return FindHelper(HelperName, EnvHelper, "libvirt support", ErrNoHelper)
+}
+
+// FindHelper finds a helper binary of vgpu-host by the rule every helper follows: the path in
+// the environment variable env when set, then name beside the running executable, then name
+// in PATH. When it is missing the error names what needs it (purpose), where it looked and the
+// fix, and wraps notFound and host.ErrUnsupported.
+func FindHelper(name, env, purpose string, notFound error) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s=%s: %w: %w", EnvHelper, p, ErrNoHelper, host.ErrUnsupported)
+			return "", fmt.Errorf("%s=%s: %w: %w", env, p, notFound, host.ErrUnsupported)
 		}
 		if err := trustedHelper(p); err != nil {
 			return "", err
@@ -52,18 +60,18 @@ func HelperPath() (string, error) {
 	}
 	var tried []string
 	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), HelperName)
+		p := filepath.Join(filepath.Dir(exe), name)
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
 		tried = append(tried, p)
 	}
-	if p, err := exec.LookPath(HelperName); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
 	tried = append(tried, "PATH")
-	return "", fmt.Errorf("libvirt support: %w (looked in %s); install it beside vgpu-host (make build puts both in bin/) or set %s: %w",
-		ErrNoHelper, strings.Join(tried, ", "), EnvHelper, host.ErrUnsupported)
+	return "", fmt.Errorf("%s: %w (looked in %s); install it beside vgpu-host (make build puts both in bin/) or set %s: %w",
+		purpose, notFound, strings.Join(tried, ", "), env, host.ErrUnsupported)
 }
 
 // Open starts the helper and connects it to libvirt at uri ("" means virt.DefaultURI).
