@@ -378,7 +378,7 @@ func (p *Plan) Refused() error {
 	if len(rs) == 0 {
 		return nil
 	}
-	return vfio.RefusalError("apply "+p.VM, rs)
+	return vfio.RefusalError(p.VM, rs)
 }
 
 // add appends steps to the plan.

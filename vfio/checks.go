@@ -18,6 +18,10 @@ const (
 	CheckOwner        = "owner"
 )
 
+// ForceableChecks are the checks apply's --force=CHECK may name, each overriding its own
+// refusals only.
+var ForceableChecks = []string{CheckBootVGA, CheckHostCritical, CheckHeld, CheckIntRemap}
+
 // Refusal is one safety check that refused an operation; --force (Force in the options)
 // turns it into a warning.
 type Refusal struct {

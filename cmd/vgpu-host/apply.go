@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,13 +15,53 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // openConn connects to libvirt through the helper vgpu-host-libvirt (package virt/remote), so
-// that only the commands that talk to libvirt load it; tests replace it with a fake.
-var openConn = remote.Open
+// that only the commands that talk to libvirt load it; a vgpu-fake:///PATH URI opens the
+// file-backed fake in-process (no libvirt at all). Tests replace it.
+var openConn = func(uri string) (virt.Conn, error) {
+	if virt.IsFileURI(uri) {
+		return virt.OpenFile(uri)
+	}
+	return remote.Open(uri)
+}
+
+// connURI is the invocation's libvirt URI. Under a --host-root that is not this machine's
+// root, the default (qemu:///system) would reach the real libvirtd with a fake host's devices,
+// so the URI must then be given explicitly (--connect, VGPU_HOST_CONNECT or
+// LIBVIRT_DEFAULT_URI).
+func connURI(cmd *cli.Command, root host.Root) (string, error) {
+	if !root.IsReal() && !cmd.IsSet("connect") {
+		return "", usageErr("--host-root %s is not this machine's root: name the libvirt to use with --connect URI (test:///default, %s:///PATH/libvirt.json, or qemu:///system if you mean the real one)",
+			root.Dir(), virt.FileScheme)
+	}
+	return cmd.String("connect"), nil
+}
+
+// forceFlag is apply's and plan's --force: the names of the safety checks to go past, each
+// overriding its own refusal only.
+func forceFlag() cli.Flag {
+	return &cli.StringSliceFlag{Name: "force", Usage: "go past the named safety `CHECK`s only: " + strings.Join(vfio.ForceableChecks, ", ") + " (repeat, or comma-separate)"}
+}
+
+// forcedChecks returns the validated --force names.
+func forcedChecks(cmd *cli.Command) ([]string, error) {
+	var out []string
+	for _, v := range cmd.StringSlice("force") {
+		for _, n := range strings.Split(v, ",") {
+			n = strings.TrimSpace(n)
+			if !slices.Contains(vfio.ForceableChecks, n) {
+				return nil, usageErr("--force %q: name the check to go past: %s", n, strings.Join(vfio.ForceableChecks, ", "))
+			}
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
 
 // virtTypeFlag is --virt-type of plan and apply; lifecycleOf validates it.
 func virtTypeFlag() cli.Flag {
@@ -54,12 +95,20 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 			return nil, nil, usageErr("--virt-type %q: use kvm or qemu", vt)
 		}
 	}
-	conn, err := openConn(cmd.String("connect"))
+	force, err := forcedChecks(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	uri, err := connURI(cmd, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := openConn(uri)
 	if err != nil {
 		return nil, nil, err
 	}
 	w, m := hostIO(root)
-	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt}
+	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force}
 	if cmd.IsSet("no-start") {
 		o.NoStart = cmd.Bool("no-start")
 	}
@@ -102,11 +151,14 @@ func applyCommand() *cli.Command {
 		Description: "Makes each VM exist as its spec says. Devices are claimed in the ledger\n" +
 			"(/var/lib/vgpu-host/ledger.json under --host-root) before the host changes; every step is\n" +
 			"journalled before it is taken, so an interrupted apply is converged by the next apply or\n" +
-			"destroy. Re-applying an unchanged spec changes nothing. Exit codes: 0 applied, 1 failed\n" +
-			"(undone), 2 usage/spec, 5 busy (devices held by other VMs), 6 not found, 7 unsupported.",
+			"destroy. Re-applying an unchanged spec changes nothing. Every safety check plan shows\n" +
+			"refuses apply too; --force=CHECK goes past that check only. Exit codes: 0 applied,\n" +
+			"1 failed (undone), 2 usage/spec, 4 refused by a safety check, 5 busy (devices held by\n" +
+			"other VMs or processes), 6 not found, 7 unsupported.",
 		Flags: []cli.Flag{
 			connectFlag(),
 			virtTypeFlag(),
+			forceFlag(),
 			&cli.BoolFlag{Name: "no-start", Usage: "define the domain but do not start it"},
 			&cli.BoolFlag{Name: "wait-shutdown", Usage: "after starting, wait until the guest powers itself off (image builders)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up waiting for --wait-shutdown after `DURATION`"},

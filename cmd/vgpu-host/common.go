@@ -84,6 +84,10 @@ func globalFlags() []cli.Flag {
 
 // rootOf returns the validated --host-root of the invocation.
 func rootOf(cmd *cli.Command) (host.Root, error) {
+	if cmd.IsSet("host-root") && cmd.String("host-root") == "" {
+		// An empty --host-root (or VGPU_HOST_ROOT=) is a mistake, never the real root.
+		return host.Root{}, usageErr("--host-root is empty: name a directory (/ for this machine)")
+	}
 	r, err := host.NewRoot(cmd.String("host-root"))
 	if err != nil {
 		return host.Root{}, fmt.Errorf("%w: %w", errUsage, err)

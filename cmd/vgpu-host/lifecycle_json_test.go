@@ -22,6 +22,8 @@ func fakeLibvirt(t *testing.T) *virt.Fake {
 	old := openConn
 	openConn = func(string) (virt.Conn, error) { return f, nil }
 	t.Cleanup(func() { openConn = old })
+	// A fake --host-root must name its libvirt: this one.
+	t.Setenv("VGPU_HOST_CONNECT", f.URI())
 	return f
 }
 

@@ -162,6 +162,7 @@ func TestVerifyMissingDeviceCLI(t *testing.T) {
 	old := openConn
 	openConn = func(string) (virt.Conn, error) { return fake, nil }
 	t.Cleanup(func() { openConn = old })
+	t.Setenv("VGPU_HOST_CONNECT", fake.URI())
 	root := t.TempDir()
 
 	out, errs, code := runAll(t, "--host-root", root, "verify", name)

@@ -4,18 +4,23 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/urfave/cli/v3"
 )
 
 func planCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "plan",
-		Usage:     "print, in order, what apply would do for each SPEC; changes nothing (docs/apply.md)",
+		Name:  "plan",
+		Usage: "print, in order, what apply would do for each SPEC, and every safety check that would refuse it; changes nothing (docs/apply.md)",
+		Description: "Exits as apply would: 4 when a safety check refuses (boot VGA, host-critical group\n" +
+			"member, missing interrupt remapping), 5 when only processes holding a device do; the plan\n" +
+			"(with its refusals) is printed either way. --force=CHECK predicts apply --force=CHECK.",
 		ArgsUsage: "SPEC...",
 		Flags: []cli.Flag{
 			connectFlag(),
 			virtTypeFlag(),
+			forceFlag(),
 			&cli.BoolFlag{Name: "no-start", Usage: "plan without the start step"},
 		},
 		Action: runPlan,
@@ -36,16 +41,32 @@ func runPlan(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	return emit(cmd, plans, func(w io.Writer) error {
+	if err := emit(cmd, plans, func(w io.Writer) error {
 		for _, p := range plans {
 			fmt.Fprintf(w, "%s (virt type %s):\n", p.VM, p.VirtType)
 			for _, f := range p.Fallback {
 				fmt.Fprintf(w, "  FALLBACK %s\n", f)
+			}
+			for _, r := range p.Refusals {
+				verdict := "REFUSED"
+				if slices.Contains(p.Forced, r.Check) {
+					verdict = "FORCED"
+				}
+				fmt.Fprintf(w, "  %s [%s] %s\n", verdict, r.Check, r)
 			}
 			for i, s := range p.Steps {
 				fmt.Fprintf(w, "  %2d. %s\n", i+1, s.Text())
 			}
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	// Exit as apply would: the first plan a safety check refuses.
+	for _, p := range plans {
+		if err := p.Refused(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
