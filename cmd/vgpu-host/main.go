@@ -10,17 +10,21 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
+// newApp returns the whole command tree. Building it is cheap (literals); what costs at start
+// is the cli walking every subcommand, which main avoids with pruneUnnamed.
 func newApp() *cli.Command {
 	return &cli.Command{
 		Name:    "vgpu-host",
 		Usage:   "inspect, prepare and attach GPUs on libvirt/KVM hosts",
-		Version: version,
+		Version: buildinfo.Version(),
 		Flags:   globalFlags(),
+		// `vgpu-host completion bash|zsh|fish` prints a script that asks the binary itself
+		// (--generate-shell-completion), so completions follow the command tree.
+		EnableShellCompletion: true,
 		Commands: []*cli.Command{
 			inspectCommand(),
 			checkCommand(),
@@ -36,6 +40,8 @@ func newApp() *cli.Command {
 			statusCommand(),
 			verifyCommand(),
 			imageCommand(),
+			versionCommand(),
+			manCommand(),
 		},
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
@@ -43,9 +49,36 @@ func newApp() *cli.Command {
 }
 
 func main() {
-	err := newApp().Run(context.Background(), os.Args)
+	cli.VersionPrinter = func(cmd *cli.Command) {
+		fmt.Fprintln(cmd.Root().Writer, buildinfo.Get().Line(cmd.Root().Name))
+	}
+	app := newApp()
+	pruneUnnamed(app, os.Args[1:])
+	err := app.Run(context.Background(), os.Args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "vgpu-host: %v\n", err)
 	}
 	os.Exit(exitCode(err))
+}
+
+// pruneUnnamed cuts every top-level command whose name or alias is not among args down to its
+// name, aliases and usage: all that root help, root completion and "no such command" read.
+// The cli walks the whole tree before it runs anything (setting up help for each
+// subcommand), and that walk, not main's work, was most of what `vgpu-host --help` cost over
+// a bare Go binary. A command can run only if its name is on the command line, so the one that
+// runs is always whole.
+func pruneUnnamed(app *cli.Command, args []string) {
+	named := make(map[string]bool, len(args))
+	for _, a := range args {
+		named[a] = true
+	}
+	for _, c := range app.Commands {
+		keep := named[c.Name]
+		for _, a := range c.Aliases {
+			keep = keep || named[a]
+		}
+		if !keep {
+			c.Commands, c.Flags, c.Description = nil, nil, ""
+		}
+	}
 }
