@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -238,7 +237,7 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-var sizeRE = regexp.MustCompile(`^([0-9]+)\s*([A-Za-z]*)$`)
+var sizeRE = lazyRE(`^([0-9]+)\s*([A-Za-z]*)$`)
 
 var sizeUnits = map[string]uint64{
 	"b": 1,
@@ -349,8 +348,8 @@ func recordLines(n *yaml.Node, path string, lines map[string]int, values map[str
 }
 
 var (
-	unknownFieldRE = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
-	cannotRE       = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
+	unknownFieldRE = lazyRE(`^line (\d+): field (\S+) not found in type \S+$`)
+	cannotRE       = lazyRE("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
 // explainDecodeError rewrites yaml.v3's messages ("field x not found in type domains.Spec")
