@@ -36,6 +36,13 @@ if [ ! -x "$dir/usr/bin/make" ]; then
 		{ tail -n 20 "$dir.debootstrap.log" >&2; exit 1; }
 fi
 cp /etc/resolv.conf "$dir/etc/resolv.conf"
+# The local CA certificates this machine trusts (if its network re-signs TLS, Go's module
+# downloads need them; a host on a plain network has none), so the chroot reaches the network
+# as this machine does.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+	cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+	chroot "$dir" update-ca-certificates >/dev/null 2>&1
+fi
 mkdir -p "$dir/usr/local/go"
 for m in proc sys dev; do mount --bind "/$m" "$dir/$m" && mounts+=("$dir/$m"); done
 mount --bind "$goroot" "$dir/usr/local/go" && mount -o remount,bind,ro "$dir/usr/local/go" && mounts+=("$dir/usr/local/go")
