@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (issue 19): process start-up and inspect on real-kernel snapshots, each against a
-# peer in the same hyperfine run (median times; robust on a shared, busy machine):
+# peer measured side by side (hyperfine; the median over short rounds, see rounds below):
 #   - `vgpu-host --version` and `vgpu-host --help` against a bare hello-world Go binary built
 #     here with the same toolchain and flags (static, -trimpath). Goal: <= 1.5x each.
 #   - `vgpu-host inspect -o json` against `lspci -nnk` on the same tree, for the shared real-kernel
@@ -27,16 +27,33 @@ printf 'module hello\n\ngo 1.21\n' >"$work/hello/go.mod"
 
 . bench/lib.sh
 ms() { awk -v a="$1" 'BEGIN{printf "%.2f", a*1000}'; }
-median() { awk -F, -v n="$2" '$1==n{print $4}' "$1"; }
 
-hyperfine -N --warmup 10 --min-runs 200 --export-csv "$work/start.csv" \
-	-n bare-go "$work/bare-go" -n version "$BIN --version" -n help "$BIN --help" >&2
-t_bare=$(median "$work/start.csv" bare-go)
+# rounds NAME CMD... : ROUNDS hyperfine runs of the commands (named c0, c1, ...) one after the
+# other; prints per command the median over rounds of its median time, and for c1.. the median
+# over rounds of its ratio to c0 measured in the same round. On a shared machine the load
+# drifts between one long run and the next; short rounds side by side follow it.
+ROUNDS=${ROUNDS:-5}
+rounds() {
+	local name=$1 r i args=()
+	shift
+	for ((i = 1; i <= $#; i++)); do args+=(-n "c$((i - 1))" "${!i}"); done
+	for ((r = 1; r <= ROUNDS; r++)); do
+		hyperfine -N --warmup 3 --min-runs 40 --export-csv "$work/$name.$r.csv" "${args[@]}" >/dev/null 2>&1
+	done
+	awk -F, 'FNR > 1 { t[$1, FILENAME] = $4; names[$1] = 1; files[FILENAME] = 1 }
+	function median(a, n,   i, j, x) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+	END { for (c in names) { n = 0; m = 0; for (f in files) { n++; v[n] = t[c, f]; if (c != "c0") { m++; q[m] = t[c, f] / t["c0", f] } }
+		printf "%s %.6f %s\n", c, median(v, n), (c == "c0" ? "1" : sprintf("%.2f", median(q, m))) } }' "$work/$name".*.csv | sort
+}
+
+rounds start "$work/bare-go" "$BIN --version" "$BIN --help" >"$work/start.txt"
+t_bare=$(awk '$1 == "c0" {print $2}' "$work/start.txt")
 for what in version help; do
-	t=$(median "$work/start.csv" $what)
-	ratio=$(awk -v a="$t" -v b="$t_bare" 'BEGIN{printf "%.2f", a/b}')
-	printf 'start-%-8s vgpu-host --%s %s ms, bare Go binary %s ms, ratio %s (goal <= 1.5)\n' \
-		"$what" "$what" "$(ms "$t")" "$(ms "$t_bare")" "$ratio"
+	c=$([ $what = version ] && echo c1 || echo c2)
+	read -r _ t ratio < <(grep "^$c " "$work/start.txt")
+	printf 'start-%-8s vgpu-host --%s %s ms, bare Go binary %s ms, ratio %s (median of %d rounds side by side; goal <= 1.5)\n' \
+		"$what" "$what" "$(ms "$t")" "$(ms "$t_bare")" "$ratio" "$ROUNDS"
 	goal "start-$what-vs-bare-go" "$ratio" "<=" 1.5
 done
 
@@ -52,11 +69,10 @@ for tgz in "${snapshots[@]}"; do
 	n=$($lspci_cmd 2>/dev/null | grep -c '^[0-9a-f]') || true
 	[ "$n" -gt 0 ] || { echo "bench/start.sh: lspci sees no function in $dir" >&2; exit 1; }
 	$inspect >/dev/null
-	hyperfine -N --warmup 5 --min-runs 100 --export-csv "$work/$name.csv" -n inspect "$inspect" -n lspci "$lspci_cmd" >&2
-	t_i=$(median "$work/$name.csv" inspect)
-	t_l=$(median "$work/$name.csv" lspci)
-	ratio=$(awk -v a="$t_i" -v b="$t_l" 'BEGIN{printf "%.2f", a/b}')
-	printf 'inspect-snapshot %s (%d functions): inspect -o json %s ms, lspci -nnk %s ms, ratio %s (goal <= 0.40)\n' \
-		"$name" "$n" "$(ms "$t_i")" "$(ms "$t_l")" "$ratio"
+	rounds "$name" "$lspci_cmd" "$inspect" >"$work/$name.txt"
+	t_l=$(awk '$1 == "c0" {print $2}' "$work/$name.txt")
+	read -r _ t_i ratio < <(grep '^c1 ' "$work/$name.txt")
+	printf 'inspect-snapshot %s (%d functions): inspect -o json %s ms, lspci -nnk %s ms, ratio %s (median of %d rounds; goal <= 0.40)\n' \
+		"$name" "$n" "$(ms "$t_i")" "$(ms "$t_l")" "$ratio" "$ROUNDS"
 	goal "inspect-vs-lspci-snapshot-$name" "$ratio" "<=" 0.4
 done
