@@ -62,7 +62,8 @@ func main() {
 }
 
 // pruneUnnamed cuts every top-level command whose name or alias is not among args down to its
-// name, aliases and usage: all that root help, root completion and "no such command" read.
+// name, aliases and usage: all that root help, root completion and "no such command" read,
+// and sets up shell completion only for a command line that uses it.
 // The cli walks the whole tree before it runs anything (setting up help for each
 // subcommand), and that walk, not main's work, was most of what `vgpu-host --help` cost over
 // a bare Go binary. A command can run only if its name is on the command line, so the one that
@@ -78,7 +79,10 @@ func pruneUnnamed(app *cli.Command, args []string) {
 			keep = keep || named[a]
 		}
 		if !keep {
-			c.Commands, c.Flags, c.Description = nil, nil, ""
+			// HideHelp: no help flag and help subcommand set up for a command that will not run.
+			c.Commands, c.Flags, c.Description, c.HideHelp = nil, nil, "", true
 		}
 	}
+	// The completion command (and its four shells) is set up only when asked for.
+	app.EnableShellCompletion = named["completion"] || named["--generate-shell-completion"]
 }

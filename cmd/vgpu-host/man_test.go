@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,5 +108,28 @@ func TestShippedUnitIsInstallUnits(t *testing.T) {
 	}
 	if got, want := string(b), mdev.SystemdUnit("/usr/bin/vgpu-host"); got != want {
 		t.Errorf("deploy/systemd/%s differs from mdev.SystemdUnit:\n--- shipped\n%s\n--- install-unit\n%s", mdev.UnitName, got, want)
+	}
+}
+
+// BenchmarkStartVersion is main's work for `vgpu-host --version` after the package
+// initialisers: build the tree, prune it, run. bench/start.sh measures the whole process.
+func BenchmarkStartVersion(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		app := newApp()
+		app.Writer = io.Discard
+		args := []string{"vgpu-host", "--version"}
+		pruneUnnamed(app, args[1:])
+		if err := app.Run(context.Background(), args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkNewApp is the cost of building the whole command tree.
+func BenchmarkNewApp(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = newApp()
 	}
 }
