@@ -77,6 +77,7 @@ lab-snapshot: build ## capture the lab guest's sysfs into host/testdata
 	@test/e2e/run.sh --snapshot
 
 test-install: build ## make install into a temporary DESTDIR: exactly the expected files, man pages without warnings; then uninstall
+	@scripts/deps.sh test
 	@scripts/test-install.sh
 
 test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg --purge, nothing left (root)

@@ -32,10 +32,20 @@ for p in "$dest$prefix"/share/man/man1/*.1; do
 	w=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$p" 2>&1 >/dev/null) || fail "man -l $p failed: $w"
 	[ -z "$w" ] || fail "man --warnings -l $p: $w"
 done
-bash -c ". '$dest$prefix/share/bash-completion/completions/vgpu-host' && complete -p vgpu-host" >/dev/null ||
-	fail "the bash completion does not register"
+# The installed bash completion, with bash-completion loaded as a login shell has it, completes
+# a command, a subcommand and a flag by asking the installed binary.
+complete_bash() { # complete_bash WORD... : what TAB offers for the last word
+	PATH="$dest$prefix/bin:$PATH" bash -c '. /usr/share/bash-completion/bash_completion
+		. "$0"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+		__vgpu-host_bash_autocomplete vgpu-host "${!#}" "${COMP_WORDS[COMP_CWORD-1]}"; echo "${COMPREPLY[*]}"' \
+		"$dest$prefix/share/bash-completion/completions/vgpu-host" vgpu-host "$@"
+}
+for c in "md:mdev" "mdev cr:create" "mdev create --pa:--parent"; do
+	got=$(complete_bash ${c%%:*} 2>&1)
+	[ "$got" = "${c#*:}" ] || fail "bash completion of 'vgpu-host ${c%%:*}' gives '$got', want '${c#*:}'"
+done
 
 make --no-print-directory -s uninstall DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 left=$(cd "$dest" && find . -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "test-install: ok: make install put $n files under DESTDIR$prefix (binaries, unit, 3 completions, man pages that man formats without warnings); make uninstall removed them"
+echo "test-install: ok: make install put $n files under DESTDIR$prefix (binaries, unit, 3 completions, bash completing from the binary, man pages that man formats without warnings); make uninstall removed them"
