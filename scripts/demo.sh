@@ -3,7 +3,8 @@
 # host; then, since a host without a GPU has little to show, the same commands on the bundled
 # real-kernel snapshot (host/testdata/lab-snapshot.tar.gz: Debian's 6.1 kernel under QEMU q35
 # with an emulated IOMMU; a GPU with its HDMI audio, an identical second GPU, a GPU sharing a
-# group with a NIC, an SR-IOV PF with VFs, the mdev sample drivers): inspect, render of
+# group with a NIC, an SR-IOV PF with VFs, the mdev sample drivers): inspect, vf list, mdev
+# types, render of
 # examples/passthrough.yaml (plan needs a libvirtd, which the demo does not install), and
 # bind --dry-run.
 # Changes nothing on the host: the snapshot is unpacked into a temporary directory.
@@ -28,6 +29,13 @@ note "command at it instead of this host's /sys; nothing on this host is read or
 
 say vgpu-host --host-root SNAPSHOT inspect
 "$bin" --host-root "$snap" inspect || exit $?
+
+say vgpu-host --host-root SNAPSHOT vf list
+"$bin" --host-root "$snap" vf list || exit $?
+note "an SR-IOV PF (QEMU's NVMe: the same kernel paths as a GPU's VFs); vf enable sets the count"
+
+say vgpu-host --host-root SNAPSHOT mdev types
+"$bin" --host-root "$snap" mdev types || exit $?
 
 # examples/passthrough.yaml names an A100 at 0000:17:00.0; the snapshot's GPU with an HDMI
 # audio companion is 0000:01:00.0.
