@@ -96,7 +96,9 @@ func manPages(root *cli.Command) map[string]string {
 	fmt.Fprintf(&b, ".TP\n.B %s\npath of the libvirt helper %s (default: beside vgpu-host, then in PATH).\n",
 		roffEscape(remote.EnvHelper), roffEscape(remote.HelperName))
 	b.WriteString(".SH FILES\n.TP\n.I /var/lib/vgpu-host\nthe allocation ledger and the original drivers of bound devices.\n")
-	b.WriteString(".TP\n.I /lib/systemd/system/vgpu-host-restore.service\nre-creates persisted VFs, vendor vGPU types and mdev instances at boot (see \\fBvgpu-host-host\\fR(1)).\n")
+	b.WriteString(".TP\n.I vgpu-host-restore.service\nre-creates persisted VFs, vendor vGPU types and mdev instances at boot, before libvirt's guests: " +
+		"in /usr/lib/systemd/system from the Debian package, in PREFIX/lib/systemd/system from make install, " +
+		"or in /etc/systemd/system from \\fBvgpu-host host install-unit\\fR (see \\fBvgpu-host-host\\fR(1)).\n")
 	b.WriteString(".SH SEE ALSO\n" + strings.Join(seeAlso, ",\n") + ",\n.BR virsh (1),\n.BR lspci (8)\n")
 	pages["vgpu-host.1"] = b.String()
 	return pages
