@@ -7,12 +7,12 @@
 #   test    the Go tests: a real libvirtd and QEMU (TCG), libvirt's schema validator, pci.ids,
 #           the tools the tests call, groff and man for the man pages, bash-completion for the
 #           completion test, dpkg for the package test
-#   e2e     the real-kernel lab: QEMU, Debian's kernel with headers and source (the mdev sample
-#           drivers), busybox, and the peers users know (mdevctl, driverctl)
+#   e2e     the real-kernel lab: QEMU, Debian's kernel with headers and source and a C toolchain
+#           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl)
 #   bench   the peers and tools of make bench (lspci, hyperfine, jq)
 #   all     every group (make deps)
 #
-# `make demo`, `make build-static` and `make install` of a prebuilt tree need no group. Needs
+# `make demo` and `make build-static` need no group (make install builds the helper too). Needs
 # root only when something is missing (apt-get) on Debian 12.
 set -euo pipefail
 declare -A group=(
@@ -20,7 +20,7 @@ declare -A group=(
   [test]="build-essential pkg-config libvirt-dev pci.ids pciutils jq libxml2-utils
           libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils ovmf
           genisoimage systemd procps util-linux groff-base man-db dpkg mdevctl bash-completion"
-  [e2e]="qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
+  [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
          mdevctl driverctl pciutils"
   [bench]="pci.ids pciutils jq hyperfine"
 )

@@ -158,7 +158,7 @@ func serveRPC(rcvr any, rwc io.ReadWriter) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp := call(v, req)
+			resp := invoke(v, req)
 			line, err := json.Marshal(resp)
 			if err != nil {
 				line, _ = json.Marshal(response{ID: req.ID, Error: "error" + sep + "encode the reply: " + err.Error()})
@@ -170,8 +170,8 @@ func serveRPC(rcvr any, rwc io.ReadWriter) {
 	}
 }
 
-// call runs one request on the receiver v.
-func call(v reflect.Value, req request) response {
+// invoke runs one request on the receiver v.
+func invoke(v reflect.Value, req request) response {
 	resp := response{ID: req.ID}
 	m := v.MethodByName(req.Method)
 	if !m.IsValid() || m.Type().NumIn() != 2 || m.Type().In(1).Kind() != reflect.Pointer || m.Type().NumOut() != 1 {
