@@ -81,6 +81,7 @@ test-install: build ## make install into a temporary DESTDIR: exactly the expect
 	@scripts/test-install.sh
 
 test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg --purge, nothing left (root)
+	@scripts/deps.sh test
 	@scripts/test-deb.sh $(DEB)
 
 test: lint test-go test-install test-deb e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), install and the package, real-kernel lab
