@@ -3,32 +3,72 @@ SHELL := /bin/bash
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 BIN := bin/vgpu-host
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+HELPER := bin/vgpu-host-libvirt
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# Both binaries carry the same stamp; `vgpu-host version` compares them.
+LDFLAGS := -X github.com/vgpu-host/vgpu-host/internal/buildinfo.version=$(VERSION) \
+	-X github.com/vgpu-host/vgpu-host/internal/buildinfo.commit=$(COMMIT)
+# urfave_cli_no_template: help without text/template, which also lets the linker drop unused
+# methods (a smaller binary that starts faster; the help text is the same).
+BUILDFLAGS := -trimpath -tags urfave_cli_no_template -ldflags "$(LDFLAGS)"
 
-.PHONY: help deps build demo test test-unit test-go fuzz race e2e lab-snapshot bench lint clean
+# make install: PREFIX and DESTDIR as usual; the other directories follow PREFIX.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+UNIT := deploy/systemd/vgpu-host-restore.service
+
+# Go first, before anything else: a missing or too old toolchain is said in one line. `make
+# help`, `make deps`, `make uninstall` and `make clean` work without Go.
+ifneq ($(filter-out help deps clean uninstall,$(or $(MAKECMDGOALS),help)),)
+GO_PROBLEM := $(shell scripts/check-go.sh '$(GO)')
+ifneq ($(GO_PROBLEM),)
+$(error $(GO_PROBLEM))
+endif
+endif
+
+.PHONY: help deps build build-static build-helper build-kube demo test test-unit test-go test-install test-deb fuzz race e2e lab-snapshot bench lint \
+	install uninstall deb clean
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@scripts/check-go.sh '$(GO)' | sed 's/^/\nnote: /' || true
 
-deps: ## install the Debian packages the build, tests and lab need (root; only what is missing)
-	@scripts/deps.sh
+deps: ## install every Debian package any target needs (root; only what is missing)
+	@scripts/deps.sh all
 
-build: deps ## build bin/vgpu-host (pure Go, static), its libvirt helper bin/vgpu-host-libvirt (cgo) and its kubelet device plugin bin/vgpu-host-kube
-	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/vgpu-host
-	$(GO) build -o bin/vgpu-host-libvirt ./cmd/vgpu-host-libvirt
-	CGO_ENABLED=0 $(GO) build -o bin/vgpu-host-kube ./cmd/vgpu-host-kube
+build: build-static build-helper build-kube ## build bin/vgpu-host (pure Go, static), its libvirt helper bin/vgpu-host-libvirt (cgo) and its kubelet device plugin bin/vgpu-host-kube
 
-demo: build ## run the main job on this host: check, inspect, render an example VM (read-only)
+build-static: ## build bin/vgpu-host alone: static, needs no Debian package
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/vgpu-host
+
+build-helper: ## build the libvirt helper bin/vgpu-host-libvirt (needs libvirt-dev)
+	@scripts/deps.sh helper
+	$(GO) build $(BUILDFLAGS) -o $(HELPER) ./cmd/vgpu-host-libvirt
+
+build-kube: ## build the kubelet device plugin and DRA driver bin/vgpu-host-kube (pure Go, static)
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/vgpu-host-kube ./cmd/vgpu-host-kube
+
+demo: build-static ## no root, installs nothing: check this host, then inspect, render and bind --dry-run on the bundled real-kernel snapshot
 	@scripts/demo.sh
 
-lint: deps ## gofmt and go vet
+lint: ## gofmt and go vet
+	@scripts/deps.sh helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 
-test-unit: deps ## fast unit tests (fake sysfs trees, libvirt test:///default); real-libvirtd tests skip
+test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-libvirtd tests skip
+	@scripts/deps.sh helper
 	$(GO) test -count=1 ./...
 
-test-go: deps ## every Go test, including those against a real libvirtd the tests start (root)
+test-go: ## every Go test, including those against a real libvirtd the tests start (root)
+	@scripts/deps.sh test
 	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 ./...
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
@@ -42,25 +82,71 @@ FUZZ_TARGETS := \
 	./mdev:FuzzUUID ./mdev:FuzzMdevctlDefinition ./mdev:FuzzStateFiles \
 	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO
 
-fuzz: deps ## run every fuzz target for FUZZTIME (default 8s) each
+fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
+	@scripts/deps.sh test
 	@GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 # The packages whose code runs concurrently (file locks, the racing CLI tests), under the race
 # detector.
-race: deps ## go test -race on the packages with concurrency
+race: ## go test -race on the packages with concurrency
+	@scripts/deps.sh test
 	$(GO) test -race -count=1 ./internal/filelock ./ledger ./mdev ./vfio
 	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./cmd/vgpu-host
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
+	@scripts/deps.sh e2e
 	@test/e2e/run.sh
 
 lab-snapshot: build ## capture the lab guest's sysfs into host/testdata
+	@scripts/deps.sh e2e
 	@test/e2e/run.sh --snapshot
 
-test: lint test-go fuzz race e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, real-kernel lab
+test-install: build ## make install into a temporary DESTDIR: exactly the expected files, man pages without warnings; then uninstall
+	@scripts/deps.sh test
+	@scripts/test-install.sh
+
+test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg --purge, nothing left (root)
+	@scripts/deps.sh test
+	@scripts/test-deb.sh $(DEB)
+
+test: lint test-go fuzz race test-install test-deb e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, real-kernel lab
 
 bench: build ## benchmarks as ratios against peers measured in the same run
+	@scripts/deps.sh bench e2e
 	@bench/run.sh
+
+# The files make install puts under $(DESTDIR)$(PREFIX); scripts/test-install.sh checks the list.
+install: build ## install both binaries, the systemd unit, bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	install -m 0755 $(BIN) $(HELPER) $(DESTDIR)$(BINDIR)/
+	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
+	$(BIN) completion bash >$(DESTDIR)$(BASHCOMPDIR)/vgpu-host
+	$(BIN) completion zsh >$(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host
+	$(BIN) completion fish >$(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish
+	chmod 0644 $(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish
+	rm -rf .cache/man && $(BIN) __man .cache/man
+	install -m 0644 .cache/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+
+uninstall: ## remove what make install installed (same PREFIX and DESTDIR)
+	rm -f $(DESTDIR)$(BINDIR)/vgpu-host $(DESTDIR)$(BINDIR)/vgpu-host-libvirt \
+		$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service \
+		$(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish \
+		$(DESTDIR)$(MANDIR)/man1/vgpu-host.1 $(DESTDIR)$(MANDIR)/man1/vgpu-host-*.1
+
+# make deb: the Debian package, built by nFPM (a Go tool dependency pinned in go.mod) from a
+# make install into a staging tree with Debian's paths. Its version must start with a digit.
+DEB_VERSION ?= 0.0.0+git$(shell git rev-list --count HEAD 2>/dev/null || echo 0).$(COMMIT)
+DEB := bin/vgpu-host_$(DEB_VERSION)_amd64.deb
+deb: ## build the Debian package bin/vgpu-host_VERSION_amd64.deb (nFPM, deploy/nfpm.yaml)
+	rm -rf .cache/deb-root
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/.cache/deb-root PREFIX=/usr UNITDIR=/usr/lib/systemd/system \
+		ZSHCOMPDIR=/usr/share/zsh/vendor-completions FISHCOMPDIR=/usr/share/fish/vendor_completions.d
+	gzip -9n .cache/deb-root/usr/share/man/man1/*.1
+	rm -f bin/vgpu-host_*.deb
+	DEB_VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config deploy/nfpm.yaml --packager deb --target $(DEB)
+	@echo "built $(DEB)"
 
 clean: ## remove build outputs and the lab cache
 	rm -rf bin .cache

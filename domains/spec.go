@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -243,7 +242,7 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-var sizeRE = regexp.MustCompile(`^([0-9]+)\s*([A-Za-z]*)$`)
+var sizeRE = lazyRE(`^([0-9]+)\s*([A-Za-z]*)$`)
 
 var sizeUnits = map[string]uint64{
 	"b": 1,
@@ -365,8 +364,8 @@ func recordLines(n *yaml.Node, path string, lines map[string]int, values map[str
 }
 
 var (
-	unknownFieldRE = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
-	cannotRE       = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
+	unknownFieldRE = lazyRE(`^line (\d+): field (\S+) not found in type \S+$`)
+	cannotRE       = lazyRE("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
 // explainDecodeError rewrites yaml.v3's messages ("field x not found in type domains.Spec")

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -57,12 +56,12 @@ const (
 
 // domainNameRE is what vgpu-host accepts as a domain name. libvirt itself only forbids '/',
 // but the name is also a file-name stem (overlay, seed ISO, NVRAM) and usually a hostname.
-var domainNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var domainNameRE = lazyRE(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 var (
-	hexIDRE  = regexp.MustCompile(`^[0-9a-fA-F]{4}$`)
-	alnumRE  = regexp.MustCompile(`^[A-Za-z0-9]+$`)
-	ifnameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	hexIDRE  = lazyRE(`^[0-9a-fA-F]{4}$`)
+	alnumRE  = lazyRE(`^[A-Za-z0-9]+$`)
+	ifnameRE = lazyRE(`^[A-Za-z0-9._-]+$`)
 )
 
 // Validate checks every field and returns a *ValidationError naming each problem's field path

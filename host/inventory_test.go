@@ -279,7 +279,7 @@ func TestPCIIDs(t *testing.T) {
 		t.Error("a missing pci.ids must give empty names")
 	}
 	p := filepath.Join(t.TempDir(), "pci.ids")
-	os.WriteFile(p, []byte("# comment\n10de  NVIDIA Corporation\n\t20b0  GA100 [A100 SXM4 40GB]\n\t\t10de 134f  A100 40GB\n# inner comment\n\t2206  GA102 [GeForce RTX 3080]\n1002  AMD\n\t20b0  not nvidia\nC 03  Display controller\n\t00  VGA compatible controller\n\t80  Display controller\nC 04  Multimedia\n"), 0o644)
+	os.WriteFile(p, []byte("# comment (vendors in ID order, as in pci.ids)\n1002  AMD\n\t20b0  not nvidia\n10de  NVIDIA Corporation\n\t20b0  GA100 [A100 SXM4 40GB]\n\t\t10de 134f  A100 40GB\n# inner comment\n\t2206  GA102 [GeForce RTX 3080]\nC 03  Display controller\n\t00  VGA compatible controller\n\t80  Display controller\nC 04  Multimedia\n"), 0o644)
 	ids = host.NewPCIIDsFile(p)
 	for _, c := range []struct{ got, want string }{
 		{ids.Vendor("10DE"), "NVIDIA Corporation"},

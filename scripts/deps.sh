@@ -1,35 +1,51 @@
 #!/usr/bin/env bash
-# Installs the Debian packages vgpu-host's build, tests, lab and benchmarks need, and only
-# those that are missing, so re-running it is fast. Needs root (apt-get) on Debian 12.
+# Installs the Debian packages a Make target needs, and only those that are missing, so
+# re-running it is fast. Usage: scripts/deps.sh GROUP...; each Make target names its groups:
+#
+#   helper  the cgo libvirt helper bin/vgpu-host-libvirt (libvirt.org/go/libvirt): a C toolchain,
+#           pkg-config, libvirt's headers. bin/vgpu-host itself is static pure Go: it needs none.
+#   test    the Go tests: a real libvirtd and QEMU (TCG), libvirt's schema validator, pci.ids,
+#           the tools the tests call, groff and man for the man pages, bash-completion for the
+#           completion test, dpkg for the package test
+#   e2e     the real-kernel lab: QEMU, Debian's kernel with headers and source and a C toolchain
+#           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl)
+#   bench   the peers and tools of make bench (lspci, hyperfine, jq)
+#   all     every group (make deps)
+#
+# `make demo` and `make build-static` need no group (make install builds the helper too). Needs
+# root only when something is missing (apt-get) on Debian 12.
 set -euo pipefail
-pkgs=(
-  # build: cgo bindings for libvirt.org/go/libvirt
-  build-essential pkg-config libvirt-dev
-  # names for inspect, peers for the benchmarks
-  pci.ids pciutils jq hyperfine
-  # libvirt's schema validator virt-xml-validate needs xmllint
-  libxml2-utils
-  # a real libvirtd and QEMU for the integration tests (domain type qemu/TCG here)
-  libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils ovmf
-  # the real-kernel lab: Debian's kernel, its headers and source for the mdev sample drivers
-  linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
-  # peers users know
-  mdevctl driverctl
-  # tools the tests use: isoinfo (seed ISO), systemd-analyze (restore unit), pgrep, unshare
-  genisoimage systemd procps util-linux
+declare -A group=(
+  [helper]="build-essential pkg-config libvirt-dev"
+  [test]="build-essential pkg-config libvirt-dev pci.ids pciutils jq libxml2-utils
+          libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils ovmf
+          genisoimage systemd procps util-linux groff-base man-db dpkg mdevctl bash-completion"
+  [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
+         mdevctl driverctl pciutils"
+  [bench]="pci.ids pciutils jq hyperfine"
 )
+[ $# -gt 0 ] || set -- all
+want=()
+for g in "$@"; do
+  if [ "$g" = all ]; then
+    for k in "${!group[@]}"; do want+=(${group[$k]}); done
+    continue
+  fi
+  [ -n "${group[$g]:-}" ] || { echo "deps: unknown group $g (helper, test, e2e, bench, all)" >&2; exit 2; }
+  want+=(${group[$g]})
+done
 missing=()
-for p in "${pkgs[@]}"; do
+for p in $(printf '%s\n' "${want[@]}" | sort -u); do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
-  echo "deps: missing Debian packages: ${missing[*]}; run 'make deps' as root (or: sudo apt-get install ${missing[*]})" >&2
+  echo "deps ($*): missing Debian packages: ${missing[*]}; run 'sudo make deps' (or: sudo apt-get install ${missing[*]})" >&2
   exit 1
 fi
-echo "deps: installing ${missing[*]}"
+echo "deps ($*): installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

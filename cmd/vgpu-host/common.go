@@ -31,6 +31,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case isFlagError(err): // before ExitCoder: the cli says 3 for "No help topic"
+		return exitUsage
 	case errors.As(err, &ec):
 		return ec.ExitCode()
 	case errors.Is(err, host.ErrInvalid), errors.Is(err, errUsage):
@@ -45,8 +47,6 @@ func exitCode(err error) int {
 		return exitNotFound
 	case errors.Is(err, host.ErrUnsupported):
 		return exitUnsupported
-	case isFlagError(err):
-		return exitUsage
 	}
 	return exitFailure
 }

@@ -14,17 +14,21 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
+// newApp returns the whole command tree. Building it is cheap (literals); what costs at start
+// is the cli walking every subcommand, which main avoids with pruneUnnamed.
 func newApp() *cli.Command {
 	return &cli.Command{
 		Name:    "vgpu-host",
 		Usage:   "inspect, prepare and attach GPUs on libvirt/KVM hosts",
-		Version: version,
+		Version: buildinfo.Version(),
 		Flags:   globalFlags(),
+		// `vgpu-host completion bash|zsh|fish` prints a script that asks the binary itself
+		// (--generate-shell-completion), so completions follow the command tree.
+		EnableShellCompletion: true,
 		Commands: []*cli.Command{
 			inspectCommand(),
 			checkCommand(),
@@ -43,6 +47,8 @@ func newApp() *cli.Command {
 			kubevirtCommand(),
 			devicePluginCommand(),
 			draPluginCommand(),
+			versionCommand(),
+			manCommand(),
 		},
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
@@ -50,7 +56,12 @@ func newApp() *cli.Command {
 }
 
 func main() {
-	os.Exit(execute(newApp(), os.Args, os.Stderr))
+	cli.VersionPrinter = func(cmd *cli.Command) {
+		fmt.Fprintln(cmd.Root().Writer, buildinfo.Get().Line(cmd.Root().Name))
+	}
+	app := newApp()
+	pruneUnnamed(app, os.Args[1:])
+	os.Exit(execute(app, os.Args, os.Stderr))
 }
 
 // execute runs app and returns the exit code. Errors are printed once, here. A panic is a bug:
@@ -59,7 +70,7 @@ func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "vgpu-host: internal error (a bug in vgpu-host %s, please report it with the command line; docs/security.md says how): %v at %s\n",
-				version, r, panicSite())
+				buildinfo.Version(), r, panicSite())
 			code = exitFailure
 		}
 	}()
@@ -88,4 +99,30 @@ func panicSite() string {
 			return "unknown"
 		}
 	}
+}
+
+// pruneUnnamed cuts every top-level command whose name or alias is not among args down to its
+// name, aliases and usage: all that root help, root completion and "no such command" read,
+// and sets up shell completion only for a command line that uses it.
+// The cli walks the whole tree before it runs anything (setting up help for each
+// subcommand), and that walk, not main's work, was most of what `vgpu-host --help` cost over
+// a bare Go binary. A command can run only if its name is on the command line, so the one that
+// runs is always whole.
+func pruneUnnamed(app *cli.Command, args []string) {
+	named := make(map[string]bool, len(args))
+	for _, a := range args {
+		named[a] = true
+	}
+	for _, c := range app.Commands {
+		keep := named[c.Name]
+		for _, a := range c.Aliases {
+			keep = keep || named[a]
+		}
+		if !keep {
+			// HideHelp: no help flag and help subcommand set up for a command that will not run.
+			c.Commands, c.Flags, c.Description, c.HideHelp = nil, nil, "", true
+		}
+	}
+	// The completion command (and its four shells) is set up only when asked for.
+	app.EnableShellCompletion = named["completion"] || named["--generate-shell-completion"]
 }

@@ -1,5 +1,5 @@
 // Package remote runs the libvirt adapter in a helper process, vgpu-host-libvirt, and speaks
-// to it with net/rpc over the helper's stdin and stdout.
+// to it over the helper's stdin and stdout (one JSON request or answer per line; wire.go).
 //
 // Why: libvirt.org/go/libvirt links libvirt through cgo, and its package init loads
 // libvirt.so and its ~60 shared libraries in every process that imports it (11 ms per start
@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/rpc"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +114,7 @@ type pipe struct {
 // Client is the virt.Conn that forwards every call to a server (the helper).
 type Client struct {
 	uri  string
-	rpc  *rpc.Client
+	rpc  *rpcClient
 	wait func() error
 
 	closeOnce sync.Once
@@ -127,7 +126,7 @@ var _ virt.Conn = (*Client)(nil)
 // Dial opens libvirt at uri on the server at the other end of rwc. Open uses it on the helper's
 // pipes; tests use it on an in-process pipe.
 func Dial(uri string, rwc io.ReadWriteCloser) (*Client, error) {
-	c := &Client{uri: uri, rpc: rpc.NewClient(rwc)}
+	c := &Client{uri: uri, rpc: newRPCClient(rwc)}
 	if err := c.call(context.Background(), "Open", OpenArgs{URI: uri}, &Empty{}); err != nil {
 		c.rpc.Close()
 		return nil, err
@@ -138,10 +137,10 @@ func Dial(uri string, rwc io.ReadWriteCloser) (*Client, error) {
 // call makes one RPC, returning when it answers or ctx ends (the helper may then still finish
 // the libvirt call), and turns the wire error back into one with its sentinel.
 func (c *Client) call(ctx context.Context, method string, args, reply any) error {
-	call := c.rpc.Go(service+"."+method, args, reply, make(chan *rpc.Call, 1))
+	call := c.rpc.Go(method, args, reply)
 	select {
-	case <-call.Done:
-		return fromWire(call.Error)
+	case <-call.done:
+		return fromWire(call.err)
 	case <-ctx.Done():
 		return fmt.Errorf("libvirt %s: %w", method, ctx.Err())
 	}

@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/rpc"
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// service is the net/rpc service name.
-const service = "Conn"
-
-// Wire argument types. Exported because net/rpc requires it; not an API.
+// Wire argument types: the JSON of a request's args. Not an API.
 type (
 	// Empty is an argument or reply with nothing in it.
 	Empty struct{}
@@ -46,12 +42,9 @@ type Server struct {
 // Serve answers one client on rwc until it hangs up. open makes the real connection (the
 // helper passes the libvirt adapter's Open; tests pass a fake).
 func Serve(open func(uri string) (virt.Conn, error), rwc io.ReadWriteCloser) error {
-	s := rpc.NewServer()
 	srv := &Server{open: open}
-	if err := s.RegisterName(service, srv); err != nil {
-		return fmt.Errorf("register %s: %w", service, err)
-	}
-	s.ServeConn(rwc)
+	serveRPC(srv, rwc)
+	_ = rwc.Close() // the helper's stdout: the client's reader ends
 	if srv.conn != nil {
 		return srv.conn.Close()
 	}
@@ -213,7 +206,7 @@ func fromWire(err error) error {
 	if err == nil {
 		return nil
 	}
-	var se rpc.ServerError
+	var se serverError
 	if !errors.As(err, &se) {
 		// The pipe broke: the helper died or was killed.
 		return fmt.Errorf("libvirt helper %s stopped answering: %w", HelperName, err)

@@ -1,0 +1,47 @@
+package host
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+// TestVendorLineBisection: bisection finds every vendor of a pci.ids file exactly where a
+// search from the start does, and -1 for IDs that are not there.
+func TestVendorLineBisection(t *testing.T) {
+	small := []byte("# comment\n0001  SafeNet\n\t0001  eToken\n1002  AMD\n\t5046  Rage 4\n\t\t1002 0001  sub\n# 1af4 is next\n" +
+		"1af4  Red Hat, Inc.\n\t1050  Virtio GPU\n8086  Intel\nffff  Illegal\nC 00  Unclassified\n\t00  Non-VGA\n")
+	files := map[string][]byte{"small": small}
+	for _, p := range pciIDsPaths {
+		if b, err := os.ReadFile("/" + p); err == nil {
+			files[p] = b
+			break
+		}
+	}
+	if len(files) == 1 {
+		t.Log("no pci.ids on this machine: only the small sample")
+	}
+	for name, data := range files {
+		n := 0
+		for i := 0; ; {
+			j := nextVendorLine(data, i, len(data))
+			if j < 0 {
+				break
+			}
+			if id := string(data[j+1 : j+5]); vendorLine(data, id) != j {
+				t.Errorf("%s: vendor %s at %d, the walk finds it at %d", name, id, vendorLine(data, id), j)
+			}
+			n++
+			i = j + 1
+		}
+		if n < 4 {
+			t.Errorf("%s: only %d vendors", name, n)
+		}
+		for _, id := range []string{"0000", "1003", "1af5", "fffe", "zzzz"} {
+			want := bytes.Index(data, []byte("\n"+id+"  "))
+			if got := vendorLine(data, id); got != want {
+				t.Errorf("%s: vendor %s at %d, search finds it at %d", name, id, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Run by hand, as root: does `make demo` work on a fresh Debian 12 with nothing but Go? Makes a
+# clean Debian 12 chroot with debootstrap (from the Debian mirror this machine's apt uses), plus
+# make, git and ca-certificates (to type `make`, and for Go to fetch modules over HTTPS), binds
+# this machine's Go toolchain (/usr/local/go) read-only into it, copies this checkout's
+# committed tree into a new non-root user's home and runs `make demo` there as that user, with
+# GOCACHE and GOPATH in the user's home. Prints "chroot-demo: ok" or the failure.
+#
+# Usage: scripts/chroot-demo.sh [DIR]   (default /var/tmp/vgpu-host-chroot; kept for the next
+# run, which skips debootstrap; remove it with rm -rf after unmounting, or pass --clean).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "chroot-demo: run as root (debootstrap, chroot, mount)" >&2; exit 1; }
+clean=
+if [ "${1:-}" = --clean ]; then clean=1; shift; fi
+dir=${1:-/var/tmp/vgpu-host-chroot}
+goroot=${GOROOT_HOST:-/usr/local/go}
+[ -x "$goroot/bin/go" ] || { echo "chroot-demo: no Go toolchain at $goroot" >&2; exit 1; }
+command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null; }
+
+# The first Debian mirror apt uses here (deb822 or one-line format).
+mirror=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n 1)
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+[ -n "$mirror" ] || { echo "chroot-demo: no Debian mirror found in /etc/apt" >&2; exit 1; }
+
+mounts=()
+cleanup() {
+	for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[i]}" 2>/dev/null || true; done
+	[ -z "$clean" ] || rm -rf --one-file-system "$dir"
+}
+trap cleanup EXIT
+if [ ! -x "$dir/usr/bin/make" ]; then
+	echo "chroot-demo: debootstrap bookworm into $dir"
+	rm -rf --one-file-system "$dir"
+	debootstrap --variant=minbase --include=make,git,ca-certificates bookworm "$dir" "$mirror" >"$dir.debootstrap.log" 2>&1 ||
+		{ tail -n 20 "$dir.debootstrap.log" >&2; exit 1; }
+fi
+cp /etc/resolv.conf "$dir/etc/resolv.conf"
+# The local CA certificates this machine trusts (if its network re-signs TLS, Go's module
+# downloads need them; a host on a plain network has none), so the chroot reaches the network
+# as this machine does.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+	cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+	chroot "$dir" update-ca-certificates >/dev/null 2>&1
+fi
+mkdir -p "$dir/usr/local/go"
+for m in proc sys dev; do mount --bind "/$m" "$dir/$m" && mounts+=("$dir/$m"); done
+mount --bind "$goroot" "$dir/usr/local/go" && mount -o remount,bind,ro "$dir/usr/local/go" && mounts+=("$dir/usr/local/go")
+
+chroot "$dir" id demo >/dev/null 2>&1 || chroot "$dir" useradd -m -s /bin/bash demo
+rm -rf "$dir/home/demo/vgpu-host"
+mkdir -p "$dir/home/demo/vgpu-host"
+git archive --format=tar HEAD | tar -x -C "$dir/home/demo/vgpu-host"
+chroot "$dir" chown -R demo:demo /home/demo/vgpu-host
+
+# The module proxy settings of this machine's go, so the user fetches modules the same way.
+goenv=$(PATH=$goroot/bin:$PATH go env GOPROXY GOSUMDB GOFLAGS | paste -sd'|')
+IFS='|' read -r proxy sumdb flags <<<"$goenv"
+echo "chroot-demo: make demo as user demo in $dir (Debian $(cat "$dir/etc/debian_version"), $("$goroot/bin/go" env GOVERSION))"
+chroot "$dir" su - demo -c "export PATH=/usr/local/go/bin:\$PATH GOPROXY='$proxy' GOSUMDB='$sumdb' GOFLAGS='$flags' \
+	GOCACHE=\$HOME/.cache/go-build GOPATH=\$HOME/go; cd ~/vgpu-host && make demo" >"$dir.demo.log" 2>&1 ||
+	{ tail -n 30 "$dir.demo.log" >&2; echo "chroot-demo: FAIL: make demo (log: $dir.demo.log)" >&2; exit 1; }
+grep -q 'bind 0000:01:00.0 --dry-run' "$dir.demo.log" || { echo "chroot-demo: FAIL: the demo did not reach bind --dry-run" >&2; exit 1; }
+echo "chroot-demo: ok: make demo as a non-root user in a clean Debian 12 chroot (log: $dir.demo.log)"
