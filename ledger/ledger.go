@@ -36,7 +36,7 @@ const (
 	KindVendorVGPU = "vendor-vgpu" // a VF whose nvidia/current_vgpu_type this VM set
 )
 
-// Step statuses.
+// JournalStep statuses.
 const (
 	StepStarted = "started" // recorded, about to be taken (or the process died while taking it)
 	StepDone    = "done"    // taken
@@ -72,8 +72,8 @@ type VM struct {
 	// Fallback says why a gpus[] entry fell back to virtio-gpu, if one did.
 	Fallback []string `json:"fallback,omitempty"`
 	// Journal lists the steps taken for this VM, oldest first.
-	Journal   []Step    `json:"journal"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Journal   []JournalStep `json:"journal"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
 // Claim is one device held by a VM.
@@ -87,8 +87,8 @@ type Claim struct {
 // Key returns "kind:id", the unit of exclusivity.
 func (c Claim) Key() string { return c.Kind + ":" + c.ID }
 
-// Step is one journal entry: a host or libvirt change with what is needed to undo it.
-type Step struct {
+// JournalStep is one journal entry: a host or libvirt change with what is needed to undo it.
+type JournalStep struct {
 	N      int               `json:"n"`
 	Action string            `json:"action"`
 	Target string            `json:"target"`
@@ -331,7 +331,7 @@ func (e *VM) Record(action, target string, params map[string]string) int {
 	if len(e.Journal) > 0 {
 		n = e.Journal[len(e.Journal)-1].N + 1
 	}
-	e.Journal = append(e.Journal, Step{N: n, Action: action, Target: target, Params: params, Status: StepStarted, At: time.Now().UTC()})
+	e.Journal = append(e.Journal, JournalStep{N: n, Action: action, Target: target, Params: params, Status: StepStarted, At: time.Now().UTC()})
 	e.UpdatedAt = time.Now().UTC()
 	return n
 }
@@ -349,8 +349,8 @@ func (e *VM) Mark(n int, status string) {
 
 // Live returns the steps that are started or done (not undone), oldest first: what a
 // rollback or destroy must undo, newest first.
-func (e *VM) Live() []Step {
-	var out []Step
+func (e *VM) Live() []JournalStep {
+	var out []JournalStep
 	for _, s := range e.Journal {
 		if s.Status != StepUndone {
 			out = append(out, s)

@@ -135,7 +135,7 @@ type claimed struct {
 	// preN is the journal number of the first step, recorded with the claims (0 when none).
 	preN int
 	// journal is the live journal of a VM applied before (nil when fresh).
-	journal []ledger.Step
+	journal []ledger.JournalStep
 }
 
 // claim resolves vm against the host and claims its devices in one ledger transaction. On the
@@ -290,7 +290,7 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 	name := vm.Metadata.Name
 	env := l.env(name, vm, c.plan)
 	preN := c.preN
-	var taken []ledger.Step
+	var taken []ledger.JournalStep
 	pending := 0 // a step taken but not yet marked done
 	for _, pl := range c.plan.Steps {
 		ps := pl.Step
@@ -330,7 +330,7 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text(), err))
 		}
 		pending = 0
-		taken = append(taken, ledger.Step{N: n, Action: string(ps.Action()), Target: ps.Target(), Params: ps.Params()})
+		taken = append(taken, ledger.JournalStep{N: n, Action: string(ps.Action()), Target: ps.Target(), Params: ps.Params()})
 		if err := l.take(ctx, name, ps, env, n); err != nil {
 			if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
 				taken = taken[:len(taken)-1] // nothing was created: forgotten, not undone
@@ -345,8 +345,8 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 
 // redoOrSkip handles a step the journal lists as done: skipped, except the seed and the
 // definition, which are taken again. It returns true for a step it handled.
-func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, journal []ledger.Step, env step.Env, res *ApplyResult) (bool, error) {
-	if !slices.ContainsFunc(journal, func(s ledger.Step) bool {
+func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, journal []ledger.JournalStep, env step.Env, res *ApplyResult) (bool, error) {
+	if !slices.ContainsFunc(journal, func(s ledger.JournalStep) bool {
 		return s.Action == string(ps.Action()) && s.Target == ps.Target() && s.Status == ledger.StepDone
 	}) {
 		return false, nil
@@ -407,7 +407,7 @@ func (l *Lifecycle) markApplied(name string, plan *Plan, pending int) error {
 }
 
 // fail undoes the steps this apply took, newest first; a fresh VM's entry and claims go too.
-func (l *Lifecycle) fail(ctx context.Context, name string, fresh bool, taken []ledger.Step, cause error) error {
+func (l *Lifecycle) fail(ctx context.Context, name string, fresh bool, taken []ledger.JournalStep, cause error) error {
 	for i := len(taken) - 1; i >= 0; i-- {
 		if err := l.undo(ctx, name, taken[i]); err != nil {
 			return fmt.Errorf("%w; undo also failed (run vgpu-host destroy %s): %w", cause, name, err)
@@ -467,7 +467,7 @@ func (e *stepEnv) SeedISO() ([]byte, error) { return seedOf(e.spec).ISO() }
 func (e *stepEnv) Forced() []string { return e.l.o.Force }
 
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
-func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.Step) error {
+func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep) error {
 	st, err := step.Decode(s.Action, s.Target, s.Params)
 	if err == nil {
 		err = st.Undo(ctx, l.env(name, nil, nil))
@@ -487,7 +487,7 @@ func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.Step) error 
 // teardown undoes every live journal step of name, newest first, then forgets the VM
 // (releasing its claims). It returns the steps it undid.
 func (l *Lifecycle) teardown(ctx context.Context, name string) ([]string, error) {
-	var live []ledger.Step
+	var live []ledger.JournalStep
 	if err := l.o.Ledger.Update(func(b *ledger.Book) error {
 		e := b.VMs[name]
 		if e == nil {

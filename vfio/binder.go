@@ -56,7 +56,7 @@ type UnbindOptions struct {
 	Owner string
 }
 
-// Step operations.
+// HostOp operations.
 const (
 	OpWrite    = "write"    // a sysfs write
 	OpModprobe = "modprobe" // load a kernel module
@@ -64,15 +64,15 @@ const (
 	OpRemove   = "remove"   // remove a configuration file
 )
 
-// Step is one host change, in order. Dry runs report them instead of making them.
-type Step struct {
+// HostOp is one host change, in order. Dry runs report them instead of making them.
+type HostOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path,omitempty"`
 	Value string `json:"value,omitempty"`
 }
 
 // String renders the step as the shell command that would make it.
-func (s Step) String() string {
+func (s HostOp) String() string {
 	switch s.Op {
 	case OpModprobe:
 		return "modprobe " + s.Value
@@ -112,7 +112,7 @@ type Result struct {
 	Devices []Change     `json:"devices"`
 	Groups  []GroupState `json:"groups"`
 	// Steps are the host changes made (or, in a dry run, that would be made), in order.
-	Steps []Step `json:"steps"`
+	Steps []HostOp `json:"steps"`
 	// Warnings are safety checks that --force overrode, and other things worth knowing.
 	Warnings []string `json:"warnings,omitempty"`
 	// Ledger is the state file path.
@@ -135,11 +135,11 @@ func (b *Binder) timeout() time.Duration {
 func (b *Binder) Group(a host.Address) (*host.Group, error) { return groupOf(b.Root, a) }
 
 // Ledger reads the ledger of functions vgpu-host has bound.
-func (b *Binder) Ledger() (*Ledger, error) { return LoadLedger(b.Root) }
+func (b *Binder) Ledger() (*Bindings, error) { return LoadLedger(b.Root) }
 
 // Plan returns the steps Bind would take for addrs, changing nothing. Safety refusals are
 // returned as the error, as Bind would return them.
-func (b *Binder) Plan(ctx context.Context, addrs []host.Address, opts BindOptions) ([]Step, error) {
+func (b *Binder) Plan(ctx context.Context, addrs []host.Address, opts BindOptions) ([]HostOp, error) {
 	opts.DryRun = true
 	r, err := b.Bind(ctx, addrs, opts)
 	if r == nil {
@@ -155,7 +155,7 @@ type run struct {
 	w      host.Writer
 	rec    *host.Recorder
 	dry    bool
-	ledger *Ledger
+	ledger *Bindings
 	res    *Result
 }
 
@@ -164,7 +164,7 @@ func (b *Binder) start(action string, dry bool) (*run, func(), error) {
 		return nil, nil, fmt.Errorf("vfio: Binder.W is nil: %w", host.ErrInvalid)
 	}
 	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: host.HostPath(b.Root, LedgerPath(b.Root)),
-		Devices: []Change{}, Groups: []GroupState{}, Steps: []Step{}}}
+		Devices: []Change{}, Groups: []GroupState{}, Steps: []HostOp{}}}
 	r.rec = &host.Recorder{Next: b.W}
 	if dry {
 		r.rec.Next = nil
@@ -189,13 +189,13 @@ func (b *Binder) start(action string, dry bool) (*run, func(), error) {
 // finish copies the recorded sysfs writes into the result's steps, in order with the others.
 func (r *run) flushWrites() {
 	for _, w := range r.rec.Writes() {
-		r.res.Steps = append(r.res.Steps, Step{Op: OpWrite, Path: w.Path, Value: w.Value})
+		r.res.Steps = append(r.res.Steps, HostOp{Op: OpWrite, Path: w.Path, Value: w.Value})
 	}
 	r.rec = &host.Recorder{Next: r.rec.Next}
 	r.w = r.rec
 }
 
-func (r *run) step(s *Step) {
+func (r *run) step(s *HostOp) {
 	if s != nil {
 		r.flushWrites()
 		r.res.Steps = append(r.res.Steps, *s)
@@ -300,7 +300,7 @@ type bindPlan struct {
 // preflight decides, for every member of groups, whether it moves, and runs every safety check
 // a move needs: boot VGA, host-critical classes, mounts and routes, held device nodes, and
 // interrupt remapping. It reads the host and writes nothing.
-func preflight(root host.Root, groups []*host.Group, l *Ledger) bindPlan {
+func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 	p := bindPlan{moves: map[int][]host.GroupMember{}}
 	for _, g := range groups {
 		for _, m := range g.Members {
@@ -357,7 +357,7 @@ func (r *run) ensureVFIOLoaded(ctx context.Context) error {
 	if host.DriverLoaded(r.root, DriverName) {
 		return nil
 	}
-	r.step(&Step{Op: OpModprobe, Value: DriverName})
+	r.step(&HostOp{Op: OpModprobe, Value: DriverName})
 	if r.dry {
 		return nil
 	}
@@ -385,7 +385,7 @@ func (r *run) bindGroup(ctx context.Context, g *host.Group, moves []host.GroupMe
 		if _, ok := r.ledger.Lookup(m.Address); !ok {
 			// A leftover entry (a run that crashed after recording) already holds the true
 			// original; only a new function gets a new entry.
-			r.ledger.Devices[m.Address.String()] = Entry{Address: m.Address, Group: g.ID, Driver: m.Driver,
+			r.ledger.Devices[m.Address.String()] = Binding{Address: m.Address, Group: g.ID, Driver: m.Driver,
 				Module: host.DriverModule(r.root, m.Driver), Override: m.DriverOverride, Owner: opts.Owner, BoundAt: time.Now().UTC()}
 			fresh = append(fresh, m.Address)
 		}
@@ -488,8 +488,8 @@ func (r *run) revertGroup(g *host.Group, fresh []host.Address, reached map[host.
 	return msg
 }
 
-func entryFor(m host.GroupMember, group int) Entry {
-	return Entry{Address: m.Address, Group: group, Driver: m.Driver, Override: m.DriverOverride}
+func entryFor(m host.GroupMember, group int) Binding {
+	return Binding{Address: m.Address, Group: group, Driver: m.Driver, Override: m.DriverOverride}
 }
 
 // restoreOne puts e back: driver_override as it was, off vfio-pci, re-probed to its original
@@ -501,7 +501,7 @@ func entryFor(m host.GroupMember, group int) Entry {
 // rather than being left driverless. An original override that would keep the original driver
 // from binding (set by an admin while that driver was bound) is written back after the probe,
 // which is the only order that restores both.
-func (r *run) restoreOne(ctx context.Context, e Entry, native bool) error {
+func (r *run) restoreOne(ctx context.Context, e Binding, native bool) error {
 	t := r.b.timeout()
 	a := e.Address
 	if !native && e.Driver != "" {
@@ -579,13 +579,13 @@ func waitRestored(ctx context.Context, root host.Root, timeout time.Duration, a 
 
 // ensureDriverLoaded loads e's original driver module when its driver directory is missing
 // (unloaded since the bind), before the function leaves vfio-pci.
-func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
+func (r *run) ensureDriverLoaded(ctx context.Context, e Binding) error {
 	dir := r.root.PCIDriver(e.Driver)
 	if host.DriverLoaded(r.root, e.Driver) {
 		return nil
 	}
 	mod := orModule(e)
-	r.step(&Step{Op: OpModprobe, Value: mod})
+	r.step(&HostOp{Op: OpModprobe, Value: mod})
 	if r.dry {
 		return nil
 	}
@@ -607,7 +607,7 @@ func (r *run) ensureDriverLoaded(ctx context.Context, e Entry) error {
 	return nil
 }
 
-func orModule(e Entry) string {
+func orModule(e Binding) string {
 	if e.Module != "" {
 		return e.Module
 	}

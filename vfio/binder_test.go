@@ -622,7 +622,7 @@ func TestCrashLeftoverKeepsOriginal(t *testing.T) {
 	// A run crashed after recording the audio function and unbinding it: the device is
 	// driverless with the override set. A new bind must keep the true original.
 	tr, _, b, gpu, audio := consumer(t, "")
-	l := &Ledger{Devices: map[string]Entry{audio.String(): {Address: audio, Group: tr.Group(audio), Driver: "snd_hda_intel"}}}
+	l := &Bindings{Devices: map[string]Binding{audio.String(): {Address: audio, Group: tr.Group(audio), Driver: "snd_hda_intel"}}}
 	if err := l.save(tr.Root); err != nil {
 		t.Fatal(err)
 	}

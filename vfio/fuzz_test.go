@@ -18,7 +18,7 @@ import (
 // entries. Seeds: a ledger written by a real bind on a fake tree, and damaged ones.
 func FuzzLedgerFile(f *testing.F) {
 	prev := "options x\n"
-	l := Ledger{Version: 1, Devices: map[string]Entry{
+	l := Bindings{Version: 1, Devices: map[string]Binding{
 		"0000:01:00.0": {Address: host.MustParseAddress("0000:01:00.0"), Group: 12, Driver: "nouveau", Module: "nouveau", BoundAt: time.Unix(1700000000, 0).UTC()},
 		"0000:01:00.1": {Address: host.MustParseAddress("0000:01:00.1"), Group: 12, Driver: "snd_hda_intel", Override: "", Owner: "vm1", Persist: true},
 	}, Files: map[string]PersistedFile{"/etc/driverctl.d/pci-0000:01:00.0": {Address: host.MustParseAddress("0000:01:00.0"), Previous: &prev}}}

@@ -15,8 +15,8 @@ import (
 // LedgerVersion is the format version of vfio.json.
 const LedgerVersion = 1
 
-// Entry records what a function looked like before vgpu-host moved it to vfio-pci.
-type Entry struct {
+// Binding records what a function looked like before vgpu-host moved it to vfio-pci.
+type Binding struct {
 	Address host.Address `json:"address"`
 	Group   int          `json:"iommu_group"`
 	// Driver is the original driver, "" when the function had none (it stays driverless on
@@ -34,11 +34,11 @@ type Entry struct {
 	BoundAt time.Time `json:"bound_at"`
 }
 
-// Ledger is the state file: every function vgpu-host moved to vfio-pci and not yet restored,
+// Bindings is the vfio state file (vfio.json): every function vgpu-host moved to vfio-pci and not yet restored,
 // and the persistence files bind --persist wrote and unbind --persist has not yet removed.
-type Ledger struct {
-	Version int              `json:"version"`
-	Devices map[string]Entry `json:"devices"`
+type Bindings struct {
+	Version int                `json:"version"`
+	Devices map[string]Binding `json:"devices"`
 	// Files are the driverctl overrides bind --persist wrote, by host path
 	// (/etc/driverctl.d/pci-ADDR): only these does unbind --persist remove or put back.
 	Files map[string]PersistedFile `json:"files,omitempty"`
@@ -63,9 +63,9 @@ func LedgerPath(root host.Root) string { return root.StateDir("vfio.json") }
 func lockPath(root host.Root) string { return root.StateDir("vfio.lock") }
 
 // LoadLedger reads the ledger; a missing file is an empty ledger.
-func LoadLedger(root host.Root) (*Ledger, error) {
+func LoadLedger(root host.Root) (*Bindings, error) {
 	p := LedgerPath(root)
-	l := &Ledger{Version: LedgerVersion, Devices: map[string]Entry{}, Files: map[string]PersistedFile{}}
+	l := &Bindings{Version: LedgerVersion, Devices: map[string]Binding{}, Files: map[string]PersistedFile{}}
 	b, err := host.ReadFileLimit(p, host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return l, nil
@@ -81,7 +81,7 @@ func LoadLedger(root host.Root) (*Ledger, error) {
 		return nil, fmt.Errorf("read ledger %s: version %d is newer than this vgpu-host understands (%d): %w", p, l.Version, LedgerVersion, host.ErrUnsupported)
 	}
 	if l.Devices == nil {
-		l.Devices = map[string]Entry{}
+		l.Devices = map[string]Binding{}
 	}
 	// Driver and module names are joined into sysfs paths and given to modprobe on unbind:
 	// the file is input like any other.
@@ -102,14 +102,14 @@ func LoadLedger(root host.Root) (*Ledger, error) {
 }
 
 // Lookup returns the entry of a, if vgpu-host bound it.
-func (l *Ledger) Lookup(a host.Address) (Entry, bool) {
+func (l *Bindings) Lookup(a host.Address) (Binding, bool) {
 	e, ok := l.Devices[a.String()]
 	return e, ok
 }
 
 // Entries returns every entry sorted by address.
-func (l *Ledger) Entries() []Entry {
-	out := make([]Entry, 0, len(l.Devices))
+func (l *Bindings) Entries() []Binding {
+	out := make([]Binding, 0, len(l.Devices))
 	for _, e := range l.Devices {
 		out = append(out, e)
 	}
@@ -118,7 +118,7 @@ func (l *Ledger) Entries() []Entry {
 }
 
 // save writes the ledger atomically (temporary file, fsync, rename).
-func (l *Ledger) save(root host.Root) error {
+func (l *Bindings) save(root host.Root) error {
 	l.Version = LedgerVersion
 	b, err := json.MarshalIndent(l, "", "  ")
 	if err != nil {

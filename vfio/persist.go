@@ -38,7 +38,7 @@ const softdepHeader = `# Written by vgpu-host bind --persist: load vfio-pci befo
 `
 
 // softdepContent renders vgpu-host.conf from the persisted ledger entries ("" = no file).
-func softdepContent(l *Ledger) string {
+func softdepContent(l *Bindings) string {
 	mods := map[string]bool{}
 	for _, e := range l.Devices {
 		if e.Persist && e.Module != "" && e.Module != "vfio_pci" {
@@ -63,7 +63,7 @@ func softdepContent(l *Ledger) string {
 
 // fileStep writes (content != "") or removes (content == "") a plain file, or only records the
 // step in a dry run. Unchanged files are not touched and produce no step.
-func fileStep(path, content string, dry bool) (*Step, error) {
+func fileStep(path, content string, dry bool) (*HostOp, error) {
 	cur, err := os.ReadFile(path)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -78,7 +78,7 @@ func fileStep(path, content string, dry bool) (*Step, error) {
 				return nil, fmt.Errorf("remove %s: %w", path, err)
 			}
 		}
-		return &Step{Op: OpRemove, Path: path}, nil
+		return &HostOp{Op: OpRemove, Path: path}, nil
 	}
 	if exists && string(cur) == content {
 		return nil, nil
@@ -88,7 +88,7 @@ func fileStep(path, content string, dry bool) (*Step, error) {
 			return nil, err
 		}
 	}
-	return &Step{Op: OpFile, Path: path, Value: content}, nil
+	return &HostOp{Op: OpFile, Path: path, Value: content}, nil
 }
 
 // driverctlInstalled reports whether driverctl's udev rule is present under root.

@@ -42,7 +42,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 // unbindTarget is one function Unbind restores: to its ledger entry, or (native) to whatever
 // driver the kernel probes.
 type unbindTarget struct {
-	e      Entry
+	e      Binding
 	native bool
 }
 
@@ -122,7 +122,7 @@ func (r *run) unbindMember(g *host.Group, m host.GroupMember, named bool, opts U
 				ErrNotInLedger, host.HostPath(r.root, LedgerPath(r.root)))})
 		}
 		c.To, c.Changed, c.Note = "(native)", true, "not in the ledger: restored to the native driver"
-		return c, &unbindTarget{e: Entry{Address: a, Group: g.ID}, native: true}, rs
+		return c, &unbindTarget{e: Binding{Address: a, Group: g.ID}, native: true}, rs
 	default:
 		c.Note = "not on vfio-pci: nothing to do"
 	}
@@ -198,7 +198,7 @@ func (r *run) groupStates(groups []*host.Group) {
 
 // explainUnbind adds the processes holding the group to an unbind from vfio-pci that timed
 // out (vfio-pci's remove waits for the group's users to let go), reported as busy.
-func (r *run) explainUnbind(err error, e Entry) error {
+func (r *run) explainUnbind(err error, e Binding) error {
 	if !errors.Is(err, host.ErrWriteTimeout) {
 		return err
 	}
