@@ -269,3 +269,23 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 		t.Fatalf("stale temporary ledger file still there: %v", err)
 	}
 }
+
+// TestReadCreatesNothing: read-only commands (plan, status) read the ledger without creating
+// it, its lock or its directory.
+func TestReadCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	l := OpenPath(filepath.Join(dir, "state", "ledger.json"))
+	b, err := l.Read()
+	if err != nil || len(b.VMs) != 0 {
+		t.Fatalf("read of no ledger: %+v %v", b, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a read created %v", ents)
+	}
+	if err := l.Update(func(b *Book) error { return b.Claim("vm", Claim{Kind: KindPCI, ID: "0000:01:00.0"}) }); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := l.Read(); err != nil || b.Holder(Claim{Kind: KindPCI, ID: "0000:01:00.0"}) != "vm" {
+		t.Fatalf("read after a write: %v", err)
+	}
+}

@@ -16,6 +16,7 @@ package filelock
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,6 +55,9 @@ func Sibling(path string) string {
 // for it: 0 tries once, a negative timeout waits as long as it takes. An exclusive holder writes
 // its pid into the file, so a process that times out can name it. Call release to unlock.
 func Acquire(path string, mode Mode, timeout time.Duration) (release func(), err error) {
+	if mode == Shared {
+		return acquireShared(path, timeout)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -73,6 +77,31 @@ func Acquire(path string, mode Mode, timeout time.Duration) (release func(), err
 		if f.Truncate(0) == nil {
 			_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 		}
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// acquireShared takes a shared lock without creating anything: a reader (plan, status) must
+// leave no file behind. A lock file that does not exist yet means no writer ever ran: there is
+// nothing to wait for, and the state files are replaced atomically, so reading them unlocked
+// then still sees whole files.
+func acquireShared(path string, timeout time.Duration) (func(), error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := flock(f, Shared, timeout); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock %s: %s (waited %s): %w: %w", path, holder(path), timeout, ErrTimeout, host.ErrBusy)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)

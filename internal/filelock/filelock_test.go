@@ -47,6 +47,9 @@ func TestTimeoutNamesFileAndHolder(t *testing.T) {
 
 func TestSharedHoldersShare(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "x.lock")
+	if err := With(p, Exclusive, 0, func() error { return nil }); err != nil { // a writer made it
+		t.Fatal(err)
+	}
 	r1, err := Acquire(p, Shared, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -83,5 +86,18 @@ func TestSibling(t *testing.T) {
 		if got := Sibling(in); got != want {
 			t.Errorf("Sibling(%s) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestSharedCreatesNothing: a reader leaves no file behind where no writer ever ran.
+func TestSharedCreatesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	release, err := Acquire(filepath.Join(dir, "x.lock"), Shared, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a shared lock created %s (%v)", dir, err)
 	}
 }

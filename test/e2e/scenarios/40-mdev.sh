@@ -32,14 +32,21 @@ expect_content "$mb/mbochs-medium/available_instances" $((av - 1)) "creating the
 run_ok vgpu-host mdev list --output json
 expect_eq "$(jqo ".[] | select(.uuid==\"$u\") | .parent")" mbochs "list: parent mbochs"
 expect_eq "$(jqo ".[] | select(.uuid==\"$u\") | .active")" true "list: active"
-# No libvirtd runs in the guest: on the real root remove cannot tell whether a domain uses the
-# instance, so it refuses (exit 4) and says why, unless --force.
+# In use is judged by the kernel first (no libvirtd runs in the guest, and that alone is no
+# reason to refuse): a process holding the instance's /dev/vfio/GROUP makes remove exit 5
+# naming it, and the instance stays.
+g=$(readlink "/sys/bus/mdev/devices/$u/iommu_group") && g=${g##*/}
+wait_for 5 test -e "/dev/vfio/$g"
+( exec 9<"/dev/vfio/$g"; exec sleep 600 ) &
+holder=$!
+wait_for 5 test -e "/proc/$holder/fd/9"
 run_fails vgpu-host mdev remove "$u"
-expect_eq "$E2E_RC" 4 "remove without libvirtd is refused (exit 4)"
-expect_match "$(output)" "libvirtd is unreachable" "the refusal says libvirtd is unreachable"
+expect_eq "$E2E_RC" 5 "remove of an instance a process holds exits 5 (busy)"
+expect_match "$(output)" "pid $holder (sleep) has /dev/vfio/$g open" "the refusal names the holder pid and its /dev/vfio/$g"
 expect_file "/sys/bus/mdev/devices/$u" "the refused remove kept the instance"
-run_ok vgpu-host mdev remove "$u" --force
-expect_no_file "/sys/bus/mdev/devices/$u" "removed"
+kill "$holder"; wait "$holder" 2>/dev/null
+run_ok vgpu-host mdev remove "$u"
+expect_no_file "/sys/bus/mdev/devices/$u" "removed with no libvirtd and no holder, without --force"
 expect_content "$mb/mbochs-medium/available_instances" "$av" "available_instances back"
 run_ok vgpu-host mdev remove "$u" --force
 expect_match "$(output)" "already gone" "removing twice converges"
