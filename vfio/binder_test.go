@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -330,42 +329,16 @@ func TestFailedRevertKeepsLedger(t *testing.T) {
 	}
 }
 
-// snapshot maps every path under dir to its content or link target.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			out[rel] = "link:" + l
-		case d.IsDir():
-			out[rel] = "dir"
-		default:
-			b, _ := os.ReadFile(p)
-			out[rel] = string(b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 func TestDryRunChangesNothing(t *testing.T) {
 	tr, k, b, gpu, audio := consumer(t, "")
 	os.RemoveAll(tr.Root.PCIDriver("vfio-pci")) // also plan the module load
-	before := snapshot(t, tr.Dir())
+	before := hosttest.State(t, tr.Dir())
 	res, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{DryRun: true, Persist: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after := snapshot(t, tr.Dir()); !reflect.DeepEqual(before, after) {
+	if after := hosttest.State(t, tr.Dir()); !reflect.DeepEqual(before, after) {
 		for p, v := range after {
 			if before[p] != v {
 				t.Errorf("dry run changed %s", p)
@@ -410,13 +383,13 @@ func TestUnbindDryRunChangesNothing(t *testing.T) {
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, tr.Dir())
+	before := hosttest.State(t, tr.Dir())
 	n := len(k.Writes())
 	res, err := b.Unbind(ctx, []host.Address{gpu}, UnbindOptions{DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(before, snapshot(t, tr.Dir())) || len(k.Writes()) != n {
+	if !reflect.DeepEqual(before, hosttest.State(t, tr.Dir())) || len(k.Writes()) != n {
 		t.Fatal("unbind dry run changed the tree")
 	}
 	r := tr.Root

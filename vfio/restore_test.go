@@ -319,12 +319,12 @@ func TestUnbindPersistDryRunChangesNothing(t *testing.T) {
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Persist: true}); err != nil {
 		t.Fatal(err)
 	}
-	before := snapshot(t, tr.Dir())
+	before := hosttest.State(t, tr.Dir())
 	res, err := b.Unbind(ctx, []host.Address{gpu}, UnbindOptions{Persist: true, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(before, snapshot(t, tr.Dir())) {
+	if !reflect.DeepEqual(before, hosttest.State(t, tr.Dir())) {
 		t.Fatal("unbind --persist --dry-run changed the tree")
 	}
 	removes := 0
