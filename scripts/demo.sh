@@ -4,9 +4,8 @@
 # real-kernel snapshot (host/testdata/lab-snapshot.tar.gz: Debian's 6.1 kernel under QEMU q35
 # with an emulated IOMMU; a GPU with its HDMI audio, an identical second GPU, a GPU sharing a
 # group with a NIC, an SR-IOV PF with VFs, the mdev sample drivers): inspect, vf list, mdev
-# types, render of
-# examples/passthrough.yaml (plan needs a libvirtd, which the demo does not install), and
-# bind --dry-run.
+# types, render and plan of examples/passthrough.yaml (against the file-backed fake libvirt,
+# vgpu-fake:///: no libvirtd needed), and bind --dry-run.
 # Changes nothing on the host: the snapshot is unpacked into a temporary directory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,10 +43,10 @@ sed 's/0000:17:00\.0/0000:01:00.0/' examples/passthrough.yaml >"$spec"
 say "vgpu-host --host-root SNAPSHOT render passthrough.yaml   # examples/passthrough.yaml with address 0000:01:00.0"
 "$bin" --host-root "$snap" render "$spec" || exit $?
 
-printf '\n'
-note "plan is not shown: it asks a running libvirtd (through the helper bin/vgpu-host-libvirt)"
-note "for the domain capabilities and for the devices running domains hold, and the demo"
-note "installs no libvirt. The XML above is what plan would define for this spec."
+say "vgpu-host --host-root SNAPSHOT plan --connect vgpu-fake:///SNAPSHOT/libvirt.json --virt-type kvm passthrough.yaml"
+"$bin" --host-root "$snap" plan --connect "vgpu-fake://$snap/libvirt.json" --virt-type kvm "$spec" || exit $?
+note "plan: every step apply would take, in order, and every safety check that would refuse it."
+note "vgpu-fake:/// is a libvirt kept in a file (no libvirtd); on a real host plan asks qemu:///system."
 
 say vgpu-host --host-root SNAPSHOT bind 0000:01:00.0 --dry-run
 "$bin" --host-root "$snap" bind 0000:01:00.0 --dry-run || exit $?

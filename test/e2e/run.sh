@@ -43,7 +43,7 @@ done
 # Guest modules, in load order; dependencies are resolved with modprobe --show-depends.
 # virtio_pci first so virtio-gpu and virtio-blk find their transport.
 guest_modules=(
-  virtio_pci virtio_blk virtio-gpu qxl bochs snd_hda_intel e1000 e1000e nvme
+  virtio_pci virtio_blk virtio-gpu qxl bochs snd_hda_codec_generic snd_hda_intel e1000 e1000e nvme
   vfio-pci vfio_iommu_type1 mdev
 )
 # Host tools copied into the guest with their libraries, for scenarios (jq for inspect's JSON).

@@ -42,7 +42,7 @@ holder=$!
 wait_for 5 test -e "/proc/$holder/fd/9"
 run_fails vgpu-host mdev remove "$u"
 expect_eq "$E2E_RC" 5 "remove of an instance a process holds exits 5 (busy)"
-expect_match "$(output)" "pid $holder (sleep) has /dev/vfio/$g open" "the refusal names the holder pid and its /dev/vfio/$g"
+expect_match "$(output)" "pid $holder \(sleep\) has /dev/vfio/$g open" "the refusal names the holder pid and its /dev/vfio/$g"
 expect_file "/sys/bus/mdev/devices/$u" "the refused remove kept the instance"
 kill "$holder"; wait "$holder" 2>/dev/null
 run_ok vgpu-host mdev remove "$u"

@@ -60,7 +60,7 @@ if [ -n "$card" ] && wait_for 5 test -e "/dev/snd/controlC$card"; then
   run_fails vgpu-host apply --connect "$conn" --virt-type qemu --no-start "$spec"
   took=$(($(now_ms) - start))
   expect_eq "$E2E_RC" 5 "apply with the HDA node held exits 5"
-  expect_match "$(output)" "pid $holder (sleep) has /dev/snd/controlC$card open" "apply names the pid and the node"
+  expect_match "$(output)" "pid $holder \(sleep\) has /dev/snd/controlC$card open" "apply names the pid and the node"
   expect_eq "$(state)" "$boot" "the refused apply changed no driver or override"
   expect_eq "$(vms)" "" "the refused apply claimed nothing"
   note "refused in ${took} ms (the kernel's unbind of a held HDA function would have blocked)"
