@@ -329,7 +329,6 @@ func TestFailedRevertKeepsLedger(t *testing.T) {
 	}
 }
 
-
 func TestDryRunChangesNothing(t *testing.T) {
 	tr, k, b, gpu, audio := consumer(t, "")
 	os.RemoveAll(tr.Root.PCIDriver("vfio-pci")) // also plan the module load
