@@ -63,9 +63,14 @@ var BuildSteps = []BuildStep{
 	stepNUMA,
 	stepFirmware,
 	stepFeatures,
+	stepGuestOS,
+	stepCPUPlacement,
 	stepDisks,
 	stepCloudInit,
+	stepVirtioWin,
 	stepNetwork,
+	stepDevices,
+	stepBoot,
 	stepGPUs,
 	stepGraphics,
 	stepMMIO64,
@@ -300,7 +305,11 @@ func stepCPU(p *Builder, d *libvirtxml.Domain) error {
 	b := p.block
 	b.vcpu = libvirtxml.DomainVCPU{Placement: "static", Value: n}
 	d.VCPU = &b.vcpu
-	b.topology = libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: int(n), Threads: 1}
+	t, err := topology(p.VM.Spec.VCPUs, p.VM.Spec.CPU.Topology)
+	if err != nil {
+		return fmt.Errorf("spec.cpu.topology: %w: %w", err, host.ErrInvalid)
+	}
+	b.topology = libvirtxml.DomainCPUTopology{Sockets: t.Sockets, Dies: 1, Cores: t.Cores, Threads: t.Threads}
 	cpu := &b.cpu
 	cpu.Topology = &b.topology
 	switch m := cpuMode(p); m {
@@ -343,7 +352,7 @@ func stepFirmware(p *Builder, d *libvirtxml.Domain) error {
 		return nil
 	}
 	sb := "no"
-	if s.SecureBoot {
+	if s.SecureBoot || s.OS == "windows11" {
 		sb = "yes"
 		d.Features.SMM = &libvirtxml.DomainFeatureSMM{State: "on"}
 	}
@@ -383,7 +392,8 @@ type DiskFile struct {
 	BackingFormat string `json:"backing_format,omitempty"`
 	// Size is the overlay's virtual size in bytes (0 for plain paths).
 	Size uint64 `json:"size,omitempty"`
-	// Create is true for overlays (qemu-img create -f qcow2 -F BACKINGFMT -b BACKING PATH SIZE).
+	// Create is true for overlays (qemu-img create -f qcow2 -F BACKINGFMT -b BACKING PATH SIZE)
+	// and for blank disks (no Backing).
 	Create bool `json:"create"`
 }
 
@@ -391,6 +401,22 @@ type DiskFile struct {
 func (vm *VM) DiskFiles(opts BuildOptions) []DiskFile {
 	out := make([]DiskFile, 0, len(vm.Spec.Disks))
 	for i, dk := range vm.Spec.Disks {
+		if dk.Blank {
+			path := dk.Overlay
+			if path == "" {
+				path = filepath.Join(opts.imagesDir(), vm.Metadata.Name+"-"+diskName(dk, i)+".qcow2")
+			}
+			f := dk.Format
+			if f == "" {
+				f = "qcow2"
+			}
+			out = append(out, DiskFile{Path: path, Format: f, Size: dk.Size.Bytes, Create: true})
+			continue
+		}
+		if dk.Volume != "" {
+			out = append(out, DiskFile{Path: filepath.Join(opts.imagesDir(), dk.Volume), Format: fileFormat(dk.Format, dk.Volume)})
+			continue
+		}
 		if dk.Image != "" {
 			path := dk.Overlay
 			if path == "" {
@@ -406,16 +432,20 @@ func (vm *VM) DiskFiles(opts BuildOptions) []DiskFile {
 			out = append(out, DiskFile{Path: path, Format: "qcow2", Backing: dk.Image, BackingFormat: bf, Size: dk.Size.Bytes, Create: true})
 			continue
 		}
-		f := dk.Format
-		if f == "" {
-			f = "raw"
-			if strings.HasSuffix(dk.Path, ".qcow2") {
-				f = "qcow2"
-			}
-		}
-		out = append(out, DiskFile{Path: dk.Path, Format: f})
+		out = append(out, DiskFile{Path: dk.Path, Format: fileFormat(dk.Format, dk.Path)})
 	}
 	return out
+}
+
+// fileFormat is format, or else the format the file name says (.qcow2), or raw.
+func fileFormat(format, path string) string {
+	switch {
+	case format != "":
+		return format
+	case strings.HasSuffix(path, ".qcow2"):
+		return "qcow2"
+	}
+	return "raw"
 }
 
 func diskName(dk Disk, i int) string {
@@ -471,7 +501,7 @@ func fileDisk(device, path, format, bus, dev string, ro bool) libvirtxml.DomainD
 		Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
 		Target: &libvirtxml.DomainDiskTarget{Dev: dev, Bus: bus},
 	}
-	if device == "disk" && bus == "virtio" {
+	if device == "disk" && (bus == "virtio" || bus == "scsi") {
 		dk.Driver.Discard = "unmap"
 	}
 	if ro {

@@ -423,6 +423,10 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 		if !step.InPool(f.Path, l.o.PoolDir) {
 			return nil, fmt.Errorf("disk overlay %s: vgpu-host creates overlays in its pool directory %s only; drop spec.disks[].overlay: %w", f.Path, l.o.PoolDir, host.ErrInvalid)
 		}
+		if f.Backing == "" {
+			out = append(out, step.CreateBlank{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Format: f.Format, Size: f.Size, Path: f.Path})
+			continue
+		}
 		out = append(out, step.CreateOverlay{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Backing: f.Backing, BackingFormat: f.BackingFormat, Size: f.Size, Path: f.Path})
 	}
 	if seed != "" {
