@@ -102,18 +102,18 @@ type CPU struct {
 
 // Disk is a base cloud image with a copy-on-write overlay (Image + Size), or a plain path.
 type Disk struct {
-	Name     string `yaml:"name,omitempty" json:"name,omitempty"`
-	Image    string `yaml:"image,omitempty" json:"image,omitempty"`     // base image (read-only backing file)
-	Size     Size   `yaml:"size,omitempty" json:"size,omitempty"`       // overlay size
-	Overlay  string `yaml:"overlay,omitempty" json:"overlay,omitempty"` // overlay path; default IMAGES/NAME-DISK.qcow2
-	Path     string `yaml:"path,omitempty" json:"path,omitempty"`       // a plain file or block device
-	Format   string `yaml:"format,omitempty" json:"format,omitempty"`   // qcow2 or raw; default from the file name
-	Bus      string `yaml:"bus,omitempty" json:"bus,omitempty"`         // virtio (default), scsi, sata
-	Device   string `yaml:"device,omitempty" json:"device,omitempty"`   // disk (default) or cdrom
+	Name    string `yaml:"name,omitempty" json:"name,omitempty"`
+	Image   string `yaml:"image,omitempty" json:"image,omitempty"`     // base image (read-only backing file)
+	Size    Size   `yaml:"size,omitempty" json:"size,omitempty"`       // overlay size
+	Overlay string `yaml:"overlay,omitempty" json:"overlay,omitempty"` // overlay path; default IMAGES/NAME-DISK.qcow2
+	Path    string `yaml:"path,omitempty" json:"path,omitempty"`       // a plain file or block device
+	Format  string `yaml:"format,omitempty" json:"format,omitempty"`   // qcow2 or raw; default from the file name
+	Bus     string `yaml:"bus,omitempty" json:"bus,omitempty"`         // virtio (default), scsi, sata
+	Device  string `yaml:"device,omitempty" json:"device,omitempty"`   // disk (default) or cdrom
 	// Blank creates an empty disk of Size in the pool (qcow2; path default IMAGES/NAME-DISK.qcow2).
 	Blank bool `yaml:"blank,omitempty" json:"blank,omitempty"`
 	// Volume is an existing volume of the pool, by name.
-	Volume string `yaml:"volume,omitempty" json:"volume,omitempty"`
+	Volume   string `yaml:"volume,omitempty" json:"volume,omitempty"`
 	ReadOnly bool   `yaml:"readOnly,omitempty" json:"readOnly,omitempty"`
 }
 
