@@ -535,7 +535,7 @@ func stepDisks(p *Builder, d *libvirtxml.Domain) error {
 		if strings.HasPrefix(dk.Path, "/dev/") {
 			disk.Source = &libvirtxml.DomainDiskSource{Block: &libvirtxml.DomainDiskSourceBlock{Dev: dk.Path}}
 		}
-		if f.Create {
+		if f.Create && f.Backing != "" {
 			disk.BackingStore = &libvirtxml.DomainDiskBackingStore{
 				Format: &libvirtxml.DomainDiskFormat{Type: f.BackingFormat},
 				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: f.Backing}},

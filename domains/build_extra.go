@@ -3,7 +3,6 @@ package domains
 import (
 	"fmt"
 	"net"
-	"strings"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -90,29 +89,16 @@ func stepVirtioWin(p *Builder, d *libvirtxml.Domain) error {
 	return nil
 }
 
-// stepDevices adds spec.devices: USB controller and host devices, evdev inputs, the Looking
+// stepDevices adds spec.devices: the USB controller, evdev inputs, the Looking
 // Glass ivshmem, further NICs and a sound device.
 func stepDevices(p *Builder, d *libvirtxml.Domain) error {
 	dv := p.VM.Spec.Devices
-	if m := dv.USBController; m != "" || len(dv.USB) > 0 {
-		if m == "" {
-			m = "qemu-xhci"
-		}
+	if m := dv.USBController; m != "" {
 		c := libvirtxml.DomainController{Type: "usb", Index: uintp(0), Model: m}
 		if m == "qemu-xhci" || m == "nec-xhci" {
 			c.USB = &libvirtxml.DomainControllerUSB{Port: uintp(15)}
 		}
 		d.Devices.Controllers = append(d.Devices.Controllers, c)
-	}
-	for _, u := range dv.USB {
-		vendor, product, _ := strings.Cut(strings.ToLower(u), ":")
-		d.Devices.Hostdevs = append(d.Devices.Hostdevs, libvirtxml.DomainHostdev{
-			Managed: "yes",
-			SubsysUSB: &libvirtxml.DomainHostdevSubsysUSB{Source: &libvirtxml.DomainHostdevSubsysUSBSource{
-				Vendor:  &libvirtxml.DomainHostDevProductVendorID{ID: "0x" + vendor},
-				Product: &libvirtxml.DomainHostDevProductVendorID{ID: "0x" + product},
-			}},
-		})
 	}
 	for _, e := range dv.Evdev {
 		src := &libvirtxml.DomainInputSourceEVDev{Dev: e.Path, GrabToggle: e.GrabToggle}

@@ -37,17 +37,22 @@ func placePins(vm *VM, alloc *Allocation, siblings map[int][]int) {
 	}
 	cores := physicalCores(cpus, siblings)
 	t, _ := topology(vm.Spec.VCPUs, vm.Spec.CPU.Topology)
-	perCore := t.Threads
-	need := (vm.Spec.VCPUs + perCore - 1) / perCore // guest cores
+	// A guest core goes on one host core when the host core has as many threads; otherwise
+	// each of its threads gets a host core of its own.
+	perHost := t.Threads
+	if len(cores) > 0 && len(cores[0]) < t.Threads {
+		perHost = 1
+	}
+	need := (vm.Spec.VCPUs + perHost - 1) / perHost // host cores for the vCPUs
 	if len(cores) < need+1 {
-		alloc.Notes = append(alloc.Notes, fmt.Sprintf("cpu.pin auto: node %d has %d cores for %d guest cores and the emulator; vCPUs float over %s", alloc.NUMANode, len(cores), need, alloc.CPUSet))
+		alloc.Notes = append(alloc.Notes, fmt.Sprintf("cpu.pin auto: node %d has %d cores for %d vCPU cores and the emulator; vCPUs float over %s", alloc.NUMANode, len(cores), need, alloc.CPUSet))
 		return
 	}
 	alloc.EmulatorPin = host.FormatCPUList(cores[0])
 	v := 0
 	for _, core := range cores[1 : need+1] {
-		for j := 0; j < perCore && v < vm.Spec.VCPUs; j++ {
-			if perCore > 1 && len(core) >= perCore {
+		for j := 0; j < perHost && v < vm.Spec.VCPUs; j++ {
+			if perHost > 1 {
 				alloc.VCPUPins = append(alloc.VCPUPins, strconv.Itoa(core[j]))
 			} else {
 				alloc.VCPUPins = append(alloc.VCPUPins, host.FormatCPUList(core))

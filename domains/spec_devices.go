@@ -71,11 +71,9 @@ func (p Pin) MarshalJSON() ([]byte, error) {
 
 // Devices are a VM's devices besides disks, GPUs and its first NIC.
 type Devices struct {
-	// USBController is the USB controller model: qemu-xhci (default when USB devices are
-	// given), nec-xhci, ich9-ehci1, none.
+	// USBController is the USB controller model: qemu-xhci, nec-xhci, ich9-ehci1, or none
+	// (no USB at all; graphics then get no USB tablet). Default: libvirt's for the machine.
 	USBController string `yaml:"usbController,omitempty" json:"usbController,omitempty"`
-	// USB are host USB devices passed through by vendor:product ("046d:c52b").
-	USB []string `yaml:"usb,omitempty" json:"usb,omitempty"`
 	// Evdev are host input devices (/dev/input/by-id/...-event-kbd) given to the guest.
 	Evdev []Evdev `yaml:"evdev,omitempty" json:"evdev,omitempty"`
 	// LookingGlass adds the ivshmem shared-memory device Looking Glass copies frames through.

@@ -7,7 +7,6 @@ import (
 )
 
 var (
-	usbIDRE      = lazyRE(`^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$`)
 	resolutionRE = lazyRE(`^([1-9][0-9]{2,4})x([1-9][0-9]{2,4})$`)
 )
 
@@ -130,14 +129,8 @@ func (v *validator) devices() {
 	if dv.USBController != "" {
 		v.oneOf("spec.devices.usbController", dv.USBController, "qemu-xhci", "nec-xhci", "ich9-ehci1", "none")
 	}
-	for i, u := range dv.USB {
-		p := fmt.Sprintf("spec.devices.usb[%d]", i)
-		if !usbIDRE.MatchString(u) {
-			v.add(p, "%q: want vendor:product in hex, e.g. 046d:c52b (lsusb shows them)", u)
-		}
-		if dv.USBController == "none" {
-			v.add(p, "USB devices need a USB controller; usbController is none")
-		}
+	if dv.USBController == "none" && graphicsType(v.vm) != "none" {
+		v.add("spec.devices.usbController", "none leaves the graphics' USB tablet without a bus; set graphics type none too")
 	}
 	for i, e := range dv.Evdev {
 		p := fmt.Sprintf("spec.devices.evdev[%d]", i)
