@@ -26,7 +26,7 @@ func wantTPM(vm *VM) bool {
 // another host, and libvirt accepts it only with KVM. The list is the set virt-manager and
 // Proxmox give Windows guests: relaxed, vapic, spinlocks (8191 retries), vpindex, synic,
 // stimer (with direct mode), reset, frequencies, tlbflush, ipi, and the hypervclock timer
-// stimer needs.
+// stimer needs. They need KVM: under qemu (TCG) they are left out, and Resolve notes it.
 func stepGuestOS(p *Builder, d *libvirtxml.Domain) error {
 	vm := p.VM
 	if wantTPM(vm) {
@@ -37,6 +37,10 @@ func stepGuestOS(p *Builder, d *libvirtxml.Domain) error {
 	}
 	if vm.Spec.OS != "windows11" {
 		return nil
+	}
+	d.Clock.Offset = "localtime"
+	if p.Alloc.VirtType == "qemu" {
+		return nil // QEMU offers the Hyper-V enlightenments with KVM only ("kernel doesn't allow setting HyperV VP_INDEX")
 	}
 	on := func() *libvirtxml.DomainFeatureState { return &libvirtxml.DomainFeatureState{State: "on"} }
 	hv := d.Features.HyperV
@@ -50,7 +54,6 @@ func stepGuestOS(p *Builder, d *libvirtxml.Domain) error {
 	hv.STimer = &libvirtxml.DomainFeatureHyperVSTimer{DomainFeatureState: *on()}
 	hv.Reset, hv.Frequencies, hv.IPI = on(), on(), on()
 	hv.TLBFlush = &libvirtxml.DomainFeatureHyperVTLBFlush{DomainFeatureState: *on()}
-	d.Clock.Offset = "localtime"
 	d.Clock.Timer = append(d.Clock.Timer, libvirtxml.DomainTimer{Name: "hypervclock", Present: "yes"})
 	return nil
 }

@@ -147,6 +147,9 @@ func Resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, err
 		alloc.GPUs = append(alloc.GPUs, ga)
 	}
 	alloc.Notes = append(alloc.Notes, r.notes...)
+	if vm.Spec.OS == "windows11" && alloc.VirtType == "qemu" {
+		alloc.Notes = append(alloc.Notes, "os windows11: the Hyper-V enlightenments need KVM; left out under qemu (TCG)")
+	}
 	r.placeNUMA(alloc)
 	placePins(vm, alloc, opts.ThreadSiblings)
 	if err := r.sizeMMIO(alloc); err != nil {
