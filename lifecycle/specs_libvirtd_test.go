@@ -119,7 +119,7 @@ spec:
 	// Debian's firmware descriptors make libvirt pick OVMF_CODE_4M.ms.fd (Secure Boot) with
 	// the Microsoft keys' vars template for enrolled-keys.
 	for _, want := range []string{"<tpm model='tpm-crb'>", "<backend type='emulator' version='2.0'", "secure='yes'", "OVMF_VARS_4M.ms.fd", "<smm state='on'/>",
-"<clock offset='localtime'>", "<boot order='1'/>", "<shmem name='looking-glass'>", "<size unit='M'>32</size>",
+		"<clock offset='localtime'>", "<boot order='1'/>", "<shmem name='looking-glass'>", "<size unit='M'>32</size>",
 		"<vcpupin vcpu='1' cpuset='0'/>", "threads='2'", "installer.iso", "virtio-win.iso"} {
 		if !strings.Contains(live, want) {
 			t.Errorf("running domain lacks %s", want)
