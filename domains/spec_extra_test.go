@@ -96,7 +96,7 @@ func render(t *testing.T, text, virtType string) string {
 func TestNewKeysRender(t *testing.T) {
 	cases := []struct {
 		name, yaml, virtType string
-		want, not           []string
+		want, not            []string
 	}{
 		{"windows11 kvm", "  os: windows11\n", "kvm", []string{
 			`<tpm model="tpm-crb">`, `<backend type="emulator" version="2.0">`, `<os firmware="efi">`,
