@@ -6,7 +6,6 @@ import (
 	"encoding/xml"
 	"fmt"
 	"math/bits"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -552,46 +551,35 @@ func stepDisks(p *Builder, d *libvirtxml.Domain) error {
 // stepCloudInit attaches the NoCloud seed ISO read-only as a CD-ROM. The apply command writes
 // the ISO (user-data, meta-data, network-config) at SeedISOPath before starting the VM.
 func stepCloudInit(p *Builder, d *libvirtxml.Domain) error {
-	path := p.seed
+	p.addCDROM(d, p.seed)
+	return nil
+}
+
+// addCDROM attaches the ISO at path read-only as a SATA CD-ROM (IDE on pc); nothing for "".
+func (p *Builder) addCDROM(d *libvirtxml.Domain, path string) {
 	if path == "" {
-		return nil
+		return
 	}
 	bus := "sata"
 	if !isQ35(p.VM.Spec.Machine) {
 		bus = "ide"
 	}
 	d.Devices.Disks = append(d.Devices.Disks, fileDisk("cdrom", path, "raw", bus, p.targets.next(bus), true))
-	return nil
 }
 
 func stepNetwork(p *Builder, d *libvirtxml.Domain) error {
 	n := p.VM.Spec.Network
-	iface := libvirtxml.DomainInterface{Model: &libvirtxml.DomainInterfaceModel{Type: "virtio"}}
-	if n.Model != "" {
-		iface.Model.Type = n.Model
-	}
-	if n.MAC != "" {
-		// libvirt parses only aa:bb:cc:dd:ee:ff; Validate accepts what net.ParseMAC does
-		// (aa-bb-..., aabb.ccdd.eeff), so write the canonical form.
-		mac := strings.ToLower(n.MAC)
-		if hw, err := net.ParseMAC(n.MAC); err == nil {
-			mac = hw.String()
-		}
-		iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
-	}
+	nic := NIC{Type: n.Type, Network: n.Network, Bridge: n.Bridge, Model: n.Model, MAC: n.MAC}
 	switch n.Type {
 	case "none":
 		return nil
-	case "bridge":
-		iface.Source = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: n.Bridge}}
-	default:
-		network := n.Network
-		if network == "" {
-			network = "default"
+	case "", "network":
+		nic.Type = "network"
+		if nic.Network == "" {
+			nic.Network = "default"
 		}
-		iface.Source = &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: network}}
 	}
-	d.Devices.Interfaces = append(d.Devices.Interfaces, iface)
+	d.Devices.Interfaces = append(d.Devices.Interfaces, nicInterface(nic))
 	return nil
 }
 

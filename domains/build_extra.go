@@ -3,6 +3,7 @@ package domains
 import (
 	"fmt"
 	"net"
+	"strings"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -80,15 +81,7 @@ func stepCPUPlacement(p *Builder, d *libvirtxml.Domain) error {
 
 // stepVirtioWin attaches the virtio-win driver ISO as a further CD-ROM.
 func stepVirtioWin(p *Builder, d *libvirtxml.Domain) error {
-	iso := p.VM.Spec.VirtioWin
-	if iso == "" {
-		return nil
-	}
-	bus := "sata"
-	if !isQ35(p.VM.Spec.Machine) {
-		bus = "ide"
-	}
-	d.Devices.Disks = append(d.Devices.Disks, fileDisk("cdrom", iso, "raw", bus, p.targets.next(bus), true))
+	p.addCDROM(d, p.VM.Spec.VirtioWin)
 	return nil
 }
 
@@ -133,15 +126,20 @@ func stepDevices(p *Builder, d *libvirtxml.Domain) error {
 	return nil
 }
 
+// nicInterface is the interface of one NIC (spec.network or a spec.devices.nics entry).
 func nicInterface(n NIC) libvirtxml.DomainInterface {
 	iface := libvirtxml.DomainInterface{Model: &libvirtxml.DomainInterfaceModel{Type: "virtio"}}
 	if n.Model != "" {
 		iface.Model.Type = n.Model
 	}
 	if n.MAC != "" {
+		// libvirt parses only aa:bb:cc:dd:ee:ff; Validate accepts what net.ParseMAC does
+		// (aa-bb-..., aabb.ccdd.eeff), so write the canonical form.
+		mac := strings.ToLower(n.MAC)
 		if hw, err := net.ParseMAC(n.MAC); err == nil {
-			iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: hw.String()}
+			mac = hw.String()
 		}
+		iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
 	}
 	switch n.Type {
 	case "bridge":

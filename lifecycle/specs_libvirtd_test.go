@@ -12,7 +12,6 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -31,15 +30,7 @@ func TestWindows11InstallerStarts(t *testing.T) {
 	if _, err := exec.LookPath("swtpm"); err != nil {
 		testenv.SkipOrFail(t, "needs swtpm (scripts/deps.sh test)")
 	}
-	tree := hosttest.New(t)
-	root := tree.Root
-	for d := root.Dir(); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		_ = os.Chmod(d, 0o755)
-	}
-	work := root.Path("guest")
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root, work := guestRoot(t)
 	iso, virtio := filepath.Join(work, "installer.iso"), filepath.Join(work, "virtio-win.iso")
 	for _, f := range []string{iso, virtio} {
 		if err := os.WriteFile(f, make([]byte, 1<<20), 0o644); err != nil {
