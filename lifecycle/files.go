@@ -100,7 +100,7 @@ func CheckSpecFiles(files []SpecFile, users []string) error {
 	for _, f := range files {
 		st, err := os.Stat(f.Path)
 		if errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("%s: %s does not exist: %w", f.Field, f.Path, host.ErrNotFound))
+			errs = append(errs, fmt.Errorf("%s: %s does not exist: correct the path or put the file there: %w", f.Field, f.Path, host.ErrNotFound))
 			continue
 		}
 		if err != nil {
