@@ -171,7 +171,11 @@ func stepBoot(p *Builder, d *libvirtxml.Domain) error {
 		case "disk", "cdrom":
 			found := false
 			for j := range d.Devices.Disks {
-				if d.Devices.Disks[j].Device == b {
+				dk := &d.Devices.Disks[j]
+				if dk.Device == "cdrom" && dk.Source != nil && dk.Source.File != nil && dk.Source.File.File == p.seed {
+					continue // the cloud-init seed is data, not a boot CD
+				}
+				if dk.Device == b {
 					d.Devices.Disks[j].Boot, found = order, true
 					break
 				}

@@ -109,6 +109,8 @@ func TestNewKeysRender(t *testing.T) {
 		{"virtio-win", "  os: windows11\n  virtioWin: /isos/virtio-win.iso\n", "kvm", []string{`device="cdrom"`, `<source file="/isos/virtio-win.iso">`}, nil},
 		{"boot order", "  disks:\n    - {blank: true, size: 8GiB, bus: sata}\n    - {device: cdrom, path: /isos/debian.iso}\n  boot: [cdrom, disk]\n", "kvm",
 			[]string{`<source file="/var/lib/libvirt/images/vm1-disk0.qcow2">`, `<boot order="1">`, `<boot order="2">`}, []string{`<boot dev=`, "<backingStore"}},
+		{"boot virtio-win past the seed", "  os: windows11\n  virtioWin: /isos/virtio-win.iso\n  cloudInit: {userData: \"#cloud-config\\n\"}\n  boot: [cdrom]\n", "kvm",
+			[]string{"<source file=\"/isos/virtio-win.iso\"></source>\n      <target dev=\"sdb\" bus=\"sata\"></target>\n      <readonly></readonly>\n      <boot order=\"1\">"}, nil},
 		{"boot network", "  boot: [network]\n", "kvm", []string{`<boot order="1">`}, []string{`<boot dev=`}},
 		{"volume and scsi discard", "  disks:\n    - {volume: data.qcow2, bus: scsi}\n", "kvm",
 			[]string{`<source file="/var/lib/libvirt/images/data.qcow2">`, `type="qcow2" discard="unmap"`, `bus="scsi"`, `model="virtio-scsi"`}, nil},
