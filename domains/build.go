@@ -6,7 +6,6 @@ import (
 	"encoding/xml"
 	"fmt"
 	"math/bits"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,9 +62,14 @@ var BuildSteps = []BuildStep{
 	stepNUMA,
 	stepFirmware,
 	stepFeatures,
+	stepGuestOS,
+	stepCPUPlacement,
 	stepDisks,
 	stepCloudInit,
+	stepVirtioWin,
 	stepNetwork,
+	stepDevices,
+	stepBoot,
 	stepGPUs,
 	stepGraphics,
 	stepMMIO64,
@@ -300,7 +304,11 @@ func stepCPU(p *Builder, d *libvirtxml.Domain) error {
 	b := p.block
 	b.vcpu = libvirtxml.DomainVCPU{Placement: "static", Value: n}
 	d.VCPU = &b.vcpu
-	b.topology = libvirtxml.DomainCPUTopology{Sockets: 1, Dies: 1, Cores: int(n), Threads: 1}
+	t, err := topology(p.VM.Spec.VCPUs, p.VM.Spec.CPU.Topology)
+	if err != nil {
+		return fmt.Errorf("spec.cpu.topology: %w: %w", err, host.ErrInvalid)
+	}
+	b.topology = libvirtxml.DomainCPUTopology{Sockets: t.Sockets, Dies: 1, Cores: t.Cores, Threads: t.Threads}
 	cpu := &b.cpu
 	cpu.Topology = &b.topology
 	switch m := cpuMode(p); m {
@@ -343,7 +351,7 @@ func stepFirmware(p *Builder, d *libvirtxml.Domain) error {
 		return nil
 	}
 	sb := "no"
-	if s.SecureBoot {
+	if s.SecureBoot || s.OS == "windows11" {
 		sb = "yes"
 		d.Features.SMM = &libvirtxml.DomainFeatureSMM{State: "on"}
 	}
@@ -383,7 +391,8 @@ type DiskFile struct {
 	BackingFormat string `json:"backing_format,omitempty"`
 	// Size is the overlay's virtual size in bytes (0 for plain paths).
 	Size uint64 `json:"size,omitempty"`
-	// Create is true for overlays (qemu-img create -f qcow2 -F BACKINGFMT -b BACKING PATH SIZE).
+	// Create is true for overlays (qemu-img create -f qcow2 -F BACKINGFMT -b BACKING PATH SIZE)
+	// and for blank disks (no Backing).
 	Create bool `json:"create"`
 }
 
@@ -391,6 +400,22 @@ type DiskFile struct {
 func (vm *VM) DiskFiles(opts BuildOptions) []DiskFile {
 	out := make([]DiskFile, 0, len(vm.Spec.Disks))
 	for i, dk := range vm.Spec.Disks {
+		if dk.Blank {
+			path := dk.Overlay
+			if path == "" {
+				path = filepath.Join(opts.imagesDir(), vm.Metadata.Name+"-"+diskName(dk, i)+".qcow2")
+			}
+			f := dk.Format
+			if f == "" {
+				f = "qcow2"
+			}
+			out = append(out, DiskFile{Path: path, Format: f, Size: dk.Size.Bytes, Create: true})
+			continue
+		}
+		if dk.Volume != "" {
+			out = append(out, DiskFile{Path: filepath.Join(opts.imagesDir(), dk.Volume), Format: fileFormat(dk.Format, dk.Volume)})
+			continue
+		}
 		if dk.Image != "" {
 			path := dk.Overlay
 			if path == "" {
@@ -406,16 +431,20 @@ func (vm *VM) DiskFiles(opts BuildOptions) []DiskFile {
 			out = append(out, DiskFile{Path: path, Format: "qcow2", Backing: dk.Image, BackingFormat: bf, Size: dk.Size.Bytes, Create: true})
 			continue
 		}
-		f := dk.Format
-		if f == "" {
-			f = "raw"
-			if strings.HasSuffix(dk.Path, ".qcow2") {
-				f = "qcow2"
-			}
-		}
-		out = append(out, DiskFile{Path: dk.Path, Format: f})
+		out = append(out, DiskFile{Path: dk.Path, Format: fileFormat(dk.Format, dk.Path)})
 	}
 	return out
+}
+
+// fileFormat is format, or else the format the file name says (.qcow2), or raw.
+func fileFormat(format, path string) string {
+	switch {
+	case format != "":
+		return format
+	case strings.HasSuffix(path, ".qcow2"):
+		return "qcow2"
+	}
+	return "raw"
 }
 
 func diskName(dk Disk, i int) string {
@@ -471,7 +500,7 @@ func fileDisk(device, path, format, bus, dev string, ro bool) libvirtxml.DomainD
 		Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: path}},
 		Target: &libvirtxml.DomainDiskTarget{Dev: dev, Bus: bus},
 	}
-	if device == "disk" && bus == "virtio" {
+	if device == "disk" && (bus == "virtio" || bus == "scsi") {
 		dk.Driver.Discard = "unmap"
 	}
 	if ro {
@@ -505,7 +534,7 @@ func stepDisks(p *Builder, d *libvirtxml.Domain) error {
 		if strings.HasPrefix(dk.Path, "/dev/") {
 			disk.Source = &libvirtxml.DomainDiskSource{Block: &libvirtxml.DomainDiskSourceBlock{Dev: dk.Path}}
 		}
-		if f.Create {
+		if f.Create && f.Backing != "" {
 			disk.BackingStore = &libvirtxml.DomainDiskBackingStore{
 				Format: &libvirtxml.DomainDiskFormat{Type: f.BackingFormat},
 				Source: &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: f.Backing}},
@@ -522,46 +551,35 @@ func stepDisks(p *Builder, d *libvirtxml.Domain) error {
 // stepCloudInit attaches the NoCloud seed ISO read-only as a CD-ROM. The apply command writes
 // the ISO (user-data, meta-data, network-config) at SeedISOPath before starting the VM.
 func stepCloudInit(p *Builder, d *libvirtxml.Domain) error {
-	path := p.seed
+	p.addCDROM(d, p.seed)
+	return nil
+}
+
+// addCDROM attaches the ISO at path read-only as a SATA CD-ROM (IDE on pc); nothing for "".
+func (p *Builder) addCDROM(d *libvirtxml.Domain, path string) {
 	if path == "" {
-		return nil
+		return
 	}
 	bus := "sata"
 	if !isQ35(p.VM.Spec.Machine) {
 		bus = "ide"
 	}
 	d.Devices.Disks = append(d.Devices.Disks, fileDisk("cdrom", path, "raw", bus, p.targets.next(bus), true))
-	return nil
 }
 
 func stepNetwork(p *Builder, d *libvirtxml.Domain) error {
 	n := p.VM.Spec.Network
-	iface := libvirtxml.DomainInterface{Model: &libvirtxml.DomainInterfaceModel{Type: "virtio"}}
-	if n.Model != "" {
-		iface.Model.Type = n.Model
-	}
-	if n.MAC != "" {
-		// libvirt parses only aa:bb:cc:dd:ee:ff; Validate accepts what net.ParseMAC does
-		// (aa-bb-..., aabb.ccdd.eeff), so write the canonical form.
-		mac := strings.ToLower(n.MAC)
-		if hw, err := net.ParseMAC(n.MAC); err == nil {
-			mac = hw.String()
-		}
-		iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
-	}
+	nic := NIC{Type: n.Type, Network: n.Network, Bridge: n.Bridge, Model: n.Model, MAC: n.MAC}
 	switch n.Type {
 	case "none":
 		return nil
-	case "bridge":
-		iface.Source = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: n.Bridge}}
-	default:
-		network := n.Network
-		if network == "" {
-			network = "default"
+	case "", "network":
+		nic.Type = "network"
+		if nic.Network == "" {
+			nic.Network = "default"
 		}
-		iface.Source = &libvirtxml.DomainInterfaceSource{Network: &libvirtxml.DomainInterfaceSourceNetwork{Network: network}}
 	}
-	d.Devices.Interfaces = append(d.Devices.Interfaces, iface)
+	d.Devices.Interfaces = append(d.Devices.Interfaces, nicInterface(nic))
 	return nil
 }
 

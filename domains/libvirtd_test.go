@@ -47,6 +47,8 @@ func TestDomXMLToNative(t *testing.T) {
 		{"vendor-vfio.yaml", false, []string{`"driver":"vfio-pci","host":"0000:41:00.4"`}},
 		{"virgl-workstation.yaml", false, []string{`"driver":"virtio-vga-gl"`, "egl-headless,rendernode=/dev/dri/renderD128"}},
 		{"virtio-gpu-fallback.yaml", false, []string{`"driver":"virtio-vga"`}},
+		{"windows11-gaming.yaml", false, []string{`"driver":"tpm-crb"`, `"driver":"ivshmem-plain"`, `"mem-path":"/dev/shm/looking-glass","size":33554432`, `"grab_all":true,"grab-toggle":"ctrl-ctrl"`, `"driver":"ich9-intel-hda"`, "-rtc base=localtime", "OVMF_CODE_4M.ms.fd", "smm=on"}},
+		{"workstation-installer.yaml", false, []string{`"bootindex":1`, `"driver":"ide-cd"`, "netinst.iso"}},
 	}
 	for _, c := range cases {
 		vm, err := domains.Load("../examples/" + c.file)

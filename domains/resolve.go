@@ -28,6 +28,9 @@ type Allocation struct {
 	// MMIO64MiB is the guest's 64-bit MMIO window in MiB (a power of two); 0 leaves the
 	// firmware default. Build turns it into <pcihole64> and <maxphysaddr>.
 	MMIO64MiB uint64 `json:"mmio64_mib,omitempty"`
+	// VCPUPins is the host CPU set of each vCPU (cpu.pin); EmulatorPin the emulator threads'.
+	VCPUPins    []string `json:"vcpu_pins,omitempty"`
+	EmulatorPin string   `json:"emulator_pin,omitempty"`
 	// Notes explain choices a user may want to know about (placeholders, defaults kept).
 	Notes []string `json:"notes,omitempty"`
 }
@@ -87,6 +90,9 @@ type ResolveOptions struct {
 	VirtType string
 	// InUse are PCI functions already given to other VMs (from the ledger); they are skipped.
 	InUse []host.Address
+	// ThreadSiblings are the host's SMT sibling sets (host.ThreadSiblings), for cpu.pin: auto;
+	// nil treats every CPU as a core of its own.
+	ThreadSiblings map[int][]int
 }
 
 // DomainUUID is vgpu.DomainUUID: the domain UUID vgpu-host gives VM name.
@@ -141,7 +147,11 @@ func Resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, err
 		alloc.GPUs = append(alloc.GPUs, ga)
 	}
 	alloc.Notes = append(alloc.Notes, r.notes...)
+	if vm.Spec.OS == "windows11" && alloc.VirtType == "qemu" {
+		alloc.Notes = append(alloc.Notes, "os windows11: the Hyper-V enlightenments need KVM; left out under qemu (TCG)")
+	}
 	r.placeNUMA(alloc)
+	placePins(vm, alloc, opts.ThreadSiblings)
 	if err := r.sizeMMIO(alloc); err != nil {
 		return nil, err
 	}
@@ -184,7 +194,7 @@ func (r *resolver) gpu(i int, g GPU) (GPUAllocation, error) {
 
 // placeNUMA implements numa: auto — the host node of the first assigned GPU.
 func (r *resolver) placeNUMA(alloc *Allocation) {
-	if r.vm.Spec.NUMA != "auto" {
+	if r.vm.Spec.NUMA != "auto" && !pinAuto(r.vm) {
 		return
 	}
 	if r.inv == nil {

@@ -74,6 +74,18 @@ type Spec struct {
 	// MMIO64 sizes the guest's 64-bit PCI MMIO window: "auto" (default: from the assigned
 	// devices' 64-bit BARs), "off", or a size such as 256GiB.
 	MMIO64 string `yaml:"mmio64,omitempty" json:"mmio64,omitempty"`
+
+	// OS is the guest operating system: "linux" (default) or "windows11" (TPM 2.0, UEFI
+	// Secure Boot with enrolled keys, Hyper-V enlightenments, localtime clock).
+	OS string `yaml:"os,omitempty" json:"os,omitempty"`
+	// VirtioWin is the virtio-win driver ISO, attached as a further CD-ROM (Windows guests).
+	VirtioWin string `yaml:"virtioWin,omitempty" json:"virtioWin,omitempty"`
+	// TPM adds an emulated TPM 2.0 (swtpm); on by default for windows11.
+	TPM *bool `yaml:"tpm,omitempty" json:"tpm,omitempty"`
+	// Boot is the boot order by device kind: disk, cdrom, network (default [disk]).
+	Boot []string `yaml:"boot,omitempty" json:"boot,omitempty"`
+	// Devices are the VM's further devices: USB, evdev input, Looking Glass, NICs, sound.
+	Devices Devices `yaml:"devices,omitempty" json:"devices,omitempty"`
 }
 
 // CPU selects the guest CPU model.
@@ -81,18 +93,27 @@ type CPU struct {
 	// Model is host-passthrough (default with kvm), host-model, maximum (default with qemu/TCG),
 	// or a named libvirt CPU model such as "Skylake-Server".
 	Model string `yaml:"model,omitempty" json:"model,omitempty"`
+	// Topology is the guest's sockets, cores and threads; their product must be vcpus.
+	Topology *Topology `yaml:"topology,omitempty" json:"topology,omitempty"`
+	// Pin pins vCPUs and the emulator to host CPUs: "auto" (on the GPU's NUMA node, sibling
+	// threads together) or a list of host CPUs, one per vCPU.
+	Pin *Pin `yaml:"pin,omitempty" json:"pin,omitempty"`
 }
 
 // Disk is a base cloud image with a copy-on-write overlay (Image + Size), or a plain path.
 type Disk struct {
-	Name     string `yaml:"name,omitempty" json:"name,omitempty"`
-	Image    string `yaml:"image,omitempty" json:"image,omitempty"`     // base image (read-only backing file)
-	Size     Size   `yaml:"size,omitempty" json:"size,omitempty"`       // overlay size
-	Overlay  string `yaml:"overlay,omitempty" json:"overlay,omitempty"` // overlay path; default IMAGES/NAME-DISK.qcow2
-	Path     string `yaml:"path,omitempty" json:"path,omitempty"`       // a plain file or block device
-	Format   string `yaml:"format,omitempty" json:"format,omitempty"`   // qcow2 or raw; default from the file name
-	Bus      string `yaml:"bus,omitempty" json:"bus,omitempty"`         // virtio (default), sata, scsi
-	Device   string `yaml:"device,omitempty" json:"device,omitempty"`   // disk (default) or cdrom
+	Name    string `yaml:"name,omitempty" json:"name,omitempty"`
+	Image   string `yaml:"image,omitempty" json:"image,omitempty"`     // base image (read-only backing file)
+	Size    Size   `yaml:"size,omitempty" json:"size,omitempty"`       // overlay size
+	Overlay string `yaml:"overlay,omitempty" json:"overlay,omitempty"` // overlay path; default IMAGES/NAME-DISK.qcow2
+	Path    string `yaml:"path,omitempty" json:"path,omitempty"`       // a plain file or block device
+	Format  string `yaml:"format,omitempty" json:"format,omitempty"`   // qcow2 or raw; default from the file name
+	Bus     string `yaml:"bus,omitempty" json:"bus,omitempty"`         // virtio (default), scsi, sata
+	Device  string `yaml:"device,omitempty" json:"device,omitempty"`   // disk (default) or cdrom
+	// Blank creates an empty disk of Size in the pool (qcow2; path default IMAGES/NAME-DISK.qcow2).
+	Blank bool `yaml:"blank,omitempty" json:"blank,omitempty"`
+	// Volume is an existing volume of the pool, by name.
+	Volume   string `yaml:"volume,omitempty" json:"volume,omitempty"`
 	ReadOnly bool   `yaml:"readOnly,omitempty" json:"readOnly,omitempty"`
 }
 

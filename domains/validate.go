@@ -259,6 +259,9 @@ func (v *validator) check() {
 	v.network()
 	v.graphics()
 	v.gpus()
+	v.guestOS()
+	v.cpuPlacement()
+	v.devices()
 	if q := s.Quirks.HypervVendorID; q != "" {
 		if len(q) > 12 || !alnumRE.MatchString(q) {
 			v.add("spec.quirks.hypervVendorId", "%q: want 1 to 12 letters or digits", q)
@@ -298,11 +301,19 @@ func (v *validator) disks() {
 			}
 			names[d.Name] = true
 		}
+		sources := 0
+		for _, set := range []bool{d.Image != "", d.Path != "", d.Blank, d.Volume != ""} {
+			if set {
+				sources++
+			}
+		}
 		switch {
-		case d.Image != "" && d.Path != "":
-			v.add(p, "give either image (a base image with an overlay) or path, not both")
-		case d.Image == "" && d.Path == "":
-			v.add(p, "give image (a base image with an overlay) or path")
+		case sources > 1:
+			v.add(p, "give only one of image (a base image with an overlay), path, blank or volume, not both")
+		case sources == 0:
+			v.add(p, "give image (a base image with an overlay), path, blank: true (with size) or volume")
+		case d.Blank || d.Volume != "":
+			v.blankOrVolume(p, d)
 		case d.Image != "":
 			v.absPath(p+".image", d.Image)
 			v.absPath(p+".overlay", d.Overlay)
@@ -325,8 +336,12 @@ func (v *validator) disks() {
 		if d.Format != "" {
 			v.oneOf(p+".format", d.Format, "qcow2", "raw")
 		}
-		if d.Bus != "" {
-			v.oneOf(p+".bus", d.Bus, "virtio", "sata", "scsi")
+		switch d.Bus {
+		case "", "virtio", "sata", "scsi":
+		case "nvme":
+			v.add(p+".bus", "nvme: libvirt 9.0 (Debian 12) has no emulated NVMe disk bus; use virtio, scsi, or sata for an installer without drivers")
+		default:
+			v.oneOf(p+".bus", d.Bus, "virtio", "scsi", "sata")
 		}
 		if d.Device != "" {
 			v.oneOf(p+".device", d.Device, "disk", "cdrom")

@@ -55,6 +55,8 @@ func (l *Lifecycle) refuseExisting(ctx context.Context, ps step.Step) error {
 	switch s := ps.(type) {
 	case step.CreateOverlay:
 		vol, pool = s.Volume, s.Pool
+	case step.CreateBlank:
+		vol, pool = s.Volume, s.Pool
 	case step.WriteSeed:
 		vol, pool = s.Volume, s.Pool
 	default:

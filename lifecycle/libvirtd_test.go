@@ -13,6 +13,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/domains"
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
@@ -70,15 +71,7 @@ func TestGuestBootsAndSeesVirtioGPU(t *testing.T) {
 	if len(kernels) == 0 {
 		t.Fatal("no /boot/vmlinuz-* (Debian's linux-image-amd64)")
 	}
-	tree := hosttest.New(t)
-	root := tree.Root
-	for d := root.Dir(); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		_ = os.Chmod(d, 0o755)
-	}
-	work := root.Path("guest")
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root, work := guestRoot(t)
 	initrd := initramfs(t, work)
 	serial := filepath.Join(work, "serial.log")
 	base := filepath.Join(work, "base.qcow2")
@@ -180,6 +173,21 @@ spec:
 	if vols, _ := filepath.Glob(filepath.Join(root.StateDir("images"), name+"-*")); len(vols) != 0 {
 		t.Fatalf("volumes left: %v", vols)
 	}
+}
+
+// guestRoot is a fake host root whose directories QEMU (libvirt-qemu) may enter, and its
+// guest/ directory for the files a test VM uses.
+func guestRoot(t *testing.T) (host.Root, string) {
+	t.Helper()
+	root := hosttest.New(t).Root
+	for d := root.Dir(); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		_ = os.Chmod(d, 0o755)
+	}
+	work := root.Path("guest")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root, work
 }
 
 func tail(s string) string {

@@ -72,6 +72,9 @@ type Options struct {
 	// Customize, when set, edits each built domain before it is defined (tests use it for
 	// direct kernel boot and a serial log file).
 	Customize func(vm *domains.VM, d *libvirtxml.Domain) error
+	// CheckFiles checks that the spec's files exist and the QEMU user can read them
+	// (CheckSpecFiles) under a fake --host-root too; on the real root plan always does.
+	CheckFiles bool
 	// Progress receives one line per step taken; nil is quiet.
 	Progress io.Writer
 	// CrashAt makes apply stop dead (Crash) at the N-th step it takes (1-based), after the
@@ -272,7 +275,12 @@ func (l *Lifecycle) buildOpts() domains.BuildOptions {
 // libvirt nothing, so apply can call it while it holds the ledger's lock.
 func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*Plan, error) {
 	name := vm.Metadata.Name
-	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI)})
+	var siblings map[int][]int
+	if vm.Spec.CPU.Pin != nil && vm.Spec.CPU.Pin.Auto {
+		// Without the host's SMT siblings (a fake root without them) every CPU is a core.
+		siblings, _ = host.ThreadSiblings(l.o.Root)
+	}
+	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings})
 	if err != nil {
 		if errors.Is(err, host.ErrNotFound) && len(book.VMs)+len(foreignPCI) > 0 {
 			// Devices exist but others hold them: say busy, not absent, and who holds them
@@ -308,6 +316,11 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 	p.add(hostSteps...)
 	if err := l.preflight(ctx, p); err != nil {
 		return nil, err
+	}
+	if l.o.Root.IsReal() || l.o.CheckFiles {
+		if err := CheckSpecFiles(SpecFiles(vm, l.buildOpts()), QEMUUsers); err != nil {
+			return nil, err
+		}
 	}
 	storage, err := l.storageSteps(vm)
 	if err != nil {
@@ -422,6 +435,10 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 		}
 		if !step.InPool(f.Path, l.o.PoolDir) {
 			return nil, fmt.Errorf("disk overlay %s: vgpu-host creates overlays in its pool directory %s only; drop spec.disks[].overlay: %w", f.Path, l.o.PoolDir, host.ErrInvalid)
+		}
+		if f.Backing == "" {
+			out = append(out, step.CreateBlank{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Format: f.Format, Size: f.Size, Path: f.Path})
+			continue
 		}
 		out = append(out, step.CreateOverlay{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Backing: f.Backing, BackingFormat: f.BackingFormat, Size: f.Size, Path: f.Path})
 	}

@@ -201,6 +201,41 @@ func (s CreateOverlay) Undo(ctx context.Context, env Env) error {
 	return env.Conn().DeleteVolume(ctx, poolOr(s.Pool, env), s.Volume)
 }
 
+// CreateBlank creates an empty volume Volume of Size bytes in Pool (a disk to install onto).
+type CreateBlank struct {
+	Volume, Pool string
+	Format       string // qcow2 or raw
+	Size         uint64
+	// Path is where the volume lands (for Text); not journalled.
+	Path string
+}
+
+// Action implements Step.
+func (CreateBlank) Action() Action { return ActCreateBlank }
+
+// Target is the volume's name.
+func (s CreateBlank) Target() string { return s.Volume }
+
+// Params records pool, format and size.
+func (s CreateBlank) Params() map[string]string {
+	return map[string]string{"pool": s.Pool, "format": s.Format, "size": strconv.FormatUint(s.Size, 10)}
+}
+
+// Text implements Step.
+func (s CreateBlank) Text() string {
+	return fmt.Sprintf("create blank %s disk %s of %d bytes", s.Format, orVolume(s.Path, s.Volume), s.Size)
+}
+
+// Do implements Step.
+func (s CreateBlank) Do(ctx context.Context, env Env) error {
+	return env.Conn().CreateVolume(ctx, poolOr(s.Pool, env), virt.Volume{Name: s.Volume, Format: s.Format, Capacity: s.Size})
+}
+
+// Undo deletes the volume.
+func (s CreateBlank) Undo(ctx context.Context, env Env) error {
+	return env.Conn().DeleteVolume(ctx, poolOr(s.Pool, env), s.Volume)
+}
+
 // WriteSeed uploads the VM's cloud-init NoCloud seed ISO as volume Volume of Pool.
 type WriteSeed struct {
 	Volume, Pool string

@@ -33,6 +33,7 @@ const (
 	ActAssignVGPU    Action = "assign-vgpu"    // write a vendor vGPU type to a VF's nvidia/current_vgpu_type
 	ActEnsurePool    Action = "ensure-pool"    // define/start the images dir pool (shared; never undone)
 	ActCreateOverlay Action = "create-overlay" // qcow2 overlay volume over a base image
+	ActCreateBlank   Action = "create-blank"   // empty disk volume of a given size
 	ActWriteSeed     Action = "write-seed"     // cloud-init NoCloud seed ISO volume
 	ActDefine        Action = "define"         // define the libvirt domain
 	ActStart         Action = "start"          // start the domain
@@ -121,7 +122,7 @@ func Decode(action, target string, params map[string]string) (Step, error) {
 		return AssignVGPU{VF: vf, Type: t, TypeName: p("type_name"), Index: idx}, nil
 	case ActEnsurePool:
 		return EnsurePool{Pool: target, Path: p("path")}, nil
-	case ActCreateOverlay, ActWriteSeed:
+	case ActCreateOverlay, ActWriteSeed, ActCreateBlank:
 		// The journal is a file on disk: the names it gives become paths, so they are input
 		// like any other.
 		if err := checkVolume(target, p("pool")); err != nil {
@@ -131,6 +132,9 @@ func Decode(action, target string, params map[string]string) (Step, error) {
 			return WriteSeed{Volume: target, Pool: p("pool")}, nil
 		}
 		size, _ := strconv.ParseUint(p("size"), 10, 64)
+		if Action(action) == ActCreateBlank {
+			return CreateBlank{Volume: target, Pool: p("pool"), Format: p("format"), Size: size}, nil
+		}
 		return CreateOverlay{Volume: target, Pool: p("pool"), Backing: p("backing"), BackingFormat: p("backing_format"), Size: size}, nil
 	case ActDefine:
 		return Define{VM: target, VirtType: p("virt_type")}, nil

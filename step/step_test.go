@@ -17,6 +17,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 		AssignVGPU{VF: host.MustParseAddress("0000:41:00.4"), Type: 1160, TypeName: "NVIDIA L40S-8Q", Index: 1},
 		EnsurePool{Pool: "vgpu-host", Path: "/var/lib/vgpu-host/images"},
 		CreateOverlay{Volume: "vm-root.qcow2", Pool: "vgpu-host", Backing: "/img/base.qcow2", BackingFormat: "qcow2", Size: 1 << 30},
+		CreateBlank{Volume: "vm-system.qcow2", Pool: "vgpu-host", Format: "qcow2", Size: 64 << 30},
 		WriteSeed{Volume: "vm-seed.iso", Pool: "vgpu-host"},
 		Define{VM: "vm"},
 		Start{VM: "vm"},
@@ -40,7 +41,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 			t.Errorf("%s: empty text or target", s.Action())
 		}
 	}
-	if len(seen) != 8 {
+	if len(seen) != 9 {
 		t.Fatalf("%d actions covered, want every one", len(seen))
 	}
 }
@@ -52,6 +53,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"format-disk", "x"},
 		{"create-overlay", "../../etc/passwd"}, // a journal is input: no path out of the pool
 		{"write-seed", "a/b"},
+		{"create-blank", "../x.qcow2"},
 	} {
 		if _, err := Decode(c.action, c.target, nil); err == nil {
 			t.Errorf("Decode(%s %s) accepted", c.action, c.target)

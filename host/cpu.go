@@ -1,0 +1,90 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ParseCPUList parses a kernel CPU list ("0-3,8,10-11") into sorted CPU numbers.
+func ParseCPUList(s string) ([]int, error) {
+	var out []int
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("cpu list %q: bad cpu %q: %w", s, lo, ErrInvalid)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a || b-a > 1<<16 {
+				return nil, fmt.Errorf("cpu list %q: bad range %q: %w", s, part, ErrInvalid)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// FormatCPUList writes CPU numbers as a kernel CPU list ("0-3,8").
+func FormatCPUList(cpus []int) string {
+	c := append([]int(nil), cpus...)
+	sort.Ints(c)
+	var parts []string
+	for i := 0; i < len(c); {
+		j := i
+		for j+1 < len(c) && c[j+1] == c[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(c[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", c[i], c[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// ThreadSiblings reads each online CPU's SMT siblings (topology/thread_siblings_list), keyed
+// by CPU number; the list includes the CPU itself. CPUs without a topology directory
+// (offline) are left out.
+func ThreadSiblings(root Root) (map[int][]int, error) {
+	dir := root.Sys("devices", "system", "cpu")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read cpu topology: %w", err)
+	}
+	out := map[int][]int{}
+	for _, e := range ents {
+		n, ok := strings.CutPrefix(e.Name(), "cpu")
+		cpu, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "topology", "thread_siblings_list"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cpu%d thread siblings: %w", cpu, err)
+		}
+		sib, err := ParseCPUList(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("cpu%d thread siblings: %w", cpu, err)
+		}
+		out[cpu] = sib
+	}
+	return out, nil
+}
