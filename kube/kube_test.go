@@ -193,6 +193,18 @@ func TestTranslateExamplesUpstream(t *testing.T) {
 					t.Errorf("bios/network/hostDisk: %+v %+v", d.Firmware, d.Devices)
 				}
 			}},
+		// Issue 18's keys: every one KubeVirt cannot take is reported, none dropped.
+		"windows11-gaming.yaml": {gpus: []string{"nvidia.com/GA100_A100_SXM4_40GB"},
+			findings: []string{"spec.boot", "spec.cpu.pin", "spec.cpu.topology", "spec.devices.evdev[0]", "spec.devices.evdev[1]",
+				"spec.devices.lookingGlass", "spec.devices.sound", "spec.devices.usbController", "spec.disks[0].blank", "spec.disks[1].path",
+				"spec.gpus[0].passthrough.address", "spec.graphics.type", "spec.os", "spec.virtioWin"}},
+		"workstation-installer.yaml": {findings: []string{"spec.boot", "spec.cpu.topology", "spec.devices.nics[0]", "spec.disks[0].blank", "spec.disks[1].path"},
+			check: func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+				v := vm.Spec.Template.Spec.Volumes
+				if len(v) == 0 || v[0].EmptyDisk == nil || v[0].EmptyDisk.Capacity.IsZero() {
+					t.Errorf("blank disk: want an emptyDisk with its capacity: %+v", v)
+				}
+			}},
 		"image-builder.yaml": {findings: []string{"spec.cloudInit.metaData", "spec.disks[0].image"},
 			check: func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
 				if a := vm.Spec.Template.Spec.Domain.Devices.AutoattachGraphicsDevice; a == nil || *a {

@@ -239,7 +239,19 @@ type Volume struct {
 	ContainerDisk    *ContainerDisk    `json:"containerDisk,omitempty"`
 	DataVolume       *DataVolumeRef    `json:"dataVolume,omitempty"`
 	HostDisk         *HostDisk         `json:"hostDisk,omitempty"`
+	EmptyDisk        *EmptyDisk        `json:"emptyDisk,omitempty"`
+	PVC              *PVCSource        `json:"persistentVolumeClaim,omitempty"`
 	CloudInitNoCloud *CloudInitNoCloud `json:"cloudInitNoCloud,omitempty"`
+}
+
+// EmptyDisk is v1.EmptyDiskSource: a blank disk of Capacity.
+type EmptyDisk struct {
+	Capacity string `json:"capacity"`
+}
+
+// PVCSource is v1.PersistentVolumeClaimVolumeSource.
+type PVCSource struct {
+	ClaimName string `json:"claimName"`
 }
 
 // ContainerDisk is v1.ContainerDiskSource.
@@ -355,6 +367,7 @@ func (t *translator) run() error {
 	t.cpuMemory(d)
 	t.firmware(d)
 	t.disks(d)
+	t.unexpressed()
 	t.network(d)
 	t.graphics(d)
 	if err := t.gpus(d); err != nil {
@@ -492,6 +505,12 @@ func (t *translator) disks(d *DomainSpec) {
 			if dk.Overlay != "" {
 				t.unsupported(p+".overlay", dk.Overlay, "KubeVirt stores the disk in the DataVolume %s, not in an overlay file", dv)
 			}
+		case dk.Blank:
+			*vs = append(*vs, Volume{Name: name, EmptyDisk: &EmptyDisk{Capacity: Quantity(dk.Size.Bytes)}})
+			t.unsupported(p+".blank", "true", "an emptyDisk is ephemeral in KubeVirt: it is blank at every start; for an install target use a DataVolume (blank source) instead")
+		case dk.Volume != "":
+			*vs = append(*vs, Volume{Name: name, PVC: &PVCSource{ClaimName: dk.Volume}})
+			t.unsupported(p+".volume", dk.Volume, "a libvirt pool volume is not a cluster volume: the VM mounts a PersistentVolumeClaim named %s, which must hold the disk", dk.Volume)
 		default:
 			*vs = append(*vs, Volume{Name: name, HostDisk: &HostDisk{Path: dk.Path, Type: "Disk"}})
 			t.unsupported(p+".path", dk.Path, "kept as a hostDisk, which needs KubeVirt's HostDisk feature gate and the file on the node the VM runs on")
@@ -684,4 +703,44 @@ func (t *translator) virtio(d *DomainSpec, p string, v domains.VirtioGPU) {
 		return
 	}
 	d.Devices.Video = &Video{Type: "virtio"}
+}
+
+// unexpressed reports the spec's keys this translation does not carry over (the Windows and
+// workstation features of the spec, issue 18): each a finding, never silently dropped.
+func (t *translator) unexpressed() {
+	s := t.vm.Spec
+	if s.OS != "" {
+		t.unsupported("spec.os", s.OS, "not translated: set the domain's tpm, firmware (efi secureBoot, smm), features.hyperv and clock by hand, or use KubeVirt's windows preference")
+	}
+	if s.TPM != nil && *s.TPM {
+		t.unsupported("spec.tpm", "true", "not translated: add spec.template.spec.domain.devices.tpm")
+	}
+	if s.VirtioWin != "" {
+		t.unsupported("spec.virtioWin", s.VirtioWin, "a host ISO is not a cluster volume: attach the virtio-win containerDisk instead")
+	}
+	if len(s.Boot) > 0 {
+		t.unsupported("spec.boot", strings.Join(s.Boot, ","), "not translated: set bootOrder on the disks")
+	}
+	if s.CPU.Topology != nil {
+		t.unsupported("spec.cpu.topology", "", "not translated: KubeVirt takes sockets/cores/threads in domain.cpu; vcpus became cores")
+	}
+	if s.CPU.Pin != nil {
+		t.unsupported("spec.cpu.pin", "", "KubeVirt pins with dedicatedCpuPlacement (the kubelet's CPU manager), not a host CPU list")
+	}
+	dv := s.Devices
+	for i, e := range dv.Evdev {
+		t.unsupported(fmt.Sprintf("spec.devices.evdev[%d]", i), e.Path, "KubeVirt has no evdev input passthrough")
+	}
+	if dv.LookingGlass != nil {
+		t.unsupported("spec.devices.lookingGlass", dv.LookingGlass.Resolution, "KubeVirt has no ivshmem device")
+	}
+	for i := range dv.NICs {
+		t.unsupported(fmt.Sprintf("spec.devices.nics[%d]", i), "", "not translated: add a Multus network and interface")
+	}
+	if dv.USBController != "" {
+		t.unsupported("spec.devices.usbController", dv.USBController, "KubeVirt chooses the USB controller")
+	}
+	if dv.Sound != "" {
+		t.unsupported("spec.devices.sound", dv.Sound, "set devices.sound by hand")
+	}
 }
