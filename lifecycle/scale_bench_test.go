@@ -14,40 +14,11 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// smallVM is the scale benchmark's VM: 1 vCPU, an overlay on a base image, a cloud-init seed,
-// any NVIDIA GPU or else virtio-gpu (the generated host's GPUs are all held by the driver or
-// not vfio-viable, so it falls back: the ledger entry has a journal but no device claims).
-func smallVM(tb testing.TB, name string) *domains.VM {
-	tb.Helper()
-	y := fmt.Sprintf(`apiVersion: vgpu-host/v1
-kind: VirtualMachine
-metadata:
-  name: %s
-spec:
-  vcpus: 1
-  memory: 512MiB
-  firmware: bios
-  disks:
-    - name: root
-      image: /images/base.qcow2
-      size: 1GiB
-  cloudInit:
-    userData: |
-      #cloud-config
-      runcmd: [poweroff]
-  network:
-    type: none
-  gpus:
-`+anyNvidiaOrVirtio, name)
-	vm, err := domains.Parse([]byte(y))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := vm.Validate(); err != nil {
-		tb.Fatal(err)
-	}
-	return vm
-}
+// smallVM is the scale benchmark's VM (spec's: 1 vCPU, an overlay on a base image, a
+// cloud-init seed) with any NVIDIA GPU or else virtio-gpu: the generated host's GPUs are held
+// by their drivers or not vfio-viable, so it falls back, and its ledger entry has a journal
+// but no device claims.
+func smallVM(tb testing.TB, name string) *domains.VM { return spec(tb, name, anyNvidiaOrVirtio) }
 
 // BenchmarkApplyDestroyScale (issue 19): apply + destroy (NoStart) of one small VM against
 // virt.NewFake, on the generated 64-GPU host (hosttest.GPUHost64, scanned once), while the
