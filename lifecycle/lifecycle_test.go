@@ -132,7 +132,7 @@ func (e *env) lc(mod ...func(*Options)) *Lifecycle {
 	return New(o)
 }
 
-func spec(t *testing.T, name, gpus string) *domains.VM {
+func spec(t testing.TB, name, gpus string) *domains.VM {
 	t.Helper()
 	y := fmt.Sprintf(`apiVersion: vgpu-host/v1
 kind: VirtualMachine

@@ -2,6 +2,7 @@
 //
 //	go run ./cmd/gen-fakehost -size big DIR     # ~2,000 PCI functions, 8 GPUs behind PCIe switches
 //	go run ./cmd/gen-fakehost -size small DIR   # a workstation
+//	go run ./cmd/gen-fakehost -size gpu64 DIR   # 64 GPUs on 8 NUMA nodes (hosttest.GPUHost64)
 //
 // DIR must not exist or be empty. The tree carries `config` files so lspci can read it too.
 package main
@@ -36,15 +37,15 @@ func (d dirTB) Errorf(f string, a ...any) { d.Fatalf(f, a...) }
 func (d dirTB) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, f+"\n", a...) }
 
 func main() {
-	size := flag.String("size", "big", "host size: big (~2,000 functions) or small")
+	size := flag.String("size", "big", "host size: big (~2,000 functions), small or gpu64 (64 GPUs)")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: gen-fakehost [-size big|small] DIR")
+		fmt.Fprintln(os.Stderr, "usage: gen-fakehost [-size big|small|gpu64] DIR")
 		os.Exit(2)
 	}
-	spec, ok := map[string]hosttest.HostSpec{"big": hosttest.BenchHost, "small": hosttest.SmallHost}[*size]
+	spec, ok := map[string]hosttest.HostSpec{"big": hosttest.BenchHost, "small": hosttest.SmallHost, "gpu64": hosttest.GPUHost64}[*size]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "gen-fakehost: unknown -size %q: use big or small\n", *size)
+		fmt.Fprintf(os.Stderr, "gen-fakehost: unknown -size %q: use big, small or gpu64\n", *size)
 		os.Exit(2)
 	}
 	dir := flag.Arg(0)

@@ -33,7 +33,21 @@ type HostSpec struct {
 	VFsPerGPU    int // VFs on each NVIDIA SR-IOV GPU (half of the GPUs)
 	MiscDevices  int // host functions on the root complex (storage, USB, SMBus...)
 	WithMdevGPUs bool
+	// GPUsPerSwitch is the number of GPUs behind each switch (default 2, at most 8).
+	GPUsPerSwitch int
+	// NUMANodes spreads the GPUs evenly over this many nodes (default: four GPUs per node).
+	NUMANodes int
+	// MixedGPUs cycles the GPU kinds by index instead (0: A100 mdev parent, 1: consumer GPU
+	// with HDMI audio, 2: L40S and 3: A40 with VFsPerGPU vendor-vGPU VFs each), so every
+	// kind is on every NUMA node.
+	MixedGPUs bool
 }
+
+// GPUHost64 is the scale benchmark's host (issue 19): 64 GPUs behind 16 PCIe switches on 8
+// NUMA nodes, mixed as in MixedGPUs (16 A100 mdev parents, 16 consumer GPUs with audio, 16
+// L40S and 16 A40 with 16 vendor-vGPU VFs each), 2 SR-IOV NICs with 16 VFs, 32 other
+// functions.
+var GPUHost64 = HostSpec{Switches: 16, GPUsPerSwitch: 4, NUMANodes: 8, MixedGPUs: true, NICs: 2, VFsPerNIC: 16, VFsPerGPU: 16, MiscDevices: 32}
 
 // BenchHost is the benchmark's large host: 8 GPUs behind 4 PCIe switches (2 A100 mdev
 // parents, 2 consumer GPUs with HDMI audio, 4 L40S with 16 vendor-vGPU VFs each), 14 SR-IOV
@@ -47,14 +61,43 @@ var SmallHost = HostSpec{Switches: 1, NICs: 1, VFsPerNIC: 4, VFsPerGPU: 4, MiscD
 // function (WriteConfigSpace) so that lspci can read the same tree.
 func (t *Tree) GenerateHost(spec HostSpec) {
 	gpu := 0
+	perSwitch := spec.GPUsPerSwitch
+	if perSwitch == 0 {
+		perSwitch = 2
+	}
+	// Buses: 0x20 + 0x10 per switch as before for up to 4 switches; larger hosts pack them
+	// (upstream, downstream and one bus per GPU), below the NICs' 0x80.
+	stride := 0x10
+	if spec.Switches > 4 {
+		stride = 2 + perSwitch
+	}
+	if perSwitch > 8 || spec.Switches > 16 || 0x20+spec.Switches*stride > 0x80 {
+		t.tb.Fatalf("hosttest: %d switches of %d GPUs do not fit the generated layout", spec.Switches, perSwitch)
+	}
+	total := spec.Switches * perSwitch
 	for s := 0; s < spec.Switches; s++ {
 		port := fmt.Sprintf("0000:00:%02x.0", 1+s)
-		bus := 0x20 + s*0x10
+		if s >= 4 {
+			port = fmt.Sprintf("0000:00:%02x.0", 0x10+s) // 00:14-1f: 00:08-0f are the NICs'
+		}
+		bus := 0x20 + s*stride
 		up := fmt.Sprintf("0000:%02x:00.0", bus)
-		downs := t.PCIeSwitch(port, up, fmt.Sprintf("0000:%02x:00.0", bus+1), fmt.Sprintf("0000:%02x:01.0", bus+1))
+		var downAddrs []string
+		for i := 0; i < perSwitch; i++ {
+			downAddrs = append(downAddrs, fmt.Sprintf("0000:%02x:%02x.0", bus+1, i))
+		}
+		downs := t.PCIeSwitch(port, up, downAddrs...)
 		for i, d := range downs {
 			gpuAddr := fmt.Sprintf("0000:%02x:00.0", bus+2+i)
 			numa := gpu / 4
+			if spec.NUMANodes > 0 {
+				numa = gpu * spec.NUMANodes / total
+			}
+			if spec.MixedGPUs {
+				t.mixedGPU(gpu%4, gpuAddr, d.String(), numa, spec.VFsPerGPU)
+				gpu++
+				continue
+			}
 			switch {
 			case gpu < 2 && spec.WithMdevGPUs:
 				a := t.AddPCI(PCI{Addr: gpuAddr, Parent: d.String(), Vendor: VendorNVIDIA, Device: 0x20b0, SubVendor: VendorNVIDIA, SubDevice: 0x134f,
@@ -99,6 +142,34 @@ func (t *Tree) GenerateHost(spec HostSpec) {
 			BARs: []BARSpec{{Index: 0, Size: 64 << 10}}})
 	}
 	t.WriteConfigSpace()
+}
+
+// mixedGPU adds GPU kind k (see HostSpec.MixedGPUs) at gpuAddr behind the switch port parent.
+func (t *Tree) mixedGPU(k int, gpuAddr, parent string, numa, vfs int) {
+	switch k {
+	case 0:
+		a := t.AddPCI(PCI{Addr: gpuAddr, Parent: parent, Vendor: VendorNVIDIA, Device: 0x20b0, SubVendor: VendorNVIDIA, SubDevice: 0x134f,
+			Class: 0x030200, Driver: "nvidia", NUMA: numa, NUMASet: true, ResetMethods: "flr bus",
+			BARs: []BARSpec{{Index: 0, Size: 16 << 20}, {Index: 1, Size: 64 << 30, Is64: true, Prefetch: true}, {Index: 3, Size: 32 << 20, Is64: true, Prefetch: true}}})
+		t.A100Mdev(a)
+	case 1:
+		g := t.NewGroup()
+		t.AddPCI(PCI{Addr: gpuAddr, Parent: parent, Vendor: VendorNVIDIA, Device: 0x2206, SubVendor: 0x1462, SubDevice: 0x3892,
+			Class: 0x030000, Driver: "nouveau", Group: g, NUMA: numa, NUMASet: true, ResetMethods: "bus",
+			BARs: []BARSpec{{Index: 0, Size: 16 << 20}, {Index: 1, Size: 256 << 20, Is64: true, Prefetch: true}}})
+		audio := host.MustParseAddress(gpuAddr)
+		audio.Function = 1
+		t.AddPCI(PCI{Addr: audio.String(), Parent: parent, Vendor: VendorNVIDIA, Device: 0x1aef, Class: 0x040300, Driver: "snd_hda_intel", Group: g,
+			NUMA: numa, NUMASet: true, BARs: []BARSpec{{Index: 0, Size: 16 << 10}}})
+	default:
+		dev, types := uint16(0x26b9), []NvidiaVGPUType{{ID: 1155, Name: "NVIDIA L40S-1Q", MaxPerGPU: 32}, {ID: 1160, Name: "NVIDIA L40S-8Q", MaxPerGPU: 4}}
+		if k == 3 {
+			dev, types = 0x2235, []NvidiaVGPUType{{ID: 557, Name: "NVIDIA A40-1Q", MaxPerGPU: 32}, {ID: 560, Name: "NVIDIA A40-4Q", MaxPerGPU: 12}, {ID: 563, Name: "NVIDIA A40-12Q", MaxPerGPU: 4}}
+		}
+		t.SRIOVPF(PCI{Addr: gpuAddr, Parent: parent, Vendor: VendorNVIDIA, Device: dev, Class: 0x030200, Driver: "nvidia",
+			NUMA: numa, NUMASet: true, ResetMethods: "flr bus", BARs: []BARSpec{{Index: 0, Size: 16 << 20}, {Index: 1, Size: 64 << 30, Is64: true, Prefetch: true}}},
+			VFSpec{Total: 32, Offset: 4, Stride: 1, VFDevice: dev, VFDriver: "nvidia", Nvidia: types}, vfs)
+	}
 }
 
 // WriteConfigSpace writes a 64-byte `config` file for every function from its vendor, device,

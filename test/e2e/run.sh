@@ -46,8 +46,10 @@ guest_modules=(
   virtio_pci virtio_blk virtio-gpu qxl bochs snd_hda_codec_generic snd_hda_intel e1000 e1000e nvme
   vfio-pci vfio_iommu_type1 mdev
 )
-# Host tools copied into the guest with their libraries, for scenarios (jq for inspect's JSON).
-guest_tools=(jq)
+# Host tools copied into the guest with their libraries, for scenarios (jq for inspect's JSON;
+# mdevctl, the peer of the mdev bench: a Rust binary needing libc and libgcc_s only, plus its
+# /etc/mdevctl.d callout and notifier directories, made below).
+guest_tools=(jq mdevctl)
 # The kernel's mdev sample drivers, built out of tree (linux-source samples/vfio-mdev).
 mdev_samples=(mtty mdpy mbochs)
 
@@ -206,6 +208,7 @@ build_run_part() {
   for t in "${guest_tools[@]}"; do
     if command -v "$t" >/dev/null; then
       copy_exe "$(command -v "$t")" "$root" "/usr/bin/$t"
+      [ "$t" != mdevctl ] || mkdir -p "$root/etc/mdevctl.d/scripts.d/callouts" "$root/etc/mdevctl.d/scripts.d/notifiers"
     else
       log "warning: $t not installed on the host; scenarios will not have it (make deps)"
     fi

@@ -4,9 +4,11 @@
 # remove) on the same parent, in the same run. Two vgpu-host shapes:
 #   batch:    one `mdev create --count N --name VM` + one `mdev remove --name VM` (what apply does)
 #   per-inst: N `mdev create --uuid U` + N `mdev remove U` (one process per instance)
-# Both end in the same kernel state as the raw sequence, which is checked after every round.
-# mdevctl is not in the guest's initramfs, so it is not measured here. No libvirtd runs in the
-# guest, so vgpu-host's removes pass --force (the in-use check would refuse: libvirtd unreachable).
+# and the peer users know, mdevctl (test/e2e/run.sh puts Debian's binary in the initramfs):
+#   mdevctl:  N `mdevctl start -u U -p mbochs -t mbochs-small` + N `mdevctl stop -u U`
+# All end in the same kernel state as the raw sequence, which is checked after every round.
+# No libvirtd runs in the guest, so vgpu-host's removes pass --force (the in-use check would
+# refuse: libvirtd unreachable).
 
 rounds=${BENCH_ROUNDS:-3}
 want=16
@@ -17,7 +19,7 @@ if [ "$avail" -lt "$want" ]; then
   n=$avail
   note "mbochs-small has available_instances=$avail (<$want: mbochs' max_mbytes limits it); benchmarking $n instances"
 fi
-command -v mdevctl >/dev/null 2>&1 || note "mdevctl is not in the guest (not in the initramfs): no mdevctl column"
+command -v mdevctl >/dev/null 2>&1 || { fail "mdevctl is not in the guest (test/e2e/run.sh copies it when the host has it: make deps)"; return 1; }
 
 uuids=
 i=0
@@ -35,13 +37,19 @@ tool_each() {
   vgpu-host mdev remove --force $uuids >/dev/null
 }
 raw() { raw_create && [ "$(count)" -eq "$n" ] && raw_remove; }
+mdevctl_each() {
+  for u in $uuids; do mdevctl start -u "$u" -p mbochs -t mbochs-small >/dev/null || return 1; done
+  [ "$(count)" -eq "$n" ] || return 1
+  for u in $uuids; do mdevctl stop -u "$u" >/dev/null || return 1; done
+}
 
 # Warm-up: one round of each, and check they all end with no instances.
 tool_batch && [ "$(count)" -eq 0 ] || { fail "vgpu-host batch warm-up failed"; return 1; }
 tool_each && [ "$(count)" -eq 0 ] || { fail "vgpu-host per-instance warm-up failed"; return 1; }
 raw && [ "$(count)" -eq 0 ] || { fail "raw shell warm-up failed"; return 1; }
+mdevctl_each && [ "$(count)" -eq 0 ] || { fail "mdevctl warm-up failed" "$(mdevctl start -u "$(new_uuid)" -p mbochs -t mbochs-small 2>&1)"; return 1; }
 
-tb=0 te=0 tr=0
+tb=0 te=0 tr=0 tm=0
 r=0
 while [ "$r" -lt "$rounds" ]; do
   t0=$(now_ms)
@@ -51,11 +59,13 @@ while [ "$r" -lt "$rounds" ]; do
   t2=$(now_ms)
   raw || { fail "raw shell failed in round $r"; return 1; }
   t3=$(now_ms)
+  mdevctl_each || { fail "mdevctl failed in round $r"; return 1; }
+  t4=$(now_ms)
   [ "$(count)" -eq 0 ] || { fail "round $r left $(count) instances"; return 1; }
-  tb=$((tb + t1 - t0)) te=$((te + t2 - t1)) tr=$((tr + t3 - t2))
+  tb=$((tb + t1 - t0)) te=$((te + t2 - t1)) tr=$((tr + t3 - t2)) tm=$((tm + t4 - t3))
   r=$((r + 1))
 done
-tb=$((tb / rounds)) te=$((te / rounds)) tr=$((tr / rounds))
+tb=$((tb / rounds)) te=$((te / rounds)) tr=$((tr / rounds)) tm=$((tm / rounds))
 # Process start alone (Go runtime + the dynamic loader mapping libvirt's shared libraries):
 # the batch pays it twice, the per-instance shape 2N times.
 t0=$(now_ms)
@@ -64,13 +74,17 @@ while [ "$i" -lt 10 ]; do vgpu-host --version >/dev/null; i=$((i + 1)); done
 ts=$((($(now_ms) - t0) / 10))
 rb=$(awk -v a="$tb" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 re=$(awk -v a="$te" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
-echo "BENCH mdev create+remove x$n mbochs-small: vgpu-host batch $tb ms, vgpu-host per-instance $te ms, raw shell $tr ms; ratios batch/raw $rb, per-instance/raw $re ($rounds rounds, same run); one vgpu-host process start alone: $ts ms"
+rm_=$(awk -v a="$tm" -v b="$tb" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+rme=$(awk -v a="$tm" -v b="$te" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+echo "BENCH mdev create+remove x$n mbochs-small: vgpu-host batch $tb ms, vgpu-host per-instance $te ms, raw shell $tr ms, mdevctl $tm ms; ratios batch/raw $rb, per-instance/raw $re, mdevctl/batch $rm_, mdevctl/per-instance $rme ($rounds rounds, same run); one vgpu-host process start alone: $ts ms"
 bench mdev_n "$n" instances
 bench mdev_vgpu_host_batch_ms "$tb" ms/round
 bench mdev_vgpu_host_each_ms "$te" ms/round
 bench mdev_raw_shell_ms "$tr" ms/round
+bench mdev_mdevctl_ms "$tm" ms/round
 bench mdev_vgpu_host_process_start_ms "$ts" ms
 bench mdev_batch_ratio "$rb" x
 bench mdev_each_ratio "$re" x
-pass "mdev bench: $n instances created and removed by all three, nothing left"
+bench mdev_mdevctl_over_batch "$rm_" x
+pass "mdev bench: $n instances created and removed by all four, nothing left"
 rm -f /var/lib/vgpu-host/vgpu-instances.json
