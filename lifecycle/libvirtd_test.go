@@ -107,18 +107,7 @@ spec:
 	if err := vm.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := native.Open(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	pool := PoolName(root)
-	t.Cleanup(func() {
-		_ = conn.Destroy(context.Background(), name)
-		_ = conn.Undefine(context.Background(), name)
-		_ = exec.Command("virsh", "-c", uri, "pool-destroy", pool).Run()
-		_ = exec.Command("virsh", "-c", uri, "pool-undefine", pool).Run()
-	})
+	conn := libvirtdConn(t, uri, root, name)
 	lc := New(Options{Root: root, Conn: conn, VirtType: "qemu", Ledger: ledger.Open(root),
 		Customize: func(_ *domains.VM, d *libvirtxml.Domain) error {
 			d.OS.Kernel, d.OS.Initrd = kernels[len(kernels)-1], initrd
@@ -195,4 +184,24 @@ func tail(s string) string {
 		return s[len(s)-3000:]
 	}
 	return s
+}
+
+// libvirtdConn connects to the real libvirtd at uri for a test of VM name under root; when
+// the test ends the domain (with its NVRAM and TPM state), its pool and the connection go.
+func libvirtdConn(t *testing.T, uri string, root host.Root, name string) *native.Libvirt {
+	t.Helper()
+	conn, err := native.Open(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := PoolName(root)
+	t.Cleanup(func() {
+		_ = conn.Destroy(context.Background(), name)
+		_ = exec.Command("virsh", "-c", uri, "undefine", "--nvram", "--tpm", name).Run()
+		_ = conn.Undefine(context.Background(), name)
+		_ = exec.Command("virsh", "-c", uri, "pool-destroy", pool).Run()
+		_ = exec.Command("virsh", "-c", uri, "pool-undefine", pool).Run()
+		conn.Close()
+	})
+	return conn
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/virt"
-	"github.com/vgpu-host/vgpu-host/virt/native"
 )
 
 // TestWindows11InstallerStarts applies, on the real libvirtd under TCG, a spec with what a
@@ -74,19 +73,7 @@ spec:
 		}
 		return vm
 	}
-	conn, err := native.Open(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	pool := PoolName(root)
-	t.Cleanup(func() {
-		_ = conn.Destroy(context.Background(), name)
-		_ = exec.Command("virsh", "-c", uri, "undefine", "--nvram", "--tpm", name).Run()
-		_ = conn.Undefine(context.Background(), name)
-		_ = exec.Command("virsh", "-c", uri, "pool-destroy", pool).Run()
-		_ = exec.Command("virsh", "-c", uri, "pool-undefine", pool).Run()
-	})
+	conn := libvirtdConn(t, uri, root, name)
 	lc := New(Options{Root: root, Conn: conn, VirtType: "qemu", Ledger: ledger.Open(root), CheckFiles: true})
 	ctx := context.Background()
 
