@@ -27,6 +27,7 @@ declare -A group=(
   [bench]="pci.ids pciutils jq hyperfine"
 )
 [ $# -gt 0 ] || set -- all
+groups=("$@")
 want=()
 for g in "$@"; do
   if [ "$g" = all ]; then
@@ -36,11 +37,29 @@ for g in "$@"; do
   [ -n "${group[$g]:-}" ] || { echo "deps: unknown group $g (helper, test, e2e, bench, all)" >&2; exit 2; }
   want+=(${group[$g]})
 done
+# swtpm's local CA (/var/lib/swtpm-localca) must belong to the user libvirtd runs swtpm as:
+# tss once swtpm-tools has created it. A libvirtd started before that user existed runs swtpm
+# as root, which leaves root-owned CA files behind; the next libvirtd (as tss) then fails every
+# TPM start with "Need read/write rights on /var/lib/swtpm-localca/.lock.swtpm-localca".
+# The package's postinst gives the directory to tss:root; this gives it its files back too.
+swtpm_localca() {
+  local d=/var/lib/swtpm-localca
+  case " $* " in *" test "*|*" all "*) ;; *) return 0 ;; esac
+  [ -d "$d" ] && getent passwd tss >/dev/null || return 0
+  [ -z "$(find "$d" ! -user tss -print -quit)" ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: $d has files not owned by tss (swtpm will fail); run: sudo chown -R tss:root $d" >&2
+    return 1
+  fi
+  echo "deps: $d: giving swtpm's local CA files back to tss (left by a swtpm run as root)"
+  chown -R tss:root "$d"
+}
 missing=()
 for p in $(printf '%s\n' "${want[@]}" | sort -u); do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
+  swtpm_localca "${groups[@]}"
   exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -51,3 +70,4 @@ echo "deps ($*): installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+swtpm_localca "${groups[@]}"
