@@ -120,7 +120,13 @@ func (l *Libvirt) Start(ctx context.Context, name string) error {
 	if active, err := d.IsActive(); err == nil && active {
 		return nil
 	}
-	return lverr(d.Create(), "start domain "+name)
+	err = lverr(d.Create(), "start domain "+name)
+	if err != nil && strings.Contains(err.Error(), "swtpm_setup") {
+		// The commonest cause on a fresh host: swtpm ran once as root (libvirtd started
+		// before swtpm-tools created its tss user) and left its local CA root-owned.
+		return fmt.Errorf("%w (if that log says \"Need read/write rights on /var/lib/swtpm-localca\", run: chown -R tss:root /var/lib/swtpm-localca)", err)
+	}
+	return err
 }
 
 // Shutdown asks the guest to power off.
