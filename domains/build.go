@@ -74,6 +74,7 @@ var BuildSteps = []BuildStep{
 	stepGraphics,
 	stepMMIO64,
 	stepMetadata,
+	stepXMLPatches, // last: patches see the whole domain
 }
 
 // Build turns a valid spec and its allocation into a libvirt domain. It reads nothing from the

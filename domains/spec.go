@@ -86,6 +86,9 @@ type Spec struct {
 	Boot []string `yaml:"boot,omitempty" json:"boot,omitempty"`
 	// Devices are the VM's further devices: USB, evdev input, Looking Glass, NICs, sound.
 	Devices Devices `yaml:"devices,omitempty" json:"devices,omitempty"`
+	// XMLPatches change the rendered domain where the spec has no key: set or remove an
+	// element or attribute, or add an XML fragment, by path (XMLPatch; docs/spec.md).
+	XMLPatches []XMLPatch `yaml:"xmlPatches,omitempty" json:"xmlPatches,omitempty"`
 }
 
 // CPU selects the guest CPU model.

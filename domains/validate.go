@@ -262,6 +262,7 @@ func (v *validator) check() {
 	v.guestOS()
 	v.cpuPlacement()
 	v.devices()
+	v.xmlPatches()
 	if q := s.Quirks.HypervVendorID; q != "" {
 		if len(q) > 12 || !alnumRE.MatchString(q) {
 			v.add("spec.quirks.hypervVendorId", "%q: want 1 to 12 letters or digits", q)

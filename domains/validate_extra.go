@@ -204,3 +204,12 @@ func (v *validator) nic(p string, n NIC) {
 		}
 	}
 }
+
+// xmlPatches checks each patch's shape and path (the document is checked when it is built).
+func (v *validator) xmlPatches() {
+	for i, p := range v.vm.Spec.XMLPatches {
+		if err := p.check(); err != nil {
+			v.add(fmt.Sprintf("spec.xmlPatches[%d]", i), "%v", err)
+		}
+	}
+}

@@ -64,6 +64,11 @@ spec:
     type: none
   devices:
     lookingGlass: {resolution: 1920x1080}
+  xmlPatches:
+    - add: /domain/devices
+      xml: <watchdog model="i6300esb" action="reset"/>
+    - set: "/domain/devices/disk[1]/driver/@cache"
+      value: none
 `, name, cd, virtio)))
 		if err != nil {
 			t.Fatal(err)
@@ -98,7 +103,8 @@ spec:
 	// the Microsoft keys' vars template for enrolled-keys.
 	for _, want := range []string{"<tpm model='tpm-crb'>", "<backend type='emulator' version='2.0'", "secure='yes'", "OVMF_VARS_4M.ms.fd", "<smm state='on'/>",
 		"<clock offset='localtime'>", "<boot order='1'/>", "<shmem name='looking-glass'>", "<size unit='M'>32</size>",
-		"<vcpupin vcpu='1' cpuset='0'/>", "threads='2'", "installer.iso", "virtio-win.iso"} {
+		"<vcpupin vcpu='1' cpuset='0'/>", "threads='2'", "installer.iso", "virtio-win.iso",
+		"<watchdog model='i6300esb' action='reset'", "cache='none'"} {
 		if !strings.Contains(live, want) {
 			t.Errorf("running domain lacks %s", want)
 		}
