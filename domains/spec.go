@@ -125,6 +125,11 @@ type CloudInit struct {
 	UserData      string `yaml:"userData,omitempty" json:"userData,omitempty"`
 	MetaData      string `yaml:"metaData,omitempty" json:"metaData,omitempty"`
 	NetworkConfig string `yaml:"networkConfig,omitempty" json:"networkConfig,omitempty"`
+	// SSHAuthorizedKeys are public keys for the guest's default user: each an OpenSSH public
+	// key line, or the absolute path of a file of them (~/.ssh/id_ed25519.pub, an
+	// authorized_keys file), read when the seed is made. They are added to userData's
+	// ssh_authorized_keys, so userData must be #cloud-config or empty.
+	SSHAuthorizedKeys []string `yaml:"sshAuthorizedKeys,omitempty" json:"sshAuthorizedKeys,omitempty"`
 }
 
 // Network is the VM's one NIC.

@@ -43,6 +43,11 @@ func TestNewKeysInvalid(t *testing.T) {
 		{"nic bridge on network", "  devices:\n    nics: [{type: network, network: default, bridge: br0}]\n", "spec.devices.nics[0].bridge: only for type bridge"},
 		{"nic mac", "  devices:\n    nics: [{type: network, network: default, mac: \"01:00:00:00:00:01\"}]\n", "spec.devices.nics[0].mac"},
 		{"sound", "  devices:\n    sound: sb16\n", "spec.devices.sound"},
+		{"userData ignored by cloud-init", "  cloudInit:\n    userData: \"packages: [jq]\\n\"\n", "line 9: spec.cloudInit.userData: starts with \"packages: [jq]\""},
+		{"userData not YAML", "  cloudInit:\n    userData: \"#cloud-config\\n- jq\\n\"\n", "spec.cloudInit.userData: line 2: want a #cloud-config document, not a list"},
+		{"networkConfig version", "  cloudInit:\n    networkConfig: \"ethernets: {}\\n\"\n", "spec.cloudInit.networkConfig: no version"},
+		{"ssh key relative", "  cloudInit:\n    sshAuthorizedKeys: [id.pub]\n", "spec.cloudInit.sshAuthorizedKeys[0]: \"id.pub\": give an OpenSSH public key line"},
+		{"ssh keys into a script", "  cloudInit:\n    userData: \"#!/bin/sh\\n\"\n    sshAuthorizedKeys: [\"ssh-ed25519 AAAAC3 me@x\"]\n", "spec.cloudInit.sshAuthorizedKeys: needs userData to be #cloud-config"},
 		{"unknown device key", "  devices:\n    usb: [\"046d:c52b\"]\n", `unknown field "usb"`},
 	}
 	for _, c := range cases {

@@ -252,9 +252,10 @@ func (v *validator) check() {
 			v.add("spec.cloudInit.userData", "longer than 1 MiB")
 		}
 		v.chars("spec.cloudInit.userData", ci.UserData, true)
-		if ci.UserData == "" && ci.MetaData == "" && ci.NetworkConfig == "" {
-			v.add("spec.cloudInit", "empty: give userData, metaData or networkConfig, or remove cloudInit")
+		if ci.UserData == "" && ci.MetaData == "" && ci.NetworkConfig == "" && len(ci.SSHAuthorizedKeys) == 0 {
+			v.add("spec.cloudInit", "empty: give userData, metaData, networkConfig or sshAuthorizedKeys, or remove cloudInit")
 		}
+		v.cloudInitContent(ci)
 	}
 	v.network()
 	v.graphics()

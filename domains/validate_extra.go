@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
+
+	"github.com/vgpu-host/vgpu-host/cloudinit"
 )
 
 var (
@@ -212,4 +215,40 @@ func (v *validator) xmlPatches() {
 			v.add(fmt.Sprintf("spec.xmlPatches[%d]", i), "%v", err)
 		}
 	}
+}
+
+// cloudInitContent checks what cloud-init will make of the seed's files: user-data it would
+// ignore, meta-data or network-config that is not the YAML it reads, and sshAuthorizedKeys.
+func (v *validator) cloudInitContent(ci *CloudInit) {
+	if err := cloudinit.CheckUserData(ci.UserData); err != nil {
+		v.add("spec.cloudInit.userData", "%v", err)
+	}
+	if err := cloudinit.CheckMetaData(ci.MetaData); err != nil {
+		v.add("spec.cloudInit.metaData", "%v", err)
+	}
+	if err := cloudinit.CheckNetworkConfig(ci.NetworkConfig); err != nil {
+		v.add("spec.cloudInit.networkConfig", "%v", err)
+	}
+	for i, k := range ci.SSHAuthorizedKeys {
+		p := fmt.Sprintf("spec.cloudInit.sshAuthorizedKeys[%d]", i)
+		if !cloudinit.IsPublicKey(k) {
+			if !strings.HasPrefix(k, "/") {
+				v.add(p, "%q: give an OpenSSH public key line (ssh-ed25519 AAAA…) or the absolute path of a .pub file", clipText(k))
+				continue
+			}
+			v.absPath(p, k)
+		}
+	}
+	if len(ci.SSHAuthorizedKeys) > 0 && strings.TrimSpace(ci.UserData) != "" {
+		if first, _, _ := strings.Cut(ci.UserData, "\n"); strings.TrimSpace(first) != "#cloud-config" {
+			v.add("spec.cloudInit.sshAuthorizedKeys", "needs userData to be #cloud-config (or empty): the keys are added to its ssh_authorized_keys")
+		}
+	}
+}
+
+func clipText(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
 }

@@ -464,7 +464,13 @@ func (e *stepEnv) Host(what string) (step.HostPrep, error) {
 	return e.l.o.Host, nil
 }
 
-func (e *stepEnv) SeedISO() ([]byte, error) { return seedOf(e.spec).ISO() }
+func (e *stepEnv) SeedISO() ([]byte, error) {
+	s, err := seedOf(e.spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.ISO()
+}
 
 func (e *stepEnv) Forced() []string { return e.l.o.Force }
 

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -443,6 +444,9 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 		out = append(out, step.CreateOverlay{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Backing: f.Backing, BackingFormat: f.BackingFormat, Size: f.Size, Path: f.Path})
 	}
 	if seed != "" {
+		if _, err := seedOf(vm); err != nil {
+			return nil, fmt.Errorf("cloud-init seed of %s: %w", vm.Metadata.Name, err)
+		}
 		out = append(out, step.WriteSeed{Volume: filepath.Base(seed), Pool: l.o.Pool, Path: seed})
 	}
 	return out, nil
@@ -501,15 +505,65 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 	return out, nil
 }
 
-// seedOf returns the NoCloud seed of vm, with meta-data defaulted to its name.
-func seedOf(vm *domains.VM) cloudinit.Seed {
+// seedOf returns the NoCloud seed of vm, with meta-data defaulted to its name and the
+// sshAuthorizedKeys (lines, or files read now) added to user-data. Plan calls it too, so a
+// missing or wrong key file is found before anything changes.
+func seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 	ci := vm.Spec.CloudInit
 	s := cloudinit.Seed{UserData: ci.UserData, MetaData: ci.MetaData, NetworkConfig: ci.NetworkConfig}
 	if s.MetaData == "" {
 		s.MetaData = fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", vm.Metadata.Name, vm.Metadata.Name)
 	}
+	var keys []string
+	for i, k := range ci.SSHAuthorizedKeys {
+		if cloudinit.IsPublicKey(k) {
+			keys = append(keys, k)
+			continue
+		}
+		field := fmt.Sprintf("spec.cloudInit.sshAuthorizedKeys[%d]", i)
+		data, err := readSmall(k, 64<<10)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", field, err)
+		}
+		fk, err := cloudinit.ParseKeys(data, k)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w: %w", field, err, host.ErrInvalid)
+		}
+		keys = append(keys, fk...)
+	}
+	var err error
+	if s.UserData, err = cloudinit.AddSSHKeys(s.UserData, keys); err != nil {
+		return s, fmt.Errorf("spec.cloudInit: %w: %w", err, host.ErrInvalid)
+	}
 	if s.UserData == "" {
 		s.UserData = "#cloud-config\n"
 	}
-	return s
+	return s, nil
+}
+
+// readSmall reads a regular file of at most limit bytes; errors name the path and the fix.
+func readSmall(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s does not exist: %w", path, host.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file: %w", path, host.ErrInvalid)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d KiB: not a public key file: %w", path, limit>>10, host.ErrInvalid)
+	}
+	return data, nil
 }
