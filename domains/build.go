@@ -14,6 +14,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/fetch"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
@@ -395,6 +396,9 @@ type DiskFile struct {
 	// Create is true for overlays (qemu-img create -f qcow2 -F BACKINGFMT -b BACKING PATH SIZE)
 	// and for blank disks (no Backing).
 	Create bool `json:"create"`
+	// URL and Checksum: apply downloads the file (an installer ISO) to Path first.
+	URL      string `json:"url,omitempty"`
+	Checksum string `json:"checksum,omitempty"`
 }
 
 // DiskFiles lists the files of spec.disks, in order.
@@ -415,6 +419,11 @@ func (vm *VM) DiskFiles(opts BuildOptions) []DiskFile {
 		}
 		if dk.Volume != "" {
 			out = append(out, DiskFile{Path: filepath.Join(opts.imagesDir(), dk.Volume), Format: fileFormat(dk.Format, dk.Volume)})
+			continue
+		}
+		if dk.URL != "" {
+			name, _ := fetch.CheckURL(dk.URL)
+			out = append(out, DiskFile{Path: filepath.Join(opts.imagesDir(), name), Format: "raw", URL: dk.URL, Checksum: dk.Checksum})
 			continue
 		}
 		if dk.Image != "" {

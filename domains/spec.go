@@ -116,7 +116,12 @@ type Disk struct {
 	// Blank creates an empty disk of Size in the pool (qcow2; path default IMAGES/NAME-DISK.qcow2).
 	Blank bool `yaml:"blank,omitempty" json:"blank,omitempty"`
 	// Volume is an existing volume of the pool, by name.
-	Volume   string `yaml:"volume,omitempty" json:"volume,omitempty"`
+	Volume string `yaml:"volume,omitempty" json:"volume,omitempty"`
+	// URL is an installer ISO (device: cdrom) that apply downloads into the pool, verifying
+	// Checksum as it streams; kept there for the next VM (docs/spec.md, "disks").
+	URL string `yaml:"url,omitempty" json:"url,omitempty"`
+	// Checksum is the URL's "sha256:HEX" or "sha512:HEX" (required with url).
+	Checksum string `yaml:"checksum,omitempty" json:"checksum,omitempty"`
 	ReadOnly bool   `yaml:"readOnly,omitempty" json:"readOnly,omitempty"`
 }
 

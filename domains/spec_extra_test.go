@@ -48,6 +48,11 @@ func TestNewKeysInvalid(t *testing.T) {
 		{"networkConfig version", "  cloudInit:\n    networkConfig: \"ethernets: {}\\n\"\n", "spec.cloudInit.networkConfig: no version"},
 		{"ssh key relative", "  cloudInit:\n    sshAuthorizedKeys: [id.pub]\n", "spec.cloudInit.sshAuthorizedKeys[0]: \"id.pub\": give an OpenSSH public key line"},
 		{"ssh keys into a script", "  cloudInit:\n    userData: \"#!/bin/sh\\n\"\n    sshAuthorizedKeys: [\"ssh-ed25519 AAAAC3 me@x\"]\n", "spec.cloudInit.sshAuthorizedKeys: needs userData to be #cloud-config"},
+		{"url not cdrom", "  disks: [{url: \"https://x/d.iso\", checksum: \"sha256:" + strings.Repeat("a", 64) + "\"}]\n", "spec.disks[0].device: url is for an installer ISO"},
+		{"url no checksum", "  disks: [{device: cdrom, url: \"https://x/d.iso\"}]\n", "spec.disks[0].checksum: required with url"},
+		{"url bad checksum", "  disks: [{device: cdrom, url: \"https://x/d.iso\", checksum: \"md5:00\"}]\n", "spec.disks[0].checksum: checksum \"md5:00\": want sha256:HEX"},
+		{"url scheme", "  disks: [{device: cdrom, url: \"file:///d.iso\", checksum: \"sha256:" + strings.Repeat("a", 64) + "\"}]\n", "spec.disks[0].url"},
+		{"url and path", "  disks: [{device: cdrom, path: /d.iso, url: \"https://x/d.iso\"}]\n", "give only one of"},
 		{"unknown device key", "  devices:\n    usb: [\"046d:c52b\"]\n", `unknown field "usb"`},
 	}
 	for _, c := range cases {
@@ -116,6 +121,8 @@ func TestNewKeysRender(t *testing.T) {
 			[]string{`<source file="/var/lib/libvirt/images/vm1-disk0.qcow2">`, `<boot order="1">`, `<boot order="2">`}, []string{`<boot dev=`, "<backingStore"}},
 		{"boot virtio-win past the seed", "  os: windows11\n  virtioWin: /isos/virtio-win.iso\n  cloudInit: {userData: \"#cloud-config\\n\"}\n  boot: [cdrom]\n", "kvm",
 			[]string{"<source file=\"/isos/virtio-win.iso\"></source>\n      <target dev=\"sdb\" bus=\"sata\"></target>\n      <readonly></readonly>\n      <boot order=\"1\">"}, nil},
+		{"cdrom from a url", "  disks:\n    - {blank: true, size: 8GiB, bus: sata}\n    - {device: cdrom, url: \"https://cdimage.example/debian-12.8.0-amd64-netinst.iso\", checksum: \"sha256:" + strings.Repeat("ab", 32) + "\"}\n  boot: [cdrom, disk]\n", "kvm",
+			[]string{`<source file="/var/lib/libvirt/images/debian-12.8.0-amd64-netinst.iso">`, `device="cdrom"`}, nil},
 		{"boot network", "  boot: [network]\n", "kvm", []string{`<boot order="1">`}, []string{`<boot dev=`}},
 		{"volume and scsi discard", "  disks:\n    - {volume: data.qcow2, bus: scsi}\n", "kvm",
 			[]string{`<source file="/var/lib/libvirt/images/data.qcow2">`, `type="qcow2" discard="unmap"`, `bus="scsi"`, `model="virtio-scsi"`}, nil},

@@ -304,16 +304,18 @@ func (v *validator) disks() {
 			names[d.Name] = true
 		}
 		sources := 0
-		for _, set := range []bool{d.Image != "", d.Path != "", d.Blank, d.Volume != ""} {
+		for _, set := range []bool{d.Image != "", d.Path != "", d.Blank, d.Volume != "", d.URL != ""} {
 			if set {
 				sources++
 			}
 		}
 		switch {
 		case sources > 1:
-			v.add(p, "give only one of image (a base image with an overlay), path, blank or volume, not both")
+			v.add(p, "give only one of image (a base image with an overlay), path, blank, volume or url, not both")
 		case sources == 0:
-			v.add(p, "give image (a base image with an overlay), path, blank: true (with size) or volume")
+			v.add(p, "give image (a base image with an overlay), path, blank: true (with size), volume or url (a cdrom)")
+		case d.URL != "":
+			v.fetched(p, d)
 		case d.Blank || d.Volume != "":
 			v.blankOrVolume(p, d)
 		case d.Image != "":

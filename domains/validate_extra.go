@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/cloudinit"
+	"github.com/vgpu-host/vgpu-host/internal/fetch"
 )
 
 var (
@@ -251,4 +252,22 @@ func clipText(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// fetched checks a cdrom downloaded into the pool (url + checksum).
+func (v *validator) fetched(p string, d Disk) {
+	if _, err := fetch.CheckURL(d.URL); err != nil {
+		v.add(p+".url", "%v", err)
+	}
+	if d.Device != "cdrom" {
+		v.add(p+".device", "url is for an installer ISO: say device: cdrom")
+	}
+	if d.Checksum == "" {
+		v.add(p+".checksum", "required with url: the sha256:HEX (or sha512:HEX) the distribution publishes, so a changed or damaged download is never booted")
+	} else if _, _, err := fetch.ParseChecksum(d.Checksum); err != nil {
+		v.add(p+".checksum", "%v", err)
+	}
+	if !d.Size.IsZero() || d.Overlay != "" || d.Format != "" && d.Format != "raw" {
+		v.add(p, "a fetched ISO has no size, overlay or format")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -473,6 +474,9 @@ func (e *stepEnv) SeedISO() ([]byte, error) {
 }
 
 func (e *stepEnv) Forced() []string { return e.l.o.Force }
+
+// Progress is where long steps (an ISO download) report; nil is quiet.
+func (e *stepEnv) Progress() io.Writer { return e.l.o.Progress }
 
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
 func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep) error {

@@ -39,6 +39,7 @@ func SpecFiles(vm *domains.VM, opts domains.BuildOptions) []SpecFile {
 			out = append(out, SpecFile{Field: p + ".image", Path: f.Backing})
 		case dk.Volume != "":
 			out = append(out, SpecFile{Field: p + ".volume", Path: f.Path})
+		case f.URL != "": // apply downloads it
 		case !f.Create:
 			out = append(out, SpecFile{Field: p + ".path", Path: f.Path})
 		}

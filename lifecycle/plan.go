@@ -425,12 +425,17 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 	seed := vm.SeedISOPath(l.buildOpts())
 	needPool := seed != ""
 	for _, f := range files {
-		needPool = needPool || f.Create
+		needPool = needPool || f.Create || f.URL != ""
 	}
 	if needPool {
 		out = append(out, step.EnsurePool{Pool: l.o.Pool, Path: l.o.PoolDir})
 	}
+	fetched := map[string]bool{}
 	for _, f := range files {
+		if f.URL != "" && !fetched[f.Path] {
+			fetched[f.Path] = true
+			out = append(out, step.FetchISO{File: filepath.Base(f.Path), URL: f.URL, Checksum: f.Checksum})
+		}
 		if !f.Create {
 			continue
 		}

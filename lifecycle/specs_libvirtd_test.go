@@ -2,8 +2,11 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,7 +58,7 @@ spec:
       size: 64MiB
       bus: scsi
     - device: cdrom
-      path: %s
+      %s
   virtioWin: %s
   boot: [cdrom, disk]
   network:
@@ -83,12 +86,25 @@ spec:
 	ctx := context.Background()
 
 	missing := filepath.Join(work, "nope.iso")
-	if _, err := lc.Plan(ctx, []*domains.VM{spec(missing)}); !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), missing) {
+	if _, err := lc.Plan(ctx, []*domains.VM{spec("path: " + missing)}); !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("plan with a missing ISO: %v", err)
 	}
 
-	if _, err := lc.Apply(ctx, spec(iso)); err != nil {
+	// The installer comes from a URL: apply fetches it into the pool, checks its checksum,
+	// and QEMU (as libvirt-qemu) must be able to read it there.
+	isoData, err := os.ReadFile(iso)
+	if err != nil {
 		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(isoData) }))
+	defer srv.Close()
+	sum := sha256.Sum256(isoData)
+	fromURL := fmt.Sprintf("url: %s/installer.iso\n      checksum: sha256:%x", srv.URL, sum)
+	if _, err := lc.Apply(ctx, spec(fromURL)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root.StateDir("images"), "installer.iso")); err != nil {
+		t.Fatalf("fetched ISO not in the pool: %v", err)
 	}
 	st, err := conn.State(ctx, name)
 	if err != nil || st != virt.StateRunning {

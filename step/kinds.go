@@ -3,10 +3,13 @@ package step
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/fetch"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -270,6 +273,45 @@ func (s WriteSeed) Do(ctx context.Context, env Env) error {
 func (s WriteSeed) Undo(ctx context.Context, env Env) error {
 	return env.Conn().DeleteVolume(ctx, poolOr(s.Pool, env), s.Volume)
 }
+
+// FetchISO downloads URL as File in the pool directory, verifying Checksum as it streams
+// (internal/fetch). The file is a cache shared by every VM that names the same ISO: a second
+// apply finds it (by its recorded checksum) and downloads nothing, and Undo leaves it.
+type FetchISO struct {
+	File, URL, Checksum string
+}
+
+// Action implements Step.
+func (FetchISO) Action() Action { return ActFetchISO }
+
+// Target is the file's name in the pool directory.
+func (s FetchISO) Target() string { return s.File }
+
+// Params records the URL and checksum.
+func (s FetchISO) Params() map[string]string {
+	return map[string]string{"url": s.URL, "checksum": s.Checksum}
+}
+
+// Text implements Step.
+func (s FetchISO) Text() string {
+	return fmt.Sprintf("fetch %s into the pool as %s (%s), unless it is there already", s.URL, s.File, s.Checksum)
+}
+
+// Do implements Step.
+func (s FetchISO) Do(ctx context.Context, env Env) error {
+	var progress io.Writer
+	if p, ok := env.(interface{ Progress() io.Writer }); ok {
+		progress = p.Progress()
+	}
+	if err := os.MkdirAll(env.PoolDir(), 0o755); err != nil {
+		return fmt.Errorf("fetch %s: %w", s.URL, err)
+	}
+	_, err := fetch.Get(ctx, s.URL, s.Checksum, filepath.Join(env.PoolDir(), s.File), fetch.Options{Progress: progress})
+	return err
+}
+
+// Undo leaves the file: it is a verified cache other VMs may use (docs/spec.md).
+func (FetchISO) Undo(context.Context, Env) error { return nil }
 
 // Define defines the libvirt domain VM (type VirtType) from the plan's XML.
 type Define struct {

@@ -35,6 +35,7 @@ const (
 	ActCreateOverlay Action = "create-overlay" // qcow2 overlay volume over a base image
 	ActCreateBlank   Action = "create-blank"   // empty disk volume of a given size
 	ActWriteSeed     Action = "write-seed"     // cloud-init NoCloud seed ISO volume
+	ActFetchISO      Action = "fetch-iso"      // an installer ISO downloaded into the pool directory
 	ActDefine        Action = "define"         // define the libvirt domain
 	ActStart         Action = "start"          // start the domain
 )
@@ -136,6 +137,11 @@ func Decode(action, target string, params map[string]string) (Step, error) {
 			return CreateBlank{Volume: target, Pool: p("pool"), Format: p("format"), Size: size}, nil
 		}
 		return CreateOverlay{Volume: target, Pool: p("pool"), Backing: p("backing"), BackingFormat: p("backing_format"), Size: size}, nil
+	case ActFetchISO:
+		if err := host.CheckComponent("file", target); err != nil {
+			return nil, fmt.Errorf("journal step %s %s: %w", action, target, err)
+		}
+		return FetchISO{File: target, URL: p("url"), Checksum: p("checksum")}, nil
 	case ActDefine:
 		return Define{VM: target, VirtType: p("virt_type")}, nil
 	case ActStart:
