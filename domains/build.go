@@ -107,12 +107,26 @@ func Render(vm *VM, alloc *Allocation, opts BuildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s, err := marshalIndented(d)
+	s, err := Marshal(d)
 	if err != nil {
 		return "", fmt.Errorf("marshal domain %s: %w", vm.Metadata.Name, err)
 	}
 	return s, nil
 }
+
+// Marshal writes d as (*libvirtxml.Domain).Marshal does (xml.MarshalIndent, two spaces), with
+// one fix: libvirtxml writes a USB hostdev's <product> before its <vendor>, an order libvirt's
+// schema refuses (libvirt itself writes vendor first), so the two are swapped back.
+func Marshal(d *libvirtxml.Domain) (string, error) {
+	s, err := marshalIndented(d)
+	if err != nil || !strings.Contains(s, "<product id=") {
+		return s, err
+	}
+	return usbOrderRE.get().ReplaceAllString(s, "${1}${4}${3}${2}"), nil
+}
+
+// usbOrderRE matches a USB source's product element followed by its vendor element.
+var usbOrderRE = lazyRE(`(\s*)(<product id="[^"]*"></product>)(\s*)(<vendor id="[^"]*"></vendor>)`)
 
 // xmlWriter is a reusable bytes.Buffer with a bufio.Writer over it and two encoders sharing
 // that writer: one indented like xml.MarshalIndent(v, "", "  "), one compact like

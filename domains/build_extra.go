@@ -123,6 +123,19 @@ func stepDevices(p *Builder, d *libvirtxml.Domain) error {
 	if dv.Sound != "" {
 		d.Devices.Sounds = append(d.Devices.Sounds, libvirtxml.DomainSound{Model: dv.Sound})
 	}
+	for _, u := range dv.USB {
+		src := &libvirtxml.DomainHostdevSubsysUSBSource{}
+		if u.Vendor != "" {
+			src.Vendor = &libvirtxml.DomainHostDevProductVendorID{ID: "0x" + u.Vendor}
+			src.Product = &libvirtxml.DomainHostDevProductVendorID{ID: "0x" + u.Product}
+		} else {
+			src.Address = &libvirtxml.DomainAddressUSB{Bus: uintp(uint(u.Bus)), Device: uintp(uint(u.Device))}
+		}
+		d.Devices.Hostdevs = append(d.Devices.Hostdevs, libvirtxml.DomainHostdev{
+			Managed:   "yes",
+			SubsysUSB: &libvirtxml.DomainHostdevSubsysUSB{Source: src},
+		})
+	}
 	return nil
 }
 

@@ -69,7 +69,7 @@ func FuzzRender(f *testing.F) {
 					t.Fatalf("disk %d path %q changed on the way into XML: %+v", i, f.Path, src)
 				}
 			}
-			again, err := back.Marshal()
+			again, err := domains.Marshal(&back)
 			if err != nil || again != x {
 				t.Fatalf("round trip changed the XML (err %v):\n%s\n---\n%s", err, x, again)
 			}

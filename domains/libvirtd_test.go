@@ -123,3 +123,58 @@ func TestLibvirtRefusesOVMFFWCfg(t *testing.T) {
 		t.Fatalf("libvirt accepted fw_cfg opt/ovmf/X-PciMmio64Mb (err=%v): the builder could use it now", err)
 	}
 }
+
+// TestUSBHostdevDefines: the real libvirtd defines (with schema validation) a domain with host
+// USB devices by ids and by bus/device, as the builder renders it. Starting it needs the
+// devices: this machine has no USB bus at all (no /sys/bus/usb), which libvirt reports at start.
+func TestUSBHostdevDefines(t *testing.T) {
+	uri := testenv.Libvirtd(t)
+	conn, err := libvirt.NewConnect(uri)
+	if err != nil {
+		t.Fatalf("connect %s: %v", uri, err)
+	}
+	defer conn.Close()
+	vm, err := domains.Parse([]byte(strings.Replace(minimal, "name: vm1", "name: vgpuhost-test-usb", 1) +
+		"  devices:\n    usbController: qemu-xhci\n    usb:\n      - {vendor: \"046d\", product: c52b}\n      - {bus: 1, device: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := domains.Resolve(vm, nil, domains.ResolveOptions{Offline: true, VirtType: "qemu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := domains.Render(vm, alloc, domains.BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := conn.DomainDefineXMLFlags(x, libvirt.DOMAIN_DEFINE_VALIDATE)
+	if err != nil {
+		t.Fatalf("libvirtd refuses the domain: %v\n%s", err, x)
+	}
+	defer func() { _ = dom.Undefine(); dom.Free() }()
+	back, err := dom.GetXMLDesc(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(back); err != nil {
+		t.Fatal(err)
+	}
+	var ids, addrs int
+	for _, h := range d.Devices.Hostdevs {
+		if u := h.SubsysUSB; u != nil && u.Source != nil {
+			if u.Source.Vendor != nil && u.Source.Vendor.ID == "0x046d" && u.Source.Product != nil && u.Source.Product.ID == "0xc52b" {
+				ids++
+			}
+			if a := u.Source.Address; a != nil && a.Bus != nil && *a.Bus == 1 && a.Device != nil && *a.Device == 4 {
+				addrs++
+			}
+		}
+	}
+	if ids != 1 || addrs != 1 {
+		t.Fatalf("libvirt kept %d id and %d address USB hostdevs, want 1 and 1:\n%s", ids, addrs, back)
+	}
+}

@@ -82,6 +82,26 @@ type Devices struct {
 	NICs []NIC `yaml:"nics,omitempty" json:"nics,omitempty"`
 	// Sound is a sound device model: ich9, ich6, ac97 (default none).
 	Sound string `yaml:"sound,omitempty" json:"sound,omitempty"`
+	// USB are host USB devices given to the guest (a dongle, a licence key, a game pad).
+	USB []USBDevice `yaml:"usb,omitempty" json:"usb,omitempty"`
+}
+
+// USBDevice names one host USB device: by Vendor and Product id (lsusb's 046d:c52b; the
+// first such device, wherever it is plugged), or by Bus and Device number (lsusb's "Bus 001
+// Device 004"; the number changes when it is plugged again).
+type USBDevice struct {
+	Vendor  string `yaml:"vendor,omitempty" json:"vendor,omitempty"`
+	Product string `yaml:"product,omitempty" json:"product,omitempty"`
+	Bus     int    `yaml:"bus,omitempty" json:"bus,omitempty"`
+	Device  int    `yaml:"device,omitempty" json:"device,omitempty"`
+}
+
+// String is the device as lsusb shows it: 046d:c52b or 001/004.
+func (u USBDevice) String() string {
+	if u.Vendor != "" || u.Product != "" {
+		return u.Vendor + ":" + u.Product
+	}
+	return fmt.Sprintf("%03d/%03d", u.Bus, u.Device)
 }
 
 // Evdev is one host input device passed to the guest through evdev.

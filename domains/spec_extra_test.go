@@ -53,7 +53,13 @@ func TestNewKeysInvalid(t *testing.T) {
 		{"url bad checksum", "  disks: [{device: cdrom, url: \"https://x/d.iso\", checksum: \"md5:00\"}]\n", "spec.disks[0].checksum: checksum \"md5:00\": want sha256:HEX"},
 		{"url scheme", "  disks: [{device: cdrom, url: \"file:///d.iso\", checksum: \"sha256:" + strings.Repeat("a", 64) + "\"}]\n", "spec.disks[0].url"},
 		{"url and path", "  disks: [{device: cdrom, path: /d.iso, url: \"https://x/d.iso\"}]\n", "give only one of"},
-		{"unknown device key", "  devices:\n    usb: [\"046d:c52b\"]\n", `unknown field "usb"`},
+		{"unknown device key", "  devices:\n    usbs: [\"046d:c52b\"]\n", `unknown field "usbs"`},
+		{"usb id", "  devices:\n    usb: [{vendor: 46d, product: c52b}]\n", "spec.devices.usb[0]: vendor \"46d\" product \"c52b\": want two 4-digit hex ids"},
+		{"usb both", "  devices:\n    usb: [{vendor: \"046d\", product: c52b, bus: 1, device: 2}]\n", "give vendor and product, or bus and device, not both"},
+		{"usb none", "  devices:\n    usb: [{}]\n", "spec.devices.usb[0]: give vendor and product"},
+		{"usb bus range", "  devices:\n    usb: [{bus: 1, device: 300}]\n", "want lsusb's numbers"},
+		{"usb twice", "  devices:\n    usb: [{vendor: \"046d\", product: c52b}, {vendor: \"046d\", product: c52b}]\n", "046d:c52b is listed twice"},
+		{"usb without controller", "  graphics: {type: none}\n  devices:\n    usbController: none\n    usb: [{bus: 1, device: 2}]\n", "host USB devices need a USB controller"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,7 +93,7 @@ func render(t *testing.T, text, virtType string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := d.Marshal()
+	x, err := domains.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +129,8 @@ func TestNewKeysRender(t *testing.T) {
 			[]string{"<source file=\"/isos/virtio-win.iso\"></source>\n      <target dev=\"sdb\" bus=\"sata\"></target>\n      <readonly></readonly>\n      <boot order=\"1\">"}, nil},
 		{"cdrom from a url", "  disks:\n    - {blank: true, size: 8GiB, bus: sata}\n    - {device: cdrom, url: \"https://cdimage.example/debian-12.8.0-amd64-netinst.iso\", checksum: \"sha256:" + strings.Repeat("ab", 32) + "\"}\n  boot: [cdrom, disk]\n", "kvm",
 			[]string{`<source file="/var/lib/libvirt/images/debian-12.8.0-amd64-netinst.iso">`, `device="cdrom"`}, nil},
+		{"usb host devices", "  devices:\n    usb:\n      - {vendor: \"046d\", product: c52b}\n      - {bus: 1, device: 4}\n", "kvm",
+			[]string{"<hostdev mode=\"subsystem\" type=\"usb\" managed=\"yes\">", "<vendor id=\"0x046d\"></vendor>\n        <product id=\"0xc52b\"></product>", `<address bus="1" device="4">`}, nil},
 		{"boot network", "  boot: [network]\n", "kvm", []string{`<boot order="1">`}, []string{`<boot dev=`}},
 		{"volume and scsi discard", "  disks:\n    - {volume: data.qcow2, bus: scsi}\n", "kvm",
 			[]string{`<source file="/var/lib/libvirt/images/data.qcow2">`, `type="qcow2" discard="unmap"`, `bus="scsi"`, `model="virtio-scsi"`}, nil},

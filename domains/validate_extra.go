@@ -12,6 +12,7 @@ import (
 
 var (
 	resolutionRE = lazyRE(`^([1-9][0-9]{2,4})x([1-9][0-9]{2,4})$`)
+	usbIDRE      = lazyRE(`^[0-9a-f]{4}$`)
 )
 
 // blankOrVolume checks a disk made blank in the pool, or taken from an existing pool volume.
@@ -156,6 +157,36 @@ func (v *validator) devices() {
 	}
 	if dv.Sound != "" {
 		v.oneOf("spec.devices.sound", dv.Sound, "ich9", "ich6", "ac97")
+	}
+	seen := map[string]int{}
+	for i, u := range dv.USB {
+		p := fmt.Sprintf("spec.devices.usb[%d]", i)
+		byID, byAddr := u.Vendor != "" || u.Product != "", u.Bus != 0 || u.Device != 0
+		switch {
+		case byID && byAddr:
+			v.add(p, "give vendor and product, or bus and device, not both")
+			continue
+		case byID:
+			if !usbIDRE.MatchString(u.Vendor) || !usbIDRE.MatchString(u.Product) {
+				v.add(p, "vendor %q product %q: want two 4-digit hex ids, as lsusb shows them (046d:c52b)", u.Vendor, u.Product)
+				continue
+			}
+		case byAddr:
+			if u.Bus < 1 || u.Bus > 255 || u.Device < 1 || u.Device > 127 {
+				v.add(p, "bus %d device %d: want lsusb's numbers (bus 1-255, device 1-127)", u.Bus, u.Device)
+				continue
+			}
+		default:
+			v.add(p, "give vendor and product (046d:c52b) or bus and device (lsusb's \"Bus 001 Device 004\")")
+			continue
+		}
+		if j, dup := seen[u.String()]; dup {
+			v.add(p, "%s is listed twice (also spec.devices.usb[%d])", u, j)
+		}
+		seen[u.String()] = i
+	}
+	if len(dv.USB) > 0 && dv.USBController == "none" {
+		v.add("spec.devices.usb", "host USB devices need a USB controller: drop usbController: none")
 	}
 }
 

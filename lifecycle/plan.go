@@ -323,6 +323,9 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 			return nil, err
 		}
 	}
+	if err := checkUSB(l.o.Root, vm); err != nil {
+		return nil, err
+	}
 	storage, err := l.storageSteps(vm)
 	if err != nil {
 		return nil, err
@@ -469,7 +472,7 @@ func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string
 			return "", fmt.Errorf("customize domain %s: %w", name, err)
 		}
 	}
-	x, err := d.Marshal()
+	x, err := domains.Marshal(d)
 	if err != nil {
 		return "", fmt.Errorf("marshal domain %s: %w", name, err)
 	}
@@ -571,4 +574,30 @@ func readSmall(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d KiB: not a public key file: %w", path, limit>>10, host.ErrInvalid)
 	}
 	return data, nil
+}
+
+// checkUSB finds every host USB device the spec names, so a device that is not plugged in
+// fails plan (exit 6, naming it) instead of the guest's start.
+func checkUSB(root host.Root, vm *domains.VM) error {
+	want := vm.Spec.Devices.USB
+	if len(want) == 0 {
+		return nil
+	}
+	have, err := host.USBDevices(root)
+	if err != nil {
+		return err
+	}
+	for i, u := range want {
+		found := slices.ContainsFunc(have, func(h host.USBDevice) bool {
+			if u.Vendor != "" {
+				return h.Vendor == u.Vendor && h.Product == u.Product
+			}
+			return h.Bus == u.Bus && h.Device == u.Device
+		})
+		if !found {
+			return fmt.Errorf("spec.devices.usb[%d]: no USB device %s on this host (%d USB devices; lsusb lists them; a device's bus/device number changes when it is plugged again): %w",
+				i, u, len(have), host.ErrNotFound)
+		}
+	}
+	return nil
 }
