@@ -163,3 +163,12 @@ func (r Root) WriteFileAtomic(path string, data []byte, perm os.FileMode) error 
 	}
 	return WriteFileAtomic(path, data, perm)
 }
+
+// Remove is os.Remove for a file under the root: it refuses (CheckInside) a path that
+// symlinks lead out of the root, so a fake tree never deletes the real host's files.
+func (r Root) Remove(path string) error {
+	if err := r.CheckInside(path); err != nil {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return os.Remove(path)
+}

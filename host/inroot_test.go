@@ -119,3 +119,34 @@ func TestStateWritesStayInRoot(t *testing.T) {
 		t.Fatalf("in-root link: %q", b)
 	}
 }
+
+// TestRemoveStaysInRoot: removing a persisted file (a driverctl override, an mdev definition)
+// through a tree whose etc links out of it must not delete the real host's file.
+func TestRemoveStaysInRoot(t *testing.T) {
+	outside := t.TempDir()
+	victim := filepath.Join(outside, "override")
+	if err := os.WriteFile(victim, []byte("vfio-pci\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := NewRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, root.Path("etc")); err != nil {
+		t.Fatal(err)
+	}
+	err = root.Remove(root.Etc("override"))
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "outside the host root") {
+		t.Fatalf("remove through etc -> %s: %v", outside, err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("the file outside the root is gone: %v", err)
+	}
+	inside := root.Path("x")
+	if err := os.WriteFile(inside, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Remove(inside); err != nil || Exists(inside) {
+		t.Fatalf("remove inside: %v", err)
+	}
+}

@@ -201,7 +201,7 @@ func (m *Manager) define(d Definition) (Definition, error) {
 	}
 	for _, o := range defs {
 		if o.UUID == id && o.Path != d.Path {
-			if err := os.Remove(o.Path); err != nil {
+			if err := m.Root.Remove(o.Path); err != nil {
 				return Definition{}, fmt.Errorf("define mdev %s: remove the old definition %s: %w", id, o.Path, err)
 			}
 		}
@@ -241,7 +241,7 @@ func (m *Manager) undefine(id string) ([]string, error) {
 			continue
 		}
 		if !m.DryRun {
-			if err := os.Remove(d.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := m.Root.Remove(d.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return removed, fmt.Errorf("undefine mdev %s: %w", u, err)
 			}
 		}

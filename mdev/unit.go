@@ -63,10 +63,13 @@ func (m *Manager) InstallUnit(execPath string) ([]string, error) {
 	if t, err := os.Readlink(link); err != nil || t != filepath.Join("..", UnitName) {
 		wrote = append(wrote, link)
 		if !m.DryRun {
+			if err := m.Root.CheckInside(link); err != nil {
+				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
+			}
 			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
 			}
-			os.Remove(link)
+			_ = os.Remove(link)
 			if err := os.Symlink(filepath.Join("..", UnitName), link); err != nil {
 				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
 			}

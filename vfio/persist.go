@@ -63,7 +63,7 @@ func softdepContent(l *Bindings) string {
 
 // fileStep writes (content != "") or removes (content == "") a plain file, or only records the
 // step in a dry run. Unchanged files are not touched and produce no step.
-func fileStep(path, content string, dry bool) (*HostOp, error) {
+func fileStep(root host.Root, path, content string, dry bool) (*HostOp, error) {
 	cur, err := os.ReadFile(path)
 	exists := err == nil
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -74,7 +74,7 @@ func fileStep(path, content string, dry bool) (*HostOp, error) {
 			return nil, nil
 		}
 		if !dry {
-			if err := os.Remove(path); err != nil {
+			if err := root.Remove(path); err != nil {
 				return nil, fmt.Errorf("remove %s: %w", path, err)
 			}
 		}
@@ -84,7 +84,7 @@ func fileStep(path, content string, dry bool) (*HostOp, error) {
 		return nil, nil
 	}
 	if !dry {
-		if err := host.WriteFileAtomic(path, []byte(content), 0o644); err != nil {
+		if err := root.WriteFileAtomic(path, []byte(content), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -163,13 +163,13 @@ func (r *run) persist(groups []*host.Group, dry bool) error {
 		}
 	}
 	for _, p := range todo {
-		s, err := fileStep(p, driverctlContent, dry)
+		s, err := fileStep(r.root, p, driverctlContent, dry)
 		if err != nil {
 			return fmt.Errorf("persist: %w", err)
 		}
 		r.step(s)
 	}
-	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
+	s, err := fileStep(r.root, SoftdepPath(r.root), softdepContent(r.ledger), dry)
 	if err != nil {
 		return fmt.Errorf("persist softdep: %w", err)
 	}
@@ -216,7 +216,7 @@ func (r *run) unpersist(groups []*host.Group, dry bool) error {
 			if rec.Previous != nil {
 				content = *rec.Previous
 			}
-			s, err := fileStep(p, content, dry)
+			s, err := fileStep(r.root, p, content, dry)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("remove persistence of %s: %w", m.Address, err))
 				continue
@@ -224,7 +224,7 @@ func (r *run) unpersist(groups []*host.Group, dry bool) error {
 			r.step(s)
 		}
 	}
-	s, err := fileStep(SoftdepPath(r.root), softdepContent(r.ledger), dry)
+	s, err := fileStep(r.root, SoftdepPath(r.root), softdepContent(r.ledger), dry)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("rewrite softdep: %w", err))
 	} else {
