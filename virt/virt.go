@@ -34,6 +34,10 @@ var (
 	// ErrVolumeExists is returned (wrapped) by CreateVolume when the pool has a volume of
 	// that name already: the caller did not create it and must not delete it.
 	ErrVolumeExists = errors.New("storage volume exists")
+	// ErrConnection is returned (wrapped) when the connection to libvirtd itself failed (libvirtd
+	// restarted, its socket closed, the helper process died): the Conn is dead, and a caller
+	// that holds one for long (the agent) opens another.
+	ErrConnection = errors.New("libvirt connection lost")
 )
 
 // IsNotFound reports whether err says a domain, volume or pool does not exist.

@@ -65,6 +65,12 @@ func lverr(err error, what string) error {
 			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoPool, le.Message)
 		case libvirt.ERR_STORAGE_VOL_EXIST:
 			return fmt.Errorf("%s: %w: %s", what, virt.ErrVolumeExists, le.Message)
+		case libvirt.ERR_NO_CONNECT, libvirt.ERR_INVALID_CONN:
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrConnection, le.Message)
+		}
+		if le.Domain == libvirt.FROM_RPC {
+			// "Cannot recv data: Connection reset by peer", "client socket is closed": libvirtd went away.
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrConnection, le.Message)
 		}
 		return fmt.Errorf("%s: %s", what, le.Message)
 	}

@@ -177,6 +177,7 @@ var kinds = []struct {
 	{"no-volume", virt.ErrNoVolume},
 	{"no-pool", virt.ErrNoPool},
 	{"volume-exists", virt.ErrVolumeExists},
+	{"connection", virt.ErrConnection},
 	{"canceled", context.Canceled},
 	{"deadline", context.DeadlineExceeded},
 }
@@ -209,7 +210,7 @@ func fromWire(err error) error {
 	var se serverError
 	if !errors.As(err, &se) {
 		// The pipe broke: the helper died or was killed.
-		return fmt.Errorf("libvirt helper %s stopped answering: %w", HelperName, err)
+		return fmt.Errorf("libvirt helper %s stopped answering: %w: %w", HelperName, virt.ErrConnection, err)
 	}
 	kind, msg, ok := strings.Cut(string(se), sep)
 	if !ok {
