@@ -106,3 +106,24 @@ type Conn interface {
 	// ErrNoVolume.
 	DeleteVolume(ctx context.Context, pool, name string) error
 }
+
+// DomainEvent is one libvirt domain lifecycle event (virConnectDomainEventRegisterAny with
+// VIR_DOMAIN_EVENT_ID_LIFECYCLE).
+type DomainEvent struct {
+	// Domain is the domain's name.
+	Domain string `json:"domain"`
+	// Event is the lifecycle event: "defined", "undefined", "started", "suspended",
+	// "resumed", "stopped", "shutdown", "pmsuspended", "crashed" (libvirt's
+	// VIR_DOMAIN_EVENT_*), "other" for one this list does not know.
+	Event string `json:"event"`
+	// Detail is libvirt's detail code of the event (e.g. for "undefined": 0 removed, 1 renamed).
+	Detail int `json:"detail"`
+}
+
+// EventSource is a Conn that streams domain lifecycle events. The channel closes when ctx
+// ends or the connection is lost (the caller subscribes again on a new connection). Events
+// may be dropped when the receiver falls far behind: treat one as "look again", not as the
+// whole truth.
+type EventSource interface {
+	DomainEvents(ctx context.Context) (<-chan DomainEvent, error)
+}

@@ -226,3 +226,27 @@ func (c *Conn) VolumePath(ctx context.Context, pool, name string) (r string, err
 func (c *Conn) DeleteVolume(ctx context.Context, pool, name string) error {
 	return c.do(func(v virt.Conn) error { return v.DeleteVolume(ctx, pool, name) })
 }
+
+var _ virt.EventSource = (*Conn)(nil)
+
+// DomainEvents implements virt.EventSource on the held connection, when it can stream events
+// (the helper and the native adapter can; a fake may not: the error says so). The channel
+// closes when ctx ends or that connection is lost; subscribe again to follow the next one.
+func (c *Conn) DomainEvents(ctx context.Context) (<-chan virt.DomainEvent, error) {
+	conn, err := c.get()
+	if err != nil {
+		return nil, err
+	}
+	src, ok := conn.(virt.EventSource)
+	if !ok {
+		return nil, fmt.Errorf("libvirt at %s: %w", c.uri, ErrNoEvents)
+	}
+	ch, err := src.DomainEvents(ctx)
+	if errors.Is(err, virt.ErrConnection) {
+		c.lost(conn, err)
+	}
+	return ch, err
+}
+
+// ErrNoEvents is returned by DomainEvents when the connection cannot stream events.
+var ErrNoEvents = errors.New("the connection does not stream domain events")

@@ -4,11 +4,10 @@
 // holds the agent's one warm libvirt connection (Conn), which reopens itself when libvirtd
 // restarts.
 //
-// How it notices: by polling libvirt's domain list (ListDomainXMLs) every Interval (default
-// 250 ms, so a drift is seen within half a second), through the same virt.Conn every command
-// uses. libvirt's lifecycle events (virConnectDomainEventRegisterAny) would say it sooner and
-// for free, but they need an event loop in the cgo helper and a stream over its pipe protocol,
-// which request/response does not carry yet; docs/metrics.md says so.
+// How it notices: libvirt's domain lifecycle events (virConnectDomainEventRegisterAny, streamed
+// from the cgo helper over its pipe: virt.EventSource) trigger a comparison at once; a poll of
+// the domain list (ListDomainXMLs) every 5 s is the safety net, and every 250 ms when the
+// connection gives no events. Either way a drift is seen within a second.
 //
 // Policy (docs/metrics.md, "Drift"): a VM whose domain is gone has its allocation released
 // only when none of its devices is held by a running process (a QEMU that outlived its
@@ -45,8 +44,13 @@ const (
 	ActionKeep    = "keep"    // kept and reported (held devices, or a detached device)
 )
 
-// DefaultInterval is how often the watcher compares the ledger with libvirt.
-const DefaultInterval = 250 * time.Millisecond
+// DefaultInterval is how often the watcher compares the ledger with libvirt when it gets no
+// domain events; DefaultEventInterval when it does (the poll is then a safety net for what an
+// event stream can miss: events dropped, a reconnect in between).
+const (
+	DefaultInterval      = 250 * time.Millisecond
+	DefaultEventInterval = 5 * time.Second
+)
 
 // Drift is one disagreement between the ledger and libvirt.
 type Drift struct {
@@ -78,8 +82,10 @@ type Watcher struct {
 	Ledger *ledger.Ledger
 	// Root is the host, for the holders of a VM's devices.
 	Root host.Root
-	// Interval between checks (0: DefaultInterval).
-	Interval time.Duration
+	// Interval between checks without domain events (0: DefaultInterval), EventInterval with
+	// them (0: DefaultEventInterval).
+	Interval      time.Duration
+	EventInterval time.Duration
 	// Metrics, when set, gets every drift and its resolution.
 	Metrics Recorder
 	// Release, when set, is called for a drift the policy releases (the agent destroys the VM
@@ -109,16 +115,37 @@ func (w *Watcher) Drifts() []Drift {
 	return out
 }
 
-// Run checks every Interval until ctx ends. A check that fails (libvirtd down) is logged once
-// per error text and retried at the next tick; drift already known stays current.
+// Run checks until ctx ends: at once whenever libvirt reports a domain lifecycle event (when
+// Conn is a virt.EventSource: the agent's Conn over the helper is), and every Interval besides
+// (every EventInterval while events flow: the poll is then only a safety net). A check that
+// fails (libvirtd down) is logged once per error text and retried; drift already known stays
+// current. A lost event stream is subscribed again at the next tick.
 func (w *Watcher) Run(ctx context.Context) error {
 	iv := w.Interval
 	if iv <= 0 {
 		iv = DefaultInterval
 	}
-	t := time.NewTicker(iv)
-	defer t.Stop()
+	eiv := w.EventInterval
+	if eiv <= 0 {
+		eiv = DefaultEventInterval
+	}
+	var events <-chan virt.DomainEvent
+	subscribe := func() {
+		src, ok := w.Conn.(virt.EventSource)
+		if !ok {
+			return
+		}
+		ch, err := src.DomainEvents(ctx)
+		if err != nil {
+			w.log().Debug("drift: no domain events; polling", "error", err.Error())
+			return
+		}
+		events = ch
+		w.log().Info("drift: following libvirt domain events", "uri", w.Conn.URI())
+	}
+	subscribe()
 	var lastErr string
+	next := time.Now()
 	for {
 		if _, err := w.Check(ctx); err != nil {
 			if err.Error() != lastErr {
@@ -128,10 +155,46 @@ func (w *Watcher) Run(ctx context.Context) error {
 		} else {
 			lastErr = ""
 		}
+		wait := iv
+		if events != nil {
+			wait = eiv
+		}
+		next = next.Add(wait)
+		if d := time.Until(next); d < 0 {
+			next = time.Now()
+		}
+		timer := time.NewTimer(time.Until(next))
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return ctx.Err()
-		case <-t.C:
+		case <-timer.C:
+			if events == nil {
+				subscribe()
+			}
+		case e, ok := <-events:
+			timer.Stop()
+			if !ok {
+				events = nil
+				break
+			}
+			w.log().Debug("drift: domain event", "domain", e.Domain, "event", e.Event)
+			drain(events)
+			next = time.Now()
+		}
+	}
+}
+
+// drain takes the events already queued: one check covers them all.
+func drain(ch <-chan virt.DomainEvent) {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		default:
+			return
 		}
 	}
 }

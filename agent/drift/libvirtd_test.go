@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -18,16 +19,28 @@ import (
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/native"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
+
+// pollOnly hides a connection's event stream: the watcher must poll.
+type pollOnly struct{ virt.Conn }
 
 // TestUndefineBehindTheWatchersBack: against the real libvirtd, an applied VM (in the ledger,
 // its domain defined with its GPU and audio as hostdevs) is undefined with `virsh undefine`
 // behind the watcher's back. The watcher, on its one warm connection, reports the drift within
 // a second, in its Drifts (the agent's status), in the log and in /metrics; nothing holds the
-// devices, so the policy releases the allocation.
+// devices, so the policy releases the allocation. Twice: following libvirt's domain events
+// through the helper's pipe protocol (its poll set to 10 s, so only the event can be in time),
+// and by polling alone (a connection without events).
 func TestUndefineBehindTheWatchersBack(t *testing.T) {
 	uri := testenv.Libvirtd(t)
-	name := "vgpuhost-test-drift"
+	for _, mode := range []string{"events", "polling"} {
+		t.Run(mode, func(t *testing.T) { undefineBehindTheBack(t, uri, mode) })
+	}
+}
+
+func undefineBehindTheBack(t *testing.T, uri, mode string) {
+	name := "vgpuhost-test-drift-" + mode
 	virsh := func(args ...string) (string, error) {
 		out, err := exec.Command("virsh", append([]string{"-c", uri}, args...)...).CombinedOutput()
 		return string(out), err
@@ -47,12 +60,29 @@ func TestUndefineBehindTheWatchersBack(t *testing.T) {
 	}
 
 	opens := 0
-	conn := NewConn(uri, func() (virt.Conn, error) { opens++; return native.Open(uri) }, nil)
+	conn := NewConn(uri, func() (virt.Conn, error) {
+		opens++
+		n, err := native.Open(uri)
+		if err != nil {
+			return nil, err
+		}
+		if mode == "polling" {
+			return pollOnly{n}, nil
+		}
+		// As the agent has it: the helper's protocol (served in-process here) over the adapter.
+		a, b := net.Pipe()
+		go func() { _ = remote.Serve(func(string) (virt.Conn, error) { return n, nil }, b) }()
+		return remote.Dial(uri, a)
+	}, nil)
 	defer conn.Close()
 	m := metrics.New(metrics.HostSource{Root: tr.Root})
 	logs := &syncWriter{w: &strings.Builder{}}
 	rec := &recorder{}
-	w := &Watcher{Conn: conn, Ledger: l, Root: tr.Root, Interval: 100 * time.Millisecond, Metrics: m,
+	iv := DefaultInterval
+	if mode == "events" {
+		iv = 10 * time.Second
+	}
+	w := &Watcher{Conn: conn, Ledger: l, Root: tr.Root, Interval: iv, EventInterval: iv, Metrics: m,
 		Release: rec.release, Log: slog.New(slog.NewTextHandler(logs, nil))}
 	if got, err := w.Check(context.Background()); err != nil || len(got) != 0 {
 		t.Fatalf("before the undefine: %+v %v", got, err)
@@ -60,6 +90,7 @@ func TestUndefineBehindTheWatchersBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
+	time.Sleep(300 * time.Millisecond) // Run's first check and its subscription
 
 	if out, err := virsh("undefine", name); err != nil {
 		t.Fatalf("virsh undefine: %v\n%s", err, out)
@@ -77,7 +108,7 @@ func TestUndefineBehindTheWatchersBack(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("drift seen after %s, want within 1 s", took)
 	}
-	t.Logf("drift seen %s after virsh undefine", took.Round(time.Millisecond))
+	t.Logf("%s: drift seen %s after virsh undefine", mode, took.Round(time.Millisecond))
 	if d[0].Action != ActionRelease {
 		t.Errorf("action %s (%s), want release: nothing holds the devices", d[0].Action, d[0].Reason)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"libvirt.org/go/libvirt"
@@ -22,6 +23,10 @@ import (
 type Libvirt struct {
 	uri  string
 	conn *libvirt.Connect
+
+	subMu sync.Mutex
+	subs  map[int]func() // event subscriptions, ended before the connection closes
+	subN  int
 }
 
 var _ virt.Conn = (*Libvirt)(nil)
@@ -31,6 +36,7 @@ func Open(uri string) (*Libvirt, error) {
 	if uri == "" {
 		uri = virt.DefaultURI
 	}
+	startEventLoop()
 	c, err := libvirt.NewConnect(uri)
 	if err != nil {
 		return nil, fmt.Errorf("connect to libvirt at %s: %w (is libvirtd running? try: libvirtd -d)", uri, err)
@@ -43,6 +49,7 @@ func (l *Libvirt) URI() string { return l.uri }
 
 // Close closes the connection.
 func (l *Libvirt) Close() error {
+	l.endSubscriptions()
 	if _, err := l.conn.Close(); err != nil {
 		return fmt.Errorf("close libvirt connection %s: %w", l.uri, err)
 	}
