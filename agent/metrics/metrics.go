@@ -23,6 +23,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/reconcile"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 // Namespace prefixes every metric name.
@@ -242,14 +243,14 @@ func up(err error) float64 {
 	return 1
 }
 
-// Mode says how a GPU function is used, from the inventory's facts (vgpu_info's mode label).
+// Mode says how a GPU function is used, from the inventory's facts (gpu_info's mode label).
 func Mode(d host.Device) string {
 	switch {
 	case d.VendorVGPU != nil:
 		return "vendor-vfio"
 	case d.PhysFn != nil:
 		return "sriov-vf"
-	case d.Driver == "vfio-pci":
+	case d.Driver == vfio.DriverName:
 		return "passthrough"
 	case d.Mdev != nil:
 		return "mdev"
