@@ -23,6 +23,8 @@ BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 UNIT := deploy/systemd/vgpu-host-restore.service
+# The agent's unit: the alternative to the restore unit (Conflicts=; docs/reconcile.md).
+AGENT_UNIT := deploy/systemd/vgpu-host-agent.service
 
 # Go first, before anything else: a missing or too old toolchain is said in one line. `make
 # help`, `make deps`, `make uninstall` and `make clean` work without Go.
@@ -116,12 +118,13 @@ bench: build ## benchmarks as ratios against peers measured in the same run
 	@bench/run.sh
 
 # The files make install puts under $(DESTDIR)$(PREFIX); scripts/test-install.sh checks the list.
-install: build ## install both binaries, the systemd unit, bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
+install: build ## install both binaries, the systemd units (restore and agent), bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(BIN) $(HELPER) $(DESTDIR)$(BINDIR)/
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
-	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
+	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(AGENT_UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpu-host-restore.service $(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
 	$(BIN) completion bash >$(DESTDIR)$(BASHCOMPDIR)/vgpu-host
 	$(BIN) completion zsh >$(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host
 	$(BIN) completion fish >$(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish
@@ -131,7 +134,7 @@ install: build ## install both binaries, the systemd unit, bash/zsh/fish complet
 
 uninstall: ## remove what make install installed (same PREFIX and DESTDIR)
 	rm -f $(DESTDIR)$(BINDIR)/vgpu-host $(DESTDIR)$(BINDIR)/vgpu-host-libvirt \
-		$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service \
+		$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service $(DESTDIR)$(UNITDIR)/vgpu-host-agent.service \
 		$(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish \
 		$(DESTDIR)$(MANDIR)/man1/vgpu-host.1 $(DESTDIR)$(MANDIR)/man1/vgpu-host-*.1
 

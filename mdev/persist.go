@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/filelock"
@@ -355,6 +356,8 @@ type RestoreStep struct {
 	// Result is "applied", "already", "skipped" or "failed".
 	Result string `json:"result"`
 	Error  string `json:"error,omitempty"`
+	// Duration is how long the step took (reading the current state and, if needed, applying).
+	Duration time.Duration `json:"-"`
 }
 
 // Restore re-applies the persisted host state, in the order guests need it: VF counts first
@@ -362,8 +365,23 @@ type RestoreStep struct {
 // file, then mdev definitions with start "auto". Everything already in place is left alone.
 // It carries on past a failed step and returns every failure joined.
 func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
+	return m.RestoreEach(ctx, nil)
+}
+
+// RestoreEach is Restore that also hands each step to each (when not nil) as soon as it is
+// done, so a caller can log it while the rest runs (the agent's boot reconcile does).
+func (m *Manager) RestoreEach(ctx context.Context, each func(RestoreStep)) ([]RestoreStep, error) {
 	var steps []RestoreStep
 	var errs []error
+	t0 := time.Now() // start of the current step: reset after each one is recorded
+	add := func(s RestoreStep) {
+		s.Duration = time.Since(t0)
+		steps = append(steps, s)
+		if each != nil {
+			each(s)
+		}
+		t0 = time.Now()
+	}
 	record := func(kind, target, want string, already bool, err error) {
 		s := RestoreStep{Kind: kind, Target: target, Want: want, Result: "applied"}
 		switch {
@@ -373,7 +391,7 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 		case already:
 			s.Result = "already"
 		}
-		steps = append(steps, s)
+		add(s)
 	}
 
 	// A file that cannot be read is one failed step: the others are still restored.
@@ -444,7 +462,7 @@ func (m *Manager) Restore(ctx context.Context) ([]RestoreStep, error) {
 	for _, d := range defs {
 		want := d.Type + " on " + d.Parent
 		if d.Start != "auto" {
-			steps = append(steps, RestoreStep{Kind: "mdev", Target: d.UUID, Want: want, Result: "skipped"})
+			add(RestoreStep{Kind: "mdev", Target: d.UUID, Want: want, Result: "skipped"})
 			continue
 		}
 		if a, ok := m.activeMdev(d.UUID); ok && a.Parent == d.Parent && a.Type == d.Type {

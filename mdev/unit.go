@@ -19,7 +19,7 @@ const UnitName = "vgpu-host-restore.service"
 // starts before its VF or vGPU instance exists. Type=oneshot + RemainAfterExit makes units
 // ordered after it wait for it to finish.
 const unitTemplate = `[Unit]
-Description=Restore vgpu-host SR-IOV VFs, vendor vGPU types and mdev instances
+Description=Restore vgpu-host SR-IOV VFs, vendor vGPU types, mdev instances and vfio-pci bindings
 Documentation=https://github.com/vgpu-host/vgpu-host/blob/main/docs/vgpu.md
 After=systemd-modules-load.service nvidia-vgpud.service nvidia-vgpu-mgr.service
 Before=libvirtd.service virtqemud.service libvirt-guests.service

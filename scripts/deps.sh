@@ -23,7 +23,7 @@ declare -A group=(
           genisoimage systemd procps util-linux groff-base man-db dpkg mdevctl bash-completion
           swtpm swtpm-tools acl"
   [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
-         mdevctl driverctl pciutils"
+         mdevctl driverctl pciutils e2fsprogs"
   [bench]="pci.ids pciutils jq hyperfine"
 )
 [ $# -gt 0 ] || set -- all

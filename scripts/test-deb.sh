@@ -45,6 +45,11 @@ rc=0
 # 0: something can be assigned; 3: nothing can (no GPU here). Anything else is a failure.
 [ $rc -eq 0 ] || [ $rc -eq 3 ] || { cat "$work/check" >&2; fail "vgpu-host check exited $rc"; }
 echo "test-deb: vgpu-host check exited $rc ($(wc -l <"$work/check") lines)"
+for u in vgpu-host-restore.service vgpu-host-agent.service; do
+	[ -f "/usr/lib/systemd/system/$u" ] || fail "the package does not install $u"
+done
+grep -qx 'ExecStart=/usr/bin/vgpu-host agent' /usr/lib/systemd/system/vgpu-host-agent.service ||
+	fail "vgpu-host-agent.service does not run /usr/bin/vgpu-host agent"
 man -w vgpu-host-mdev >/dev/null || fail "man cannot find vgpu-host-mdev(1)"
 bash -c '. /usr/share/bash-completion/completions/vgpu-host && complete -p vgpu-host' >/dev/null ||
 	fail "the bash completion does not register"

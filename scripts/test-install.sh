@@ -14,7 +14,7 @@ make --no-print-directory -s install DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 # Expected: the man pages follow the command tree (one per visible command).
 cmds=$(bin/vgpu-host --generate-shell-completion | cut -d: -f1 | grep -vx 'help\|h' | sort)
 {
-	printf '%s\n' bin/vgpu-host bin/vgpu-host-libvirt lib/systemd/system/vgpu-host-restore.service \
+	printf '%s\n' bin/vgpu-host bin/vgpu-host-libvirt lib/systemd/system/vgpu-host-restore.service lib/systemd/system/vgpu-host-agent.service \
 		share/bash-completion/completions/vgpu-host share/zsh/site-functions/_vgpu-host \
 		share/fish/vendor_completions.d/vgpu-host.fish share/man/man1/vgpu-host.1
 	for c in $cmds; do echo "share/man/man1/vgpu-host-$c.1"; done
@@ -26,6 +26,16 @@ rm -f "$dest.want" "$dest.got"
 
 grep -qx "ExecStart=$prefix/bin/vgpu-host host restore" "$dest$prefix/lib/systemd/system/vgpu-host-restore.service" ||
 	fail "the installed unit does not run $prefix/bin/vgpu-host"
+agent_unit="$dest$prefix/lib/systemd/system/vgpu-host-agent.service"
+grep -qx "ExecStart=$prefix/bin/vgpu-host agent" "$agent_unit" || fail "the installed agent unit does not run $prefix/bin/vgpu-host agent"
+for l in Type=notify Conflicts=vgpu-host-restore.service RuntimeDirectory=vgpu-host 'Before=libvirtd.service virtqemud.service libvirt-guests.service'; do
+	grep -qx "$l" "$agent_unit" || fail "the installed agent unit lacks $l"
+done
+# systemd's own parser: no unknown key or bad value (the binary need not exist for this check).
+if command -v systemd-analyze >/dev/null; then
+	w=$(systemd-analyze verify --man=no "$agent_unit" 2>&1 | grep -E "$(basename "$agent_unit")" | grep -v 'Command .* is not executable\|not found' || true)
+	[ -z "$w" ] || fail "systemd-analyze verify $agent_unit: $w"
+fi
 "$dest$prefix/bin/vgpu-host" -o json version | jq -e '.helper.found and .helper.matches' >/dev/null ||
 	fail "the installed vgpu-host does not find the helper installed beside it"
 for p in "$dest$prefix"/share/man/man1/*.1; do
@@ -48,4 +58,4 @@ done
 make --no-print-directory -s uninstall DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 left=$(cd "$dest" && find . -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "test-install: ok: make install put $n files under DESTDIR$prefix (binaries, unit, 3 completions, bash completing from the binary, man pages that man formats without warnings); make uninstall removed them"
+echo "test-install: ok: make install put $n files under DESTDIR$prefix (binaries, restore and agent units, 3 completions, bash completing from the binary, man pages that man formats without warnings); make uninstall removed them"

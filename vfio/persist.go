@@ -256,3 +256,30 @@ func (r *run) persistedWarnings(groups []*host.Group) {
 		}
 	}
 }
+
+// PersistedBindings returns what bind --persist asked to survive a reboot: the ledger's
+// functions recorded with Persist whose driverctl override (DriverctlPath) still says
+// vfio-pci, sorted by address. A function whose override an admin removed since
+// (`driverctl unset-override`) is left out: that override is the instruction for the boot.
+// The boot reconcile (package agent/reconcile) binds their groups again through Binder.Bind
+// when driverctl is not there to do it.
+func PersistedBindings(root host.Root) ([]Binding, error) {
+	l, err := LoadLedger(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []Binding
+	for _, e := range l.Entries() {
+		if !e.Persist {
+			continue
+		}
+		cur, exists, err := readConf(DriverctlPath(root, e.Address))
+		if err != nil {
+			return out, fmt.Errorf("persisted binding of %s: %w", e.Address, err)
+		}
+		if exists && cur == driverctlContent {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}

@@ -34,6 +34,10 @@ var (
 	// ErrVolumeExists is returned (wrapped) by CreateVolume when the pool has a volume of
 	// that name already: the caller did not create it and must not delete it.
 	ErrVolumeExists = errors.New("storage volume exists")
+	// ErrConnection is returned (wrapped) when the connection to libvirtd itself failed (libvirtd
+	// restarted, its socket closed, the helper process died): the Conn is dead, and a caller
+	// that holds one for long (the agent) opens another.
+	ErrConnection = errors.New("libvirt connection lost")
 )
 
 // IsNotFound reports whether err says a domain, volume or pool does not exist.
@@ -101,4 +105,25 @@ type Conn interface {
 	// DeleteVolume deletes a volume. Deleting a missing volume returns an error wrapping
 	// ErrNoVolume.
 	DeleteVolume(ctx context.Context, pool, name string) error
+}
+
+// DomainEvent is one libvirt domain lifecycle event (virConnectDomainEventRegisterAny with
+// VIR_DOMAIN_EVENT_ID_LIFECYCLE).
+type DomainEvent struct {
+	// Domain is the domain's name.
+	Domain string `json:"domain"`
+	// Event is the lifecycle event: "defined", "undefined", "started", "suspended",
+	// "resumed", "stopped", "shutdown", "pmsuspended", "crashed" (libvirt's
+	// VIR_DOMAIN_EVENT_*), "other" for one this list does not know.
+	Event string `json:"event"`
+	// Detail is libvirt's detail code of the event (e.g. for "undefined": 0 removed, 1 renamed).
+	Detail int `json:"detail"`
+}
+
+// EventSource is a Conn that streams domain lifecycle events. The channel closes when ctx
+// ends or the connection is lost (the caller subscribes again on a new connection). Events
+// may be dropped when the receiver falls far behind: treat one as "look again", not as the
+// whole truth.
+type EventSource interface {
+	DomainEvents(ctx context.Context) (<-chan DomainEvent, error)
 }

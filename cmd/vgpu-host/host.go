@@ -7,10 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vgpu-host/vgpu-host/agent/reconcile"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 func hostCommand() *cli.Command {
@@ -20,9 +23,10 @@ func hostCommand() *cli.Command {
 		Commands: []*cli.Command{
 			{
 				Name:  "restore",
-				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto)",
-				Description: "Run at boot by vgpu-host-restore.service, before libvirt starts guests. Everything already in\n" +
-					"place is left alone; a failed step does not stop the others, and the exit code is non-zero.",
+				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto), vfio-pci bindings (bind --persist)",
+				Description: "Run at boot by vgpu-host-restore.service (or by the agent, vgpu-host-agent.service: the same code),\n" +
+					"before libvirt starts guests. Everything already in place is left alone; a failed step does not stop\n" +
+					"the others, and the exit code is non-zero. docs/reconcile.md.",
 				Flags: []cli.Flag{dryRunFlag(), timeoutFlag()},
 				Action: func(ctx context.Context, cmd *cli.Command) error {
 					m, rec, done, err := vgpuManager(cmd)
@@ -30,14 +34,20 @@ func hostCommand() *cli.Command {
 						return err
 					}
 					defer done()
-					steps, rerr := m.Restore(ctx)
-					if steps == nil {
-						steps = []mdev.RestoreStep{}
-					}
+					w, mods := hostIO(m.Root)
+					r := &reconcile.Reconciler{Mdev: m, Binder: &vfio.Binder{Root: m.Root, W: w, Modules: mods, Timeout: cmd.Duration("timeout")}}
+					res, rerr := r.Run(ctx)
+					steps := res.Steps
 					if rec != nil && rerr == nil {
+						// The bindings' dry-run writes come after the mdev ones, as a real run makes them.
+						for _, s := range steps {
+							for _, wr := range s.Writes {
+								_ = rec.Write(ctx, wr.Path, wr.Value)
+							}
+						}
 						return emitDry(cmd, rec, nil, steps)
 					}
-					if err := emit(cmd, steps, func(w io.Writer) error { return restoreTable(w, steps) }); err != nil {
+					if err := emit(cmd, steps, func(w io.Writer) error { return restoreTable(w, res) }); err != nil {
 						return err
 					}
 					return rerr
@@ -93,19 +103,23 @@ func hostCommand() *cli.Command {
 	}
 }
 
-func restoreTable(out io.Writer, steps []mdev.RestoreStep) error {
-	if len(steps) == 0 {
-		fmt.Fprintln(out, "nothing persisted: no VF counts, vendor vGPU types or mdev definitions")
+func restoreTable(out io.Writer, res reconcile.Result) error {
+	if len(res.Steps) == 0 {
+		fmt.Fprintln(out, "nothing persisted: no VF counts, vendor vGPU types, mdev definitions or persisted bindings")
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tTARGET\tWANT\tRESULT")
-	for _, s := range steps {
+	fmt.Fprintln(w, "KIND\tTARGET\tWANT\tRESULT\tTIME")
+	for _, s := range res.Steps {
 		r := s.Result
 		if s.Error != "" {
 			r += ": " + s.Error
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Kind, s.Target, s.Want, r)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Kind, s.Target, s.Want, r, s.Duration.Round(time.Microsecond))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(out, res.Summary())
+	return err
 }

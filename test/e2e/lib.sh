@@ -131,3 +131,16 @@ now_ms() {
   case $_ns in *N | "") awk '{printf "%d\n", $1 * 1000}' /proc/uptime ;; *) echo $((_ns / 1000000)) ;; esac
 }
 bench() { echo "BENCH $1 $2 ${3:-}"; }
+
+# request_reboot: reboot the guest (a real `reboot`: QEMU resets the machine, the same kernel
+# and initramfs boot again, the persistent disk keeps /etc and /var/lib) once every scenario of
+# this boot has run; init then runs this scenario again with E2E_BOOT=2, and nothing else.
+# Scenarios branch on E2E_BOOT. Needs the persistent disk (test mode).
+request_reboot() {
+  if [ -z "${E2E_PERSIST:-}" ]; then
+    fail "request_reboot: no persistent disk (/dev/vda is not mounted on /persist)"
+    return 1
+  fi
+  echo "$E2E_SCENARIO" >>"$E2E_PERSIST/resume"
+  note "reboot requested: after this boot's scenarios the guest reboots and runs $E2E_SCENARIO again (E2E_BOOT=2)"
+}

@@ -44,7 +44,7 @@ done
 # virtio_pci first so virtio-gpu and virtio-blk find their transport.
 guest_modules=(
   virtio_pci virtio_blk virtio-gpu qxl bochs snd_hda_codec_generic snd_hda_intel e1000 e1000e nvme
-  vfio-pci vfio_iommu_type1 mdev
+  vfio-pci vfio_iommu_type1 mdev ext4
 )
 # Host tools copied into the guest with their libraries, for scenarios (jq for inspect's JSON;
 # mdevctl, the peer of the mdev bench: a Rust binary needing libc and libgcc_s only, plus its
@@ -58,7 +58,7 @@ need() {
   for t in "$@"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
   [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (run 'make deps')"
 }
-need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd flock
+need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd flock mkfs.ext4
 
 # pick_kver: the newest kernel that has an image in /boot, modules and headers (build link).
 pick_kver() {
@@ -234,10 +234,24 @@ cat "$base" "$out/run.cpio" >"$out/initrd.cpio"
 rm -f "$out/run.cpio"
 
 # The result/snapshot disk (virtio-blk at 00:1e.0, as in the shared fixture). The guest writes
-# a plain tar to it in --snapshot mode; otherwise it is just part of the device layout.
+# a plain tar to it in --snapshot mode. In test mode it is the guest's persistent disk: an
+# empty ext4 file system that init mounts for /etc and /var/lib, so state written with
+# --persist survives the guest's reboot (scenarios that call request_reboot; docs/lab.md).
 disk=$out/disk.img
 rm -f "$disk"
 truncate -s 16M "$disk"
+[ "$mode" != test ] || mkfs.ext4 -q -F -L vgpulab -E root_owner=0:0 "$disk"
+
+# A scenario that reboots the guest (request_reboot in lib.sh) needs QEMU to reset on the
+# guest's reboot instead of exiting (-no-reboot). Only then: a run without one keeps
+# -no-reboot, so a kernel panic (panic=-1) ends the run at once instead of looping.
+no_reboot=-no-reboot
+if [ "$mode" = test ]; then
+  for f in "$here"/scenarios/*.sh; do
+    case ${f##*/} in *"$only"*) ;; *) continue ;; esac
+    if grep -q '^[[:space:]]*request_reboot' "$f"; then no_reboot=; fi
+  done
+fi
 
 console=$out/console.log
 : >"$console"
@@ -246,7 +260,7 @@ console=$out/console.log
 # shellcheck disable=SC2054 # the commas are QEMU's property lists
 qemu_args=(
   -machine q35,kernel-irqchip=split -accel tcg,thread=multi -cpu max -smp 2 -m 1024
-  -nodefaults -display none -monitor none -no-reboot
+  -nodefaults -display none -monitor none ${no_reboot:+"$no_reboot"}
   -serial "file:$console"
   -kernel "$kernel" -initrd "$out/initrd.cpio"
   -append "console=ttyS0 intel_iommu=on iommu=pt quiet loglevel=3 panic=-1 rdinit=/init"

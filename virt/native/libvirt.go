@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"libvirt.org/go/libvirt"
@@ -22,6 +23,10 @@ import (
 type Libvirt struct {
 	uri  string
 	conn *libvirt.Connect
+
+	subMu sync.Mutex
+	subs  map[int]func() // event subscriptions, ended before the connection closes
+	subN  int
 }
 
 var _ virt.Conn = (*Libvirt)(nil)
@@ -31,6 +36,7 @@ func Open(uri string) (*Libvirt, error) {
 	if uri == "" {
 		uri = virt.DefaultURI
 	}
+	startEventLoop()
 	c, err := libvirt.NewConnect(uri)
 	if err != nil {
 		return nil, fmt.Errorf("connect to libvirt at %s: %w (is libvirtd running? try: libvirtd -d)", uri, err)
@@ -43,6 +49,7 @@ func (l *Libvirt) URI() string { return l.uri }
 
 // Close closes the connection.
 func (l *Libvirt) Close() error {
+	l.endSubscriptions()
 	if _, err := l.conn.Close(); err != nil {
 		return fmt.Errorf("close libvirt connection %s: %w", l.uri, err)
 	}
@@ -65,6 +72,12 @@ func lverr(err error, what string) error {
 			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoPool, le.Message)
 		case libvirt.ERR_STORAGE_VOL_EXIST:
 			return fmt.Errorf("%s: %w: %s", what, virt.ErrVolumeExists, le.Message)
+		case libvirt.ERR_NO_CONNECT, libvirt.ERR_INVALID_CONN:
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrConnection, le.Message)
+		}
+		if le.Domain == libvirt.FROM_RPC {
+			// "Cannot recv data: Connection reset by peer", "client socket is closed": libvirtd went away.
+			return fmt.Errorf("%s: %w: %s", what, virt.ErrConnection, le.Message)
 		}
 		return fmt.Errorf("%s: %s", what, le.Message)
 	}

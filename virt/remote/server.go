@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -37,13 +38,16 @@ type (
 type Server struct {
 	open func(uri string) (virt.Conn, error)
 	conn virt.Conn
+
+	evMu sync.Mutex
+	ev   *events // the domain-event subscription, if any (events.go)
 }
 
 // Serve answers one client on rwc until it hangs up. open makes the real connection (the
 // helper passes the libvirt adapter's Open; tests pass a fake).
 func Serve(open func(uri string) (virt.Conn, error), rwc io.ReadWriteCloser) error {
 	srv := &Server{open: open}
-	serveRPC(srv, rwc)
+	serveRPC(srv, rwc, srv.endEvents)
 	_ = rwc.Close() // the helper's stdout: the client's reader ends
 	if srv.conn != nil {
 		return srv.conn.Close()
@@ -75,6 +79,7 @@ func (s *Server) Open(a OpenArgs, _ *Empty) error {
 
 // Close closes the libvirt connection.
 func (s *Server) Close(_ Empty, _ *Empty) error {
+	s.endEvents()
 	if s.conn == nil {
 		return nil
 	}
@@ -177,6 +182,7 @@ var kinds = []struct {
 	{"no-volume", virt.ErrNoVolume},
 	{"no-pool", virt.ErrNoPool},
 	{"volume-exists", virt.ErrVolumeExists},
+	{"connection", virt.ErrConnection},
 	{"canceled", context.Canceled},
 	{"deadline", context.DeadlineExceeded},
 }
@@ -209,7 +215,7 @@ func fromWire(err error) error {
 	var se serverError
 	if !errors.As(err, &se) {
 		// The pipe broke: the helper died or was killed.
-		return fmt.Errorf("libvirt helper %s stopped answering: %w", HelperName, err)
+		return fmt.Errorf("libvirt helper %s stopped answering: %w: %w", HelperName, virt.ErrConnection, err)
 	}
 	kind, msg, ok := strings.Cut(string(se), sep)
 	if !ok {

@@ -143,8 +143,10 @@ func (c *rpcClient) Go(method string, args, reply any) *rpcCall {
 func (c *rpcClient) Close() error { return c.w.Close() }
 
 // serveRPC answers requests on rwc by calling rcvr's exported methods of the net/rpc shape
-// `func (T) Name(args A, reply *R) error`, each in its own goroutine, until the input ends.
-func serveRPC(rcvr any, rwc io.ReadWriter) {
+// `func (T) Name(args A, reply *R) error`, each in its own goroutine, until the input ends;
+// then it calls hangup (which wakes long-running calls such as WaitEvents) and waits for the
+// calls in flight.
+func serveRPC(rcvr any, rwc io.ReadWriter, hangup func()) {
 	v := reflect.ValueOf(rcvr)
 	dec := json.NewDecoder(rwc)
 	var wmu sync.Mutex
@@ -153,6 +155,9 @@ func serveRPC(rcvr any, rwc io.ReadWriter) {
 	for {
 		var req request
 		if err := dec.Decode(&req); err != nil {
+			if hangup != nil {
+				hangup()
+			}
 			return // EOF: the client hung up
 		}
 		wg.Add(1)

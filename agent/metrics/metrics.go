@@ -1,0 +1,263 @@
+// Package metrics is the agent's Prometheus metrics (docs/metrics.md lists every one): what the
+// host offers (per-GPU info, mdev instances available and used per parent and type), who holds
+// what (allocations per VM and kind, from the ledger), how the agent's operations go (duration
+// histograms and error counters per operation), drift between the ledger and libvirt, and the
+// last boot reconcile.
+//
+// The host and the ledger are read at scrape time through their one reader each (host.Scan,
+// ledger.Read), never cached here, so a scrape shows the host as it is. Operation, drift and
+// reconcile metrics are pushed by the agent as they happen. Metrics has its own registry: the
+// agent serves it on its socket and, when asked, on TCP (Handler).
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vgpu-host/vgpu-host/agent/reconcile"
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/vfio"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "vgpuhost"
+
+// Source is what the scrape-time collectors read: the host's inventory and the allocation
+// ledger. HostSource reads them from a host root; the agent may pass its own.
+type Source interface {
+	Inventory() (*host.Inventory, error)
+	Allocations() (*ledger.Book, error)
+}
+
+// HostSource reads the inventory (host.Scan) and the ledger (ledger.Open(Root).Read) of Root.
+type HostSource struct{ Root host.Root }
+
+// Inventory implements Source.
+func (s HostSource) Inventory() (*host.Inventory, error) { return host.Scan(s.Root) }
+
+// Allocations implements Source.
+func (s HostSource) Allocations() (*ledger.Book, error) { return ledger.Open(s.Root).Read() }
+
+// Metrics is the agent's metrics and their registry.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	opDuration *prometheus.HistogramVec
+	opErrors   *prometheus.CounterVec
+
+	driftEvents  *prometheus.CounterVec
+	driftCurrent *prometheus.GaugeVec
+	mu           sync.Mutex
+	drifts       map[[2]string]bool
+
+	reconcileSteps        *prometheus.GaugeVec
+	reconcileKindDuration *prometheus.GaugeVec
+	reconcileDuration     prometheus.Gauge
+	reconcileLast         prometheus.Gauge
+}
+
+// OpBuckets are the operation duration buckets, in seconds: sysfs writes take a millisecond,
+// an apply under TCG a few seconds, enabling VFs on a large GPU tens of seconds.
+var OpBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// New makes the metrics with their own registry, reading the host and the ledger through src
+// at every scrape. It also registers the Go runtime and process collectors.
+func New(src Source) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		opDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "operation_duration_seconds",
+			Help:    "Duration of the agent's operations (apply, destroy, bind, mdev-create, reconcile, ...), errors included.",
+			Buckets: OpBuckets,
+		}, []string{"op"}),
+		opErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "operation_errors_total",
+			Help: "Operations of the agent that returned an error.",
+		}, []string{"op"}),
+		driftEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "drift_events_total",
+			Help: "Drift seen between the allocation ledger and libvirt (a domain undefined, a device detached outside vgpu-host), by kind.",
+		}, []string{"kind"}),
+		driftCurrent: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "drift_current",
+			Help: "1 for each drift not yet resolved, by VM and kind.",
+		}, []string{"vm", "kind"}),
+		drifts: map[[2]string]bool{},
+		reconcileSteps: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "reconcile_steps",
+			Help: "Steps of the last boot reconcile by kind (sriov, vendor-vgpu, mdev, vfio) and result (applied, already, skipped, failed).",
+		}, []string{"kind", "result"}),
+		reconcileKindDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "reconcile_kind_duration_seconds",
+			Help: "Time the steps of each kind took in the last boot reconcile.",
+		}, []string{"kind"}),
+		reconcileDuration: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "reconcile_duration_seconds",
+			Help: "Duration of the last boot reconcile.",
+		}),
+		reconcileLast: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "reconcile_last_timestamp_seconds",
+			Help: "When the last boot reconcile ended (Unix time); 0 before the first.",
+		}),
+	}
+	m.reg.MustRegister(m.opDuration, m.opErrors, m.driftEvents, m.driftCurrent,
+		m.reconcileSteps, m.reconcileKindDuration, m.reconcileDuration, m.reconcileLast,
+		&hostCollector{src: src},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry (for tests and for an agent that adds its own collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in Prometheus' text (or OpenMetrics) format. A source that
+// cannot be read does not fail the scrape: vgpuhost_source_up says so.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		Registry:          m.reg,
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: true,
+	})
+}
+
+// ObserveOp records one operation: its duration and, if err is not nil, an error.
+func (m *Metrics) ObserveOp(op string, d time.Duration, err error) {
+	m.opDuration.WithLabelValues(op).Observe(d.Seconds())
+	c := m.opErrors.WithLabelValues(op) // present at 0 once the op has run
+	if err != nil {
+		c.Inc()
+	}
+}
+
+// Drift records a drift of vm (kind: "domain-undefined", "device-detached", ...): one event,
+// and the drift is current until ResolveDrift. Seeing the same current drift again is not a
+// new event.
+func (m *Metrics) Drift(vm, kind string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := [2]string{vm, kind}
+	if m.drifts[k] {
+		return
+	}
+	m.drifts[k] = true
+	m.driftEvents.WithLabelValues(kind).Inc()
+	m.driftCurrent.WithLabelValues(vm, kind).Set(1)
+}
+
+// ResolveDrift ends a current drift (its allocation was released, or the domain is back).
+func (m *Metrics) ResolveDrift(vm, kind string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.drifts, [2]string{vm, kind})
+	m.driftCurrent.DeleteLabelValues(vm, kind)
+}
+
+// Reconcile records a boot reconcile's result: steps per kind and result (every combination,
+// 0 included, so a query for failed steps always has a series), time per kind, the whole
+// duration and when it ended.
+func (m *Metrics) Reconcile(r reconcile.Result) {
+	for _, k := range reconcile.Kinds {
+		for _, res := range reconcile.Results {
+			m.reconcileSteps.WithLabelValues(k, res).Set(float64(r.Count(k, res)))
+		}
+		m.reconcileKindDuration.WithLabelValues(k).Set(r.KindDuration(k).Seconds())
+	}
+	m.reconcileDuration.Set(r.Duration.Seconds())
+	m.reconcileLast.Set(float64(r.Started.Add(r.Duration).UnixNano()) / 1e9)
+}
+
+// hostCollector reads the host and the ledger at each scrape.
+type hostCollector struct{ src Source }
+
+var (
+	gpuInfoDesc = prometheus.NewDesc(Namespace+"_gpu_info",
+		"One series per GPU function (class 03xx, VFs included) with what the host says about it; mode is how it is used: passthrough (on vfio-pci), sriov-vf, vendor-vfio, mdev (an mdev parent), sriov-pf (VFs enabled), host (a host driver) or unbound.",
+		[]string{"address", "vendor", "device", "driver", "numa_node", "mode"}, nil)
+	mdevAvailDesc = prometheus.NewDesc(Namespace+"_mdev_available_instances",
+		"Instances of an mdev type its parent can still create (available_instances).",
+		[]string{"parent", "type", "type_name"}, nil)
+	mdevUsedDesc = prometheus.NewDesc(Namespace+"_mdev_used_instances",
+		"Instances of an mdev type that exist on its parent.",
+		[]string{"parent", "type", "type_name"}, nil)
+	allocDesc = prometheus.NewDesc(Namespace+"_allocations",
+		"Devices the allocation ledger gives each VM, by kind (pci, mdev, vendor-vgpu).",
+		[]string{"vm", "kind"}, nil)
+	sourceUpDesc = prometheus.NewDesc(Namespace+"_source_up",
+		"1 when the scrape could read the source (inventory: the host's sysfs; ledger: the allocation ledger), 0 when it could not (the agent logs why).",
+		[]string{"source"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{gpuInfoDesc, mdevAvailDesc, mdevUsedDesc, allocDesc, sourceUpDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
+	inv, err := c.src.Inventory()
+	ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up(err), "inventory")
+	if inv != nil {
+		for _, d := range inv.Devices {
+			if !d.IsGPU {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(gpuInfoDesc, prometheus.GaugeValue, 1,
+				d.Address.String(), d.VendorID, d.DeviceID, d.Driver, strconv.Itoa(d.NUMANode), Mode(d))
+		}
+		for _, p := range inv.MdevParents {
+			for _, t := range p.Types {
+				ch <- prometheus.MustNewConstMetric(mdevAvailDesc, prometheus.GaugeValue, float64(t.AvailableInstances), p.Parent, t.ID, t.Name)
+				ch <- prometheus.MustNewConstMetric(mdevUsedDesc, prometheus.GaugeValue, float64(len(t.Instances)), p.Parent, t.ID, t.Name)
+			}
+		}
+	}
+	book, err := c.src.Allocations()
+	ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up(err), "ledger")
+	if book != nil {
+		for name, vm := range book.VMs {
+			n := map[string]int{}
+			for _, cl := range vm.Claims {
+				n[cl.Kind]++
+			}
+			for kind, count := range n {
+				ch <- prometheus.MustNewConstMetric(allocDesc, prometheus.GaugeValue, float64(count), name, kind)
+			}
+		}
+	}
+}
+
+func up(err error) float64 {
+	if err != nil {
+		return 0
+	}
+	return 1
+}
+
+// Mode says how a GPU function is used, from the inventory's facts (gpu_info's mode label).
+func Mode(d host.Device) string {
+	switch {
+	case d.VendorVGPU != nil:
+		return "vendor-vfio"
+	case d.PhysFn != nil:
+		return "sriov-vf"
+	case d.Driver == vfio.DriverName:
+		return "passthrough"
+	case d.Mdev != nil:
+		return "mdev"
+	case d.SRIOV != nil && d.SRIOV.NumVFs > 0:
+		return "sriov-pf"
+	case d.Driver == "":
+		return "unbound"
+	}
+	return "host"
+}
