@@ -221,6 +221,11 @@ func (r *resolver) slot(d *host.Device, companions bool) Slot {
 		r.used[f] = true
 		if dev := r.device(f); dev != nil {
 			s.BAR64 += bar64(dev)
+			for _, b := range dev.BARs {
+				if b.Is64 && !b.IO {
+					s.BAR64Max = max(s.BAR64Max, b.Size)
+				}
+			}
 		}
 	}
 	return s

@@ -57,8 +57,9 @@ type Slot struct {
 	Functions []host.Address `json:"functions"`
 	Name      string         `json:"name,omitempty"`
 	NUMANode  int            `json:"numa_node"`
-	// BAR64 is the sum of the functions' 64-bit memory BARs, in bytes.
-	BAR64 uint64 `json:"bar64_bytes,omitempty"`
+	// BAR64 is the sum of the functions' 64-bit memory BARs, in bytes; BAR64Max the largest.
+	BAR64    uint64 `json:"bar64_bytes,omitempty"`
+	BAR64Max uint64 `json:"bar64_max_bytes,omitempty"`
 	// VGPUType is the NVIDIA vendor-VFIO vGPU type this VF gets (kind vendor-vfio; 0 when
 	// unknown, offline). It is the single source of truth for which VF gets which type:
 	// apply writes exactly this type to exactly this VF's nvidia/current_vgpu_type.
@@ -241,16 +242,18 @@ func (r *resolver) sizeMMIO(alloc *Allocation) error {
 		alloc.MMIO64MiB = sz.Bytes >> 20
 		return nil
 	}
-	var sum uint64
+	var sum, largest uint64
 	for _, g := range alloc.GPUs {
 		for _, s := range g.Slots {
 			sum += s.BAR64
+			largest = max(largest, s.BAR64Max)
 		}
 	}
 	if sum == 0 {
 		return nil
 	}
-	mib := nextPow2((sum + (1<<20 - 1)) >> 20)
+	// The window must hold them all, and the largest in at most half of it (WindowFor).
+	mib := WindowFor(sum, largest) >> 20
 	if mib <= OVMFDefaultMMIO64MiB {
 		alloc.Notes = append(alloc.Notes, fmt.Sprintf("mmio64 auto: 64-bit BARs need %d MiB, within the firmware default of %d MiB", mib, OVMFDefaultMMIO64MiB))
 		return nil

@@ -88,3 +88,28 @@ func ThreadSiblings(root Root) (map[int][]int, error) {
 	}
 	return out, nil
 }
+
+// PhysAddrBits returns the host CPU's physical address width, from /proc/cpuinfo's
+// "address sizes : 46 bits physical, 48 bits virtual"; 0 when it does not say. A KVM guest can
+// be given at most this many (maxphysaddr), and with maxphysaddr passthrough it gets exactly
+// this many, which sets the size of its firmware's 64-bit MMIO window.
+func PhysAddrBits(root Root) uint {
+	b, err := ReadFileLimit(root.Proc("cpuinfo"), 4<<20)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(k) != "address sizes" {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) >= 2 && f[1] == "bits" {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 0 && n <= 64 {
+				return uint(n)
+			}
+		}
+		return 0
+	}
+	return 0
+}

@@ -51,3 +51,29 @@ func TestThreadSiblings(t *testing.T) {
 		t.Errorf("ThreadSiblings = %v, want %v", got, want)
 	}
 }
+
+func TestPhysAddrBits(t *testing.T) {
+	root, err := host.NewRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := host.PhysAddrBits(root); got != 0 {
+		t.Fatalf("no cpuinfo: %d", got)
+	}
+	if err := os.MkdirAll(root.Proc(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for text, want := range map[string]uint{
+		"processor\t: 0\naddress sizes\t: 46 bits physical, 57 bits virtual\npower management:\n": 46,
+		"address sizes\t: 39 bits physical, 48 bits virtual\n":                                    39,
+		"processor\t: 0\nflags\t: fpu\n":                                                          0,
+		"address sizes\t: lots\n":                                                                 0,
+	} {
+		if err := os.WriteFile(root.Proc("cpuinfo"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := host.PhysAddrBits(root); got != want {
+			t.Errorf("%q: %d, want %d", text, got, want)
+		}
+	}
+}

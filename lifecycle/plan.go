@@ -127,7 +127,10 @@ type Plan struct {
 	// Forced are those the options override. apply refuses while one is not forced.
 	Refusals []vfio.Refusal `json:"refusals"`
 	Forced   []string       `json:"forced,omitempty"`
-	XML      string         `json:"-"`
+	// MMIO64 predicts whether the guest firmware's 64-bit MMIO window holds the domain's
+	// 64-bit BARs (nil when they are small); a window too small refuses (check mmio64).
+	MMIO64 *domains.MMIOFit `json:"mmio64,omitempty"`
+	XML    string           `json:"-"`
 }
 
 // specHash identifies a spec and the choices that shape its domain.
@@ -355,9 +358,11 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		return nil, err
 	}
 	p.add(storage...)
-	if p.XML, err = l.domainXML(vm, alloc); err != nil {
+	var dom *libvirtxml.Domain
+	if p.XML, dom, err = l.domainXML(vm, alloc); err != nil {
 		return nil, err
 	}
+	l.predictMMIO(p, alloc, dom)
 	p.add(step.Define{VM: name, VirtType: vt})
 	if !l.o.NoStart {
 		p.add(step.Start{VM: name})
@@ -485,22 +490,37 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 }
 
 // domainXML builds, customizes and marshals vm's domain.
-func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string, error) {
+func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string, *libvirtxml.Domain, error) {
 	name := vm.Metadata.Name
 	d, err := domains.Build(vm, alloc, l.buildOpts())
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if l.o.Customize != nil {
 		if err := l.o.Customize(vm, d); err != nil {
-			return "", fmt.Errorf("customize domain %s: %w", name, err)
+			return "", nil, fmt.Errorf("customize domain %s: %w", name, err)
 		}
 	}
 	x, err := domains.Marshal(d)
 	if err != nil {
-		return "", fmt.Errorf("marshal domain %s: %w", name, err)
+		return "", nil, fmt.Errorf("marshal domain %s: %w", name, err)
 	}
-	return x, nil
+	return x, d, nil
+}
+
+// predictMMIO records whether the guest's 64-bit MMIO window will hold the domain's BARs, and
+// refuses the plan (check mmio64, forceable) when it will not: the guest would boot without
+// mapping the device.
+func (l *Lifecycle) predictMMIO(p *Plan, alloc *domains.Allocation, d *libvirtxml.Domain) {
+	f := domains.PredictMMIO(alloc, d, host.PhysAddrBits(l.o.Root))
+	p.MMIO64 = f
+	if f == nil || f.Fits {
+		return
+	}
+	if slices.Contains(l.o.Force, vfio.CheckMMIO64) && !slices.Contains(p.Forced, vfio.CheckMMIO64) {
+		p.Forced = append(p.Forced, vfio.CheckMMIO64)
+	}
+	p.Refusals = append(p.Refusals, vfio.Refusal{Check: vfio.CheckMMIO64, Reason: "64-bit MMIO window: " + f.Reason})
 }
 
 // Plan returns what Apply would do for each spec, changing nothing.

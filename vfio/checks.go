@@ -16,11 +16,14 @@ const (
 	CheckIntRemap     = "interrupt-remapping"
 	CheckNotInLedger  = "not-in-ledger"
 	CheckOwner        = "owner"
+	// CheckMMIO64 is plan's: the guest firmware's 64-bit MMIO window will not hold the
+	// domain's 64-bit BARs (domains.PredictMMIO), so the guest would not map a device.
+	CheckMMIO64 = "mmio64"
 )
 
 // ForceableChecks are the checks apply's --force=CHECK may name, each overriding its own
 // refusals only.
-var ForceableChecks = []string{CheckBootVGA, CheckHostCritical, CheckHeld, CheckIntRemap}
+var ForceableChecks = []string{CheckBootVGA, CheckHostCritical, CheckHeld, CheckIntRemap, CheckMMIO64}
 
 // Refusal is one safety check that refused an operation; --force (Force in the options)
 // turns it into a warning.

@@ -47,6 +47,9 @@ func runPlan(ctx context.Context, cmd *cli.Command) error {
 			for _, f := range p.Fallback {
 				fmt.Fprintf(w, "  FALLBACK %s\n", f)
 			}
+			if m := p.MMIO64; m != nil && m.Fits {
+				fmt.Fprintf(w, "  MMIO64 fits (%s): %s\n", m.BitsFrom, m.Reason)
+			}
 			for _, r := range p.Refusals {
 				verdict := "REFUSED"
 				if slices.Contains(p.Forced, r.Check) {
