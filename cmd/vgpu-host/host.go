@@ -18,6 +18,7 @@ func hostCommand() *cli.Command {
 		Name:  "host",
 		Usage: "host-level state: restore VFs and vGPU instances at boot, install the systemd unit (docs/vgpu.md)",
 		Commands: []*cli.Command{
+			layoutCommand(),
 			{
 				Name:  "restore",
 				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto)",
