@@ -17,8 +17,9 @@ import (
 const CurrentName = "current"
 
 // Show returns the layout the host is in now, as a valid layout file with one configuration
-// (CurrentName): every GPU or SR-IOV PF whose group is on vfio-pci (passthrough), every PF with
-// VFs (sriov, or vendor-vfio when its VFs hold vGPU types), every mdev parent with instances
+// (CurrentName): every GPU whose group is on vfio-pci (passthrough), every GPU with VFs and
+// every PF whose VF count vgpu-host persisted (sriov, or vendor-vfio when its VFs hold vGPU
+// types), every mdev parent with instances
 // (mdev, by type id), every MIG GPU with GPU instances (mig, when h.MIG is set), and
 // `all: host` for the rest. Applying it changes nothing; on a host cleared back to its host
 // drivers it brings this state back.
@@ -50,8 +51,14 @@ func Show(ctx context.Context, h *Host) (*File, error) {
 		}
 		counts[k][in.Type]++
 	}
+	gpu := map[host.Address]bool{}
+	for _, d := range inv.Devices {
+		gpu[d.Address] = d.IsGPU
+	}
 	for _, pf := range pfs {
-		if pf.NumVFs == 0 {
+		// A GPU's VFs, and any PF whose count vgpu-host persisted (a layout's sriov entry by
+		// address); not the VFs other tools made on NICs and disks.
+		if pf.NumVFs == 0 || !gpu[pf.Address] && pf.Persisted == nil {
 			continue
 		}
 		e := Entry{Select: addr(pf.Address), Mode: ModeSRIOV, VFs: pf.NumVFs}
@@ -75,7 +82,7 @@ func Show(ctx context.Context, h *Host) (*File, error) {
 		entries[p.Parent] = Entry{Select: sel, Mode: ModeMdev, Types: typeCounts(mt)}
 	}
 	for _, d := range inv.Devices {
-		if d.PhysFn != nil || d.Driver != vfio.DriverName || !(d.IsGPU || d.SRIOV != nil) {
+		if d.PhysFn != nil || d.Driver != vfio.DriverName || !d.IsGPU {
 			continue
 		}
 		g, err := host.GroupOf(h.Root, d.Address)
