@@ -426,6 +426,18 @@ func (pl *planner) planVendor(t *Target, pf *mdev.PF, want []TypeCount, vfsChang
 			byType[in.Type] = append(byType[in.Type], in)
 		}
 	}
+	// A full GPU stops listing its running type on free VFs: match against what runs too.
+	p.Types = slices.Clone(p.Types)
+	for _, in := range have {
+		i := slices.IndexFunc(p.Types, func(t mdev.Type) bool { return t.ID == in.Type })
+		switch {
+		case !in.Active:
+		case i < 0:
+			p.Types = append(p.Types, mdev.Type{ID: in.Type, Name: in.TypeName})
+		case p.Types[i].Name == "":
+			p.Types[i].Name = in.TypeName
+		}
+	}
 	wantByID := map[string]int{}
 	var order []string
 	for i, tc := range want {
