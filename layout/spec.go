@@ -138,15 +138,21 @@ func (s Selector) String() string {
 
 // Load reads, parses and validates the layout file at path (at most host.MaxSpecSize bytes).
 func Load(path string) (*File, error) {
+	f, _, err := ReadFile(path)
+	return f, err
+}
+
+// ReadFile is Load that also returns the file's content (apply stores it with the selection).
+func ReadFile(path string) (*File, []byte, error) {
 	b, err := host.ReadFileLimit(path, host.MaxSpecSize)
 	if err != nil {
-		return nil, fmt.Errorf("read layout: %w: %w", err, host.ErrInvalid)
+		return nil, nil, fmt.Errorf("read layout: %w: %w", err, host.ErrInvalid)
 	}
 	f, err := Parse(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return f, nil
+	return f, b, nil
 }
 
 // Parse decodes (strictly: unknown fields, duplicate keys or config names, wrong types and a

@@ -100,32 +100,47 @@ func layoutArg(cmd *cli.Command) (*layout.File, string, []byte, error) {
 		return nil, "", nil, usageErr("%s needs exactly one layout FILE", cmd.Name)
 	}
 	p := cmd.Args().First()
-	f, err := layout.Load(p)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	b, err := host.ReadFileLimit(p, host.MaxSpecSize)
+	f, b, err := layout.ReadFile(p)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	return f, p, b, nil
 }
 
-func runLayoutPlan(ctx context.Context, cmd *cli.Command) error {
-	f, _, _, err := layoutArg(cmd)
+// layoutRun is what plan and apply start from: the file, the --force names, the host.
+type layoutRun struct {
+	f     *layout.File
+	path  string
+	data  []byte
+	force []string
+	h     *layout.Host
+	rec   *host.Recorder // --dry-run's recorder, nil otherwise
+	done  func()
+}
+
+func startLayout(cmd *cli.Command) (*layoutRun, error) {
+	f, path, data, err := layoutArg(cmd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	force, err := forcedFrom(cmd, layout.ForceableChecks)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	h, _, done, err := layoutHost(cmd)
+	h, rec, done, err := layoutHost(cmd)
+	if err != nil {
+		return nil, err
+	}
+	return &layoutRun{f: f, path: path, data: data, force: force, h: h, rec: rec, done: done}, nil
+}
+
+func runLayoutPlan(ctx context.Context, cmd *cli.Command) error {
+	r, err := startLayout(cmd)
 	if err != nil {
 		return err
 	}
-	defer done()
-	plan, perr := layout.PlanConfig(ctx, h, f, cmd.String("config"), force)
+	defer r.done()
+	plan, perr := layout.PlanConfig(ctx, r.h, r.f, cmd.String("config"), r.force)
 	if plan == nil {
 		return perr
 	}
@@ -167,25 +182,17 @@ func planTable(out io.Writer, p *layout.Plan) error {
 }
 
 func runLayoutApply(ctx context.Context, cmd *cli.Command) error {
-	f, path, data, err := layoutArg(cmd)
+	r, err := startLayout(cmd)
 	if err != nil {
 		return err
 	}
-	force, err := forcedFrom(cmd, layout.ForceableChecks)
-	if err != nil {
-		return err
-	}
-	h, rec, done, err := layoutHost(cmd)
-	if err != nil {
-		return err
-	}
-	defer done()
-	res, aerr := layout.ApplyConfig(ctx, h, f, cmd.String("config"), path, data, layout.ApplyOptions{Force: force, DryRun: rec != nil})
+	defer r.done()
+	res, aerr := layout.ApplyConfig(ctx, r.h, r.f, cmd.String("config"), r.path, r.data, layout.ApplyOptions{Force: r.force, DryRun: r.rec != nil})
 	if res == nil {
 		return aerr
 	}
-	if rec != nil && aerr == nil {
-		return emitDry(cmd, rec, res.Files, res)
+	if r.rec != nil && aerr == nil {
+		return emitDry(cmd, r.rec, res.Files, res)
 	}
 	if err := emit(cmd, res, func(w io.Writer) error { return applyLayoutTable(w, res) }); err != nil {
 		return err
