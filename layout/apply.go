@@ -116,7 +116,7 @@ func (h *Host) do(ctx context.Context, c Change, opts ApplyOptions) (undo func()
 				_, err := m.DisableVFsWith(bg, pf, mdev.DisableOptions{Persist: !c.persist})
 				return err
 			}
-			_, err := m.EnableVFs(bg, pf, c.from, mdev.EnableOptions{Driver: mdev.DriverKeep, Persist: c.persist})
+			_, err := m.EnableVFs(bg, pf, c.from, mdev.EnableOptions{Driver: c.fromDriver, Persist: c.persist})
 			return err
 		}, nil, files, nil
 	case ActCreateMdev, ActSetVGPU:

@@ -84,14 +84,15 @@ type Change struct {
 	// Instances are the mdev UUIDs or VF addresses it removes, undefines or defines.
 	Instances []string `json:"instances,omitempty"`
 
-	typ     string         // type id (create-mdev, set-vgpu)
-	count   int            // instances to create; VF count
-	from    int            // VF count before
-	driver  string         // VF driver (set-vfs)
-	persist bool           // set-vfs: the count was persisted before
-	addrs   []host.Address // bind/unbind
-	removed []mdev.Instance
-	mig     MIGChanges
+	typ        string         // type id (create-mdev, set-vgpu)
+	count      int            // instances to create; VF count
+	from       int            // VF count before
+	driver     string         // VF driver (set-vfs)
+	fromDriver string         // VF driver before (set-vfs)
+	persist    bool           // set-vfs: the count was persisted before
+	addrs      []host.Address // bind/unbind
+	removed    []mdev.Instance
+	mig        MIGChanges
 }
 
 func (c Change) String() string {
@@ -243,6 +244,19 @@ func (pl *planner) target(t *Target) {
 		}
 	}
 	vfsChange := pl.planVFs(t, pf, wantVFs, vfDriver)
+	if pf != nil && (e.Mode == ModeVendorVFIO || e.Mode == ModeMIG) {
+		have := wantVFs
+		if have < 0 {
+			have = pf.NumVFs
+		}
+		n := 0
+		for _, tc := range append(slices.Clone(e.Types), e.VGPUTypes...) {
+			n += tc.Count
+		}
+		if n > have && have <= pf.TotalVFs {
+			pl.refuse(t.Name, "", fmt.Errorf("%s asks for %d vGPU instances: %w: each is one VF, and %s will have %d", t.EntryPath, n, host.ErrInvalid, t.Name, have))
+		}
+	}
 
 	var wantMdev, wantVendor []TypeCount
 	switch e.Mode {
@@ -292,7 +306,7 @@ func (pl *planner) planVFs(t *Target, pf *mdev.PF, want int, driver string) bool
 			detail += ", driver " + driver
 		}
 		pl.add(Change{Action: ActSetVFs, Target: t.Name, Detail: detail + " (persisted for host restore)", count: want, from: pf.NumVFs, driver: driver,
-			persist: pf.Persisted != nil, addrs: []host.Address{pf.Address}})
+			fromDriver: cur, persist: pf.Persisted != nil, addrs: []host.Address{pf.Address}})
 		return pf.NumVFs != want
 	}
 	if !persistedOK {

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,6 +61,7 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"empty", "", []string{"empty document"}},
 		{"too large", head + strings.Repeat("#", host.MaxSpecSize), []string{"at most"}},
 		{"not yaml", "configs: [", []string{"parse layout"}},
+		{"alias bomb", head + "  a: &a [x, x, x, x, x, x, x, x, x]\n" + bomb(), []string{"parse layout"}},
 		{"parent that is an address", head + "  a:\n    gpus:\n      - select: {parent: \"0000:01:00.0\"}\n        mode: host\n", []string{"use address:"}},
 	}
 	for _, c := range cases {
@@ -101,4 +103,16 @@ func TestSelect(t *testing.T) {
 	if n, _, err := f.Select(""); err != nil || n != "only" {
 		t.Fatalf("only one: %s %v", n, err)
 	}
+}
+
+// bomb is a billion-laughs chain of YAML aliases under configs.
+func bomb() string {
+	var b strings.Builder
+	prev := "a"
+	for i := 0; i < 12; i++ {
+		name := fmt.Sprintf("b%d", i)
+		fmt.Fprintf(&b, "  %s: &%s [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n", name, name, prev, prev, prev, prev, prev, prev, prev, prev, prev)
+		prev = name
+	}
+	return b.String()
 }

@@ -116,6 +116,11 @@ func TestModesOnADatacenterNode(t *testing.T) {
       - select: {address: "01:00.0"}
         mode: sriov
         vfs: 2
+  overvf:
+    gpus:
+      - select: {address: "61:00.0"}
+        mode: vendor-vfio
+        types: [{type: L40S-1Q, count: 33}]
 `)
 	p, err := PlanConfig(context.Background(), h, f, "vdi", nil)
 	if err != nil {
@@ -143,6 +148,9 @@ func TestModesOnADatacenterNode(t *testing.T) {
 	if err == nil || len(p.Refusals) != 2 || !errors.Is(err, host.ErrUnsupported) ||
 		!strings.Contains(err.Error(), "no SR-IOV capability") || !strings.Contains(err.Error(), "offers no mdev types") {
 		t.Fatalf("wrong: %v", err)
+	}
+	if _, err = PlanConfig(context.Background(), h, f, "overvf", nil); !errors.Is(err, host.ErrInvalid) || !strings.Contains(err.Error(), "33 vGPU instances") {
+		t.Fatalf("33 instances on 32 VFs: %v", err)
 	}
 	if len(k.Writes()) != w {
 		t.Fatal("a refused plan wrote")
