@@ -303,3 +303,50 @@ func TestShowRoundTrip(t *testing.T) {
 		t.Fatalf("round trip differs:\n%s\n---\n%s", y1, y2)
 	}
 }
+
+// TestShowOnGeneratedHost: on a host generated as gen-fakehost does (consumer GPUs, two L40S
+// with 4 vendor-vGPU VFs each, a NIC with VFs), show lists the GPUs' VFs and not the NIC's;
+// applying what it printed makes
+// no sysfs write (it only persists the VF counts no one had persisted), and then plans nothing.
+func TestShowOnGeneratedHost(t *testing.T) {
+	tr := hosttest.New(t)
+	spec := hosttest.HostSpec{Switches: 3, NICs: 1, VFsPerNIC: 4, VFsPerGPU: 4, MiscDevices: 4}
+	tr.GenerateHost(spec)
+	k := hosttest.NewKernel(tr)
+	h := hostOn(tr.Root, k)
+	shown, err := Show(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shown.Configs[CurrentName]
+	var modes []string
+	for _, e := range c.GPUs {
+		modes = append(modes, e.Mode)
+		if e.Mode == ModeSRIOV && e.VFs != spec.VFsPerGPU {
+			t.Errorf("%s: %d VFs (a NIC's?)", e.Select, e.VFs)
+		}
+	}
+	if !slices.Equal(modes, []string{"sriov", "sriov", "host"}) {
+		t.Fatalf("show modes %v", modes)
+	}
+	y, _ := shown.Marshal()
+	f := mustParse(t, string(y))
+	p, err := PlanConfig(context.Background(), h, f, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range p.Changes {
+		if ch.Action != ActPersistVFs {
+			t.Fatalf("show's output plans %v", actions(p))
+		}
+	}
+	if _, err := Apply(context.Background(), h, p, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if w := k.Writes(); len(w) != 0 {
+		t.Fatalf("applying show's output wrote %v", w)
+	}
+	if p, err := PlanConfig(context.Background(), h, f, "", nil); err != nil || !p.Empty() {
+		t.Fatalf("then: %v %v", actions(p), err)
+	}
+}
