@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -91,10 +92,18 @@ func (h *Host) do(ctx context.Context, c Change, opts ApplyOptions) (undo func()
 	}
 	switch c.Action {
 	case ActRemoveMdev, ActClearVGPU, ActUndefineMdev:
+		if opts.DryRun {
+			defs, _ := m.Definitions()
+			for _, d := range defs {
+				if slices.Contains(c.Instances, d.UUID) {
+					files = append(files, d.Path+" (removed)")
+				}
+			}
+		}
 		if _, err := m.Remove(ctx, c.Instances, mdev.RemoveOptions{Force: force(checkInUse), Undefine: true}); err != nil {
 			return nil, nil, nil, err
 		}
-		return func() error { return h.recreate(bg, c.removed) }, nil, nil, nil
+		return func() error { return h.recreate(bg, c.removed) }, nil, files, nil
 	case ActSetVFs, ActPersistVFs:
 		pf := c.addrs[0]
 		if c.count == 0 {
@@ -120,7 +129,11 @@ func (h *Host) do(ctx context.Context, c Change, opts ApplyOptions) (undo func()
 			return err
 		}, nil, files, nil
 	case ActCreateMdev, ActSetVGPU:
-		ins, err := m.Create(ctx, mdev.CreateRequest{Parent: c.Target, Profile: c.typ, Count: c.count})
+		req := mdev.CreateRequest{Parent: c.Target, Profile: c.typ, Count: c.count}
+		if c.Action == ActCreateMdev {
+			req.UUIDs = c.Instances
+		}
+		ins, err := m.Create(ctx, req)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -182,7 +195,8 @@ func (h *Host) do(ctx context.Context, c Change, opts ApplyOptions) (undo func()
 }
 
 // dryOps copies a dry-run bind/unbind's sysfs writes into the Manager's recorder (so the dry
-// run lists every write in order) and returns the files it would write.
+// run lists every write in order) and returns the files it would write or remove (a module it
+// would load is not a file: the bind's own dry run shows it).
 func (h *Host) dryOps(res *vfio.Result, dry bool) []string {
 	if !dry || res == nil {
 		return nil
@@ -192,8 +206,10 @@ func (h *Host) dryOps(res *vfio.Result, dry bool) []string {
 		switch s.Op {
 		case vfio.OpWrite:
 			_ = h.Mdev.W.Write(context.Background(), s.Path, s.Value)
-		case vfio.OpFile, vfio.OpRemove, vfio.OpModprobe:
-			files = append(files, s.String())
+		case vfio.OpFile:
+			files = append(files, s.Path)
+		case vfio.OpRemove:
+			files = append(files, s.Path+" (removed)")
 		}
 	}
 	return files
@@ -237,7 +253,7 @@ func ApplyConfig(ctx context.Context, h *Host, f *File, name, source string, dat
 		res, err = Apply(ctx, h, plan, opts)
 		if err != nil || opts.DryRun {
 			if opts.DryRun && err == nil {
-				res.Files = append(res.Files, host.HostPath(h.Root, SelectionPath(h.Root)))
+				res.Files = append(res.Files, SelectionPath(h.Root))
 			}
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // Host is what a layout reads and changes the host through: the same Manager and Binder the
@@ -81,7 +82,8 @@ type Change struct {
 	Target string `json:"target"`
 	// Detail says what exactly, for people ("2× mbochs-medium", "3 → 0 VFs").
 	Detail string `json:"detail"`
-	// Instances are the mdev UUIDs or VF addresses it removes, undefines or defines.
+	// Instances are the mdev UUIDs or VF addresses it removes, undefines or defines, or the
+	// UUIDs of the mdev instances it creates.
 	Instances []string `json:"instances,omitempty"`
 
 	typ        string         // type id (create-mdev, set-vgpu)
@@ -425,7 +427,8 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 				t.EntryPath, wantByID[id], typeName(p, id), len(kept), host.ErrBusy, t.Name, ty.Available, n))
 			continue
 		}
-		pl.add(Change{Action: ActCreateMdev, Target: t.Name, Detail: fmt.Sprintf("%d× %s (defined, start=auto)", n, typeName(p, id)), typ: id, count: n})
+		pl.add(Change{Action: ActCreateMdev, Target: t.Name, Detail: fmt.Sprintf("%d× %s (defined, start=auto)", n, typeName(p, id)), typ: id, count: n,
+			Instances: pl.newUUIDs(t.Name, id, n)})
 	}
 }
 
@@ -660,4 +663,21 @@ func (pl *planner) planMIG() {
 	if steps := ch.Steps(); len(steps) > 0 {
 		pl.add(Change{Action: ActMIG, Target: strings.Join(gpus, ", "), Detail: strings.Join(steps, "; "), mig: ch})
 	}
+}
+
+// newUUIDs names n new instances of type id on parent: the one UUID scheme
+// (vgpu.InstanceUUID) over "host-layout:PARENT:TYPE", skipping UUIDs that exist, so plan, the
+// dry run and apply name the same instances and a re-plan after a failed apply names them again.
+func (pl *planner) newUUIDs(parent, id string, n int) []string {
+	used := map[string]bool{}
+	for _, in := range pl.insts {
+		used[in.UUID] = true
+	}
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if u := vgpu.InstanceUUID("host-layout:"+parent+":"+id, i); !used[u] {
+			out = append(out, u)
+		}
+	}
+	return out
 }

@@ -215,7 +215,7 @@ func applyLayoutTable(out io.Writer, r *layout.ApplyResult) error {
 		if len(d.Instances) > 0 {
 			detail += ": " + strings.Join(d.Instances, " ")
 		}
-		if len(d.Created) > 0 {
+		if len(d.Created) > 0 && len(d.Instances) == 0 {
 			detail += ": " + strings.Join(d.Created, " ")
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", d.Action, d.Target, detail, d.Result)

@@ -70,10 +70,19 @@ func TestLayoutCLI(t *testing.T) {
 	if len(k.Writes()) != 0 {
 		t.Fatalf("dry run wrote %v", k.Writes())
 	}
+	var dryUUIDs []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasSuffix(line, "mbochs-medium/create") {
+			dryUUIDs = append(dryUUIDs, strings.Fields(line)[1])
+		}
+	}
 	out, code = run(t, append(g, "-o", "json", "host", "layout", "apply", f, "--config", "desks")...)
 	var res layout.ApplyResult
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Done) != 2 || len(res.Done[0].Created) != 2 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	if strings.Join(res.Done[0].Created, " ") != strings.Join(dryUUIDs, " ") {
+		t.Fatalf("apply created %v, the dry run said %v", res.Done[0].Created, dryUUIDs)
 	}
 	if out, code := run(t, append(g, "host", "layout", "plan", f, "--config", "desks")...); code != 0 || !strings.Contains(out, "nothing to do") {
 		t.Fatalf("plan after apply: exit %d\n%s", code, out)

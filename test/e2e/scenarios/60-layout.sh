@@ -113,10 +113,12 @@ g=$(group_of "$(readlink "$p/virtfn0" | sed 's,.*/,,')")
 run_ok vgpu-host host layout apply "$f" --config lab2 --dry-run --output json
 expect_eq "$(jqo '[.writes[].path | sub(".*/"; "")] | join(",")')" "remove,create" "dry run: one mdev remove, one create; no VF or bind write"
 expect_match "$(jqo '.writes[1].path')" "mbochs-small/create" "dry run: the create is of mbochs-small"
+small=$(jqo '.writes[1].value')
 expect_eq "$(state)" "$lab" "dry run changed nothing"
 run_ok vgpu-host host layout apply "$f" --config lab2 --output json
 expect_eq "$(jqo '[.done[].action] | join(",")')" "remove-mdev,create-mdev" "apply lab2: remove one medium, create one small"
 expect_eq "$(ls "$mb/mbochs-medium/devices" | wc -l) $(ls "$mb/mbochs-small/devices" | wc -l)" "1 1" "1 medium + 1 small"
+expect_eq "$(uuids mbochs-small | tr -d ' ')" "$small" "apply created the instance the dry run named"
 expect_match "$keep" "$(uuids mbochs-medium | tr -d ' ')" "the kept medium instance is one of the two from before"
 expect_eq "$(group_of "$(readlink "$p/virtfn0" | sed 's,.*/,,')")" "$g" "the VFs were not re-created"
 expect_driver "$LAB_GPU1_AUDIO" vfio-pci "the group stayed bound"
