@@ -16,10 +16,8 @@
 package domains
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -328,34 +326,10 @@ func Load(path string) (*VM, error) {
 // the line and the field. It does not validate values; call Validate (Load does both).
 // Errors wrap host.ErrInvalid.
 func Parse(data []byte) (*VM, error) {
-	if len(data) > host.MaxSpecSize {
-		return nil, fmt.Errorf("parse spec: %d bytes: %w: a spec is at most %d bytes (1 MiB): %w", len(data), host.ErrTooLarge, host.MaxSpecSize, host.ErrInvalid)
-	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("parse spec: %s: %w", cleanYAMLError(err), host.ErrInvalid)
-	}
-	lines, values := map[string]int{}, map[string]string{}
-	if len(root.Content) > 0 {
-		recordLines(root.Content[0], "", lines, values)
-	}
-	if len(root.Content) > 0 {
-		if err := checkWholeNumbers(&root, &VM{}); err != nil {
-			return nil, err
-		}
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	vm := &VM{}
-	if err := dec.Decode(vm); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("parse spec: empty document: %w", host.ErrInvalid)
-		}
-		return nil, fmt.Errorf("parse spec: %s: %w", explainDecodeError(err, lines, values), host.ErrInvalid)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, fmt.Errorf("parse spec: line %d: more than one YAML document; one VirtualMachine per file: %w", extra.Line, host.ErrInvalid)
+	lines, err := DecodeStrict(data, "spec", "one VirtualMachine per file", vm)
+	if err != nil {
+		return nil, err
 	}
 	vm.lines = lines
 	return vm, nil

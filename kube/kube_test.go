@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -212,7 +213,13 @@ func TestTranslateExamplesUpstream(t *testing.T) {
 				}
 			}},
 	}
-	files, _ := filepath.Glob("../examples/*.yaml")
+	all, _ := filepath.Glob("../examples/*.yaml")
+	var files []string
+	for _, f := range all {
+		if b, err := os.ReadFile(f); err == nil && !bytes.Contains(b, []byte("\nkind: HostLayout\n")) {
+			files = append(files, f) // host layouts are not VM specs (package layout checks them)
+		}
+	}
 	if len(files) != len(wants) {
 		t.Fatalf("examples %v; this test knows %d: add the new one", files, len(wants))
 	}

@@ -152,13 +152,9 @@ func (m *Manager) Remove(ctx context.Context, ids []string, opts RemoveOptions) 
 func (m *Manager) removeFrom(ctx context.Context, all []Instance, st *state, ids []string, opts RemoveOptions) ([]Instance, error) {
 	var todo []Instance
 	for _, raw := range ids {
-		id := strings.ToLower(strings.TrimSpace(raw))
-		if a, err := host.ParseAddress(id); err == nil {
-			id = a.String()
-		} else if u, err := ParseUUID(id); err == nil {
-			id = u
-		} else {
-			return nil, fmt.Errorf("remove %q: %w: name an mdev UUID or a VF address", raw, host.ErrInvalid)
+		id, err := instanceID(raw)
+		if err != nil {
+			return nil, err
 		}
 		var found *Instance
 		for i := range all {

@@ -25,10 +25,13 @@ type stateEntry struct {
 	Backend string `json:"backend"`
 	Parent  string `json:"parent"`
 	Type    string `json:"type"`
-	UUID    string `json:"uuid,omitempty"`
-	VF      string `json:"vf,omitempty"`
-	Owner   string `json:"owner,omitempty"`
-	Index   int    `json:"index"`
+	// TypeName is a vendor-VFIO type's name ("NVIDIA L40S-8Q") as the driver listed it when
+	// vgpu-host set it: once the GPU is full no VF lists it any more.
+	TypeName string `json:"type_name,omitempty"`
+	UUID     string `json:"uuid,omitempty"`
+	VF       string `json:"vf,omitempty"`
+	Owner    string `json:"owner,omitempty"`
+	Index    int    `json:"index"`
 }
 
 func (e stateEntry) id() string {

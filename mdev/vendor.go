@@ -185,6 +185,9 @@ func (m *Manager) vendorInstances(st *state) ([]Instance, error) {
 				if in.Type == "" {
 					in.Type = e.Type
 				}
+				if in.TypeName == "" && in.Type == e.Type {
+					in.TypeName = e.TypeName
+				}
 			}
 			seen[v.Address.String()] = true
 			out = append(out, in)
@@ -199,7 +202,7 @@ func (m *Manager) vendorInstances(st *state) ([]Instance, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: e.Parent, Type: e.Type, VF: &a, Owner: e.Owner, Index: e.Index, Defined: true})
+		out = append(out, Instance{Backend: BackendNvidiaVFIO, Parent: e.Parent, Type: e.Type, TypeName: e.TypeName, VF: &a, Owner: e.Owner, Index: e.Index, Defined: true})
 	}
 	return out, nil
 }
@@ -234,7 +237,7 @@ func (m *Manager) createVendor(ctx context.Context, p Parent, t Type, req Create
 			}
 		}
 		for _, in := range vc.out {
-			st.put(stateEntry{Backend: BackendNvidiaVFIO, Parent: in.Parent, Type: in.Type, VF: in.VF.String(), Owner: in.Owner, Index: in.Index})
+			st.put(stateEntry{Backend: BackendNvidiaVFIO, Parent: in.Parent, Type: in.Type, TypeName: in.TypeName, VF: in.VF.String(), Owner: in.Owner, Index: in.Index})
 		}
 		return nil
 	})

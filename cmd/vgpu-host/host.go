@@ -19,8 +19,9 @@ import (
 func hostCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "host",
-		Usage: "host-level state: restore VFs and vGPU instances at boot, install the systemd unit (docs/vgpu.md)",
+		Usage: "host-level state: the declarative host layout, restore VFs and vGPU instances at boot, install the systemd unit (docs/layout.md, docs/vgpu.md)",
 		Commands: []*cli.Command{
+			layoutCommand(),
 			{
 				Name:  "restore",
 				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto), vfio-pci bindings (bind --persist)",

@@ -30,6 +30,8 @@ var openLibvirt = func() (mdev.DomainXMLLister, func(), error) {
 // remove anything never need libvirtd. An unreachable libvirtd makes the check fail, and
 // Remove then decides by the kernel (who holds /dev/vfio/N) and the allocation ledger alone.
 type lazyLibvirt struct {
+	// open connects; nil uses openLibvirt (the system libvirtd).
+	open  func() (mdev.DomainXMLLister, func(), error)
 	once  sync.Once
 	users mdev.LibvirtUsers
 	close func()
@@ -38,7 +40,11 @@ type lazyLibvirt struct {
 
 func (l *lazyLibvirt) DomainsUsing(ctx context.Context, in mdev.Instance) ([]string, error) {
 	l.once.Do(func() {
-		c, closeFn, err := openLibvirt()
+		open := l.open
+		if open == nil {
+			open = openLibvirt
+		}
+		c, closeFn, err := open()
 		if err != nil {
 			l.err = fmt.Errorf("libvirtd is unreachable, so vgpu-host cannot tell which domains use %s: %w", in.ID(), err)
 			return

@@ -1,0 +1,267 @@
+package layout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/filelock"
+	"github.com/vgpu-host/vgpu-host/internal/revert"
+	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/vfio"
+)
+
+// Done is one change Apply made (or, in a dry run, would make).
+type Done struct {
+	Change
+	// Result is "done", or "undone" when a later change failed and this one was undone.
+	Result string `json:"result"`
+	// Instances are the instances it created (mdev UUIDs, VF addresses).
+	Created []string `json:"created,omitempty"`
+}
+
+// ApplyOptions control Apply.
+type ApplyOptions struct {
+	// Force names the checks to go past (ForceableChecks).
+	Force []string
+	// DryRun makes no change: h.Mdev writes to a host.Recorder (the caller's), binds are
+	// only recorded, no file is written. Files lists what would be.
+	DryRun bool
+}
+
+// ApplyResult is what Apply did.
+type ApplyResult struct {
+	Plan *Plan  `json:"plan"`
+	Done []Done `json:"done"`
+	// Files are the files a dry run would write (persistence); empty otherwise.
+	Files []string `json:"files,omitempty"`
+}
+
+// Apply makes the changes of plan in its order, each through the verb the imperative command
+// uses (mdev remove --undefine, vf enable/disable --persist, mdev create + define, bind/unbind
+// --persist). A change that fails undoes, newest first, every change this run made, and the
+// error says both what failed and whether the undo did. A plan with refusals is not applied.
+func Apply(ctx context.Context, h *Host, plan *Plan, opts ApplyOptions) (*ApplyResult, error) {
+	res := &ApplyResult{Plan: plan, Done: []Done{}}
+	if err := plan.Err(); err != nil {
+		return res, err
+	}
+	rv := revert.New()
+	for _, c := range plan.Changes {
+		d := Done{Change: c, Result: "done"}
+		undo, created, files, err := h.do(ctx, c, opts)
+		res.Files = append(res.Files, files...)
+		if err != nil {
+			uerr := rv.Fail()
+			for i := range res.Done {
+				res.Done[i].Result = "undone"
+			}
+			note := "nothing before it to undo"
+			if len(res.Done) > 0 {
+				note = fmt.Sprintf("the %d change(s) before it were undone", len(res.Done))
+				if uerr != nil {
+					note = fmt.Sprintf("undoing the %d change(s) before it failed too", len(res.Done))
+				}
+			}
+			return res, revert.Wrap(fmt.Errorf("layout %s: %s %s (%s): %w (%s)", plan.Config, c.Action, c.Target, c.Detail, err, note), uerr)
+		}
+		d.Created = created
+		if undo != nil {
+			rv.Add(undo)
+		}
+		res.Done = append(res.Done, d)
+	}
+	rv.Success()
+	return res, nil
+}
+
+// do makes one change and returns its undo.
+func (h *Host) do(ctx context.Context, c Change, opts ApplyOptions) (undo func() error, created, files []string, err error) {
+	m := h.Mdev
+	bg := context.WithoutCancel(ctx)
+	force := func(check string) bool {
+		for _, f := range opts.Force {
+			if f == check {
+				return true
+			}
+		}
+		return false
+	}
+	switch c.Action {
+	case ActRemoveMdev, ActClearVGPU, ActUndefineMdev:
+		if opts.DryRun {
+			defs, _ := m.Definitions()
+			for _, d := range defs {
+				if slices.Contains(c.Instances, d.UUID) {
+					files = append(files, d.Path+" (removed)")
+				}
+			}
+		}
+		if _, err := m.Remove(ctx, c.Instances, mdev.RemoveOptions{Force: force(checkInUse), Undefine: true}); err != nil {
+			return nil, nil, nil, err
+		}
+		return func() error { return h.recreate(bg, c.removed) }, nil, files, nil
+	case ActSetVFs, ActPersistVFs:
+		pf := c.addrs[0]
+		if c.count == 0 {
+			_, err = m.DisableVFsWith(ctx, pf, mdev.DisableOptions{Persist: true})
+		} else {
+			_, err = m.EnableVFs(ctx, pf, c.count, mdev.EnableOptions{Driver: c.driver, Persist: true})
+		}
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if opts.DryRun {
+			files = []string{m.SRIOVPath()}
+		}
+		if c.Action == ActPersistVFs {
+			return nil, nil, files, nil
+		}
+		return func() error {
+			if c.from == 0 {
+				_, err := m.DisableVFsWith(bg, pf, mdev.DisableOptions{Persist: !c.persist})
+				return err
+			}
+			_, err := m.EnableVFs(bg, pf, c.from, mdev.EnableOptions{Driver: c.fromDriver, Persist: c.persist})
+			return err
+		}, nil, files, nil
+	case ActCreateMdev, ActSetVGPU:
+		req := mdev.CreateRequest{Parent: c.Target, Profile: c.typ, Count: c.count}
+		if c.Action == ActCreateMdev {
+			req.UUIDs = c.Instances
+		}
+		ins, err := m.Create(ctx, req)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if c.Action == ActCreateMdev {
+			for _, in := range ins {
+				d, err := m.Define(mdev.Definition{UUID: in.UUID, Parent: in.Parent, Type: in.Type, Start: "auto"})
+				if err != nil {
+					_, rerr := m.Remove(bg, ids(ins), mdev.RemoveOptions{Force: true, Undefine: true})
+					return nil, nil, nil, revert.Wrap(err, rerr)
+				}
+				if opts.DryRun {
+					files = append(files, d.Path)
+				}
+			}
+		}
+		return func() error {
+			_, err := m.Remove(bg, ids(ins), mdev.RemoveOptions{Force: true, Undefine: true})
+			return err
+		}, ids(ins), files, nil
+	case ActDefineMdev:
+		for _, id := range c.Instances {
+			d, err := m.Define(mdev.Definition{UUID: id, Start: "auto"})
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			if opts.DryRun {
+				files = append(files, d.Path)
+			}
+		}
+		return nil, nil, files, nil
+	case ActBind, ActPersistBind:
+		res, err := h.Binder.Bind(ctx, c.addrs, vfio.BindOptions{ForceChecks: opts.Force, Persist: true, DryRun: opts.DryRun})
+		files = h.dryOps(res, opts.DryRun)
+		if err != nil {
+			return nil, nil, files, err
+		}
+		return func() error {
+			_, err := h.Binder.Unbind(bg, c.addrs, vfio.UnbindOptions{Persist: true})
+			return err
+		}, nil, files, nil
+	case ActUnbind:
+		fu := force(vfio.CheckOwner) || force(vfio.CheckNotInLedger) || force(vfio.CheckHeld)
+		res, err := h.Binder.Unbind(ctx, c.addrs, vfio.UnbindOptions{Persist: true, Force: fu, DryRun: opts.DryRun})
+		files = h.dryOps(res, opts.DryRun)
+		if err != nil {
+			return nil, nil, files, err
+		}
+		return func() error {
+			_, err := h.Binder.Bind(bg, c.addrs, vfio.BindOptions{Force: true, Persist: true})
+			return err
+		}, nil, files, nil
+	case ActMIG:
+		if opts.DryRun {
+			return nil, nil, nil, nil // NVML has no dry run: the plan's steps are what would happen
+		}
+		return nil, nil, nil, h.MIGPlanner.Apply(ctx, h.MIG, c.mig)
+	}
+	return nil, nil, nil, fmt.Errorf("layout: %w: unknown change %q", host.ErrInvalid, c.Action)
+}
+
+// dryOps copies a dry-run bind/unbind's sysfs writes into the Manager's recorder (so the dry
+// run lists every write in order) and returns the files it would write or remove (a module it
+// would load is not a file: the bind's own dry run shows it).
+func (h *Host) dryOps(res *vfio.Result, dry bool) []string {
+	if !dry || res == nil {
+		return nil
+	}
+	var files []string
+	for _, s := range res.Steps {
+		switch s.Op {
+		case vfio.OpWrite:
+			_ = h.Mdev.W.Write(context.Background(), s.Path, s.Value)
+		case vfio.OpFile:
+			files = append(files, s.Path)
+		case vfio.OpRemove:
+			files = append(files, s.Path+" (removed)")
+		}
+	}
+	return files
+}
+
+// recreate puts back removed instances (the undo of a removal): mdevs with their UUID and
+// definition, vendor types on their VF.
+func (h *Host) recreate(ctx context.Context, ins []mdev.Instance) error {
+	var errs []error
+	for _, in := range ins {
+		if in.Backend == mdev.BackendNvidiaVFIO && in.VF != nil {
+			_, err := h.Mdev.Create(ctx, mdev.CreateRequest{Parent: in.Parent, Profile: in.Type, Count: 1, VFs: []host.Address{*in.VF}})
+			errs = append(errs, err)
+			continue
+		}
+		if in.Active {
+			if _, err := h.Mdev.Create(ctx, mdev.CreateRequest{Parent: in.Parent, Profile: in.Type, UUIDs: []string{in.UUID}}); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if in.Defined {
+			_, err := h.Mdev.Define(mdev.Definition{UUID: in.UUID, Parent: in.Parent, Type: in.Type, Start: in.Start})
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ApplyConfig is `host layout apply`: under the layout lock it plans configuration name of f
+// (source is the file's path, data its content), applies the plan and, unless a dry run,
+// records the selection (SaveSelection). A plan with refusals changes nothing and is
+// returned with its error.
+func ApplyConfig(ctx context.Context, h *Host, f *File, name, source string, data []byte, opts ApplyOptions) (*ApplyResult, error) {
+	var res *ApplyResult
+	run := func() error {
+		plan, err := PlanConfig(ctx, h, f, name, opts.Force)
+		if plan == nil {
+			return err
+		}
+		res, err = Apply(ctx, h, plan, opts)
+		if err != nil || opts.DryRun {
+			if opts.DryRun && err == nil {
+				res.Files = append(res.Files, SelectionPath(h.Root))
+			}
+			return err
+		}
+		return SaveSelection(h.Root, Selection{Config: plan.Config, Source: source, Layout: string(data), AppliedAt: time.Now().UTC()})
+	}
+	if opts.DryRun {
+		return res, run()
+	}
+	err := filelock.With(h.Root.StateDir("layout.lock"), filelock.Exclusive, filelock.DefaultTimeout, run)
+	return res, err
+}
