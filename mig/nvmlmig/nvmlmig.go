@@ -19,19 +19,16 @@ import (
 	"github.com/vgpu-host/vgpu-host/mig"
 )
 
-// ErrNoNVML is the error Init gives when libnvidia-ml.so.1 cannot be loaded.
-var ErrNoNVML = errors.New("NVML not available: libnvidia-ml.so.1 not found (install the NVIDIA driver)")
-
-// Init initialises lib, turning a missing library into ErrNoNVML (wrapped in
-// host.ErrUnsupported).
+// Init initialises lib, turning a missing library into an error wrapping mig.ErrNoNVML and
+// host.ErrUnsupported that says how to fix it.
 func Init(lib nvml.Interface) error {
 	switch ret := lib.Init(); ret {
 	case nvml.SUCCESS:
 		return nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("%w: %w", ErrNoNVML, host.ErrUnsupported)
+		return fmt.Errorf("%w: libnvidia-ml.so.1 not found (install the NVIDIA driver): %w", mig.ErrNoNVML, host.ErrUnsupported)
 	default:
-		return fmt.Errorf("NVML not available: nvmlInit: %s: %w", ret.Error(), host.ErrUnsupported)
+		return fmt.Errorf("%w: nvmlInit: %s: %w", mig.ErrNoNVML, ret.Error(), host.ErrUnsupported)
 	}
 }
 

@@ -13,22 +13,12 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
 )
 
-// NewDGXA100 returns go-nvml's DGX A100 mock with GetPciInfo filled in from each device's own
-// PciBusID (the mock reports only the device id there), the only function this package calls
-// that the mock does not answer fully.
 func newDGXA100(t *testing.T) *dgxa100.Server {
 	t.Helper()
-	s := dgxa100.New()
-	for _, d := range s.Devices {
-		d := d.(*dgxa100.Device)
-		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-			p := nvml.PciInfo{PciDeviceId: 0x20B010DE}
-			copy(p.BusId[:], "0000"+strings.ToUpper(d.PciBusID)) // NVML's 8-digit domain form
-			return p, nvml.SUCCESS
-		}
-	}
+	s := mocknvml.DGXA100()
 	if err := Init(s); err != nil {
 		t.Fatal(err)
 	}
