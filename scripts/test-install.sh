@@ -14,7 +14,7 @@ make --no-print-directory -s install DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 # Expected: the man pages follow the command tree (one per visible command).
 cmds=$(bin/vgpu-host --generate-shell-completion | cut -d: -f1 | grep -vx 'help\|h' | sort)
 {
-	printf '%s\n' bin/vgpu-host bin/vgpu-host-libvirt lib/systemd/system/vgpu-host-restore.service \
+	printf '%s\n' bin/vgpu-host bin/vgpu-host-libvirt bin/vgpu-host-nvml lib/systemd/system/vgpu-host-restore.service \
 		share/bash-completion/completions/vgpu-host share/zsh/site-functions/_vgpu-host \
 		share/fish/vendor_completions.d/vgpu-host.fish share/man/man1/vgpu-host.1
 	for c in $cmds; do echo "share/man/man1/vgpu-host-$c.1"; done

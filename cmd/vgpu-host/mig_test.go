@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
+)
+
+var (
+	nvmlHelperOnce sync.Once
+	nvmlHelper     string
+	nvmlHelperErr  error
+)
+
+// mockNVML points vgpu-host at the NVML helper's test build (tag nvmlmock) serving go-nvml's
+// dgxa100 mock. Each command starts its own helper, so each starts from the mock's fresh
+// state: all eight A100-40GB with MIG off and no instances.
+func mockNVML(t *testing.T) {
+	t.Helper()
+	nvmlHelperOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "vgpu-host-nvml-")
+		if err != nil {
+			nvmlHelperErr = err
+			return
+		}
+		nvmlHelper = filepath.Join(dir, migremote.HelperName)
+		out, err := exec.Command("go", "build", "-tags", "nvmlmock", "-o", nvmlHelper, "../vgpu-host-nvml").CombinedOutput()
+		if err != nil {
+			nvmlHelperErr = err
+			t.Logf("%s", out)
+		}
+	})
+	if nvmlHelperErr != nil {
+		t.Fatalf("build the NVML helper: %v", nvmlHelperErr)
+	}
+	t.Setenv(migremote.EnvHelper, nvmlHelper)
+	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
+}
+
+func TestMIGCommands(t *testing.T) {
+	mockNVML(t)
+	out, code := run(t, "mig", "show", "0000:01:00.0")
+	if code != 0 || !strings.Contains(out, "MIG off") || !strings.Contains(out, "3g.20gb") || !strings.Contains(out, "0-3 4-7") {
+		t.Fatalf("mig show: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "mig", "show", "-o", "json")
+	var view []MIGGPUView
+	if err := json.Unmarshal([]byte(out), &view); code != 0 || err != nil || len(view) != 8 {
+		t.Fatalf("mig show -o json: exit %d, %v\n%s", code, err, out)
+	}
+	for _, f := range view[0].Free {
+		if f.Profile == "1g.5gb" && (f.Fits != 7 || len(f.Placements) != 7) {
+			t.Errorf("1g.5gb free on an empty A100: %+v, want 7 fitting", f)
+		}
+	}
+
+	out, code = run(t, "mig", "plan", "--gpu", "0000:01:00.0", "--profiles", "3g.20gb,4g.20gb")
+	if code != 0 || !strings.Contains(out, "1. enable MIG mode on 0000:01:00.0") ||
+		!strings.Contains(out, "create a 3g.20gb GPU instance at slices 4-7") || !strings.Contains(out, "create a 4g.20gb GPU instance at slices 0-3") {
+		t.Errorf("mig plan: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "mig", "apply", "--gpu", "0", "--profiles", "1g.5gb*7", "--dry-run")
+	if code != 0 || strings.Count(out, "would create a 1g.5gb") != 7 {
+		t.Errorf("mig apply --dry-run: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "-o", "json", "mig", "apply", "--gpu", "0000:00:00.0", "--profiles", "1g.5gb×7")
+	var done mig.Changes
+	if err := json.Unmarshal([]byte(out), &done); code != 0 || err != nil || len(done.Steps) != 8 {
+		t.Fatalf("mig apply: exit %d, %v\n%s", code, err, out)
+	}
+	seen := map[int]bool{}
+	for _, s := range done.Steps[1:] {
+		if s.Op != mig.OpCreate || seen[s.Placement.Start] {
+			t.Errorf("apply step %+v", s)
+		}
+		seen[s.Placement.Start] = true
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--profiles", "4g.20gb,4g.20gb"}, exitBusy, "2× 4g.20gb do not fit: it holds at most 1"},
+		{[]string{"--profiles", "1g.5gb*8"}, exitBusy, "8× 1g.5gb do not fit: it holds at most 7"},
+		{[]string{"--profiles", "3g.40gb,4g.40gb"}, exitNotFound, "did you mean"},
+		{[]string{"--profiles", "1g.5gb*x"}, exitUsage, "NAME*COUNT"},
+	} {
+		out, err := runErr(t, append([]string{"mig", "apply", "--gpu", "0000:02:00.0"}, tc.args...)...)
+		if code := exitCode(err); code != tc.code || err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("mig apply %v: exit %d (%v), want %d with %q\n%s", tc.args, exitCode(err), err, tc.code, tc.msg, out)
+		}
+	}
+	if out, code := run(t, "mig", "plan", "--gpu", "0000:63:00.0", "--profiles", "1g.5gb"); code != exitNotFound {
+		t.Errorf("unknown GPU: exit %d\n%s", code, out)
+	}
+}
+
+func TestMIGWithoutNVML(t *testing.T) {
+	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
+	_, err := runErr(t, "mig", "show")
+	if exitCode(err) != exitUnsupported || !strings.Contains(err.Error(), "vgpu-host-nvml not found") {
+		t.Errorf("mig show without the helper: exit %d: %v", exitCode(err), err)
+	}
+}
