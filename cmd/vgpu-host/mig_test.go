@@ -110,3 +110,34 @@ func TestMIGWithoutNVML(t *testing.T) {
 		t.Errorf("mig show without the helper: exit %d: %v", exitCode(err), err)
 	}
 }
+
+// inspect reports MIG when the host has an NVIDIA GPU and NVML answers, and says quietly why
+// not otherwise, exiting 0 either way.
+func TestInspectReportsMIG(t *testing.T) {
+	tr := fakeHost(t) // has an A100-like NVIDIA GPU at 0000:41:00.0
+	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
+	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100") // ask even under --host-root
+	out, code := run(t, "--host-root", tr.Dir(), "inspect")
+	if code != 0 || !strings.Contains(out, "MIG: ") || !strings.Contains(out, "vgpu-host-nvml not found") {
+		t.Errorf("inspect without the helper: exit %d\n%s", code, out)
+	}
+	mockNVML(t)
+	out, code = run(t, "--host-root", tr.Dir(), "inspect", "-o", "json")
+	var rep struct {
+		Devices []json.RawMessage `json:"devices"`
+		MIG     struct {
+			Available bool         `json:"available"`
+			GPUs      []MIGGPUView `json:"gpus"`
+		} `json:"mig"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil {
+		t.Fatalf("inspect -o json: exit %d, %v\n%s", code, err, out)
+	}
+	if !rep.MIG.Available || len(rep.MIG.GPUs) != 8 || len(rep.Devices) == 0 || !rep.MIG.GPUs[0].Capable || len(rep.MIG.GPUs[0].Free) == 0 {
+		t.Errorf("inspect's mig: %+v", rep.MIG)
+	}
+	out, code = run(t, "--host-root", tr.Dir(), "inspect")
+	if code != 0 || !strings.Contains(out, "0000:07:00.0  Mock NVIDIA A100-SXM4-40GB  MIG off  instances: -  room for: 7×1g.5gb") {
+		t.Errorf("inspect table: exit %d\n%s", code, out)
+	}
+}
