@@ -45,7 +45,9 @@ type Placement struct {
 // Place chooses parents for req among parents (from Manager.Parents) by best fit: while
 // instances remain, the parent with the fewest free slots that still fits all of them wins
 // (keeping big holes for big requests and limiting fragmentation); when none fits all, the
-// parent with the most free slots takes as many as it can. Parents on the requested NUMA node
+// parent with the most free slots takes as many as it can. A MIG-backed type
+// (vgpu.MIGBacking: "A100D-3-40C" runs on a 3g.40gb GPU instance) counts as free only as many
+// times as its GPU instances fit on the GPU's fixed slices (migCap). Parents on the requested NUMA node
 // are used before any other. Availability already encodes "one vGPU type per physical GPU at a
 // time": a parent running another type reports 0 available for this one.
 //
@@ -126,9 +128,21 @@ func candidates(req Request, parents []Parent) (cands []cand, reasons []string, 
 			continue
 		}
 		offered = true
+		migWhy := ""
+		if n, why, ok := migCap(p, t); ok && n < t.Available {
+			t.Available, migWhy = n, why // MIG-backed: fixed slices limit it below the driver's count
+		}
 		if t.Available > 0 {
 			cands = append(cands, cand{p, t})
-			reasons = append(reasons, fmt.Sprintf("%s has %d free", p.Name, t.Available))
+			if migWhy != "" {
+				reasons = append(reasons, fmt.Sprintf("%s has %d free (%s)", p.Name, t.Available, migWhy))
+			} else {
+				reasons = append(reasons, fmt.Sprintf("%s has %d free", p.Name, t.Available))
+			}
+			continue
+		}
+		if migWhy != "" {
+			reasons = append(reasons, fmt.Sprintf("%s has 0 free (%s)", p.Name, migWhy))
 			continue
 		}
 		var others []string

@@ -124,3 +124,37 @@ func TestPlanKeepsWhatStillFits(t *testing.T) {
 		t.Errorf("unknown GPU: %v", err)
 	}
 }
+
+// The documented geometry agrees with what NVML (go-nvml's A100 mock, mig/nvmlmig's tests)
+// reports: same placements for the same shapes.
+func TestDocumentedGPU(t *testing.T) {
+	g, err := DocumentedGPU("0000:41:00.0", 7, []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := a100()
+	for _, wp := range want.Profiles {
+		p, err := g.LookupProfile(wp.Name)
+		if err != nil || p.Max != wp.Max || len(p.Placements) != len(wp.Placements) {
+			t.Errorf("%s: %+v, %v; want %+v", wp.Name, p, err, wp)
+			continue
+		}
+		for i := range p.Placements {
+			if p.Placements[i] != wp.Placements[i] {
+				t.Errorf("%s placement %d: %v, want %v", wp.Name, i, p.Placements[i], wp.Placements[i])
+			}
+		}
+	}
+	if p, _ := g.LookupProfile("1g.20gb"); len(p.Placements) != 4 || p.Placements[3] != (Placement{6, 2}) {
+		t.Errorf("1g.20gb placements %v, want 0, 2, 4, 6 (two slices each)", p.Placements)
+	}
+	if n, _ := Capacity(g, "3g.40gb", nil); n != 2 {
+		t.Errorf("3g.40gb capacity %d, want 2", n)
+	}
+	if n, err := Capacity(g, "3g.40gb", []string{"4g.40gb", "3g.40gb"}); n != 0 || err == nil {
+		t.Errorf("3g.40gb capacity beside 4g + 3g: %d, %v; want 0 with a reason", n, err)
+	}
+	if n, _ := Capacity(g, "1g.10gb", []string{"3g.40gb"}); n != 4 {
+		t.Errorf("1g.10gb capacity beside a 3g.40gb: %d, want 4", n)
+	}
+}
