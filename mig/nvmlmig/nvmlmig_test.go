@@ -266,3 +266,33 @@ func TestApplyUndoesItsCreates(t *testing.T) {
 		t.Errorf("%d GPU instances left after the failed apply, want 0 (undone)", len(d.GpuInstances))
 	}
 }
+
+// mig.DocumentedGPU (what placement uses when NVML cannot be asked) gives the same placements
+// and limits as NVML reports for the same profiles.
+func TestDocumentedGeometryMatchesNVML(t *testing.T) {
+	st, err := New(newDGXA100(t)).State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := st.GPUs[0]
+	var names []string
+	for _, p := range g.Profiles {
+		names = append(names, p.Name)
+	}
+	doc, err := mig.DocumentedGPU(g.Address, 7, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Slices != g.Slices {
+		t.Errorf("slices: documented %d, NVML %d", doc.Slices, g.Slices)
+	}
+	for _, p := range g.Profiles {
+		d, err := doc.LookupProfile(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Max != p.Max || fmt.Sprint(d.Placements) != fmt.Sprint(p.Placements) {
+			t.Errorf("%s: documented max %d at %v; NVML max %d at %v", p.Name, d.Max, d.Placements, p.Max, p.Placements)
+		}
+	}
+}
