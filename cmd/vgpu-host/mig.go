@@ -119,32 +119,40 @@ func migTable(out io.Writer, gs []MIGGPUView) error {
 		fmt.Fprintln(out, "NVML sees no NVIDIA GPU")
 		return nil
 	}
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for i, g := range gs {
 		if i > 0 {
-			fmt.Fprintln(w)
+			fmt.Fprintln(out)
 		}
-		fmt.Fprintf(w, "GPU %s\t#%d %s\tMIG %s\n", g.Address, g.Index, g.Name, migMode(g.GPU))
+		fmt.Fprintf(out, "GPU %s  #%d %s  MIG %s\n", g.Address, g.Index, g.Name, migMode(g.GPU))
 		if !g.Capable {
 			continue
 		}
-		fmt.Fprintln(w, "  PROFILE\tID\tMEMORY\tMAX\tFITS NOW\tFREE PLACEMENTS")
-		for j, p := range g.Profiles {
-			f := g.Free[j]
-			var pls []string
-			for _, pl := range f.Placements {
-				pls = append(pls, pl.String())
-			}
-			fmt.Fprintf(w, "  %s\t%d\t%d MiB\t%d\t%d\t%s\n", p.Name, p.ID, p.MemoryMiB, p.Max, f.Fits, dash(strings.Join(pls, " ")))
+		if err := migGPUTable(out, g); err != nil {
+			return err
 		}
-		if len(g.Instances) == 0 {
-			fmt.Fprintln(w, "  no GPU instances")
-			continue
+	}
+	return nil
+}
+
+// migGPUTable prints one MIG-capable GPU's profiles and instances.
+func migGPUTable(out io.Writer, g MIGGPUView) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  PROFILE\tID\tMEMORY\tMAX\tFITS NOW\tFREE PLACEMENTS")
+	for j, p := range g.Profiles {
+		f := g.Free[j]
+		var pls []string
+		for _, pl := range f.Placements {
+			pls = append(pls, pl.String())
 		}
-		fmt.Fprintln(w, "  INSTANCE\tPROFILE\tSLICES\tCOMPUTE INSTANCES")
-		for _, in := range g.Instances {
-			fmt.Fprintf(w, "  %d\t%s\t%s\t%d\n", in.ID, in.Profile, in.Placement, in.ComputeInstances)
-		}
+		fmt.Fprintf(w, "  %s\t%d\t%d MiB\t%d\t%d\t%s\n", p.Name, p.ID, p.MemoryMiB, p.Max, f.Fits, dash(strings.Join(pls, " ")))
+	}
+	if len(g.Instances) == 0 {
+		fmt.Fprintln(w, "  no GPU instances")
+		return w.Flush()
+	}
+	fmt.Fprintln(w, "  INSTANCE\tPROFILE\tSLICES\tCOMPUTE INSTANCES")
+	for _, in := range g.Instances {
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%d\n", in.ID, in.Profile, in.Placement, in.ComputeInstances)
 	}
 	return w.Flush()
 }
