@@ -7,6 +7,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -19,8 +21,12 @@ import (
 )
 
 // mockLib, set only by the nvmlmock build (mock.go), returns a mock NVML instead of the
-// driver's when the environment asks for one.
-var mockLib func() nvml.Interface
+// driver's when the environment asks for one; mockSave, set with it, saves the mock's state
+// after each change.
+var (
+	mockLib  func() nvml.Interface
+	mockSave func() error
+)
 
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "--version" {
@@ -42,8 +48,28 @@ func main() {
 		if err := nvmlmig.Init(lib); err != nil {
 			return nil, err
 		}
-		return nvmlmig.New(lib), nil
+		b := nvmlmig.New(lib)
+		if mockSave != nil {
+			return saving{b}, nil
+		}
+		return b, nil
 	}, stdio{})
+}
+
+// saving saves the mock's state after every call that changes it (nvmlmock build only).
+type saving struct{ mig.Backend }
+
+func (s saving) SetMode(ctx context.Context, address string, enabled bool) error {
+	return errors.Join(s.Backend.SetMode(ctx, address, enabled), mockSave())
+}
+
+func (s saving) Create(ctx context.Context, address, profile string, start int) (mig.Instance, error) {
+	in, err := s.Backend.Create(ctx, address, profile, start)
+	return in, errors.Join(err, mockSave())
+}
+
+func (s saving) Destroy(ctx context.Context, address string, id int) error {
+	return errors.Join(s.Backend.Destroy(ctx, address, id), mockSave())
 }
 
 // stdio is the helper's end of the pipe: requests on stdin, replies on stdout.

@@ -141,3 +141,37 @@ func TestInspectReportsMIG(t *testing.T) {
 		t.Errorf("inspect table: exit %d\n%s", code, out)
 	}
 }
+
+// With VGPU_HOST_NVML_MOCK_STATE the mock's state carries from one command (one helper
+// process) to the next: apply, then plan has nothing to do and show lists the instances; a
+// switch destroys only what must go, keeping instance ids.
+func TestMIGStateAcrossCommands(t *testing.T) {
+	mockNVML(t)
+	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
+	if out, code := run(t, "mig", "apply", "--gpu", "0000:01:00.0", "--profiles", "3g.20gb,4g.20gb"); code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	out, code := run(t, "mig", "plan", "--gpu", "0000:01:00.0", "--profiles", "4g.20gb,3g.20gb")
+	if code != 0 || !strings.Contains(out, "nothing to do: 2 GPU instance(s) already as wanted") {
+		t.Errorf("plan after apply: exit %d\n%s", code, out)
+	}
+	out, code = run(t, "-o", "json", "mig", "show", "1")
+	var view []MIGGPUView
+	if err := json.Unmarshal([]byte(out), &view); code != 0 || err != nil || len(view) != 1 || len(view[0].Instances) != 2 || !view[0].Enabled {
+		t.Fatalf("show after apply: exit %d, %v\n%s", code, err, out)
+	}
+	var id4g int
+	for _, in := range view[0].Instances {
+		if in.Profile == "4g.20gb" {
+			id4g = in.ID
+		}
+	}
+	out, code = run(t, "-o", "json", "mig", "apply", "--gpu", "1", "--profiles", "4g.20gb,2g.10gb,1g.5gb")
+	var done mig.Changes
+	if err := json.Unmarshal([]byte(out), &done); code != 0 || err != nil {
+		t.Fatalf("switch: exit %d, %v\n%s", code, err, out)
+	}
+	if len(done.Kept) != 1 || done.Kept[0].ID != id4g || len(done.Steps) != 3 || done.Steps[0].Op != mig.OpDestroy || done.Steps[0].Profile != "3g.20gb" {
+		t.Errorf("switch: kept %+v, steps %+v; want the 4g.20gb (id %d) kept, the 3g.20gb destroyed, two creates", done.Kept, done.Steps, id4g)
+	}
+}

@@ -291,8 +291,9 @@ func (b *Backend) SetMode(ctx context.Context, address string, enabled bool) err
 	return nil
 }
 
-// ciProfile is the compute-instance profile covering a whole GPU instance of slices slices.
-func ciProfile(slices int) (int, bool) {
+// CIProfile is the compute-instance profile (nvml.COMPUTE_INSTANCE_PROFILE_*) covering a whole
+// GPU instance of slices slices.
+func CIProfile(slices int) (int, bool) {
 	switch slices {
 	case 1:
 		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, true
@@ -366,7 +367,7 @@ func (b *Backend) Create(ctx context.Context, address, profile string, start int
 	if err != nil {
 		return mig.Instance{}, errors.Join(err, nvErr("destroy it again", gi.Destroy()))
 	}
-	ci, ok := ciProfile(int(info.SliceCount))
+	ci, ok := CIProfile(int(info.SliceCount))
 	if !ok {
 		return mig.Instance{}, errors.Join(fmt.Errorf("%s: %s: no compute-instance profile covers %d slices", g.g.Where(), p.Name, info.SliceCount),
 			nvErr("destroy it again", gi.Destroy()))
