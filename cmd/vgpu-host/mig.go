@@ -18,7 +18,7 @@ func migCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "mig",
 		Usage: "show and set NVIDIA MIG GPU instances through NVML (docs/mig.md)",
-		Description: "MIG splits a GPU (A100, H100, …) into GPU instances of fixed profiles (1g.10gb, 3g.40gb, …)\n" +
+		Description: "MIG splits a GPU (A100, H100, ...) into GPU instances of fixed profiles (1g.10gb, 3g.40gb, ...)\n" +
 			"at fixed slices. vgpu-host talks to NVML through its helper vgpu-host-nvml. plan and apply\n" +
 			"bring one GPU to exactly a list of profiles: instances already right are kept, the rest\n" +
 			"destroyed or created; a list that cannot fit is refused before any change. Exit codes:\n" +
