@@ -10,9 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -47,32 +44,18 @@ func Open() (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path, "--serve")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	rwc, wait, err := vremote.StartHelper(path)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	c, err := Dial(pipe{out, in})
-	if err != nil {
-		in.Close()
-		_ = cmd.Wait()
 		return nil, err
 	}
-	c.wait = cmd.Wait
+	c, err := Dial(rwc)
+	if err != nil {
+		rwc.Close()
+		_ = wait()
+		return nil, err
+	}
+	c.wait = wait
 	return c, nil
-}
-
-type pipe struct {
-	io.Reader
-	io.WriteCloser
 }
 
 // Dial initialises NVML on the server at the other end of rwc. Open uses it on the helper's
@@ -111,7 +94,7 @@ func (c *Client) call(ctx context.Context, method string, args, reply any) error
 		}
 		return fmt.Errorf("NVML helper %s stopped answering: %w", HelperName, err)
 	}
-	return fromWire(se.Msg)
+	return vremote.FromWire(kinds, se.Msg)
 }
 
 // State implements mig.Backend.
@@ -157,59 +140,19 @@ type (
 	}
 )
 
-// Errors cross the pipe as "KIND\x1fMESSAGE" so the client can restore the sentinel.
-const sep = "\x1f"
-
-var kinds = []struct {
-	name string
-	err  error
-}{
-	{"no-nvml", mig.ErrNoNVML}, // before unsupported: it wraps it
-	{"unsupported", host.ErrUnsupported},
-	{"not-found", host.ErrNotFound},
-	{"busy", host.ErrBusy},
-	{"invalid", host.ErrInvalid},
-	{"refused", host.ErrRefused},
-	{"canceled", context.Canceled},
-	{"deadline", context.DeadlineExceeded},
+// kinds are the error classes that keep their sentinels across the pipe (exit codes).
+var kinds = []vremote.ErrorKind{
+	{Name: "no-nvml", Errs: []error{mig.ErrNoNVML, host.ErrUnsupported}}, // before unsupported: it wraps it
+	{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
+	{Name: "not-found", Errs: []error{host.ErrNotFound}},
+	{Name: "busy", Errs: []error{host.ErrBusy}},
+	{Name: "invalid", Errs: []error{host.ErrInvalid}},
+	{Name: "refused", Errs: []error{host.ErrRefused}},
+	{Name: "canceled", Errs: []error{context.Canceled}},
+	{Name: "deadline", Errs: []error{context.DeadlineExceeded}},
 }
 
-func toWire(err error) error {
-	if err == nil {
-		return nil
-	}
-	for _, k := range kinds {
-		if errors.Is(err, k.err) {
-			return errors.New(k.name + sep + err.Error())
-		}
-	}
-	return errors.New("error" + sep + err.Error())
-}
-
-// wireError is an error that came back from the helper, with its sentinels.
-type wireError struct {
-	msg   string
-	kinds []error
-}
-
-func (e *wireError) Error() string   { return e.msg }
-func (e *wireError) Unwrap() []error { return e.kinds }
-
-func fromWire(s string) error {
-	kind, msg, ok := strings.Cut(s, sep)
-	if !ok {
-		return errors.New(s)
-	}
-	for _, k := range kinds {
-		if k.name == kind {
-			if k.err == mig.ErrNoNVML {
-				return &wireError{msg: msg, kinds: []error{mig.ErrNoNVML, host.ErrUnsupported}}
-			}
-			return &wireError{msg: msg, kinds: []error{k.err}}
-		}
-	}
-	return &wireError{msg: msg}
-}
+func toWire(err error) error { return vremote.ToWire(kinds, err) }
 
 // Server is the helper's end: it answers the wire's calls on a mig.Backend that open makes at
 // Init (so a missing NVML is an answer, not a dead helper).

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"strings"
 )
 
 // RPC is the client end of this package's wire (wire.go: one JSON request or answer per line),
@@ -38,6 +41,71 @@ func (r *RPC) Close() error { return r.c.Close() }
 type ServerError struct{ Msg string }
 
 func (e *ServerError) Error() string { return e.Msg }
+
+// StartHelper starts the helper binary at path with --serve (its stderr is ours) and returns
+// the pipe to it (its stdout to read, its stdin to write; closing it ends the helper's input)
+// and the function that waits for it to exit.
+func StartHelper(path string) (io.ReadWriteCloser, func() error, error) {
+	cmd := exec.Command(path, "--serve")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	return pipe{out, in}, cmd.Wait, nil
+}
+
+// ErrorKind is one class of error that keeps its sentinels across the pipe: the server sends
+// "NAME\x1fMESSAGE" for an error matching Errs[0], the client gives back an error that
+// matches every one of Errs.
+type ErrorKind struct {
+	Name string
+	Errs []error
+}
+
+// ToWire encodes err for the client: the first kind whose first sentinel it matches names it,
+// "error" when none does.
+func ToWire(kinds []ErrorKind, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.Errs[0]) {
+			return errors.New(k.Name + sep + err.Error())
+		}
+	}
+	return errors.New("error" + sep + err.Error())
+}
+
+// FromWire decodes a server's error message encoded by ToWire, restoring its sentinels.
+func FromWire(kinds []ErrorKind, msg string) error {
+	kind, text, ok := strings.Cut(msg, sep)
+	if !ok {
+		return errors.New(msg)
+	}
+	for _, k := range kinds {
+		if k.Name == kind {
+			return &WireError{Msg: text, Kinds: k.Errs}
+		}
+	}
+	return &WireError{Msg: text}
+}
+
+// WireError is an error that came back from a helper, with its sentinels.
+type WireError struct {
+	Msg   string
+	Kinds []error
+}
+
+func (e *WireError) Error() string   { return e.Msg }
+func (e *WireError) Unwrap() []error { return e.Kinds }
 
 // ServeRPC answers requests on rwc by calling rcvr's exported methods of the shape
 // `func (T) Name(args A, reply *R) error` until the input ends.
