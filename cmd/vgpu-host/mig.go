@@ -234,16 +234,7 @@ func migPlanCommand() *cli.Command {
 		Usage: "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
 		Flags: migPlanFlags(false),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			c, err := openMIG()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ch, err := migPlan(ctx, cmd, c)
-			if err != nil {
-				return err
-			}
-			return emit(cmd, ch, func(w io.Writer) error { return changesTable(w, ch, "") })
+			return runMIGPlan(ctx, cmd, false)
 		},
 	}
 }
@@ -254,27 +245,37 @@ func migApplyCommand() *cli.Command {
 		Usage: "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
 		Flags: migPlanFlags(true),
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			c, err := openMIG()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ch, err := migPlan(ctx, cmd, c)
-			if err != nil {
-				return err
-			}
-			if cmd.Bool("dry-run") {
-				return emit(cmd, ch, func(w io.Writer) error { return changesTable(w, ch, "would ") })
-			}
-			done, err := mig.ApplySteps(ctx, c, ch)
-			if err != nil {
-				return err
-			}
-			res := mig.Changes{Steps: done, Kept: ch.Kept}
-			if res.Steps == nil {
-				res.Steps = []mig.Change{}
-			}
-			return emit(cmd, res, func(w io.Writer) error { return changesTable(w, res, "") })
+			return runMIGPlan(ctx, cmd, !cmd.Bool("dry-run"))
 		},
 	}
+}
+
+// runMIGPlan plans --gpu to --profiles and prints the plan, or applies it and prints what was
+// done.
+func runMIGPlan(ctx context.Context, cmd *cli.Command, apply bool) error {
+	c, err := openMIG()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ch, err := migPlan(ctx, cmd, c)
+	if err != nil {
+		return err
+	}
+	if !apply {
+		verb := ""
+		if cmd.Bool("dry-run") {
+			verb = "would "
+		}
+		return emit(cmd, ch, func(w io.Writer) error { return changesTable(w, ch, verb) })
+	}
+	done, err := mig.ApplySteps(ctx, c, ch)
+	if err != nil {
+		return err
+	}
+	res := mig.Changes{Steps: done, Kept: ch.Kept}
+	if res.Steps == nil {
+		res.Steps = []mig.Change{}
+	}
+	return emit(cmd, res, func(w io.Writer) error { return changesTable(w, res, "") })
 }
