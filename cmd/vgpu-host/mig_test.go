@@ -2,45 +2,28 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
-var (
-	nvmlHelperOnce sync.Once
-	nvmlHelper     string
-	nvmlHelperErr  error
-)
-
 // mockNVML points vgpu-host at the NVML helper's test build (tag nvmlmock) serving go-nvml's
-// dgxa100 mock. Each command starts its own helper, so each starts from the mock's fresh
-// state: all eight A100-40GB with MIG off and no instances.
+// dgxa100 mock, built into the test's temporary directory (the build cache makes it quick).
+// Each command starts its own helper, so each starts from the mock's fresh state (all eight
+// A100-40GB with MIG off and no instances) unless VGPU_HOST_NVML_MOCK_STATE is set.
 func mockNVML(t *testing.T) {
 	t.Helper()
-	nvmlHelperOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "vgpu-host-nvml-")
-		if err != nil {
-			nvmlHelperErr = err
-			return
-		}
-		nvmlHelper = filepath.Join(dir, migremote.HelperName)
-		out, err := exec.Command("go", "build", "-tags", "nvmlmock", "-o", nvmlHelper, "../vgpu-host-nvml").CombinedOutput()
-		if err != nil {
-			nvmlHelperErr = err
-			t.Logf("%s", out)
-		}
-	})
-	if nvmlHelperErr != nil {
-		t.Fatalf("build the NVML helper: %v", nvmlHelperErr)
+	helper := filepath.Join(t.TempDir(), migremote.HelperName)
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-tags", "nvmlmock", "-o", helper, "../vgpu-host-nvml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build the NVML helper: %v\n%s", err, out)
 	}
-	t.Setenv(migremote.EnvHelper, nvmlHelper)
+	t.Setenv(migremote.EnvHelper, helper)
 	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
 }
 

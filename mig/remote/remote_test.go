@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -21,7 +22,7 @@ func buildHelper(t *testing.T, tags string) string {
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	cmd := exec.Command("go", append(args, "../../cmd/vgpu-host-nvml")...)
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, "../../cmd/vgpu-host-nvml")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the NVML helper: %v\n%s", err, out)
 	}
