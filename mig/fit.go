@@ -28,8 +28,11 @@ func (g GPU) LookupProfile(name string) (Profile, error) {
 	}
 	if len(g.Profiles) == 0 {
 		why := "it offers no MIG profiles"
-		if !g.Capable {
+		switch {
+		case !g.Capable:
 			why = "it does not support MIG"
+		case !g.Enabled:
+			why = fmt.Sprintf("NVML lists no MIG profiles for it while MIG mode is off; turn it on first (nvidia-smi -i %d -mig 1), then plan again", g.Index)
 		}
 		return Profile{}, fmt.Errorf("MIG profile %q on %s: %w: %s", name, g.Where(), host.ErrNotFound, why)
 	}

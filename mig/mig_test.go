@@ -123,6 +123,9 @@ func TestPlanKeepsWhatStillFits(t *testing.T) {
 	if _, err := Plan(State{GPUs: []GPU{g}}, map[string][]string{"0000:99:00.0": {"1g.10gb"}}); !errors.Is(err, host.ErrNotFound) {
 		t.Errorf("unknown GPU: %v", err)
 	}
+	if _, err := Plan(State{GPUs: []GPU{g}}, map[string][]string{"0000:41:00.0": {"1g.10gb"}, "41:00.0": {}}); !errors.Is(err, host.ErrInvalid) {
+		t.Errorf("one GPU named twice: %v", err)
+	}
 }
 
 // The documented geometry agrees with what NVML (go-nvml's A100 mock, mig/nvmlmig's tests)

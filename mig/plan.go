@@ -93,12 +93,18 @@ func PlanWith(s State, want map[string][]string, opt PlanOptions) (Changes, erro
 	sort.Strings(addrs)
 	out := Changes{Steps: []Change{}, Kept: []KeptInstance{}}
 	var errs []error
+	seen := map[string]string{}
 	for _, a := range addrs {
 		g, err := s.GPU(a)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		if other, dup := seen[g.Address]; dup {
+			errs = append(errs, fmt.Errorf("GPU %s: %w: named twice (%q and %q)", g.Address, host.ErrInvalid, other, a))
+			continue
+		}
+		seen[g.Address] = a
 		steps, kept, err := planGPU(g, want[a], opt)
 		if err != nil {
 			errs = append(errs, err)
