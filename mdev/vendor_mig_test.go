@@ -8,6 +8,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/mig"
 )
 
 // h100MIG is an H100-SXM5-80GB on the vendor-VFIO interface with 8 VFs, offering NVIDIA's
@@ -120,5 +121,40 @@ func TestPlaceMIGBackedOnA100(t *testing.T) {
 	p.Types = append(p.Types, Type{ID: "1303", Name: "NVIDIA A100D-10C", Available: 8, Instances: []string{}})
 	if _, err := Place(Request{Profile: "A100D-10C", Count: 8, NUMA: -1}, []Parent{p}); err != nil {
 		t.Errorf("time-sliced: %v", err)
+	}
+}
+
+// With NVML's view of the GPU, placement counts exactly: two free 1g.10gb GPU instances at
+// slices 0 and 1 leave room for no 3g.40gb at 0-3, so beside the free 3g.40gb at 4-7 only one
+// fits, where the documented geometry alone (nothing running) would say two.
+func TestPlaceMIGBackedWithNVML(t *testing.T) {
+	a := host.MustParseAddress("0000:41:00.0")
+	p := Parent{Name: a.String(), Address: &a, Backend: BackendNvidiaVFIO, NUMA: 0, Types: []Type{
+		{ID: "1212", Name: "NVIDIA H100-3-40C", Available: 6, Instances: []string{}},
+		{ID: "1210", Name: "NVIDIA H100-1-10C", Available: 6, Instances: []string{}},
+	}}
+	g, err := mig.DocumentedGPU(a.String(), 7, []string{"1g.10gb", "3g.40gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Instances = []mig.Instance{
+		{ID: 1, Profile: "1g.10gb", Placement: mig.Placement{Start: 0, Size: 1}},
+		{ID: 2, Profile: "1g.10gb", Placement: mig.Placement{Start: 1, Size: 1}},
+		{ID: 3, Profile: "3g.40gb", Placement: mig.Placement{Start: 4, Size: 4}},
+	}
+	st := &mig.State{GPUs: []mig.GPU{g}}
+	if _, err := Place(Request{Profile: "H100-3-40C", Count: 2, NUMA: -1}, []Parent{p}); err != nil {
+		t.Fatalf("without NVML (documented geometry): %v", err)
+	}
+	_, err = PlaceWithMIG(Request{Profile: "H100-3-40C", Count: 2, NUMA: -1}, []Parent{p}, st)
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "has 1 free (MIG (NVML): 1 free 3g.40gb GPU instance(s), room for 0 more)") {
+		t.Errorf("with NVML: %v", err)
+	}
+	// A running H100-1-10C uses one of the two 1g.10gb instances: one is free, and two more fit
+	// (slices 2 and 3; the 3g.40gb holds 4-7).
+	p.Types[1].Instances = []string{"0000:41:00.4"}
+	pl, err := PlaceWithMIG(Request{Profile: "H100-1-10C", Count: 3, NUMA: -1}, []Parent{p}, st)
+	if err != nil || pl.Assignments[0].Free != 3 {
+		t.Errorf("1g.10gb with NVML: %+v, %v; want 3 free (1 unused instance + slices 2 and 3)", pl, err)
 	}
 }

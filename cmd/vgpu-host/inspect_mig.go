@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // inventoryReport is inspect's whole-host output: the inventory's fields, plus "mig" when the
@@ -40,21 +43,53 @@ func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory) 
 			nvidia = true
 		}
 	}
-	if !nvidia || (!root.IsReal() && os.Getenv("VGPU_HOST_NVML_MOCK") == "") {
+	if !nvidia || !nvmlDescribes(root) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, migInventoryTimeout)
-	defer cancel()
-	c, err := openMIG()
-	if err != nil {
-		return &migInventory{Note: err.Error()}
-	}
-	defer c.Close()
-	st, err := c.State(ctx)
+	st, err := readMIGState(ctx)
 	if err != nil {
 		return &migInventory{Note: err.Error()}
 	}
 	return &migInventory{Available: true, GPUs: migView(st)}
+}
+
+// nvmlDescribes reports whether NVML describes the host at root: the real root, or any root
+// when the NVML helper is a mock (its test build, VGPU_HOST_NVML_MOCK).
+func nvmlDescribes(root host.Root) bool {
+	return root.IsReal() || os.Getenv("VGPU_HOST_NVML_MOCK") != ""
+}
+
+// readMIGState asks NVML for the MIG state through the helper, within migInventoryTimeout.
+func readMIGState(ctx context.Context) (mig.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, migInventoryTimeout)
+	defer cancel()
+	c, err := openMIG()
+	if err != nil {
+		return mig.State{}, err
+	}
+	defer c.Close()
+	return c.State(ctx)
+}
+
+// placeMIGState is NVML's MIG state for placement when a parent offers a MIG-backed type and
+// NVML answers; nil otherwise (placement then uses NVIDIA's documented geometry).
+func placeMIGState(ctx context.Context, root host.Root, parents []mdev.Parent) *mig.State {
+	backed := false
+	for _, p := range parents {
+		for _, t := range p.Types {
+			if _, _, ok := vgpu.MIGBacking(t.Name); ok {
+				backed = true
+			}
+		}
+	}
+	if !backed || !nvmlDescribes(root) {
+		return nil
+	}
+	st, err := readMIGState(ctx)
+	if err != nil {
+		return nil
+	}
+	return &st
 }
 
 // migInventoryTable prints inspect's MIG section: one line per GPU, or the note.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
@@ -156,5 +157,30 @@ func TestMIGStateAcrossCommands(t *testing.T) {
 	}
 	if len(done.Kept) != 1 || done.Kept[0].ID != id4g || len(done.Steps) != 3 || done.Steps[0].Op != mig.OpDestroy || done.Steps[0].Profile != "3g.20gb" {
 		t.Errorf("switch: kept %+v, steps %+v; want the 4g.20gb (id %d) kept, the 3g.20gb destroyed, two creates", done.Kept, done.Steps, id4g)
+	}
+}
+
+// mdev place counts a MIG-backed type by NVML's view when the helper answers: GPU 1 of the mock
+// holds 1g.5gb at 0 and 1 and a 3g.20gb at 4-7, so one A100-3-20C fits, where NVIDIA's
+// documented geometry alone would say two.
+func TestMdevPlaceUsesNVML(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := tr.NvidiaSRIOVGPU("0000:00:01.0", "0000:01:00.0", 0, 4, []hosttest.NvidiaVGPUType{
+		{ID: 1300, Name: "NVIDIA A100-1-5C", MaxPerGPU: 7, MIGProfile: "1g.5gb"},
+		{ID: 1302, Name: "NVIDIA A100-3-20C", MaxPerGPU: 2, MIGProfile: "3g.20gb"},
+	})
+	mockNVML(t)
+	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
+	if out, code := run(t, "mig", "apply", "--gpu", "1", "--profiles", "1g.5gb,1g.5gb,3g.20gb"); code != 0 {
+		t.Fatalf("mig apply: exit %d\n%s", code, out)
+	}
+	tr.SetMIGInstances(pf, []string{"1g.5gb", "1g.5gb", "3g.20gb"})
+	_, err := runErr(t, "--host-root", tr.Dir(), "mdev", "place", "--type", "A100-3-20C", "--count", "2")
+	if exitCode(err) != exitBusy || !strings.Contains(err.Error(), "1 free 3g.20gb GPU instance(s), room for 0 more") {
+		t.Errorf("place 2× A100-3-20C with NVML: exit %d: %v", exitCode(err), err)
+	}
+	t.Setenv("VGPU_HOST_NVML_MOCK", "") // NVML does not describe a fake root: the documented geometry
+	if out, code := run(t, "--host-root", tr.Dir(), "mdev", "place", "--type", "A100-3-20C", "--count", "2"); code != 0 {
+		t.Errorf("place 2× A100-3-20C without NVML: exit %d\n%s", code, out)
 	}
 }
