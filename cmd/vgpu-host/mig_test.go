@@ -184,3 +184,18 @@ func TestMdevPlaceUsesNVML(t *testing.T) {
 		t.Errorf("place 2× A100-3-20C without NVML: exit %d\n%s", code, out)
 	}
 }
+
+// vgpu-host stays static and free of cgo: go-nvml (cgo) is linked only into vgpu-host-nvml,
+// while the MIG logic and the helper's client are in vgpu-host.
+func TestMainBinaryHasNoNVML(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "github.com/NVIDIA/go-nvml") || strings.Contains(string(out), "vgpu-host/mig/nvmlmig") {
+		t.Error("vgpu-host links go-nvml")
+	}
+	if !strings.Contains(string(out), "github.com/vgpu-host/vgpu-host/mig/remote\n") {
+		t.Error("go list does not show package mig/remote: the check looks at the wrong binary")
+	}
+}
