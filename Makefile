@@ -123,7 +123,7 @@ bench: build ## benchmarks as ratios against peers measured in the same run
 	@bench/run.sh
 
 # The files make install puts under $(DESTDIR)$(PREFIX); scripts/test-install.sh checks the list.
-install: build ## install the binaries (vgpu-host and its libvirt and NVML helpers), the systemd unit, bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
+install: build ## install both binaries, the systemd unit, bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	install -m 0755 $(BIN) $(HELPER) $(NVML_HELPER) $(DESTDIR)$(BINDIR)/
@@ -137,10 +137,11 @@ install: build ## install the binaries (vgpu-host and its libvirt and NVML helpe
 	install -m 0644 .cache/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 
 uninstall: ## remove what make install installed (same PREFIX and DESTDIR)
-	rm -f $(DESTDIR)$(BINDIR)/vgpu-host $(DESTDIR)$(BINDIR)/vgpu-host-libvirt $(DESTDIR)$(BINDIR)/vgpu-host-nvml \
+	rm -f $(DESTDIR)$(BINDIR)/vgpu-host $(DESTDIR)$(BINDIR)/vgpu-host-libvirt \
 		$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service \
 		$(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish \
 		$(DESTDIR)$(MANDIR)/man1/vgpu-host.1 $(DESTDIR)$(MANDIR)/man1/vgpu-host-*.1
+	rm -f $(DESTDIR)$(BINDIR)/vgpu-host-nvml
 
 # make deb: the Debian package, built by nFPM (a Go tool dependency pinned in go.mod) from a
 # make install into a staging tree with Debian's paths. Its version must start with a digit.

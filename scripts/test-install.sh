@@ -14,10 +14,11 @@ make --no-print-directory -s install DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 # Expected: the man pages follow the command tree (one per visible command).
 cmds=$(bin/vgpu-host --generate-shell-completion | cut -d: -f1 | grep -vx 'help\|h' | sort)
 {
-	printf '%s\n' bin/vgpu-host bin/vgpu-host-libvirt bin/vgpu-host-nvml lib/systemd/system/vgpu-host-restore.service \
+	printf '%s\n' bin/vgpu-host bin/vgpu-host-libvirt lib/systemd/system/vgpu-host-restore.service \
 		share/bash-completion/completions/vgpu-host share/zsh/site-functions/_vgpu-host \
 		share/fish/vendor_completions.d/vgpu-host.fish share/man/man1/vgpu-host.1
 	for c in $cmds; do echo "share/man/man1/vgpu-host-$c.1"; done
+	echo bin/vgpu-host-nvml # the NVML (MIG) helper
 } | sed "s#^#$prefix/#" | sort >"$dest.want"
 (cd "$dest" && find . -type f -o -type l | sed 's#^\.##' | sort) >"$dest.got"
 diff -u "$dest.want" "$dest.got" >&2 || { rm -f "$dest.want" "$dest.got"; fail "make install DESTDIR=... PREFIX=$prefix did not install exactly the expected files"; }

@@ -62,7 +62,8 @@ func StartHelper(path string) (io.ReadWriteCloser, func() error, error) {
 	return pipe{out, in}, cmd.Wait, nil
 }
 
-// ErrorKind is one class of error that keeps its sentinels across the pipe: the server sends
+// ErrorKind is one class of error that keeps its sentinels across the pipe (mig/remote's; the
+// libvirt helper's kinds in server.go predate it and can move onto it): the server sends
 // "NAME\x1fMESSAGE" for an error matching Errs[0], the client gives back an error that
 // matches every one of Errs.
 type ErrorKind struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -165,19 +166,41 @@ func do(s *Server, f func(virt.Conn) error) error {
 	return toWire(f(c))
 }
 
-// Errors cross the pipe as "KIND\x1fMESSAGE" so the client can restore the sentinel (ToWire).
+// Errors cross the pipe as "KIND\x1fMESSAGE" so the client can restore the sentinel.
 const sep = "\x1f"
 
-var kinds = []ErrorKind{
-	{"no-domain", []error{virt.ErrNoDomain}},
-	{"no-volume", []error{virt.ErrNoVolume}},
-	{"no-pool", []error{virt.ErrNoPool}},
-	{"volume-exists", []error{virt.ErrVolumeExists}},
-	{"canceled", []error{context.Canceled}},
-	{"deadline", []error{context.DeadlineExceeded}},
+var kinds = []struct {
+	name string
+	err  error
+}{
+	{"no-domain", virt.ErrNoDomain},
+	{"no-volume", virt.ErrNoVolume},
+	{"no-pool", virt.ErrNoPool},
+	{"volume-exists", virt.ErrVolumeExists},
+	{"canceled", context.Canceled},
+	{"deadline", context.DeadlineExceeded},
 }
 
-func toWire(err error) error { return ToWire(kinds, err) }
+func toWire(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, k := range kinds {
+		if errors.Is(err, k.err) {
+			return errors.New(k.name + sep + err.Error())
+		}
+	}
+	return errors.New("error" + sep + err.Error())
+}
+
+// wireError is an error that came back from the helper, with its sentinel.
+type wireError struct {
+	msg  string
+	kind error
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.kind }
 
 func fromWire(err error) error {
 	if err == nil {
@@ -188,5 +211,14 @@ func fromWire(err error) error {
 		// The pipe broke: the helper died or was killed.
 		return fmt.Errorf("libvirt helper %s stopped answering: %w", HelperName, err)
 	}
-	return FromWire(kinds, string(se))
+	kind, msg, ok := strings.Cut(string(se), sep)
+	if !ok {
+		return errors.New(string(se))
+	}
+	for _, k := range kinds {
+		if k.name == kind {
+			return &wireError{msg: msg, kind: k.err}
+		}
+	}
+	return &wireError{msg: msg}
 }
