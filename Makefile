@@ -4,6 +4,7 @@ GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 BIN := bin/vgpu-host
 HELPER := bin/vgpu-host-libvirt
+NVML_HELPER := bin/vgpu-host-nvml
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Both binaries carry the same stamp; `vgpu-host version` compares them.
@@ -35,7 +36,7 @@ $(error $(GO_PROBLEM))
 endif
 endif
 
-.PHONY: help deps build build-static build-helper build-kube demo test test-unit test-go test-install test-deb fuzz race e2e lab-snapshot bench lint \
+.PHONY: help deps build build-static build-helper build-nvml build-kube demo test test-unit test-go test-install test-deb fuzz race e2e lab-snapshot bench lint \
 	install uninstall deb clean
 
 help: ## list targets
@@ -45,7 +46,7 @@ help: ## list targets
 deps: ## install every Debian package any target needs (root; only what is missing)
 	@scripts/deps.sh all
 
-build: build-static build-helper build-kube ## build bin/vgpu-host (pure Go, static), its libvirt helper bin/vgpu-host-libvirt (cgo) and its kubelet device plugin bin/vgpu-host-kube
+build: build-static build-helper build-nvml build-kube ## build bin/vgpu-host (pure Go, static), its libvirt helper bin/vgpu-host-libvirt (cgo), its NVML helper bin/vgpu-host-nvml (cgo) and its kubelet device plugin bin/vgpu-host-kube
 
 build-static: ## build bin/vgpu-host alone: static, needs no Debian package
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/vgpu-host
@@ -53,6 +54,12 @@ build-static: ## build bin/vgpu-host alone: static, needs no Debian package
 build-helper: ## build the libvirt helper bin/vgpu-host-libvirt (needs libvirt-dev)
 	@scripts/deps.sh helper
 	$(GO) build $(BUILDFLAGS) -o $(HELPER) ./cmd/vgpu-host-libvirt
+
+# go-nvml dlopens libnvidia-ml.so.1 when NVML is initialised: the helper builds and starts
+# without the NVIDIA driver (it answers "NVML not available" then). Release build: no mock in it.
+build-nvml: ## build the NVML (MIG) helper bin/vgpu-host-nvml (cgo; needs a C compiler, not the NVIDIA driver)
+	@scripts/deps.sh helper
+	$(GO) build $(BUILDFLAGS) -o $(NVML_HELPER) ./cmd/vgpu-host-nvml
 
 build-kube: ## build the kubelet device plugin and DRA driver bin/vgpu-host-kube (pure Go, static)
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/vgpu-host-kube ./cmd/vgpu-host-kube
@@ -121,7 +128,7 @@ bench: build ## benchmarks as ratios against peers measured in the same run
 install: build ## install both binaries, the systemd units (restore and agent), bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
-	install -m 0755 $(BIN) $(HELPER) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BIN) $(HELPER) $(NVML_HELPER) $(DESTDIR)$(BINDIR)/
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(AGENT_UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpu-host-restore.service $(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
@@ -137,6 +144,7 @@ uninstall: ## remove what make install installed (same PREFIX and DESTDIR)
 		$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service $(DESTDIR)$(UNITDIR)/vgpu-host-agent.service \
 		$(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish \
 		$(DESTDIR)$(MANDIR)/man1/vgpu-host.1 $(DESTDIR)$(MANDIR)/man1/vgpu-host-*.1
+	rm -f $(DESTDIR)$(BINDIR)/vgpu-host-nvml
 
 # make deb: the Debian package, built by nFPM (a Go tool dependency pinned in go.mod) from a
 # make install into a staging tree with Debian's paths. Its version must start with a digit.

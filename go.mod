@@ -3,6 +3,7 @@ module github.com/vgpu-host/vgpu-host
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
 	github.com/google/uuid v1.6.0

@@ -16,8 +16,8 @@ import (
 
 // vendorVFIOKind is an NVIDIA vendor-specific VFIO VF (vGPU 17+, kernel >= 6.8): the VF gets a
 // type in nvidia/current_vgpu_type, stays on the nvidia driver, and is attached as a PCI
-// hostdev with managed='no'. A MIG-backed type goes through the same path (vgpu.MIGVendorVFIO
-// is reserved for telling them apart).
+// hostdev with managed='no'. A MIG-backed type goes through the same path, its allocation
+// named vgpu.MIGVendorVFIO (kind_migvendorvfio.go).
 type vendorVFIOKind struct{}
 
 func init() { register(vendorVFIOKind{}) }
@@ -28,7 +28,7 @@ func (vendorVFIOKind) wants(g GPU) bool { return g.VGPU != nil && g.VGPU.Mode ==
 
 func (vendorVFIOKind) resolve(r *resolver, i int, g GPU) (GPUAllocation, error) {
 	slots, err := r.vendorVFIO(i, g.VGPU)
-	return GPUAllocation{Kind: vgpu.VendorVFIO, Slots: slots}, err
+	return GPUAllocation{Kind: vendorKindOf(slots, g.VGPU.Profile), Slots: slots}, err
 }
 
 func (vendorVFIOKind) render(p *Builder, _ GPU, ga GPUAllocation, d *libvirtxml.Domain, _ *video) error {

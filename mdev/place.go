@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
@@ -45,7 +46,9 @@ type Placement struct {
 // Place chooses parents for req among parents (from Manager.Parents) by best fit: while
 // instances remain, the parent with the fewest free slots that still fits all of them wins
 // (keeping big holes for big requests and limiting fragmentation); when none fits all, the
-// parent with the most free slots takes as many as it can. Parents on the requested NUMA node
+// parent with the most free slots takes as many as it can. A MIG-backed type
+// (vgpu.MIGBacking: "A100D-3-40C" runs on a 3g.40gb GPU instance) counts as free only as many
+// times as its GPU instances fit on the GPU's fixed slices (migCap). Parents on the requested NUMA node
 // are used before any other. Availability already encodes "one vGPU type per physical GPU at a
 // time": a parent running another type reports 0 available for this one.
 //
@@ -56,13 +59,21 @@ type Placement struct {
 // wrapped in host.ErrBusy (parents exist but are full) or host.ErrNotFound (no parent offers
 // the profile at all).
 func Place(req Request, parents []Parent) (Placement, error) {
+	return PlaceWithMIG(req, parents, nil)
+}
+
+// PlaceWithMIG is Place with the host's MIG state as NVML reports it (mig/remote), when the
+// caller could read it: MIG-backed types on a GPU it lists are then counted exactly (its free
+// GPU instances of the type's profile, plus those that still fit beside all its GPU instances)
+// instead of by NVIDIA's documented geometry.
+func PlaceWithMIG(req Request, parents []Parent, st *mig.State) (Placement, error) {
 	if req.Count == 0 {
 		req.Count = 1
 	}
 	if req.Count < 0 || strings.TrimSpace(req.Profile) == "" {
 		return Placement{}, fmt.Errorf("place vGPU: %w: need a profile and a positive count", host.ErrInvalid)
 	}
-	cands, reasons, offered, err := candidates(req, parents)
+	cands, reasons, offered, err := candidates(req, parents, st)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -112,7 +123,7 @@ type cand struct {
 
 // candidates finds the parents that offer req's profile and have room, and says for every
 // parent why it can or cannot help; offered is false when no parent offers the profile at all.
-func candidates(req Request, parents []Parent) (cands []cand, reasons []string, offered bool, err error) {
+func candidates(req Request, parents []Parent, st *mig.State) (cands []cand, reasons []string, offered bool, err error) {
 	for _, p := range parents {
 		if req.Backend != "" && p.Backend != req.Backend {
 			continue
@@ -126,9 +137,21 @@ func candidates(req Request, parents []Parent) (cands []cand, reasons []string, 
 			continue
 		}
 		offered = true
+		migWhy := ""
+		if n, why, ok := migCap(p, t, st); ok && n < t.Available {
+			t.Available, migWhy = n, why // MIG-backed: fixed slices limit it below the driver's count
+		}
 		if t.Available > 0 {
 			cands = append(cands, cand{p, t})
-			reasons = append(reasons, fmt.Sprintf("%s has %d free", p.Name, t.Available))
+			if migWhy != "" {
+				reasons = append(reasons, fmt.Sprintf("%s has %d free (%s)", p.Name, t.Available, migWhy))
+			} else {
+				reasons = append(reasons, fmt.Sprintf("%s has %d free", p.Name, t.Available))
+			}
+			continue
+		}
+		if migWhy != "" {
+			reasons = append(reasons, fmt.Sprintf("%s has 0 free (%s)", p.Name, migWhy))
 			continue
 		}
 		var others []string

@@ -61,7 +61,9 @@ type GPU struct {
 	// Enabled is the current MIG mode; Pending the mode after the next GPU reset, when they differ.
 	Enabled bool `json:"mig_enabled"`
 	Pending bool `json:"mig_pending"`
-	// Slices is the number of memory slices of the whole GPU (7 on an A100).
+	// Slices is the number of slice positions the GPU's placements span: 8 on an A100, whose
+	// seven compute slices sit on eight memory slices (a 3g instance occupies four, 0-3 or 4-7;
+	// slice 7 takes no 1g instance). Computed from NVML's possible placements.
 	Slices int `json:"slices"`
 	// Profiles are the GPU-instance profiles the GPU offers (empty unless Capable).
 	Profiles []Profile `json:"profiles,omitempty"`

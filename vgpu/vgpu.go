@@ -2,8 +2,8 @@
 // command line, the VM spec, placement and the ledger alike:
 //
 //   - Kind names each way: whole-device passthrough, an SR-IOV VF, an mdev instance, an NVIDIA
-//     vendor-VFIO VF (VF + nvidia/current_vgpu_type), a MIG-backed vendor-VFIO VF (reserved for
-//     MIG), and paravirtual virtio-gpu.
+//     vendor-VFIO VF (VF + nvidia/current_vgpu_type), a MIG-backed vendor-VFIO VF (the same, its
+//     type running on a MIG GPU instance: MIGBacking), and paravirtual virtio-gpu.
 //   - LookupProfile is the one profile matcher: a type named by its ID ("nvidia-558", "1155"),
 //     by its whole name ("GRID A100-4C") or by its name without the vendor prefix ("A100-4C"),
 //     case-insensitively, with a did-you-mean listing the types on offer when nothing matches.
@@ -39,8 +39,8 @@ const (
 	// VendorVFIO is an NVIDIA vendor-specific VFIO VF (vGPU 17+, kernel >= 6.8): the VF stays on
 	// the nvidia driver with a type written to nvidia/current_vgpu_type, attached managed='no'.
 	VendorVFIO Kind = "vendor-vfio"
-	// MIGVendorVFIO is a vendor-VFIO VF whose type is backed by a MIG GPU instance. Reserved:
-	// the kind exists so the vocabulary has its place; MIG support is a later capability.
+	// MIGVendorVFIO is a vendor-VFIO VF whose type is backed by a MIG GPU instance
+	// (MIGBacking): set up and attached exactly as VendorVFIO, named apart.
 	MIGVendorVFIO Kind = "mig-vendor-vfio"
 	// VirtioGPU is a paravirtual virtio-gpu (with virgl when asked), also the fallback when no
 	// GPU or vGPU is free.

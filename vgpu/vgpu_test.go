@@ -75,3 +75,23 @@ func TestShortName(t *testing.T) {
 		}
 	}
 }
+
+func TestMIGBacking(t *testing.T) {
+	for _, c := range []struct{ name, profile, board string }{
+		{"NVIDIA A100D-3-40C", "3g.40gb", "A100D"},
+		{"GRID A100-1-5C", "1g.5gb", "A100"},
+		{"H100-1-10CME", "1g.10gb+me", "H100"},
+		{"NVIDIA H100-7-80C", "7g.80gb", "H100"},
+		{"A30-2-12C", "2g.12gb", "A30"},
+	} {
+		p, b, ok := MIGBacking(c.name)
+		if !ok || p != c.profile || b != c.board {
+			t.Errorf("MIGBacking(%q) = %q, %q, %v; want %q, %q", c.name, p, b, ok, c.profile, c.board)
+		}
+	}
+	for _, name := range []string{"GRID A100-4C", "NVIDIA L40S-8Q", "NVIDIA H100-80C", "mbochs-small", ""} {
+		if p, _, ok := MIGBacking(name); ok {
+			t.Errorf("MIGBacking(%q) = %q: a time-sliced type taken for MIG-backed", name, p)
+		}
+	}
+}

@@ -40,7 +40,7 @@ type mdevReport struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-func runInspect(_ context.Context, cmd *cli.Command) error {
+func runInspect(ctx context.Context, cmd *cli.Command) error {
 	root, err := rootOf(cmd)
 	if err != nil {
 		return err
@@ -77,7 +77,13 @@ func runInspect(_ context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	return emit(cmd, inv, func(w io.Writer) error { return inventoryTable(w, inv) })
+	rep := inventoryReport{Inventory: inv, MIG: readMIGInventory(ctx, root, inv)}
+	return emit(cmd, rep, func(w io.Writer) error {
+		if err := inventoryTable(w, inv); err != nil {
+			return err
+		}
+		return migInventoryTable(w, rep.MIG)
+	})
 }
 
 // inspectMdev prints the mdev instance uuid and its group; exit 6 when there is no such instance.

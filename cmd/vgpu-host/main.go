@@ -36,6 +36,7 @@ func newApp() *cli.Command {
 			unbindCommand(),
 			vfCommand(),
 			mdevCommand(),
+			migCommand(),
 			hostCommand(),
 			renderCommand(),
 			planCommand(),

@@ -506,7 +506,7 @@ func mdevPlaceCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			pl, err := mdev.Place(mdev.Request{Profile: cmd.String("type"), Count: cmd.Int("count"), NUMA: numa}, ps)
+			pl, err := mdev.PlaceWithMIG(mdev.Request{Profile: cmd.String("type"), Count: cmd.Int("count"), NUMA: numa}, ps, placeMIGState(ctx, m.Root, ps))
 			if err != nil {
 				return err
 			}

@@ -92,11 +92,15 @@ type VFSpec struct {
 }
 
 // NvidiaVGPUType is a type the fake NVIDIA driver offers on VFs: at most MaxPerGPU VFs of one
-// physical GPU can use it, and a GPU runs one type at a time (time-sliced vGPU).
+// physical GPU can use it, and a GPU runs one type at a time (time-sliced vGPU). A type with a
+// MIGProfile is MIG-backed instead (see Tree.SetMIGInstances).
 type NvidiaVGPUType struct {
 	ID        int
 	Name      string
 	MaxPerGPU int
+	// MIGProfile is the GPU-instance profile a MIG-backed type runs on ("3g.40gb" for
+	// "NVIDIA H100-3-40C"); empty for a time-sliced type.
+	MIGProfile string
 }
 
 // SRIOVPF adds a physical function with SR-IOV capability and numVFs VFs already enabled.

@@ -340,7 +340,8 @@ func (t *Tree) nvidiaCurrent(vf host.Address) int {
 }
 
 // nvidiaCreatable computes what a free VF of pf may still take: one type per GPU at a time,
-// and no more than MaxPerGPU instances of it.
+// and no more than MaxPerGPU instances of it. In MIG mode (SetMIGInstances) it is the
+// MIG-backed types instead, each while a GPU instance of its profile is not used by a VF.
 func (t *Tree) nvidiaCreatable(pf host.Address) []NvidiaVGPUType {
 	spec := t.vfSpec[pf]
 	n, _ := strconv.Atoi(strings.TrimSpace(t.ReadFile(filepath.Join(t.devPath[pf], "sriov_numvfs"))))
@@ -351,7 +352,27 @@ func (t *Tree) nvidiaCreatable(pf host.Address) []NvidiaVGPUType {
 		}
 	}
 	var out []NvidiaVGPUType
+	if gis, on := t.migGIs[pf]; on {
+		free := map[string]int{}
+		for _, p := range gis {
+			free[p]++
+		}
+		for _, ty := range spec.Nvidia {
+			if ty.MIGProfile != "" {
+				free[ty.MIGProfile] -= used[ty.ID]
+			}
+		}
+		for _, ty := range spec.Nvidia {
+			if ty.MIGProfile != "" && free[ty.MIGProfile] > 0 {
+				out = append(out, ty)
+			}
+		}
+		return out
+	}
 	for _, ty := range spec.Nvidia {
+		if ty.MIGProfile != "" {
+			continue // MIG-backed: listed only in MIG mode
+		}
 		if len(used) > 0 && used[ty.ID] == 0 {
 			continue
 		}
@@ -376,6 +397,23 @@ func (t *Tree) refreshNvidia(pf host.Address) {
 		}
 		t.WriteFile(filepath.Join(t.devPath[vf], "nvidia/creatable_vgpu_types"), c)
 	}
+}
+
+// SetMIGInstances puts the NVIDIA GPU pf in MIG mode with GPU instances of these profiles (what
+// `vgpu-host mig apply` or nvidia-smi mig -cgi would have made through NVML), or out of MIG mode
+// when profiles is nil. As NVIDIA's vGPU 17+ driver does on kernels >= 6.8, the VFs'
+// nvidia/creatable_vgpu_types then list the MIG-backed types (NvidiaVGPUType.MIGProfile) whose
+// profile has a GPU instance no VF uses yet, and no time-sliced type.
+func (t *Tree) SetMIGInstances(pf host.Address, profiles []string) {
+	if t.migGIs == nil {
+		t.migGIs = map[host.Address][]string{}
+	}
+	if profiles == nil {
+		delete(t.migGIs, pf)
+	} else {
+		t.migGIs[pf] = append([]string{}, profiles...)
+	}
+	t.refreshNvidia(pf)
 }
 
 // CreateMdev creates an mdev instance directly (test setup).

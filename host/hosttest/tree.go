@@ -29,6 +29,8 @@ type Tree struct {
 	vfSpec map[host.Address]VFSpec
 	// nextSoundCard numbers the ALSA cards of HDA functions (sound/cardN).
 	nextSoundCard int
+	// migGIs are the MIG GPU instances (their profiles) of a PF in MIG mode (SetMIGInstances).
+	migGIs map[host.Address][]string
 }
 
 // New returns an empty host tree: an IOMMU (dmar0) with no groups yet, intel_iommu=on iommu=pt on

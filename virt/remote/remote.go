@@ -82,26 +82,17 @@ func Open(uri string) (virt.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path, "--serve")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	rwc, wait, err := StartHelper(path)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	c, err := Dial(uri, pipe{out, in})
-	if err != nil {
-		in.Close()
-		_ = cmd.Wait()
 		return nil, err
 	}
-	c.wait = cmd.Wait
+	c, err := Dial(uri, rwc)
+	if err != nil {
+		rwc.Close()
+		_ = wait()
+		return nil, err
+	}
+	c.wait = wait
 	return c, nil
 }
 

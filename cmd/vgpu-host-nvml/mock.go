@@ -1,0 +1,125 @@
+//go:build nvmlmock
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig"
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
+)
+
+// The test build (go build -tags nvmlmock) serves a mock NVML when the environment asks:
+// EnvMock=dgxa100 serves go-nvml's DGX A100 mock. With EnvMockState naming a file, the mock's
+// MIG modes and GPU instances are read from it at start and written back after every change,
+// so that state carries from one vgpu-host command (one helper process) to the next. Release
+// builds (make build) do not contain this file.
+const (
+	EnvMock      = "VGPU_HOST_NVML_MOCK"
+	EnvMockState = "VGPU_HOST_NVML_MOCK_STATE"
+)
+
+// mockState is the saved state: per device, its MIG mode, instance counter and GPU instances.
+type mockState struct {
+	GPUs []mockGPU `json:"gpus"`
+}
+
+type mockGPU struct {
+	MigMode   int            `json:"mig_mode"`
+	Counter   uint32         `json:"counter"`
+	Instances []mockInstance `json:"instances"`
+}
+
+type mockInstance struct {
+	ID               uint32 `json:"id"`
+	ProfileID        uint32 `json:"profile_id"`
+	Start            uint32 `json:"start"`
+	Size             uint32 `json:"size"`
+	ComputeInstances int    `json:"compute_instances"`
+}
+
+func init() {
+	mockLib = func() nvml.Interface {
+		if os.Getenv(EnvMock) != "dgxa100" {
+			return nil
+		}
+		s := mocknvml.DGXA100()
+		if path := os.Getenv(EnvMockState); path != "" {
+			if err := loadMock(s, path); err != nil {
+				fmt.Fprintf(os.Stderr, "vgpu-host-nvml: mock state %s: %v\n", path, err)
+				os.Exit(1)
+			}
+			mockSave = func() error { return saveMock(s, path) }
+		}
+		return s
+	}
+}
+
+func loadMock(s *dgxa100.Server, path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var st mockState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return err
+	}
+	for i, g := range st.GPUs {
+		if i >= len(s.Devices) {
+			break
+		}
+		d := s.Devices[i].(*dgxa100.Device)
+		d.MigMode = g.MigMode
+		for _, in := range g.Instances {
+			info, ret := d.GetGpuInstanceProfileInfo(int(in.ProfileID))
+			if ret != nvml.SUCCESS {
+				return fmt.Errorf("GPU %d: profile %d: %v", i, in.ProfileID, ret)
+			}
+			d.GpuInstanceCounter = in.ID // keep the instance's id
+			gi, _ := d.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: in.Start, Size: in.Size})
+			for c := 0; c < in.ComputeInstances; c++ {
+				id, _ := nvmlmig.CIProfile(int(info.SliceCount))
+				ci, ret := gi.GetComputeInstanceProfileInfo(id, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+				if ret == nvml.SUCCESS {
+					gi.CreateComputeInstance(&ci)
+				}
+			}
+		}
+		d.GpuInstanceCounter = g.Counter
+	}
+	return nil
+}
+
+func saveMock(s *dgxa100.Server, path string) error {
+	var st mockState
+	for _, dev := range s.Devices {
+		d := dev.(*dgxa100.Device)
+		g := mockGPU{MigMode: d.MigMode, Counter: d.GpuInstanceCounter, Instances: []mockInstance{}}
+		for gi := range d.GpuInstances {
+			g.Instances = append(g.Instances, mockInstance{ID: gi.Info.Id, ProfileID: gi.Info.ProfileId,
+				Start: gi.Info.Placement.Start, Size: gi.Info.Placement.Size, ComputeInstances: len(gi.ComputeInstances)})
+		}
+		sort.Slice(g.Instances, func(i, j int) bool { return g.Instances[i].ID < g.Instances[j].ID })
+		st.GPUs = append(st.GPUs, g)
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/vgpu"
+)
+
+// inventoryReport is inspect's whole-host output: the inventory's fields, plus "mig" when the
+// host has an NVIDIA GPU.
+type inventoryReport struct {
+	*host.Inventory
+	MIG *migInventory `json:"mig,omitempty"`
+}
+
+// migInventory is MIG as NVML (through vgpu-host-nvml) sees it: each NVIDIA GPU's MIG mode,
+// profiles with their free placements, and GPU instances.
+type migInventory struct {
+	// Available is false when NVML could not be asked (no helper, no NVIDIA driver); Note says why.
+	Available bool         `json:"available"`
+	Note      string       `json:"note,omitempty"`
+	GPUs      []MIGGPUView `json:"gpus,omitempty"`
+}
+
+// migInventoryTimeout bounds inspect's wait for NVML: inspect never fails or hangs because of it.
+const migInventoryTimeout = 10 * time.Second
+
+// readMIGInventory asks NVML about MIG when inv has an NVIDIA display function and NVML
+// describes the host inv was read from: the real root, or a mock NVML (the helper's test
+// build, VGPU_HOST_NVML_MOCK). Any failure becomes a note, never an error.
+func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory) *migInventory {
+	nvidia := false
+	for _, d := range inv.Devices {
+		if strings.EqualFold(d.VendorID, "10de") && strings.HasPrefix(d.Class, "03") {
+			nvidia = true
+		}
+	}
+	if !nvidia || !nvmlDescribes(root) {
+		return nil
+	}
+	st, err := readMIGState(ctx)
+	if err != nil {
+		return &migInventory{Note: err.Error()}
+	}
+	return &migInventory{Available: true, GPUs: migView(st)}
+}
+
+// nvmlDescribes reports whether NVML describes the host at root: the real root, or any root
+// when the NVML helper is a mock (its test build, VGPU_HOST_NVML_MOCK).
+func nvmlDescribes(root host.Root) bool {
+	return root.IsReal() || os.Getenv("VGPU_HOST_NVML_MOCK") != ""
+}
+
+// readMIGState asks NVML for the MIG state through the helper, within migInventoryTimeout.
+func readMIGState(ctx context.Context) (mig.State, error) {
+	ctx, cancel := context.WithTimeout(ctx, migInventoryTimeout)
+	defer cancel()
+	c, err := openMIG()
+	if err != nil {
+		return mig.State{}, err
+	}
+	defer c.Close()
+	return c.State(ctx)
+}
+
+// placeMIGState is NVML's MIG state for placement when a parent offers a MIG-backed type and
+// NVML answers; nil otherwise (placement then uses NVIDIA's documented geometry).
+func placeMIGState(ctx context.Context, root host.Root, parents []mdev.Parent) *mig.State {
+	backed := false
+	for _, p := range parents {
+		for _, t := range p.Types {
+			if _, _, ok := vgpu.MIGBacking(t.Name); ok {
+				backed = true
+			}
+		}
+	}
+	if !backed || !nvmlDescribes(root) {
+		return nil
+	}
+	st, err := readMIGState(ctx)
+	if err != nil {
+		return nil
+	}
+	return &st
+}
+
+// migInventoryTable prints inspect's MIG section: one line per GPU, or the note.
+func migInventoryTable(w io.Writer, m *migInventory) error {
+	if m == nil {
+		return nil
+	}
+	if !m.Available {
+		_, err := fmt.Fprintf(w, "\nMIG: %s\n", m.Note)
+		return err
+	}
+	fmt.Fprintln(w, "\nMIG (NVML; vgpu-host mig show for profiles and placements):")
+	for _, g := range m.GPUs {
+		if !g.Capable {
+			fmt.Fprintf(w, "  %s  %s  MIG unsupported\n", g.Address, g.Name)
+			continue
+		}
+		var ins []string
+		for _, in := range g.Instances {
+			ins = append(ins, fmt.Sprintf("%s@%s", in.Profile, in.Placement))
+		}
+		var free []string
+		for _, f := range g.Free {
+			if f.Fits > 0 {
+				free = append(free, fmt.Sprintf("%d×%s", f.Fits, f.Profile))
+			}
+		}
+		fmt.Fprintf(w, "  %s  %s  MIG %s  instances: %s  room for: %s\n", g.Address, g.Name, migMode(g.GPU), dash(strings.Join(ins, " ")), dash(strings.Join(free, " ")))
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
+)
+
+func migCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "mig",
+		Usage: "show and set NVIDIA MIG GPU instances through NVML (docs/mig.md)",
+		Description: "MIG splits a GPU (A100, H100, ...) into GPU instances of fixed profiles (1g.10gb, 3g.40gb, ...)\n" +
+			"at fixed slices. vgpu-host talks to NVML through its helper vgpu-host-nvml. plan and apply\n" +
+			"bring one GPU to exactly a list of profiles: instances already right are kept, the rest\n" +
+			"destroyed or created; a list that cannot fit is refused before any change. Exit codes:\n" +
+			"0 ok (or nothing to do), 1 failed, 2 usage, 5 the profiles do not fit (or an instance is in\n" +
+			"use), 6 no such GPU or profile, 7 no NVML (no NVIDIA driver) or the GPU has no MIG.",
+		Commands: []*cli.Command{migShowCommand(), migPlanCommand(), migApplyCommand()},
+	}
+}
+
+// openMIG starts the NVML helper.
+func openMIG() (*migremote.Client, error) { return migremote.Open() }
+
+func migShowCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "list NVIDIA GPUs: MIG mode, profiles with their free placements, GPU instances",
+		ArgsUsage: "[GPU]",
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			c, err := openMIG()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.State(ctx)
+			if err != nil {
+				return err
+			}
+			if cmd.Args().Len() > 0 {
+				g, err := st.GPU(cmd.Args().First())
+				if err != nil {
+					return err
+				}
+				st.GPUs = []mig.GPU{g}
+			}
+			view := migView(st)
+			return emit(cmd, view, func(w io.Writer) error { return migTable(w, view) })
+		},
+	}
+}
+
+// MIGGPUView is a GPU as `mig show` prints it: the backend's view plus each profile's free
+// placements now.
+type MIGGPUView struct {
+	mig.GPU
+	Free []MIGFree `json:"free"`
+}
+
+// MIGFree is one profile's free capacity: where an instance could start now, and how many more
+// fit next to the instances there are.
+type MIGFree struct {
+	Profile    string          `json:"profile"`
+	Placements []mig.Placement `json:"placements"`
+	Fits       int             `json:"fits"`
+}
+
+func migView(st mig.State) []MIGGPUView {
+	out := []MIGGPUView{}
+	for _, g := range st.GPUs {
+		v := MIGGPUView{GPU: g, Free: []MIGFree{}}
+		for _, p := range g.Profiles {
+			f := MIGFree{Profile: p.Name, Placements: mig.FreePlacements(g, p)}
+			for n := 1; n <= max(p.Max, len(p.Placements)); n++ {
+				want := make([]string, n)
+				for i := range want {
+					want[i] = p.Name
+				}
+				if _, err := mig.Fit(g, want); err != nil {
+					break
+				}
+				f.Fits = n
+			}
+			v.Free = append(v.Free, f)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func migMode(g mig.GPU) string {
+	switch {
+	case !g.Capable:
+		return "unsupported"
+	case g.Enabled != g.Pending:
+		return fmt.Sprintf("%s (%s after reset)", onOff(g.Enabled), onOff(g.Pending))
+	}
+	return onOff(g.Enabled)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func migTable(out io.Writer, gs []MIGGPUView) error {
+	if len(gs) == 0 {
+		fmt.Fprintln(out, "NVML sees no NVIDIA GPU")
+		return nil
+	}
+	for i, g := range gs {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "GPU %s  #%d %s  MIG %s\n", g.Address, g.Index, g.Name, migMode(g.GPU))
+		if !g.Capable {
+			continue
+		}
+		if err := migGPUTable(out, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// migGPUTable prints one MIG-capable GPU's profiles and instances.
+func migGPUTable(out io.Writer, g MIGGPUView) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  PROFILE\tID\tMEMORY\tMAX\tFITS NOW\tFREE PLACEMENTS")
+	for j, p := range g.Profiles {
+		f := g.Free[j]
+		var pls []string
+		for _, pl := range f.Placements {
+			pls = append(pls, pl.String())
+		}
+		fmt.Fprintf(w, "  %s\t%d\t%d MiB\t%d\t%d\t%s\n", p.Name, p.ID, p.MemoryMiB, p.Max, f.Fits, dash(strings.Join(pls, " ")))
+	}
+	if len(g.Instances) == 0 {
+		fmt.Fprintln(w, "  no GPU instances")
+		return w.Flush()
+	}
+	fmt.Fprintln(w, "  INSTANCE\tPROFILE\tSLICES\tCOMPUTE INSTANCES")
+	for _, in := range g.Instances {
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%d\n", in.ID, in.Profile, in.Placement, in.ComputeInstances)
+	}
+	return w.Flush()
+}
+
+func migPlanFlags(apply bool) []cli.Flag {
+	fs := []cli.Flag{
+		&cli.StringFlag{Name: "gpu", Required: true, Usage: "the GPU: PCI `ADDRESS` (0000:41:00.0), NVML index or UUID"},
+		&cli.StringFlag{Name: "profiles", Required: true, Usage: "the GPU instances wanted, comma-separated, NAME*N for N of one (1g.10gb*7, 3g.40gb,4g.40gb); empty for none"},
+		&cli.BoolFlag{Name: "disable-mig", Usage: "with --profiles '': also turn MIG mode off"},
+	}
+	if apply {
+		fs = append(fs, &cli.BoolFlag{Name: "dry-run", Usage: "print the changes in order and change nothing"})
+	}
+	return fs
+}
+
+// parseProfiles reads --profiles: "1g.10gb*7,3g.40gb" (× and x work as * does).
+func parseProfiles(s string) ([]string, error) {
+	out := []string{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, n := f, 1
+		for _, sep := range []string{"*", "×"} {
+			if a, b, ok := strings.Cut(f, sep); ok {
+				c, err := strconv.Atoi(strings.TrimSpace(b))
+				if err != nil || c < 1 || c > 64 {
+					return nil, usageErr("--profiles %q: %q is not NAME*COUNT with a count from 1 to 64", s, f)
+				}
+				name, n = strings.TrimSpace(a), c
+			}
+		}
+		for i := 0; i < n; i++ {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// migPlan reads the state and plans --gpu to --profiles.
+func migPlan(ctx context.Context, cmd *cli.Command, b mig.Backend) (mig.Changes, error) {
+	want, err := parseProfiles(cmd.String("profiles"))
+	if err != nil {
+		return mig.Changes{}, err
+	}
+	if cmd.Bool("disable-mig") && len(want) > 0 {
+		return mig.Changes{}, usageErr("--disable-mig goes with --profiles '' (no instances)")
+	}
+	st, err := b.State(ctx)
+	if err != nil {
+		return mig.Changes{}, err
+	}
+	g, err := st.GPU(cmd.String("gpu"))
+	if err != nil {
+		return mig.Changes{}, err
+	}
+	return mig.PlanWith(st, map[string][]string{g.Address: want}, mig.PlanOptions{DisableWhenEmpty: cmd.Bool("disable-mig")})
+}
+
+func changesTable(w io.Writer, c mig.Changes, verb string) error {
+	if c.Empty() {
+		fmt.Fprintf(w, "nothing to do: %d GPU instance(s) already as wanted\n", len(c.Kept))
+		return nil
+	}
+	for i, s := range c.Steps {
+		fmt.Fprintf(w, "%d. %s%s\n", i+1, verb, s)
+	}
+	for _, k := range c.Kept {
+		fmt.Fprintf(w, "   keep GPU instance %d (%s, slices %s) on %s\n", k.ID, k.Profile, k.Placement, k.GPU)
+	}
+	return nil
+}
+
+func migPlanCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "plan",
+		Usage: "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
+		Flags: migPlanFlags(false),
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			return runMIGPlan(ctx, cmd, false)
+		},
+	}
+}
+
+func migApplyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "apply",
+		Usage: "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
+		Flags: migPlanFlags(true),
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			return runMIGPlan(ctx, cmd, !cmd.Bool("dry-run"))
+		},
+	}
+}
+
+// runMIGPlan plans --gpu to --profiles and prints the plan, or applies it and prints what was
+// done.
+func runMIGPlan(ctx context.Context, cmd *cli.Command, apply bool) error {
+	c, err := openMIG()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ch, err := migPlan(ctx, cmd, c)
+	if err != nil {
+		return err
+	}
+	if !apply {
+		verb := ""
+		if cmd.Bool("dry-run") {
+			verb = "would "
+		}
+		return emit(cmd, ch, func(w io.Writer) error { return changesTable(w, ch, verb) })
+	}
+	done, err := mig.ApplySteps(ctx, c, ch)
+	if err != nil {
+		return err
+	}
+	res := mig.Changes{Steps: done, Kept: ch.Kept}
+	if res.Steps == nil {
+		res.Steps = []mig.Change{}
+	}
+	return emit(cmd, res, func(w io.Writer) error { return changesTable(w, res, "") })
+}

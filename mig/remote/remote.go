@@ -1,0 +1,229 @@
+// Package remote runs vgpu-host's NVML backend (mig/nvmlmig) in its helper process,
+// vgpu-host-nvml, and speaks to it over the helper's stdin and stdout with the same JSON-lines
+// wire as the libvirt helper (virt/remote). go-nvml is cgo and dlopens libnvidia-ml.so.1;
+// keeping it in a helper keeps vgpu-host static and cgo-free, and a host without the NVIDIA
+// driver pays nothing until a command asks about MIG.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/mig"
+	vremote "github.com/vgpu-host/vgpu-host/virt/remote"
+)
+
+// HelperName is the NVML helper's file name, looked for beside vgpu-host, then in PATH.
+const HelperName = "vgpu-host-nvml"
+
+// EnvHelper overrides where the helper is (a path to the binary).
+const EnvHelper = "VGPU_HOST_NVML_HELPER"
+
+// ErrNoHelper is returned (wrapped in host.ErrUnsupported) when the helper cannot be found.
+var ErrNoHelper = errors.New(HelperName + " not found")
+
+// Client is mig.Backend on a server (the helper) at the other end of a pipe.
+type Client struct {
+	rpc  *vremote.RPC
+	wait func() error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ mig.Backend = (*Client)(nil)
+
+// Open starts the helper and checks that NVML loads there. Without the helper or without NVML
+// the error wraps host.ErrUnsupported (and ErrNoHelper or mig.ErrNoNVML).
+func Open() (*Client, error) {
+	path, err := vremote.FindHelper(HelperName, EnvHelper, "MIG support (NVML)", ErrNoHelper)
+	if err != nil {
+		return nil, err
+	}
+	rwc, wait, err := vremote.StartHelper(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Dial(rwc)
+	if err != nil {
+		rwc.Close()
+		_ = wait()
+		return nil, err
+	}
+	c.wait = wait
+	return c, nil
+}
+
+// Dial initialises NVML on the server at the other end of rwc. Open uses it on the helper's
+// pipes; tests use it on an in-process pipe.
+func Dial(rwc io.ReadWriteCloser) (*Client, error) {
+	c := &Client{rpc: vremote.NewRPC(rwc)}
+	if err := c.call(context.Background(), "Init", Empty{}, &Empty{}); err != nil {
+		c.rpc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close stops the helper.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		_ = c.rpc.Close()
+		if c.wait != nil {
+			if err := c.wait(); err != nil {
+				c.closeErr = fmt.Errorf("%s: %w", HelperName, err)
+			}
+		}
+	})
+	return c.closeErr
+}
+
+func (c *Client) call(ctx context.Context, method string, args, reply any) error {
+	err := c.rpc.Call(ctx, method, args, reply)
+	if err == nil {
+		return nil
+	}
+	var se *vremote.ServerError
+	if !errors.As(err, &se) {
+		if ctx.Err() != nil {
+			return err
+		}
+		return fmt.Errorf("NVML helper %s stopped answering: %w", HelperName, err)
+	}
+	return vremote.FromWire(kinds, se.Msg)
+}
+
+// State implements mig.Backend.
+func (c *Client) State(ctx context.Context) (mig.State, error) {
+	var r mig.State
+	return r, c.call(ctx, "State", Empty{}, &r)
+}
+
+// SetMode implements mig.Backend.
+func (c *Client) SetMode(ctx context.Context, address string, enabled bool) error {
+	return c.call(ctx, "SetMode", ModeArgs{Address: address, Enabled: enabled}, &Empty{})
+}
+
+// Create implements mig.Backend.
+func (c *Client) Create(ctx context.Context, address, profile string, start int) (mig.Instance, error) {
+	var r mig.Instance
+	return r, c.call(ctx, "Create", CreateArgs{Address: address, Profile: profile, Start: start}, &r)
+}
+
+// Destroy implements mig.Backend.
+func (c *Client) Destroy(ctx context.Context, address string, id int) error {
+	return c.call(ctx, "Destroy", DestroyArgs{Address: address, ID: id}, &Empty{})
+}
+
+// The wire's argument types.
+type (
+	// Empty is no arguments or no reply.
+	Empty struct{}
+	// ModeArgs are SetMode's arguments.
+	ModeArgs struct {
+		Address string
+		Enabled bool
+	}
+	// CreateArgs are Create's arguments.
+	CreateArgs struct {
+		Address, Profile string
+		Start            int
+	}
+	// DestroyArgs are Destroy's arguments.
+	DestroyArgs struct {
+		Address string
+		ID      int
+	}
+)
+
+// kinds are the error classes that keep their sentinels across the pipe (exit codes).
+var kinds = []vremote.ErrorKind{
+	{Name: "no-nvml", Errs: []error{mig.ErrNoNVML, host.ErrUnsupported}}, // before unsupported: it wraps it
+	{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
+	{Name: "not-found", Errs: []error{host.ErrNotFound}},
+	{Name: "busy", Errs: []error{host.ErrBusy}},
+	{Name: "invalid", Errs: []error{host.ErrInvalid}},
+	{Name: "refused", Errs: []error{host.ErrRefused}},
+	{Name: "canceled", Errs: []error{context.Canceled}},
+	{Name: "deadline", Errs: []error{context.DeadlineExceeded}},
+}
+
+func toWire(err error) error { return vremote.ToWire(kinds, err) }
+
+// Server is the helper's end: it answers the wire's calls on a mig.Backend that open makes at
+// Init (so a missing NVML is an answer, not a dead helper).
+type Server struct {
+	open func() (mig.Backend, error)
+	mu   sync.Mutex
+	b    mig.Backend
+}
+
+// Serve answers requests on rwc until its input ends. open initialises NVML and returns the
+// backend; its error (wrap mig.ErrNoNVML when the library is missing) is Init's answer.
+func Serve(open func() (mig.Backend, error), rwc io.ReadWriter) {
+	vremote.ServeRPC(&Server{open: open}, rwc)
+}
+
+func (s *Server) backend() (mig.Backend, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b != nil {
+		return s.b, nil
+	}
+	b, err := s.open()
+	if err != nil {
+		return nil, err
+	}
+	s.b = b
+	return b, nil
+}
+
+// Init loads NVML.
+func (s *Server) Init(_ Empty, _ *Empty) error {
+	_, err := s.backend()
+	return toWire(err)
+}
+
+// State serves mig.Backend.State.
+func (s *Server) State(_ Empty, r *mig.State) error {
+	b, err := s.backend()
+	if err != nil {
+		return toWire(err)
+	}
+	st, err := b.State(context.Background())
+	*r = st
+	return toWire(err)
+}
+
+// SetMode serves mig.Backend.SetMode.
+func (s *Server) SetMode(a ModeArgs, _ *Empty) error {
+	b, err := s.backend()
+	if err != nil {
+		return toWire(err)
+	}
+	return toWire(b.SetMode(context.Background(), a.Address, a.Enabled))
+}
+
+// Create serves mig.Backend.Create.
+func (s *Server) Create(a CreateArgs, r *mig.Instance) error {
+	b, err := s.backend()
+	if err != nil {
+		return toWire(err)
+	}
+	in, err := b.Create(context.Background(), a.Address, a.Profile, a.Start)
+	*r = in
+	return toWire(err)
+}
+
+// Destroy serves mig.Backend.Destroy.
+func (s *Server) Destroy(a DestroyArgs, _ *Empty) error {
+	b, err := s.backend()
+	if err != nil {
+		return toWire(err)
+	}
+	return toWire(b.Destroy(context.Background(), a.Address, a.ID))
+}
