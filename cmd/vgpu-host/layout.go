@@ -16,9 +16,19 @@ import (
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
-// migFor returns the MIG backend and planner for root: nil, nil while NVML is not wired in
-// (a layout with a mig entry is then refused, exit 7). The MIG work replaces it.
-var migFor = func(host.Root) (mig.Backend, layout.MIGPlanner) { return nil, nil }
+// migFor returns the MIG backend and planner for root and how to let the NVML helper go: the
+// helper when NVML describes root (this machine, or a mock helper under tests) and answers;
+// else nil (a layout with a mig entry is then refused, exit 7, and show lists no MIG).
+var migFor = func(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
+	if !nvmlDescribes(root) {
+		return nil, nil, func() {}
+	}
+	c, err := openMIG()
+	if err != nil {
+		return nil, nil, func() {}
+	}
+	return c, layout.NVMLPlanner{}, func() { c.Close() }
+}
 
 func layoutCommand() *cli.Command {
 	configFlag := &cli.StringFlag{Name: "config", Usage: "the configuration `NAME` to use (needed when the file has several and none is default: true)"}
@@ -90,7 +100,9 @@ func layoutHost(cmd *cli.Command) (*layout.Host, *host.Recorder, func(), error) 
 	}
 	_, mods := hostIO(m.Root)
 	b := &vfio.Binder{Root: m.Root, W: m.W, Modules: mods, Timeout: m.Timeout}
-	backend, planner := migFor(m.Root)
+	backend, planner, closeMIG := migFor(m.Root)
+	prevDone := done
+	done = func() { closeMIG(); prevDone() }
 	return &layout.Host{Root: m.Root, Mdev: m, Binder: b, MIG: backend, MIGPlanner: planner}, rec, done, nil
 }
 
