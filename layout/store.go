@@ -69,3 +69,47 @@ func LoadSelection(root host.Root) (*Selection, *File, error) {
 	}
 	return &s, f, nil
 }
+
+// StoredMIG returns the MIG instances the stored selection wants, GPU address → profile names
+// (each profile as many times as its count), and the configuration's name; nil when nothing
+// is stored or the configuration has no mig entry. NVML forgets GPU instances at every reboot
+// (MIG mode itself persists), so the boot reconcile creates them again from this.
+func StoredMIG(root host.Root) (map[string][]string, string, error) {
+	s, f, err := LoadSelection(root)
+	if err != nil || s == nil {
+		return nil, "", err
+	}
+	name, c, err := f.Select(s.Config)
+	if err != nil {
+		return nil, "", err
+	}
+	hasMIG := false
+	for _, e := range c.GPUs {
+		hasMIG = hasMIG || e.Mode == ModeMIG
+	}
+	if !hasMIG {
+		return nil, name, nil
+	}
+	inv, err := host.Scan(root)
+	if err != nil {
+		return nil, name, fmt.Errorf("layout: read the host: %w", err)
+	}
+	targets, _, err := resolve(root, inv, name, c)
+	if err != nil {
+		return nil, name, err
+	}
+	want := map[string][]string{}
+	for _, t := range targets {
+		if t.entry == nil || t.entry.Mode != ModeMIG || t.Address == nil {
+			continue
+		}
+		var ps []string
+		for _, p := range t.entry.Profiles {
+			for range p.Count {
+				ps = append(ps, p.Profile)
+			}
+		}
+		want[t.Name] = ps
+	}
+	return want, name, nil
+}

@@ -1,6 +1,8 @@
 // Package reconcile brings a host back to its persisted state after a boot, in the order
 // guests need it:
 //
+//  0. MIG GPU instances of the stored host layout (`host layout apply`): NVML forgets them at
+//     every reboot, and MIG-backed vGPU types on the VFs need them;
 //  1. SR-IOV VF counts (`vf enable --persist`): vendor vGPU VFs and mdev parents on VFs need them;
 //  2. vendor-VFIO vGPU types on those VFs (NVIDIA vGPU 17+);
 //  3. mdev instances defined with start "auto" (`mdev define`, mdevctl's files);
@@ -20,16 +22,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 // Step kinds, in the order Run takes them.
 const (
+	KindMIG        = "mig"
 	KindSRIOV      = "sriov"
 	KindVendorVGPU = "vendor-vgpu"
 	KindMdev       = "mdev"
@@ -37,7 +43,7 @@ const (
 )
 
 // Kinds lists the step kinds in dependency order.
-var Kinds = []string{KindSRIOV, KindVendorVGPU, KindMdev, KindVFIO}
+var Kinds = []string{KindMIG, KindSRIOV, KindVendorVGPU, KindMdev, KindVFIO}
 
 // Step results.
 const (
@@ -117,6 +123,9 @@ type Reconciler struct {
 	Mdev   *mdev.Manager
 	Binder *vfio.Binder
 	Log    *slog.Logger
+	// OpenMIG reaches NVML (the NVML helper); it is called only when the stored host layout
+	// wants MIG instances (nil: such a layout's MIG step fails, saying NVML is not wired in).
+	OpenMIG func() (mig.Backend, func(), error)
 }
 
 // Run takes every step in dependency order and returns the Result with the failures joined
@@ -147,6 +156,9 @@ func (r *Reconciler) Run(ctx context.Context) (Result, error) {
 	log.InfoContext(ctx, "reconcile: start", "dry_run", dry, "order", strings.Join(Kinds, ","))
 
 	if r.Mdev != nil {
+		if err := r.migInstances(ctx, dry, add); err != nil {
+			errs = append(errs, err)
+		}
 		_, err := r.Mdev.RestoreEach(ctx, func(m mdev.RestoreStep) {
 			add(Step{Kind: m.Kind, Target: m.Target, Want: m.Want, Result: m.Result, Error: m.Error, Duration: m.Duration})
 		})
@@ -241,6 +253,72 @@ func (r *Reconciler) bindings(ctx context.Context, dry bool, add func(Step)) err
 		s.Duration = time.Since(t0)
 		add(s)
 		t0 = time.Now()
+	}
+	return errors.Join(errs...)
+}
+
+// migInstances creates again the MIG GPU instances the stored host layout wants (through
+// package mig: what exists and matches is kept), one step per GPU. No stored layout, or none
+// with mig entries, is no step.
+func (r *Reconciler) migInstances(ctx context.Context, dry bool, add func(Step)) error {
+	t0 := time.Now()
+	want, config, err := layout.StoredMIG(r.Mdev.Root)
+	if err != nil {
+		add(Step{Kind: KindMIG, Target: host.HostPath(r.Mdev.Root, layout.SelectionPath(r.Mdev.Root)), Result: Failed, Error: err.Error(), Duration: time.Since(t0)})
+		return err
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	gpus := make([]string, 0, len(want))
+	for a := range want {
+		gpus = append(gpus, a)
+	}
+	sort.Strings(gpus)
+	fail := func(err error) error {
+		err = fmt.Errorf("restore the MIG instances of host layout %q: %w", config, err)
+		for _, g := range gpus {
+			add(Step{Kind: KindMIG, Target: g, Want: strings.Join(want[g], ","), Result: Failed, Error: err.Error(), Duration: time.Since(t0)})
+		}
+		return err
+	}
+	if r.OpenMIG == nil {
+		return fail(fmt.Errorf("NVML is not available here: %w", host.ErrUnsupported))
+	}
+	b, done, err := r.OpenMIG()
+	if err != nil {
+		return fail(err)
+	}
+	defer done()
+	st, err := b.State(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	ch, err := mig.Plan(st, want)
+	if err != nil {
+		return fail(err)
+	}
+	byGPU := map[string]mig.Changes{}
+	for _, c := range ch.Steps {
+		g := byGPU[c.GPU]
+		g.Steps = append(g.Steps, c)
+		byGPU[c.GPU] = g
+	}
+	var errs []error
+	for _, g := range gpus {
+		t1 := time.Now()
+		s := Step{Kind: KindMIG, Target: g, Want: strings.Join(want[g], ","), Result: Already}
+		if c, ok := byGPU[g]; ok && len(c.Steps) > 0 {
+			s.Result = Applied
+			if !dry {
+				if err := mig.Apply(ctx, b, c); err != nil {
+					s.Result, s.Error = Failed, err.Error()
+					errs = append(errs, err)
+				}
+			}
+		}
+		s.Duration = time.Since(t1)
+		add(s)
 	}
 	return errors.Join(errs...)
 }

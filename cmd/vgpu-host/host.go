@@ -36,7 +36,8 @@ func hostCommand() *cli.Command {
 					}
 					defer done()
 					w, mods := hostIO(m.Root)
-					r := &reconcile.Reconciler{Mdev: m, Binder: &vfio.Binder{Root: m.Root, W: w, Modules: mods, Timeout: cmd.Duration("timeout")}}
+					r := &reconcile.Reconciler{Mdev: m, Binder: &vfio.Binder{Root: m.Root, W: w, Modules: mods, Timeout: cmd.Duration("timeout")},
+						OpenMIG: migOpener(m.Root)}
 					res, rerr := r.Run(ctx)
 					steps := res.Steps
 					if rec != nil && rerr == nil {

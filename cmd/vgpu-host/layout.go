@@ -30,6 +30,21 @@ var migFor = func(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
 	return c, layout.NVMLPlanner{}, func() { c.Close() }
 }
 
+// migOpener is the boot reconcile's way to NVML for root (reconcile.Reconciler.OpenMIG): the
+// helper, when NVML describes root.
+func migOpener(root host.Root) func() (mig.Backend, func(), error) {
+	return func() (mig.Backend, func(), error) {
+		if !nvmlDescribes(root) {
+			return nil, nil, fmt.Errorf("NVML describes this machine, not --host-root %s: %w", root.Dir(), host.ErrUnsupported)
+		}
+		c, err := openMIG()
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close() }, nil
+	}
+}
+
 func layoutCommand() *cli.Command {
 	configFlag := &cli.StringFlag{Name: "config", Usage: "the configuration `NAME` to use (needed when the file has several and none is default: true)"}
 	connect := &cli.StringFlag{Name: "connect", Aliases: []string{"c"}, Usage: "libvirt `URI` asked which domains use an instance (default on this machine: qemu:///system; under a fake --host-root: none)",
