@@ -61,7 +61,7 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 		}
 		if job.Class != Read {
 			s.log().Info("host change", "op", job.Op, "args", req.Args, "uid", peer.UID, "pid", peer.PID,
-				"duration", d, "exit_code", res.ExitCode)
+				"duration_ms", ms(d), "exit_code", res.ExitCode)
 		}
 		return res
 	}

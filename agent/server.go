@@ -223,7 +223,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	case serveErr = <-errc:
 	}
-	s.log().Info("agent stopping: no new connections; waiting for the operations in flight", "timeout", s.shutdownTimeout())
+	s.log().Info("agent stopping: no new connections; waiting for the operations in flight", "timeout", s.shutdownTimeout().String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout())
 	defer cancel()
 	if err := s.http.Shutdown(sctx); err != nil {
@@ -283,7 +283,7 @@ func (s *Server) work(ctx context.Context) {
 	if s.Ready != nil {
 		start := time.Now()
 		err := s.Ready(context.WithoutCancel(ctx))
-		s.log().Info("ready check done", "duration", time.Since(start), "err", err)
+		s.log().Info("ready check done", "duration_ms", ms(time.Since(start)), "err", err)
 		s.setReady(err)
 	} else {
 		s.setReady(nil)
@@ -350,7 +350,7 @@ func (s *Server) logRequests(h http.Handler) http.Handler {
 		h.ServeHTTP(sw, r)
 		p, _ := PeerOf(r.Context())
 		s.log().Info("request", "method", r.Method, "path", r.URL.Path, "uid", p.UID, "pid", p.PID,
-			"status", sw.code, "duration", time.Since(start))
+			"status", sw.code, "duration_ms", ms(time.Since(start)))
 	})
 }
 
@@ -378,3 +378,6 @@ func errorText(stderr string) string {
 	}
 	return strings.TrimSpace(stderr)
 }
+
+// ms is d in milliseconds, for logs.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

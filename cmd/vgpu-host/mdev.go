@@ -30,6 +30,7 @@ var openLibvirt = func() (mdev.DomainXMLLister, func(), error) {
 // remove anything never need libvirtd. An unreachable libvirtd makes the check fail, and
 // Remove then decides by the kernel (who holds /dev/vfio/N) and the allocation ledger alone.
 type lazyLibvirt struct {
+	open  func() (mdev.DomainXMLLister, func(), error) // openLibvirt when nil
 	once  sync.Once
 	users mdev.LibvirtUsers
 	close func()
@@ -38,7 +39,11 @@ type lazyLibvirt struct {
 
 func (l *lazyLibvirt) DomainsUsing(ctx context.Context, in mdev.Instance) ([]string, error) {
 	l.once.Do(func() {
-		c, closeFn, err := openLibvirt()
+		open := l.open
+		if open == nil {
+			open = openLibvirt
+		}
+		c, closeFn, err := open()
 		if err != nil {
 			l.err = fmt.Errorf("libvirtd is unreachable, so vgpu-host cannot tell which domains use %s: %w", in.ID(), err)
 			return
@@ -61,7 +66,7 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	if _, err := outputOf(cmd); err != nil {
 		return nil, nil, nil, err
 	}
-	w, _ := hostIO(root)
+	w, _ := hostIOFor(cmd, root)
 	m := mdev.New(root, w)
 	if t := cmd.Duration("timeout"); t > 0 {
 		m.Timeout = t
@@ -75,6 +80,16 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	done := func() {}
 	if root.IsReal() {
 		l := &lazyLibvirt{}
+		if rv := runEnvOf(cmd); rv != nil {
+			// The agent's connection, lent (its close does nothing).
+			l.open = func() (mdev.DomainXMLLister, func(), error) {
+				c, err := openConnFor(cmd, rv.uri)
+				if err != nil {
+					return nil, nil, err
+				}
+				return c, func() { c.Close() }, nil
+			}
+		}
 		m.Domains = l
 		done = func() {
 			if l.close != nil {
