@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/agent"
 	"github.com/vgpu-host/vgpu-host/host"
@@ -479,5 +483,92 @@ func TestAgentRace16For4(t *testing.T) {
 	}
 	if won != 4 || lost != 12 || len(book.VMs) != 4 {
 		t.Fatalf("%d applied, %d busy, %d VMs in the ledger; want 4, 12, 4", won, lost, len(book.VMs))
+	}
+}
+
+// startAgentProcess starts `vgpu-host agent` for the fake host under dir and waits until its
+// socket answers.
+func startAgentProcess(t *testing.T, bin, dir, uri string, env ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	cmd := exec.Command(bin, "--host-root", dir, "agent", "--connect", uri)
+	cmd.Env, cmd.Stderr = append(os.Environ(), env...), logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	c := agentClient(t, dir)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var v map[string]any
+		if c.Do(context.Background(), "GET", "/v1/version", nil, &v) == nil && v["pid"] == float64(cmd.Process.Pid) {
+			return cmd, logs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not answer:\n%s", logs.String())
+		}
+	}
+}
+
+// exitOf waits for cmd and returns its exit code.
+func exitOf(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+// TestAgentProcessCrashRestartSIGTERM: the agent process dies hard in the middle of an apply
+// (the crash hook's exit 137, as kill -9), leaving its socket; a new agent replaces the stale
+// socket, and the next apply through it converges the interrupted one. SIGTERM then stops
+// the agent with exit 0 and removes the socket; a second agent on a live socket exits 5.
+func TestAgentProcessCrashRestartSIGTERM(t *testing.T) {
+	bin := binary(t)
+	tr := hosttest.New(t)
+	dir := tr.Dir()
+	uri := virt.FileScheme + "://" + filepath.Join(dir, "libvirt.json")
+	spec := deviceFreeVM(t, dir, "crashvm")
+	apply := []string{"--host-root", dir, "--agent", "always", "-o", "json", "apply", "--connect", uri, "--virt-type", "qemu", spec}
+
+	first, logs := startAgentProcess(t, bin, dir, uri, envCrashAt+"=1")
+	out, err := exec.Command(bin, apply...).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("apply through an agent that dies: %v\n%s", err, out)
+	}
+	if code := exitOf(t, first); code != 137 {
+		t.Fatalf("the agent exited %d, want 137 (the crash hook):\n%s", code, logs.String())
+	}
+	root, _ := host.NewRoot(dir)
+	if _, err := os.Lstat(agentSocketUnder(root)); err != nil {
+		t.Fatalf("no stale socket after the crash: %v", err)
+	}
+
+	second, logs := startAgentProcess(t, bin, dir, uri)
+	if !strings.Contains(logs.String(), "removed a stale socket") {
+		t.Errorf("the restart did not say it replaced the stale socket:\n%s", logs.String())
+	}
+	out, err = exec.Command(bin, apply...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"converged"`) {
+		t.Fatalf("apply after the crash: %v\n%s", err, out)
+	}
+	busy := exec.Command(bin, "--host-root", dir, "agent", "--connect", uri)
+	if out, err := busy.CombinedOutput(); !errors.As(err, &ee) || ee.ExitCode() != 5 || !strings.Contains(string(out), fmt.Sprintf("pid %d", second.Process.Pid)) {
+		t.Errorf("a second agent on a live socket: %v\n%s", err, out)
+	}
+	second.Process.Signal(syscall.SIGTERM)
+	if code := exitOf(t, second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d:\n%s", code, logs.String())
+	}
+	if _, err := os.Lstat(agentSocketUnder(root)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after SIGTERM: %v", err)
+	}
+	if out, code := runCLI(t, "--host-root", dir, "--agent", "never", "status", "--connect", uri); code != 0 || !strings.Contains(out, "crashvm") {
+		t.Errorf("status after the agent stopped: exit %d\n%s", code, out)
 	}
 }
