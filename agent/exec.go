@@ -29,6 +29,9 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 		return outcome{status: http.StatusForbidden, err: "no peer credentials on this connection"}
 	}
 	job, err := s.Runner.Prepare(req.Args, req.Env)
+	if info, ok := ctx.Value(reqInfoKey{}).(*reqInfo); ok {
+		info.op = job.Op
+	}
 	if err != nil {
 		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
 	}
@@ -60,8 +63,11 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 			s.Observe(job.Op, d, oerr)
 		}
 		if job.Class != Read {
-			s.log().Info("host change", "op", job.Op, "args", req.Args, "uid", peer.UID, "pid", peer.PID,
+			s.log().Info("operation", "op", job.Op, "args", req.Args, "uid", peer.UID, "pid", peer.PID,
 				"duration_ms", ms(d), "exit_code", res.ExitCode)
+		}
+		if info, ok := ctx.Value(reqInfoKey{}).(*reqInfo); ok {
+			info.exitCode = res.ExitCode
 		}
 		return res
 	}

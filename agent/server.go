@@ -342,15 +342,28 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// logRequests logs one line per request: method, path, caller, status, duration.
+// reqInfo is what execute learns about a request, for its log line.
+type reqInfo struct {
+	op       string
+	exitCode int
+}
+
+type reqInfoKey struct{}
+
+// logRequests logs one line per request: method, path, caller, the operation and its exit
+// code (when it ran one), status, duration.
 func (s *Server) logRequests(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-		h.ServeHTTP(sw, r)
+		info := &reqInfo{exitCode: -1}
+		h.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info)))
 		p, _ := PeerOf(r.Context())
-		s.log().Info("request", "method", r.Method, "path", r.URL.Path, "uid", p.UID, "pid", p.PID,
-			"status", sw.code, "duration_ms", ms(time.Since(start)))
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "uid", p.UID, "pid", p.PID}
+		if info.op != "" {
+			attrs = append(attrs, "op", info.op, "exit_code", info.exitCode)
+		}
+		s.log().Info("request", append(attrs, "status", sw.code, "duration_ms", ms(time.Since(start)))...)
 	})
 }
 

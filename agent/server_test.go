@@ -227,6 +227,9 @@ func TestCallerLeavingDoesNotStopAChange(t *testing.T) {
 			t.Errorf("the callers' requests: %v, want canceled", err)
 		}
 	}
+	// The server notices a closed connection by reading from it in the background: give it
+	// that moment before "running" ends and the worker looks at "queued".
+	time.Sleep(200 * time.Millisecond)
 	close(r.release)
 	// The next change runs after "running" ended, and "queued" never ran.
 	if res := execArgs(t, s, "change", "after"); res.ExitCode != 0 {

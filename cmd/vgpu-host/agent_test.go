@@ -95,16 +95,23 @@ func runVia(t *testing.T, mode string, args ...string) (string, string, int) {
 	return out.String(), errw.String(), code
 }
 
-// TestCLISameThroughAgent runs the CLI's commands twice on one fake host, in-process and then
-// through a running agent, each sequence leaving the host as it found it, and wants the same
-// stdout, stderr and exit code, byte for byte, from every step.
-func TestCLISameThroughAgent(t *testing.T) {
+// agentHost is the fake host of the agent's tests, its writes going to the kernel emulator:
+// a GPU with its audio, the mbochs mdev parent and an SR-IOV PF with 3 VFs.
+func agentHost(t *testing.T) *hosttest.Tree {
 	tr := hosttest.New(t)
 	tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "nouveau")
 	tr.Mbochs()
 	tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
 		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 0)
 	withKernel(t, tr)
+	return tr
+}
+
+// TestCLISameThroughAgent runs the CLI's commands twice on one fake host, in-process and then
+// through a running agent, each sequence leaving the host as it found it, and wants the same
+// stdout, stderr and exit code, byte for byte, from every step.
+func TestCLISameThroughAgent(t *testing.T) {
+	tr := agentHost(t)
 	dir := tr.Dir()
 	uri, logs := startAgent(t, dir)
 	spec := deviceFreeVM(t, dir, "same")
@@ -185,7 +192,7 @@ func TestCLISameThroughAgent(t *testing.T) {
 		}
 	}
 	// The steps did happen in the agent, and were logged with the caller.
-	for _, want := range []string{`"msg":"host change","op":"apply"`, `"path":"` + dir + `/sys/bus/pci/devices/0000:01:00.0/driver_override"`, `"uid":0`} {
+	for _, want := range []string{`"msg":"operation","op":"apply"`, `"path":"` + dir + `/sys/bus/pci/devices/0000:01:00.0/driver_override"`, `"uid":0`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("agent log lacks %s:\n%s", want, logs.String())
 		}
@@ -246,12 +253,7 @@ func call(t *testing.T, c agent.Client, method, path string, body any) (int, any
 // TestAgentEndpoints calls every endpoint of the API on a fake host: status codes, the
 // JSON the command prints, and errors that name the device and the path.
 func TestAgentEndpoints(t *testing.T) {
-	tr := hosttest.New(t)
-	tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "nouveau")
-	tr.Mbochs()
-	tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
-		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 0)
-	withKernel(t, tr)
+	tr := agentHost(t)
 	dir := tr.Dir()
 	startAgent(t, dir)
 	c := agentClient(t, dir)
