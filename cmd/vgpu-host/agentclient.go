@@ -58,7 +58,7 @@ func forward(app *cli.Command, args []string, stdout, stderr io.Writer) (code in
 		fmt.Fprintf(stderr, "vgpu-host: --agent %q: use auto, always or never\n", mode)
 		return exitUsage, true
 	}
-	job, err := prepareJob(args)
+	job, err := jobOf(p, args)
 	if err != nil {
 		return 0, false // not a command for the agent
 	}

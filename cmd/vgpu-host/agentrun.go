@@ -360,7 +360,11 @@ var agentRules = map[string]agentRule{
 func prepareJob(args []string) (agent.Job, error) {
 	app := newApp()
 	pruneUnnamed(app, args)
-	p := parseArgv(app, args)
+	return jobOf(parseArgv(app, args), args)
+}
+
+// jobOf is prepareJob of a parsed command line.
+func jobOf(p parsedArgs, args []string) (agent.Job, error) {
 	job := agent.Job{Args: slices.Clone(args), Op: p.name(), Class: agent.Read}
 	if job.Op == "" {
 		job.Op = "vgpu-host"
