@@ -12,6 +12,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/agent"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -161,6 +162,31 @@ func TestCLITestsThroughAgent(t *testing.T) {
 		{"HostRestoreGoesOnPastBadFiles", TestHostRestoreGoesOnPastBadFiles},
 		{"PersistRefusesEtcLinkOutOfRoot", TestPersistRefusesEtcLinkOutOfRoot},
 		{"BootVGAPlannedRefusedForcedByName", TestBootVGAPlannedRefusedForcedByName},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := &viaAgent{agents: map[string]string{}}
+			via = v
+			defer func() { via = nil }()
+			c.test(t)
+			if v.forwarded == 0 {
+				t.Error("no command went through the agent")
+			}
+		})
+	}
+}
+
+// TestCLILibvirtdTestsThroughAgent runs the CLI's tests against the real libvirtd again through
+// an agent, which holds one connection (through the helper vgpu-host-libvirt) for all of them.
+func TestCLILibvirtdTestsThroughAgent(t *testing.T) {
+	testenv.Libvirtd(t)
+	for _, c := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"ApplyFallbackLibvirtd", TestApplyFallbackLibvirtd},
+		{"StatusVerifyExportOutputsLibvirtd", TestStatusVerifyExportOutputsLibvirtd},
+		{"ChangedSpecSameDevicesLibvirtd", TestChangedSpecSameDevicesLibvirtd},
+		{"ForeignDomainDevicesLibvirtd", TestForeignDomainDevicesLibvirtd},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := &viaAgent{agents: map[string]string{}}
