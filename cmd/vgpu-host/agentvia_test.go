@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/urfave/cli/v3"
@@ -24,6 +25,7 @@ var via *viaAgent
 
 // viaAgent holds the agents started for one test, one per host root and libvirt URI.
 type viaAgent struct {
+	mu        sync.Mutex        // tests run commands from several goroutines
 	agents    map[string]string // root + " " + uri → socket
 	forwarded int
 }
@@ -79,16 +81,18 @@ func (v *viaAgent) run(t *testing.T, args []string, out, errw io.Writer) (error,
 		return nil, false
 	}
 	key := root.Dir() + " " + uri
+	v.mu.Lock()
 	socket, ok := v.agents[key]
 	if !ok {
 		socket = v.start(t, root, uri)
 		v.agents[key] = socket
 	}
+	v.forwarded++
+	v.mu.Unlock()
 	res, err := agent.Client{Socket: socket}.Exec(context.Background(), req)
 	if err != nil {
 		t.Fatalf("through the agent: %v", err)
 	}
-	v.forwarded++
 	io.WriteString(out, res.Stdout)
 	if res.ExitCode == 0 {
 		io.WriteString(errw, res.Stderr)
@@ -162,6 +166,12 @@ func TestCLITestsThroughAgent(t *testing.T) {
 		{"HostRestoreGoesOnPastBadFiles", TestHostRestoreGoesOnPastBadFiles},
 		{"PersistRefusesEtcLinkOutOfRoot", TestPersistRefusesEtcLinkOutOfRoot},
 		{"BootVGAPlannedRefusedForcedByName", TestBootVGAPlannedRefusedForcedByName},
+		{"KubevirtConfigCLI", TestKubevirtConfigCLI},
+		{"KubevirtVMCLI", TestKubevirtVMCLI},
+		{"KubevirtLabelsCLI", TestKubevirtLabelsCLI},
+		{"RaceMdevCreateCount", TestRaceMdevCreateCount},
+		{"ProfileSameOnCommandLineAndSpecMdev", TestProfileSameOnCommandLineAndSpecMdev},
+		{"InstanceUUIDsSameOnCommandLineAndApply", TestInstanceUUIDsSameOnCommandLineAndApply},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := &viaAgent{agents: map[string]string{}}
