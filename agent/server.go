@@ -212,6 +212,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		},
 		ErrorLog: slog.NewLogLogger(s.log().Handler(), slog.LevelWarn),
 	}
+	if s.Ready == nil {
+		s.setReady(nil)
+	}
 	s.worker.Add(1)
 	go s.work(ctx)
 	errc := make(chan error, 1)
@@ -285,8 +288,6 @@ func (s *Server) work(ctx context.Context) {
 		err := s.Ready(context.WithoutCancel(ctx))
 		s.log().Info("ready check done", "duration_ms", ms(time.Since(start)), "err", err)
 		s.setReady(err)
-	} else {
-		s.setReady(nil)
 	}
 	for t := range s.queue {
 		if t.ctx.Err() != nil {

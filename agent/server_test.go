@@ -367,19 +367,16 @@ func clientMain(sock string) int {
 	return 0
 }
 
-// TestNonRootPeer: a real client process running as nobody (uid 65534), its credentials
-// taken from the socket by the kernel: it may read, is refused a change with 403 naming its
-// uid, cannot make the agent read a root-only file for it, and can send a file's content.
-func TestNonRootPeer(t *testing.T) {
-	testenv.RequireRoot(t)
-	r := &scriptRunner{}
-	s, _ := serve(t, r, func(s *Server) { s.SocketMode = 0o666 })
+// runClientAs runs the test binary as a client of s with the given credentials and returns
+// its answers (see clientMain).
+func runClientAs(t *testing.T, s *Server, cred *syscall.Credential) []map[string]any {
+	t.Helper()
 	dir := filepath.Dir(filepath.Dir(s.Socket))
 	os.Chmod(dir, 0o755)
 	os.Chmod(filepath.Dir(s.Socket), 0o755)
 	secret := filepath.Join(dir, "secret.yaml")
 	os.WriteFile(secret, []byte("root only"), 0o600)
-	// The test binary, where nobody may run it.
+	// The test binary, where the other user may run it.
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -395,10 +392,10 @@ func TestNonRootPeer(t *testing.T) {
 	cmd := exec.Command(bin)
 	cmd.Dir = dir
 	cmd.Env = []string{envClient + "=" + s.Socket, "SECRET=" + secret}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("client as nobody: %v\n%s", err, out)
+		t.Fatalf("client as uid %d: %v\n%s", cred.Uid, err, out)
 	}
 	var got []map[string]any
 	dec := json.NewDecoder(strings.NewReader(string(out)))
@@ -412,6 +409,17 @@ func TestNonRootPeer(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("answers: %s", out)
 	}
+	return got
+}
+
+// TestNonRootPeer: a real client process running as nobody (uid 65534), its credentials
+// taken from the socket by the kernel: it may read, is refused a change with 403 naming its
+// uid, cannot make the agent read a root-only file for it, and can send a file's content.
+func TestNonRootPeer(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := &scriptRunner{}
+	s, _ := serve(t, r, func(s *Server) { s.SocketMode = 0o666 })
+	got := runClientAs(t, s, &syscall.Credential{Uid: 65534, Gid: 65534})
 	if got[0]["status"] != 200.0 || got[0]["exit"] != 0.0 {
 		t.Errorf("read as nobody: %v", got[0])
 	}
@@ -428,5 +436,28 @@ func TestNonRootPeer(t *testing.T) {
 		if f == "c" {
 			t.Error("the refused change ran")
 		}
+	}
+}
+
+// TestGroupMemberPeer: the socket belongs to the agent's group (nogroup, gid 65534, mode
+// 0660); a client whose primary group is another but who has the group among its
+// supplementary groups (read from its /proc/PID/status) may connect and change the host.
+func TestGroupMemberPeer(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := &scriptRunner{}
+	s, _ := serve(t, r, func(s *Server) { s.GID, s.GroupName = 65534, "nogroup" })
+	st, err := os.Stat(s.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := st.Sys().(*syscall.Stat_t); sys.Gid != 65534 || sys.Uid != 0 || st.Mode().Perm() != 0o660 {
+		t.Fatalf("socket owner %d:%d mode %v, want 0:65534 0660", sys.Uid, sys.Gid, st.Mode().Perm())
+	}
+	got := runClientAs(t, s, &syscall.Credential{Uid: 65534, Gid: 1, Groups: []uint32{65534}})
+	if got[1]["status"] != 200.0 || got[1]["exit"] != 0.0 {
+		t.Errorf("change by a member of the group: %v", got[1])
+	}
+	if len(r.finished) == 0 || !strings.Contains(strings.Join(r.finished, ","), "c") {
+		t.Errorf("the change did not run: %v", r.finished)
 	}
 }
