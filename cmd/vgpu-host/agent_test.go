@@ -574,3 +574,52 @@ func TestAgentProcessCrashRestartSIGTERM(t *testing.T) {
 		t.Errorf("status after the agent stopped: exit %d\n%s", code, out)
 	}
 }
+
+// TestPrepareJob: how the agent classifies command lines, and which arguments it takes for
+// the caller's files.
+func TestPrepareJob(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		class agent.Class
+		files []int
+		err   bool
+	}{
+		{[]string{"inspect", "-o", "json"}, agent.Read, nil, false},
+		{[]string{"--host-root", "/x", "bind", "--timeout", "2s", "0000:01:00.0"}, agent.Mutation, nil, false},
+		{[]string{"bind", "--dry-run", "0000:01:00.0"}, agent.Read, nil, false},
+		{[]string{"bind", "--dry-run=false", "0000:01:00.0"}, agent.Mutation, nil, false},
+		{[]string{"vf", "enable", "0000:00:0a.0", "-n", "2"}, agent.Mutation, nil, false},
+		{[]string{"mdev", "create", "-p", "mbochs", "-t", "small"}, agent.Mutation, nil, false},
+		{[]string{"-o", "json", "apply", "--force", "boot-vga", "a.yaml", "b.yml"}, agent.Mutation, []int{5, 6}, false},
+		{[]string{"render", "--offline", "a.yaml"}, agent.Read, []int{2}, false},
+		{[]string{"destroy", "vm1", "vm2.yaml"}, agent.Mutation, []int{2}, false},
+		{[]string{"kubevirt", "vm", "--config=k.yaml", "s.yaml"}, agent.Read, []int{3, 2}, false},
+		{[]string{"kubevirt", "labels", "--write"}, agent.Mutation, nil, false},
+		{[]string{"image", "export", "vm", "--output", "x.qcow2"}, agent.RootMutation, nil, false},
+		{[]string{"host", "install-unit"}, agent.RootMutation, nil, false},
+		{[]string{"bind", "--forse", "0000:01:00.0"}, agent.Mutation, nil, false}, // unknown flag
+		{[]string{"bind", "--help"}, agent.Read, nil, false},
+		{[]string{"mdev"}, agent.Read, nil, false},
+		{[]string{"frobnicate"}, agent.Read, nil, false},
+		{[]string{"agent"}, 0, nil, true},
+		{[]string{"completion", "bash"}, 0, nil, true},
+		{[]string{"device-plugin"}, 0, nil, true},
+		{[]string{"__man", "/tmp/x"}, 0, nil, true},
+	} {
+		job, err := prepareJob(c.args)
+		if (err != nil) != c.err {
+			t.Errorf("%v: %v, want error %v", c.args, err, c.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		var files []int
+		for _, f := range job.Files {
+			files = append(files, f.Index)
+		}
+		if job.Class != c.class || fmt.Sprint(files) != fmt.Sprint(c.files) {
+			t.Errorf("%v: class %s, files %v; want %s, %v", c.args, job.Class, files, c.class, c.files)
+		}
+	}
+}

@@ -354,9 +354,9 @@ var agentRules = map[string]agentRule{
 	"kubevirt labels":   {class: agent.Read, files: configFile},
 }
 
-// prepareJob looks at a command line for the agent: its rule, class and file arguments. A
-// command line the tree cannot parse (an unknown command or flag) is a read: running it
-// prints the same usage error the CLI would.
+// prepareJob looks at a command line for the agent: its rule, class and file arguments. Help
+// and an unknown command are reads (running them prints what the CLI would); a command line
+// with a flag this parser does not know is a change (the run then prints the usage error).
 func prepareJob(args []string) (agent.Job, error) {
 	app := newApp()
 	pruneUnnamed(app, args)
@@ -373,8 +373,14 @@ func jobOf(p parsedArgs, args []string) (agent.Job, error) {
 		return job, fmt.Errorf("completion cannot run through the agent: run it with --agent never")
 	}
 	rule, ok := agentRules[p.name()]
-	if p.help || p.unknown || len(p.path) == 1 || (!ok && len(p.path[len(p.path)-1].Commands) > 0) {
-		return job, nil // help, usage errors and command groups print the same as in the CLI
+	if p.help || len(p.path) == 1 || (!ok && len(p.path[len(p.path)-1].Commands) > 0) {
+		return job, nil // help, unknown commands and command groups print the same as in the CLI
+	}
+	if p.unknown {
+		// A flag this parser does not know: the run reports it as a usage error. Were the
+		// tree to accept it after all, the command must not have run as a read.
+		job.Class = agent.Mutation
+		return job, nil
 	}
 	if !ok {
 		return job, fmt.Errorf("%s cannot run through the agent: run it with --agent never", p.name())
