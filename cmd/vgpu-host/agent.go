@@ -32,7 +32,7 @@ func agentCommand() *cli.Command {
 			connectFlag(),
 			&cli.DurationFlag{Name: "request-timeout", Value: agent.DefaultRequestTimeout, Usage: "bound each operation by `DURATION`"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: agent.DefaultShutdownTimeout, Usage: "on SIGTERM, wait at most `DURATION` for the operations in flight"},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error"},
 		},
 		Action: runAgent,
 	}

@@ -83,7 +83,7 @@ func globalFlags() []cli.Flag {
 		&cli.StringFlag{
 			Name:    "agent",
 			Value:   agentAuto,
-			Usage:   "run the command through the agent: auto (when one answers on its socket), always or never (docs/agent.md)",
+			Usage:   "run the command through the host agent (`MODE`): auto (when one answers on its socket), always or never (docs/agent.md)",
 			Sources: cli.EnvVars("VGPU_HOST_AGENT"),
 		},
 		&cli.StringFlag{
