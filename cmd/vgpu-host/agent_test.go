@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urfave/cli/v3"
+
 	"github.com/vgpu-host/vgpu-host/agent"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
@@ -620,6 +622,35 @@ func TestPrepareJob(t *testing.T) {
 		}
 		if job.Class != c.class || fmt.Sprint(files) != fmt.Sprint(c.files) {
 			t.Errorf("%v: class %s, files %v; want %s, %v", c.args, job.Class, files, c.class, c.files)
+		}
+	}
+}
+
+// TestEveryCommandHasAnAgentRule: each command of the tree either has its rule in
+// agentRules (how the agent runs it) or is one of the few the CLI always runs itself, and
+// every rule names a command that exists. A new command without a rule would silently never
+// go through the agent.
+func TestEveryCommandHasAnAgentRule(t *testing.T) {
+	local := map[string]bool{"agent": true, "version": true, "__man": true, "device-plugin": true, "dra-plugin": true}
+	seen := map[string]bool{}
+	var walk func(prefix string, cs []*cli.Command)
+	walk = func(prefix string, cs []*cli.Command) {
+		for _, c := range cs {
+			name := strings.TrimSpace(prefix + " " + c.Name)
+			if len(c.Commands) > 0 {
+				walk(name, c.Commands)
+				continue
+			}
+			seen[name] = true
+			if _, ok := agentRules[name]; !ok && !local[name] {
+				t.Errorf("command %q has no rule in agentRules and is not local-only", name)
+			}
+		}
+	}
+	walk("", newApp().Commands)
+	for name := range agentRules {
+		if !seen[name] {
+			t.Errorf("agentRules names %q, which is not a command", name)
 		}
 	}
 }
