@@ -654,3 +654,23 @@ func TestEveryCommandHasAnAgentRule(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentOfAnotherRootRefuses: a command meant for this machine's root (no --host-root),
+// sent with --agent-socket to an agent serving a fake root, is refused (exit 2) instead of
+// acting on the agent's root.
+func TestAgentOfAnotherRootRefuses(t *testing.T) {
+	tr := agentHost(t)
+	startAgent(t, tr.Dir())
+	socket := agentClient(t, tr.Dir()).Socket
+	var out, errw bytes.Buffer
+	args := []string{"--agent", "always", "--agent-socket", socket, "bind", "0000:01:00.0"}
+	app := newApp()
+	pruneUnnamed(app, args)
+	code, done := forward(app, args, &out, &errw)
+	if !done || code != exitUsage || !strings.Contains(errw.String(), "this agent serves "+tr.Dir()) {
+		t.Fatalf("exit %d (sent: %v):\n%s%s", code, done, out.String(), errw.String())
+	}
+	if tr.Driver(host.MustParseAddress("0000:01:00.0")) != "nouveau" {
+		t.Fatal("the agent bound the GPU of its own root")
+	}
+}

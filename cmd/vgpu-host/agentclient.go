@@ -132,6 +132,11 @@ func agentRequest(p parsedArgs, job agent.Job, args []string) (agent.ExecRequest
 			}
 		}
 	}
+	if _, ok := p.flags["host-root"]; !ok {
+		// Always name the root meant, so that an agent serving another (--agent-socket)
+		// refuses rather than acting on its own.
+		req.Env["VGPU_HOST_ROOT"] = rootDir
+	}
 	if len(job.Files) > 0 {
 		req.Files = map[string]string{}
 	}
