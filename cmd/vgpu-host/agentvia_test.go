@@ -131,6 +131,17 @@ func (v *viaAgent) start(t *testing.T, root host.Root, uri string) string {
 	return srv.Socket
 }
 
+// throughAgent runs test with every command line of the CLI helpers sent to an agent.
+func throughAgent(t *testing.T, test func(*testing.T)) {
+	v := &viaAgent{agents: map[string]string{}}
+	via = v
+	defer func() { via = nil }()
+	test(t)
+	if v.forwarded == 0 {
+		t.Error("no command went through the agent")
+	}
+}
+
 // TestCLITestsThroughAgent runs the CLI's command tests again with every command line sent
 // to a running agent (as --agent always does): their own assertions on stdout, stderr
 // and exit codes must hold through the agent too. Left out: TestFakeRootNeedsExplicitConnect
@@ -173,15 +184,7 @@ func TestCLITestsThroughAgent(t *testing.T) {
 		{"ProfileSameOnCommandLineAndSpecMdev", TestProfileSameOnCommandLineAndSpecMdev},
 		{"InstanceUUIDsSameOnCommandLineAndApply", TestInstanceUUIDsSameOnCommandLineAndApply},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			v := &viaAgent{agents: map[string]string{}}
-			via = v
-			defer func() { via = nil }()
-			c.test(t)
-			if v.forwarded == 0 {
-				t.Error("no command went through the agent")
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { throughAgent(t, c.test) })
 	}
 }
 
@@ -198,14 +201,6 @@ func TestCLILibvirtdTestsThroughAgent(t *testing.T) {
 		{"ChangedSpecSameDevicesLibvirtd", TestChangedSpecSameDevicesLibvirtd},
 		{"ForeignDomainDevicesLibvirtd", TestForeignDomainDevicesLibvirtd},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			v := &viaAgent{agents: map[string]string{}}
-			via = v
-			defer func() { via = nil }()
-			c.test(t)
-			if v.forwarded == 0 {
-				t.Error("no command went through the agent")
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { throughAgent(t, c.test) })
 	}
 }
