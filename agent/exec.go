@@ -29,14 +29,15 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 		return outcome{status: http.StatusForbidden, err: "no peer credentials on this connection"}
 	}
 	job, err := s.Runner.Prepare(req.Args, req.Env)
-	if info, ok := ctx.Value(reqInfoKey{}).(*reqInfo); ok {
-		info.op = job.Op
+	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
+	if info == nil {
+		info = &reqInfo{}
 	}
+	info.op = job.Op
 	if err != nil {
 		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
 	}
-	gid := s.GID
-	if err := authorize(peer, job.Class, gid, s.GroupName, s.ProcRoot); err != nil {
+	if err := authorize(peer, job.Class, s.GID, s.GroupName, s.ProcRoot); err != nil {
 		s.log().Warn("refused", "op", job.Op, "args", job.Args, "uid", peer.UID, "pid", peer.PID, "err", err)
 		return outcome{status: http.StatusForbidden, err: err.Error()}
 	}
@@ -66,14 +67,13 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 			s.log().Info("operation", "op", job.Op, "args", req.Args, "uid", peer.UID, "pid", peer.PID,
 				"duration_ms", ms(d), "exit_code", res.ExitCode)
 		}
-		if info, ok := ctx.Value(reqInfoKey{}).(*reqInfo); ok {
-			info.exitCode = res.ExitCode
-		}
 		return res
 	}
 	if job.Class == Read {
 		defer os.RemoveAll(tmp)
-		return outcome{status: http.StatusOK, res: run(ctx)}
+		res := run(ctx)
+		info.exitCode = res.ExitCode
+		return outcome{status: http.StatusOK, res: res}
 	}
 	// A mutation runs on the worker, with a context detached from the request: a caller
 	// that leaves does not stop it half-way. It waits for the operations before it.
@@ -96,6 +96,7 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 	}
 	select {
 	case <-t.done:
+		info.exitCode = res.ExitCode
 		return outcome{status: http.StatusOK, res: res}
 	case <-ctx.Done():
 		return outcome{status: 499, err: "the caller left"}
