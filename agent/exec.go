@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -167,5 +166,3 @@ func (s *Server) materialize(job *Job, files map[string]string, peer Peer) (stri
 	}
 	return tmp, rep, nil
 }
-
-var errTooLarge = errors.New("request body too large")
