@@ -461,3 +461,68 @@ func TestGroupMemberPeer(t *testing.T) {
 		t.Errorf("the change did not run: %v", r.finished)
 	}
 }
+
+// TestHooks: Ready runs before the first change (reads are served meanwhile, /v1/health
+// says why it is not ready, then its error); Observe sees every operation; Metrics is
+// served at /metrics.
+func TestHooks(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var observed []string
+	r := &scriptRunner{}
+	s, _ := serve(t, r, func(s *Server) {
+		s.Ready = func(context.Context) error { <-release; return errors.New("reconcile: mdev 1234 failed") }
+		s.Observe = func(op string, _ time.Duration, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			observed = append(observed, fmt.Sprintf("%s:%v", op, err != nil))
+		}
+		s.Metrics = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "vgpuhost_up 1\n") })
+	})
+	c := Client{Socket: s.Socket}
+	var h healthInfo
+	err := c.Do(context.Background(), "GET", "/v1/health", nil, &h)
+	var se *StatusError
+	if !errors.As(err, &se) || se.Status != http.StatusServiceUnavailable {
+		t.Fatalf("health while starting: %v", err)
+	}
+	if res := execArgs(t, s, "read", "r1"); res.ExitCode != 0 {
+		t.Fatalf("a read while starting: %+v", res)
+	}
+	changed := make(chan ExecResult, 1)
+	go func() { changed <- execArgs(t, s, "change", "c1") }()
+	select {
+	case res := <-changed:
+		t.Fatalf("a change ran before Ready returned: %+v", res)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if res := <-changed; res.ExitCode != 0 {
+		t.Fatalf("the change after Ready: %+v", res)
+	}
+	hreq, _ := http.NewRequest("GET", "http://agent/v1/health", nil)
+	hresp, err := c.httpClient().Do(hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(hresp.Body).Decode(&h)
+	hresp.Body.Close()
+	if hresp.StatusCode != http.StatusServiceUnavailable || h.Ready || h.Reason != "reconcile: mdev 1234 failed" {
+		t.Fatalf("health after a failed Ready: %d %+v", hresp.StatusCode, h)
+	}
+	req, _ := http.NewRequest("GET", "http://agent/metrics", nil)
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "vgpuhost_up 1\n" {
+		t.Errorf("/metrics: %q", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(observed, ",") != "read:false,change:false" {
+		t.Errorf("observed %v", observed)
+	}
+}
