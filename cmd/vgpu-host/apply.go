@@ -35,6 +35,9 @@ var openConn = func(uri string) (virt.Conn, error) {
 // so the URI must then be given explicitly (--connect, VGPU_HOST_CONNECT or
 // LIBVIRT_DEFAULT_URI).
 func connURI(cmd *cli.Command, root host.Root) (string, error) {
+	if rv := runEnvOf(cmd); rv != nil {
+		return agentConnURI(cmd, rv)
+	}
 	if !root.IsReal() && !cmd.IsSet("connect") {
 		return "", usageErr("--host-root %s is not this machine's root: name the libvirt to use with --connect URI (test:///default, %s:///PATH/libvirt.json, or qemu:///system if you mean the real one)",
 			root.Dir(), virt.FileScheme)
@@ -108,11 +111,11 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := openConn(uri)
+	conn, err := openConnFor(cmd, uri)
 	if err != nil {
 		return nil, nil, err
 	}
-	w, m := hostIO(root)
+	w, m := hostIOFor(cmd, root)
 	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force}
 	if cmd.IsSet("no-start") {
 		o.NoStart = cmd.Bool("no-start")
@@ -196,7 +199,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 		if cmd.Bool("wait-shutdown") && !cmd.Bool("no-start") {
 			wctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
 			var tick func(time.Duration)
-			if o, _ := outputOf(cmd); o == "table" && isTerminal(os.Stderr) {
+			if o, _ := outputOf(cmd); o == "table" && stderrIsTerminal(cmd) {
 				tick = func(d time.Duration) {
 					fmt.Fprintf(cmd.Root().ErrWriter, "\r%s: waiting for the guest to power off (%s)", vm.Metadata.Name, d.Truncate(time.Second))
 				}

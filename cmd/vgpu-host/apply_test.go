@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"math/rand"
@@ -29,9 +28,7 @@ import (
 func runCLI(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	var out, errw bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &errw
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	err := runInTest(t, args, &out, &errw)
 	if err != nil {
 		t.Logf("vgpu-host %s: %v\n%s", strings.Join(args, " "), err, errw.String())
 	}

@@ -65,7 +65,7 @@ func binderOf(cmd *cli.Command, timeout time.Duration) (*vfio.Binder, []host.Add
 	if timeout <= 0 {
 		return nil, nil, usageErr("--timeout must be positive, got %s", timeout)
 	}
-	w, m := hostIO(root)
+	w, m := hostIOFor(cmd, root)
 	return &vfio.Binder{Root: root, W: w, Modules: m, Timeout: timeout}, addrs, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"gopkg.in/yaml.v3"
 
+	"github.com/vgpu-host/vgpu-host/agent"
 	"github.com/vgpu-host/vgpu-host/host"
 )
 
@@ -79,11 +80,25 @@ func globalFlags() []cli.Flag {
 			Usage:   "output format: table, json or yaml",
 			Sources: cli.EnvVars("VGPU_HOST_OUTPUT"),
 		},
+		&cli.StringFlag{
+			Name:    "agent",
+			Value:   agentAuto,
+			Usage:   "run the command through the host agent (`MODE`): auto (when one answers on its socket), always or never (docs/agent.md)",
+			Sources: cli.EnvVars("VGPU_HOST_AGENT"),
+		},
+		&cli.StringFlag{
+			Name:    "agent-socket",
+			Usage:   "the agent's socket `PATH` (default " + agent.DefaultSocket + " under --host-root)",
+			Sources: cli.EnvVars("VGPU_HOST_AGENT_SOCKET"),
+		},
 	}
 }
 
 // rootOf returns the validated --host-root of the invocation.
 func rootOf(cmd *cli.Command) (host.Root, error) {
+	if rv := runEnvOf(cmd); rv != nil {
+		return agentRootOf(cmd, rv)
+	}
 	if cmd.IsSet("host-root") && cmd.String("host-root") == "" {
 		// An empty --host-root (or VGPU_HOST_ROOT=) is a mistake, never the real root.
 		return host.Root{}, usageErr("--host-root is empty: name a directory (/ for this machine)")

@@ -44,14 +44,14 @@ func runImageExport(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	conn, err := openConn(cmd.String("connect"))
+	conn, err := openConnFor(cmd, cmd.String("connect"))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	lc := lifecycle.New(lifecycle.Options{Root: root, Conn: conn})
 	var progress io.Writer
-	if isTerminal(os.Stderr) {
+	if stderrIsTerminal(cmd) {
 		progress = cmd.Root().ErrWriter
 	}
 	src, err := lc.Export(ctx, name, dst, progress)

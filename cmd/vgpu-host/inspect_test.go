@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"strconv"
@@ -19,10 +18,7 @@ import (
 func run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
-	app := newApp()
-	app.Writer = &out
-	app.ErrWriter = &out
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	err := runInTest(t, args, &out, &out)
 	return out.String(), exitCode(err)
 }
 

@@ -50,6 +50,7 @@ func newApp() *cli.Command {
 			draPluginCommand(),
 			versionCommand(),
 			manCommand(),
+			agentCommand(),
 		},
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
@@ -62,12 +63,20 @@ func main() {
 	}
 	app := newApp()
 	pruneUnnamed(app, os.Args[1:])
+	if code, done := forward(app, os.Args[1:], os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
 	os.Exit(execute(app, os.Args, os.Stderr))
 }
 
 // execute runs app and returns the exit code. Errors are printed once, here. A panic is a bug:
 // it is recovered, reported in one line and exits 1 (never Go's 2, which means a usage error).
-func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
+func execute(app *cli.Command, args []string, stderr io.Writer) int {
+	return executeCtx(context.Background(), app, args, stderr)
+}
+
+// executeCtx is execute under ctx (the agent's deadline for one request).
+func executeCtx(ctx context.Context, app *cli.Command, args []string, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(stderr, "vgpu-host: internal error (a bug in vgpu-host %s, please report it with the command line; docs/security.md says how): %v at %s\n",
@@ -77,7 +86,7 @@ func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
 	}()
 	var notFound error
 	setUsageHandlers(app, &notFound)
-	err := app.Run(context.Background(), args)
+	err := app.Run(ctx, args)
 	if err == nil {
 		err = notFound
 	}

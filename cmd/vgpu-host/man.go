@@ -19,10 +19,10 @@ var exitCodeDocs = []struct {
 	text string
 }{
 	{exitOK, "success, including \"already in that state\""},
-	{exitFailure, "the operation failed; the message names the device, the path and why"},
+	{exitFailure, "the operation failed; the message names the device, the path and why; also --agent always when no agent answers"},
 	{exitUsage, "bad command line or input: unknown flag or output format, malformed address or spec"},
 	{exitNotReady, "check: nothing on this host can be given to a VM"},
-	{exitRefused, "refused by a safety check (boot VGA, host-critical device in the group, a device vgpu-host did not bind, an mdev a domain uses); re-run with --force if you mean it"},
+	{exitRefused, "refused: by the agent, to a caller that is neither root nor in its group, or by a safety check (boot VGA, host-critical device in the group, a device vgpu-host did not bind, an mdev a domain uses); re-run with --force if you mean it"},
 	{exitBusy, "busy: the device or resource is in use"},
 	{exitNotFound, "not found: the named device, type, instance or VM does not exist"},
 	{exitUnsupported, "not supported by this host or driver (no IOMMU, no SR-IOV, no mdev)"},

@@ -67,7 +67,7 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	if _, err := outputOf(cmd); err != nil {
 		return nil, nil, nil, err
 	}
-	w, _ := hostIO(root)
+	w, _ := hostIOFor(cmd, root)
 	m := mdev.New(root, w)
 	if t := cmd.Duration("timeout"); t > 0 {
 		m.Timeout = t
@@ -81,6 +81,16 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	done := func() {}
 	if root.IsReal() {
 		l := &lazyLibvirt{}
+		if rv := runEnvOf(cmd); rv != nil {
+			// The agent's connection, lent (its close does nothing).
+			l.open = func() (mdev.DomainXMLLister, func(), error) {
+				c, err := openConnFor(cmd, rv.uri)
+				if err != nil {
+					return nil, nil, err
+				}
+				return c, func() { c.Close() }, nil
+			}
+		}
 		m.Domains = l
 		done = func() {
 			if l.close != nil {

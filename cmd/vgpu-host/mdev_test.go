@@ -19,9 +19,7 @@ import (
 func runErr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &out
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	err := runInTest(t, args, &out, &out)
 	return out.String(), err
 }
 

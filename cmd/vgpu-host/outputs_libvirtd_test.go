@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -22,9 +21,7 @@ import (
 func runAll(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errw bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &errw
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	err := runInTest(t, args, &out, &errw)
 	if err != nil {
 		errw.WriteString("vgpu-host: " + err.Error() + "\n")
 	}

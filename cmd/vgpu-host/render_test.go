@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,9 +15,7 @@ import (
 func runSplit(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &errOut
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	err := runInTest(t, args, &out, &errOut)
 	return out.String(), errOut.String(), exitCode(err)
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -24,9 +23,7 @@ import (
 func runCLIErr(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	var out, errw bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &errw
-	err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	err := runInTest(t, args, &out, &errw)
 	if err == nil {
 		return "", 0
 	}

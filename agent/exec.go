@@ -1,0 +1,168 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// outcome is what running a request came to: a result, or a refusal before anything ran
+// (status is then not 200 and err says why).
+type outcome struct {
+	res    ExecResult
+	status int
+	err    string
+}
+
+// execute runs one command line for the caller in ctx: Prepare, the permission check, the
+// caller's files, then the Runner, on the worker for mutations. Every operation of the API
+// goes through here.
+func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
+	peer, ok := PeerOf(ctx)
+	if !ok {
+		return outcome{status: http.StatusForbidden, err: "no peer credentials on this connection"}
+	}
+	job, err := s.Runner.Prepare(req.Args, req.Env)
+	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
+	if info == nil {
+		info = &reqInfo{}
+	}
+	info.op = job.Op
+	if err != nil {
+		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
+	}
+	if err := authorize(peer, job.Class, s.GID, s.GroupName, s.ProcRoot); err != nil {
+		s.log().Warn("refused", "op", job.Op, "args", job.Args, "uid", peer.UID, "pid", peer.PID, "err", err)
+		return outcome{status: http.StatusForbidden, err: err.Error()}
+	}
+	tmp, restore, err := s.materialize(&job, req.Files, peer)
+	if err != nil {
+		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
+	}
+	env := RunEnv{Env: req.Env, Stdin: []byte(req.Stdin), Peer: peer}
+	if s.OpenConn != nil {
+		env.Conn = s.sharedConn
+	}
+	run := func(ctx context.Context) ExecResult {
+		ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+		defer cancel()
+		start := time.Now()
+		res := s.Runner.Run(ctx, job, env)
+		d := time.Since(start)
+		res.Stdout, res.Stderr = restore.Replace(res.Stdout), restore.Replace(res.Stderr)
+		if s.Observe != nil {
+			var oerr error
+			if res.ExitCode != 0 {
+				oerr = fmt.Errorf("exit %d: %s", res.ExitCode, errorText(res.Stderr))
+			}
+			s.Observe(job.Op, d, oerr)
+		}
+		if job.Class != Read {
+			s.log().Info("operation", "op", job.Op, "args", req.Args, "uid", peer.UID, "pid", peer.PID,
+				"duration_ms", ms(d), "exit_code", res.ExitCode)
+		}
+		return res
+	}
+	if job.Class == Read {
+		defer os.RemoveAll(tmp)
+		res := run(ctx)
+		info.exitCode = res.ExitCode
+		return outcome{status: http.StatusOK, res: res}
+	}
+	// A mutation runs on the worker, with a context detached from the request: a caller
+	// that leaves does not stop it half-way. It waits for the operations before it.
+	var res ExecResult
+	t := &task{ctx: ctx, done: make(chan struct{})}
+	t.run = func(wctx context.Context) {
+		defer os.RemoveAll(tmp)
+		res = run(wctx)
+		if ctx.Err() != nil {
+			s.log().Warn("the caller left before the operation ended; it ran to the end", "op", job.Op, "uid", peer.UID, "pid", peer.PID, "exit_code", res.ExitCode)
+		}
+	}
+	t.skip = func() {
+		os.RemoveAll(tmp)
+		s.log().Warn("the caller left before the operation started; not run", "op", job.Op, "uid", peer.UID, "pid", peer.PID)
+	}
+	if !s.enqueue(t) {
+		os.RemoveAll(tmp)
+		return outcome{status: http.StatusServiceUnavailable, err: "the agent is stopping: run the command again when it is back, or with --agent never"}
+	}
+	select {
+	case <-t.done:
+		info.exitCode = res.ExitCode
+		return outcome{status: http.StatusOK, res: res}
+	case <-ctx.Done():
+		return outcome{status: 499, err: "the caller left"}
+	}
+}
+
+// replacer maps the private copies of the caller's files back to the names the caller gave,
+// so that messages name the caller's files.
+type replacer [][2]string
+
+// Replace rewrites every private path in s to the caller's name.
+func (r replacer) Replace(s string) string {
+	for _, p := range r {
+		s = strings.ReplaceAll(s, p[0], p[1])
+	}
+	return s
+}
+
+// materialize writes the caller's files into a private directory and points the job's file
+// arguments at them. A file argument the caller did not send is read by the agent itself
+// only for root; anyone else must send its content (the agent never reads a path as root on
+// behalf of a caller that may not read it).
+func (s *Server) materialize(job *Job, files map[string]string, peer Peer) (string, replacer, error) {
+	if len(job.Files) == 0 {
+		if len(files) > 0 {
+			return "", nil, fmt.Errorf("files were sent but %s reads none", job.Op)
+		}
+		return "", nil, nil
+	}
+	tmp, err := os.MkdirTemp("", "vgpu-host-agent-")
+	if err != nil {
+		return "", nil, fmt.Errorf("make a private directory for the request's files: %w", err)
+	}
+	var rep replacer
+	used := map[string]bool{}
+	for i, f := range job.Files {
+		orig := strings.TrimPrefix(job.Args[f.Index], f.Prefix)
+		content, ok := files[orig]
+		if !ok {
+			if peer.UID == 0 {
+				continue
+			}
+			os.RemoveAll(tmp)
+			return "", nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent reads files only for root)", job.Op, orig)
+		}
+		used[orig] = true
+		dir := filepath.Join(tmp, strconv.Itoa(i))
+		base := filepath.Base(orig)
+		if base == "/" || base == "." || base == ".." {
+			base = "file"
+		}
+		p := filepath.Join(dir, base)
+		if err := os.Mkdir(dir, 0o700); err == nil {
+			err = os.WriteFile(p, []byte(content), 0o600)
+		}
+		if err != nil {
+			os.RemoveAll(tmp)
+			return "", nil, fmt.Errorf("write the caller's %s to %s: %w", orig, p, err)
+		}
+		job.Args[f.Index] = f.Prefix + p
+		rep = append(rep, [2]string{p, orig})
+	}
+	for name := range files {
+		if !used[name] {
+			os.RemoveAll(tmp)
+			return "", nil, fmt.Errorf("file %q was sent but is not a file argument of %s", name, job.Op)
+		}
+	}
+	return tmp, rep, nil
+}
