@@ -5,6 +5,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 BIN := bin/vgpu-host
 HELPER := bin/vgpu-host-libvirt
 NVML_HELPER := bin/vgpu-host-nvml
+AGENT_BIN := bin/vgpu-host-agent
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 # Both binaries carry the same stamp; `vgpu-host version` compares them.
@@ -13,6 +14,7 @@ LDFLAGS := -X github.com/vgpu-host/vgpu-host/internal/buildinfo.version=$(VERSIO
 # urfave_cli_no_template: help without text/template, which also lets the linker drop unused
 # methods (a smaller binary that starts faster; the help text is the same).
 BUILDFLAGS := -trimpath -tags urfave_cli_no_template -ldflags "$(LDFLAGS)"
+AGENT_BUILDFLAGS := -trimpath -tags urfave_cli_no_template,agent -ldflags "$(LDFLAGS)"
 
 # make install: PREFIX and DESTDIR as usual; the other directories follow PREFIX.
 PREFIX ?= /usr/local
@@ -46,10 +48,13 @@ help: ## list targets
 deps: ## install every Debian package any target needs (root; only what is missing)
 	@scripts/deps.sh all
 
-build: build-static build-helper build-nvml build-kube ## build bin/vgpu-host (pure Go, static), its libvirt helper bin/vgpu-host-libvirt (cgo), its NVML helper bin/vgpu-host-nvml (cgo) and its kubelet device plugin bin/vgpu-host-kube
+build: build-static build-helper build-nvml build-kube ## build bin/vgpu-host (pure Go, static) and the agent bin/vgpu-host-agent, its libvirt helper bin/vgpu-host-libvirt (cgo), its NVML helper bin/vgpu-host-nvml (cgo) and its kubelet device plugin bin/vgpu-host-kube
 
-build-static: ## build bin/vgpu-host alone: static, needs no Debian package
+build-static: ## build bin/vgpu-host alone, and the agent bin/vgpu-host-agent: static, need no Debian package
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/vgpu-host
+	@# The agent is the same command tree with its metrics, reconcile and drift watcher
+	@# (-tags agent): the Prometheus client's init stays out of every other command's start.
+	CGO_ENABLED=0 $(GO) build $(AGENT_BUILDFLAGS) -o $(AGENT_BIN) ./cmd/vgpu-host
 
 build-helper: ## build the libvirt helper bin/vgpu-host-libvirt (needs libvirt-dev)
 	@scripts/deps.sh helper
@@ -128,7 +133,7 @@ bench: build ## benchmarks as ratios against peers measured in the same run
 install: build ## install both binaries, the systemd units (restore and agent), bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
 		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
-	install -m 0755 $(BIN) $(HELPER) $(NVML_HELPER) $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BIN) $(HELPER) $(NVML_HELPER) $(AGENT_BIN) $(DESTDIR)$(BINDIR)/
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(AGENT_UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/vgpu-host-restore.service $(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
@@ -144,7 +149,7 @@ uninstall: ## remove what make install installed (same PREFIX and DESTDIR)
 		$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service $(DESTDIR)$(UNITDIR)/vgpu-host-agent.service \
 		$(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish \
 		$(DESTDIR)$(MANDIR)/man1/vgpu-host.1 $(DESTDIR)$(MANDIR)/man1/vgpu-host-*.1
-	rm -f $(DESTDIR)$(BINDIR)/vgpu-host-nvml
+	rm -f $(DESTDIR)$(BINDIR)/vgpu-host-nvml $(DESTDIR)$(BINDIR)/vgpu-host-agent
 
 # make deb: the Debian package, built by nFPM (a Go tool dependency pinned in go.mod) from a
 # make install into a staging tree with Debian's paths. Its version must start with a digit.

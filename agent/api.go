@@ -55,6 +55,13 @@ func (s *Server) routes(mux *http.ServeMux) {
 		return flagIf([]string{"host", "restore"}, b.DryRun, "--dry-run"), nil, nil
 	}))
 	mux.HandleFunc("POST "+v+"/exec", s.exec)
+	mux.HandleFunc("GET "+v+"/drift", func(w http.ResponseWriter, r *http.Request) {
+		out := []any{}
+		if s.Drifts != nil {
+			out = append(out, s.Drifts()...)
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
@@ -81,6 +88,8 @@ type healthInfo struct {
 	Ready         bool    `json:"ready"`
 	Reason        string  `json:"reason,omitempty"`
 	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Drifts counts the disagreements between the ledger and libvirt seen now (GET /v1/drift).
+	Drifts int `json:"drifts"`
 }
 
 // health answers 200 when the agent is ready, 503 with the reason when not.
@@ -89,6 +98,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	ready, err := s.ready, s.readyErr
 	s.stateMu.Unlock()
 	h := healthInfo{Ready: ready && err == nil, UptimeSeconds: time.Since(s.started).Seconds()}
+	if s.Drifts != nil {
+		h.Drifts = len(s.Drifts())
+	}
 	switch {
 	case !ready:
 		h.Reason = "starting: bringing the host to its persisted state"

@@ -166,3 +166,18 @@ func (s *Server) materialize(job *Job, files map[string]string, peer Peer) (stri
 	}
 	return tmp, rep, nil
 }
+
+// Internal runs a command line as the agent itself (uid 0) through the same path and the same
+// queue as a caller's: the drift watcher's releases use it, so they never interleave with a
+// caller's change. A non-zero exit is an error with the command's message.
+func (s *Server) Internal(ctx context.Context, args ...string) (ExecResult, error) {
+	ctx = context.WithValue(ctx, peerKey{}, Peer{UID: 0, GID: 0, PID: int32(os.Getpid())})
+	o := s.execute(ctx, ExecRequest{Args: append([]string{"--host-root", s.Root.Dir()}, args...)})
+	if o.err != "" {
+		return o.res, fmt.Errorf("%s: %s", strings.Join(args, " "), o.err)
+	}
+	if o.res.ExitCode != 0 {
+		return o.res, fmt.Errorf("%s: exit %d: %s", strings.Join(args, " "), o.res.ExitCode, errorText(o.res.Stderr))
+	}
+	return o.res, nil
+}

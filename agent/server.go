@@ -70,6 +70,9 @@ type Server struct {
 	// Ready, when set, runs once before the first mutation (boot reconcile); until it
 	// returns /v1/health says not ready, and after, its error.
 	Ready func(ctx context.Context) error
+	// Drifts, when set, lists the disagreements between the ledger and libvirt the agent's
+	// watcher sees now (GET /v1/drift, and a count in /v1/health).
+	Drifts func() []any
 
 	ln      *net.UnixListener
 	http    *http.Server

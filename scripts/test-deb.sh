@@ -40,6 +40,7 @@ v=$(/usr/bin/vgpu-host -o json version)
 echo "$v" | jq -e '.version != "" and .commit != "" and .helper.found and .helper.path == "/usr/bin/vgpu-host-libvirt" and .helper.matches' >/dev/null ||
 	fail "vgpu-host version: the helper is not found beside it or not the same build: $v"
 /usr/bin/vgpu-host-nvml --version >/dev/null || fail "the NVML helper /usr/bin/vgpu-host-nvml does not run"
+/usr/bin/vgpu-host-agent --version >/dev/null || fail "the agent /usr/bin/vgpu-host-agent does not run"
 echo "test-deb: vgpu-host version: $(echo "$v" | jq -c '{version, commit, helper: .helper.matches}')"
 rc=0
 /usr/bin/vgpu-host check >"$work/check" 2>&1 || rc=$?

@@ -19,6 +19,7 @@ cmds=$(bin/vgpu-host --generate-shell-completion | cut -d: -f1 | grep -vx 'help\
 		share/fish/vendor_completions.d/vgpu-host.fish share/man/man1/vgpu-host.1
 	for c in $cmds; do echo "share/man/man1/vgpu-host-$c.1"; done
 	echo bin/vgpu-host-nvml # the NVML (MIG) helper
+	echo bin/vgpu-host-agent # the agent (the command tree with metrics, reconcile, drift)
 } | sed "s#^#$prefix/#" | sort >"$dest.want"
 (cd "$dest" && find . -type f -o -type l | sed 's#^\.##' | sort) >"$dest.got"
 diff -u "$dest.want" "$dest.got" >&2 || { rm -f "$dest.want" "$dest.got"; fail "make install DESTDIR=... PREFIX=$prefix did not install exactly the expected files"; }

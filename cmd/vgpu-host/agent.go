@@ -91,6 +91,11 @@ func agentServer(cmd *cli.Command) (*agent.Server, error) {
 }
 
 func runAgent(ctx context.Context, cmd *cli.Command) error {
+	if !agentBuiltIn {
+		// This binary stays light to start (no Prometheus client in every command's init):
+		// the agent is the same command tree built with -tags agent, vgpu-host-agent.
+		return execAgent()
+	}
 	srv, err := agentServer(cmd)
 	if err != nil {
 		return err
@@ -106,5 +111,16 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	watcher, ready, err := agentParts(cmd, srv)
+	if err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-ready:
+			_ = watcher.Run(ctx)
+		case <-ctx.Done():
+		}
+	}()
 	return srv.Serve(ctx)
 }

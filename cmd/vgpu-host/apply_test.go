@@ -176,8 +176,9 @@ func binary(t *testing.T) string {
 		}
 		binPath = filepath.Join(dir, "vgpu-host")
 		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		// -tags crashtest: the crash tests drive apply's VGPU_HOST_CRASH_AT_STEP hook.
-		out, err := exec.Command(gobin, "build", "-tags", "crashtest", "-o", binPath, ".").CombinedOutput()
+		// -tags crashtest: the crash tests drive apply's VGPU_HOST_CRASH_AT_STEP hook; -tags agent:
+		// the binary is also the agent (vgpu-host-agent), metrics, reconcile and drift included.
+		out, err := exec.Command(gobin, "build", "-tags", "crashtest,agent", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = errors.New(string(out))
 			return

@@ -201,9 +201,12 @@ build_run_part() {
   for f in "$here"/scenarios/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/scenarios/"; done
   for f in "$here"/bench/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/bench/"; done
   copy_exe "$bin" "$root" /bin/vgpu-host
-  # The crash-test build (apply stops dead at a chosen step) for 50-apply's kill -9 checks.
-  CGO_ENABLED=0 go -C "$repo" build -tags crashtest -o "$out/vgpu-host-crashtest" ./cmd/vgpu-host
+  # The crash-test build (apply stops dead at a chosen step) for 50-apply's kill -9 checks. It
+  # is built with the agent too (-tags agent), and is the guest's vgpu-host-agent: `vgpu-host
+  # agent` (60-reboot's second boot) runs it, as it runs bin/vgpu-host-agent on a host.
+  CGO_ENABLED=0 go -C "$repo" build -tags crashtest,agent -o "$out/vgpu-host-crashtest" ./cmd/vgpu-host
   copy_exe "$out/vgpu-host-crashtest" "$root" /bin/vgpu-host-crashtest
+  ln -s vgpu-host-crashtest "$root/bin/vgpu-host-agent"
   local t
   for t in "${guest_tools[@]}"; do
     if command -v "$t" >/dev/null; then

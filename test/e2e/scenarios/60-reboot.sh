@@ -3,10 +3,11 @@
 # vfio-pci, create and define two mbochs instances, bind GPU1's group -- each persisted -- then
 # the guest reboots (request_reboot: `reboot -f`, QEMU resets, the same kernel boots again with
 # /etc and /var/lib on the persistent disk). Second boot: the kernel has forgotten all of it;
-# `vgpu-host host restore` (the boot reconcile, package agent/reconcile: the agent runs the
-# same code) brings each piece back in dependency order -- VFs, then mdevs, then bindings --
-# which the checks read from its output and from sysfs; it prints how long the reconcile took.
-# A second restore changes nothing. The scenario ends by undoing every piece, persisted too.
+# the agent (`vgpu-host agent`, as its unit starts it) runs the boot reconcile (package
+# agent/reconcile, the same code as `host restore`) before anything else and brings each piece
+# back in dependency order -- VFs, then mdevs, then bindings -- which the checks read from its
+# log and from sysfs; it prints how long the reconcile took. A second restore through the
+# agent changes nothing; SIGTERM stops the agent cleanly. The scenario ends by undoing every piece, persisted too.
 
 pf=$LAB_NVME_PF
 p=$(pci_dev "$pf")
@@ -48,17 +49,27 @@ done
 expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "after the reboot: GPU1's audio is on its boot driver"
 expect_file /etc/vgpu-host/sriov.json "the persisted VF count survived the reboot"
 
+# The agent starts as at boot (vgpu-host-agent.service runs `vgpu-host agent`): it reconciles
+# before its first change and logs each step (JSON: stderr is not a terminal). No libvirtd runs
+# in the guest: its warm connection retries in the background and nothing here needs it.
 t0=$(now_ms)
-run_ok vgpu-host host restore --output json
+vgpu-host agent >/tmp/agent.log 2>&1 &
+agent_pid=$!
+i=0
+while ! grep -q '"msg":"ready check done"' /tmp/agent.log 2>/dev/null && [ $i -lt 600 ]; do
+  sleep 0.1; i=$((i + 1))
+done
 t1=$(now_ms)
-cp "$E2E_OUT" /tmp/restore.json
+if grep -q '"msg":"ready check done"' /tmp/agent.log; then pass "the agent reconciled and is ready"; else fail "the agent did not get ready in 60 s" "$(cat /tmp/agent.log)"; fi
+expect_eq "$(jq -r 'select(.msg == "ready check done") | .err // "none"' /tmp/agent.log)" none "the agent's reconcile: no step failed"
+jq -c 'select(.msg == "reconcile step")' /tmp/agent.log >/tmp/steps.json
 # The order of the steps, each kind once: VFs before mdevs before bindings (uniq of the kinds).
-order=$(jq -r '.[].kind' /tmp/restore.json | uniq | tr '\n' ' ')
-expect_eq "$order" "sriov mdev vfio " "host restore reconciled in dependency order"
-expect_eq "$(jq -r '[.[] | select(.result != "applied")] | length' /tmp/restore.json)" 0 "every step applied (none already, none failed)"
-expect_eq "$(jq -r "[.[] | select(.kind == \"sriov\" and .target == \"$pf\")] | length" /tmp/restore.json)" 1 "a step for the PF's VFs"
-expect_eq "$(jq -r "[.[] | select(.kind == \"vfio\" and .target == \"$LAB_GPU1,$LAB_GPU1_AUDIO\")] | length" /tmp/restore.json)" 1 "a step for GPU1's group (GPU and audio)"
-pass "reconcile took $((t1 - t0)) ms wall under TCG (process start included); per kind: $(jq -r 'group_by(.kind) | map(.[0].kind + " " + (map(.duration) | join("+"))) | join(", ")' /tmp/restore.json)"
+order=$(jq -r '.kind' /tmp/steps.json | uniq | tr '\n' ' ')
+expect_eq "$order" "sriov mdev vfio " "the agent reconciled in dependency order (its log)"
+expect_eq "$(jq -r 'select(.result != "applied") | .kind' /tmp/steps.json | wc -l)" 0 "every step applied (none already, none failed)"
+expect_eq "$(jq -r "select(.kind == \"sriov\" and .target == \"$pf\") | .kind" /tmp/steps.json | wc -l)" 1 "a step for the PF's VFs"
+expect_eq "$(jq -r "select(.kind == \"vfio\" and .target == \"$LAB_GPU1,$LAB_GPU1_AUDIO\") | .kind" /tmp/steps.json | wc -l)" 1 "a step for GPU1's group (GPU and audio)"
+pass "the agent was ready $((t1 - t0)) ms wall after it started under TCG; $(jq -r 'select(.msg == "reconcile: done") | "reconcile \(.steps) steps in \(.duration / 1000000 | floor) ms"' /tmp/agent.log); per step (ns): $(jq -r '"\(.kind) \(.duration)"' /tmp/steps.json | tr '\n' ',')"
 
 # Each piece is back.
 expect_content "$p/sriov_numvfs" 2 "VFs back: 2"
@@ -69,9 +80,14 @@ done
 expect_driver "$LAB_GPU1" vfio-pci "GPU1 back on vfio-pci"
 expect_driver "$LAB_GPU1_AUDIO" vfio-pci "GPU1's audio back on vfio-pci (the whole group)"
 
-# Again: nothing left to do.
-run_ok vgpu-host host restore
-expect_match "$(output)" "reconciled [0-9]+ steps in .*: 0 applied, [0-9]+ already, 0 skipped, 0 failed" "a second restore finds everything in place"
+# Again, through the agent (the CLI finds its socket): nothing left to do.
+run_ok vgpu-host --agent always host restore
+expect_match "$(output)" "reconciled [0-9]+ steps in .*: 0 applied, [0-9]+ already, 0 skipped, 0 failed" "a second restore, through the agent, finds everything in place"
+kill -TERM "$agent_pid"
+rc=0
+wait "$agent_pid" || rc=$?
+expect_eq "$rc" 0 "SIGTERM: the agent exits 0"
+expect_no_file /run/vgpu-host/agent.sock "the agent removed its socket"
 
 # Undo it all, persisted too (the disk is thrown away, but a scenario ends as it began).
 run_ok vgpu-host unbind "$LAB_GPU1" --persist
