@@ -40,7 +40,8 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-CGO_ENABLED=0 go build -o "$bin" ./cmd/vgpu-host
+CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$bin" ./cmd/vgpu-host
+CGO_ENABLED=0 go build -tags urfave_cli_no_template,agent -o "$work/vgpu-host-agent" ./cmd/vgpu-host # `vgpu-host agent` runs it
 go build -o "$work/vgpu-host-libvirt" ./cmd/vgpu-host-libvirt # found beside vgpu-host
 root=$work/root
 mkdir -p "$root" "$work/specs" "$work/xml"

@@ -3,7 +3,7 @@
 # re-running it is fast. Usage: scripts/deps.sh GROUP...; each Make target names its groups:
 #
 #   helper  the cgo libvirt helper bin/vgpu-host-libvirt (libvirt.org/go/libvirt): a C toolchain,
-#           pkg-config, libvirt's headers. bin/vgpu-host itself is static pure Go: it needs none.
+#           pkg-config, libvirt's headers, libxml2's (it validates domains against libvirt's schema). bin/vgpu-host itself is static pure Go: it needs none.
 #   test    the Go tests: a real libvirtd and QEMU (TCG), libvirt's schema validator, pci.ids,
 #           the tools the tests call, groff and man for the man pages, bash-completion for the
 #           completion test, dpkg for the package test, swtpm for the TPM of windows11 specs,
@@ -18,7 +18,7 @@
 # root only when something is missing (apt-get) on Debian 12.
 set -euo pipefail
 declare -A group=(
-  [helper]="build-essential pkg-config libvirt-dev"
+  [helper]="build-essential pkg-config libvirt-dev libxml2-dev"
   [test]="build-essential pkg-config libvirt-dev pci.ids pciutils jq libxml2-utils
           libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils ovmf
           genisoimage systemd procps util-linux groff-base man-db dpkg mdevctl bash-completion

@@ -109,9 +109,17 @@ func (l *Libvirt) domain(name string) (*libvirt.Domain, error) {
 	return d, nil
 }
 
-// Define defines a persistent domain, asking libvirt to validate the XML against its schema.
+// Define defines a persistent domain whose XML passes libvirt's schema: checked here against
+// the schema compiled once (ValidateDomain), or by libvirtd (VIR_DOMAIN_DEFINE_VALIDATE) when
+// the schema file is not on this machine.
 func (l *Libvirt) Define(_ context.Context, xml string) (string, error) {
-	d, err := l.conn.DomainDefineXMLFlags(xml, libvirt.DOMAIN_DEFINE_VALIDATE)
+	flags := libvirt.DOMAIN_DEFINE_VALIDATE
+	if ok, err := ValidateDomain(xml); err != nil {
+		return "", fmt.Errorf("define domain: %w", err)
+	} else if ok {
+		flags = 0
+	}
+	d, err := l.conn.DomainDefineXMLFlags(xml, flags)
 	if err != nil {
 		return "", lverr(err, "define domain")
 	}
