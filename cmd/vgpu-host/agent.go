@@ -33,6 +33,7 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "request-timeout", Value: agent.DefaultRequestTimeout, Usage: "bound each operation by `DURATION`"},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: agent.DefaultShutdownTimeout, Usage: "on SIGTERM, wait at most `DURATION` for the operations in flight"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error"},
+			&cli.StringFlag{Name: "metrics-listen", Usage: "also serve /metrics over TCP on `ADDR` (host:port; the socket always serves it)"},
 		},
 		Action: runAgent,
 	}

@@ -34,10 +34,11 @@ func TestAgentDriftLibvirtd(t *testing.T) {
 		return string(out), err
 	}
 	t.Cleanup(func() { _, _ = virsh("undefine", name) })
+	var err error
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "vfio-pci")
 	dir := tr.Dir()
-	err := ledger.Open(tr.Root).Update(func(b *ledger.Book) error {
+	err = ledger.Open(tr.Root).Update(func(b *ledger.Book) error {
 		if err := b.Claim(name, ledger.Claim{Kind: ledger.KindPCI, ID: gpu.String()}, ledger.Claim{Kind: ledger.KindPCI, ID: audio.String(), Detail: "companion"}); err != nil {
 			return err
 		}
@@ -62,7 +63,13 @@ func TestAgentDriftLibvirtd(t *testing.T) {
 		t.Fatalf("virsh define: %v\n%s", err, out)
 	}
 
-	_, logs := startAgentProcess(t, bin, dir, uri)
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for --metrics-listen
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcp := l.Addr().String()
+	l.Close()
+	_, logs := startAgentProcessArgs(t, bin, dir, uri, []string{"--metrics-listen", tcp})
 	c := agentClient(t, dir)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var h map[string]any
@@ -87,6 +94,15 @@ func TestAgentDriftLibvirtd(t *testing.T) {
 	}
 	if m := scrape(); !strings.Contains(m, `vgpuhost_reconcile_last_timestamp_seconds`) || !strings.Contains(m, `vgpuhost_allocations{kind="pci",vm="`+name+`"} 2`) {
 		t.Fatalf("/metrics before the undefine lacks the reconcile or the allocation:\n%s", m)
+	}
+	resp, err := http.Get("http://" + tcp + "/metrics")
+	if err != nil {
+		t.Fatalf("--metrics-listen %s: %v", tcp, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `vgpuhost_allocations{kind="pci",vm="`+name+`"} 2`) {
+		t.Errorf("/metrics over TCP lacks the allocation:\n%s", b)
 	}
 	time.Sleep(300 * time.Millisecond) // the watcher's first check and its event subscription
 

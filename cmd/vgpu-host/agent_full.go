@@ -4,6 +4,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -32,6 +36,17 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 	root, log := srv.Root, srv.Log
 	m := metrics.New(metrics.HostSource{Root: root})
 	srv.Metrics, srv.Observe = m.Handler(), m.ObserveOp
+	if addr := cmd.String("metrics-listen"); addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		log.Info("metrics over TCP", "addr", ln.Addr().String())
+	}
 	open := srv.OpenConn
 	warm := drift.NewConn(srv.URI, func() (virt.Conn, error) { return open(srv.URI) }, log)
 	srv.OpenConn = func(string) (virt.Conn, error) { return warm, nil }

@@ -494,8 +494,14 @@ func TestAgentRace16For4(t *testing.T) {
 // socket answers.
 func startAgentProcess(t *testing.T, bin, dir, uri string, env ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
+	return startAgentProcessArgs(t, bin, dir, uri, nil, env...)
+}
+
+// startAgentProcessArgs is startAgentProcess with further agent options.
+func startAgentProcessArgs(t *testing.T, bin, dir, uri string, args []string, env ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
 	logs := &lockedBuffer{}
-	cmd := exec.Command(bin, "--host-root", dir, "agent", "--connect", uri)
+	cmd := exec.Command(bin, append([]string{"--host-root", dir, "agent", "--connect", uri}, args...)...)
 	cmd.Env, cmd.Stderr = append(os.Environ(), env...), logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
