@@ -184,7 +184,8 @@ func (l *Ledger) corrupt(why error) error {
 
 // removeStaleTemps deletes temporary ledger files (".ledger.json.tmp*", host.WriteFileAtomic's)
 // that a writer killed between writing and renaming left. Only a holder of the exclusive lock
-// writes one, so while we hold it every such file is a dead process's.
+// writes one, so while we hold the lock (exclusive, or shared: no writer then) every such file
+// is a dead process's.
 func (l *Ledger) removeStaleTemps() {
 	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(l.path), "."+filepath.Base(l.path)+".tmp*"))
 	for _, f := range stale {
@@ -197,7 +198,15 @@ func (l *Ledger) removeStaleTemps() {
 // a read-only command can still show them; a writer (Update) stops.
 func (l *Ledger) Read() (*Book, error) {
 	var b *Book
+	// The lock file is never removed: when it exists now, the shared lock below is a real
+	// one, no writer holds the exclusive lock, and any temporary ledger file is a dead
+	// writer's, which a reader may clear too (a destroy of a VM that a killed apply never
+	// recorded reads, finds nothing and ends: it would leave the dead apply's file behind).
+	_, serr := os.Stat(l.lock)
 	err := l.locked(filelock.Shared, func() error {
+		if serr == nil {
+			l.removeStaleTemps()
+		}
 		var err error
 		b, err = l.load()
 		return err

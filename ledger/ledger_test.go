@@ -289,3 +289,33 @@ func TestReadCreatesNothing(t *testing.T) {
 		t.Fatalf("read after a write: %v", err)
 	}
 }
+
+// TestReadRemovesStaleTemps: a destroy of a VM that a killed apply never recorded only reads
+// the ledger; it must still clear the dead writer's temporary file (found by the kill -9 test
+// on the real libvirtd). A read with no lock file (no writer ever ran) removes nothing.
+func TestReadRemovesStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	l := OpenPath(filepath.Join(dir, "ledger.json"))
+	stale := filepath.Join(dir, ".ledger.json.tmp123")
+	if err := os.WriteFile(stale, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err != nil {
+		t.Fatalf("without a lock file (no lock held) the read removed %s: %v", stale, err)
+	}
+	if err := l.Update(func(b *Book) error { return nil }); err != nil { // creates the lock file
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stale, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary ledger file still there after a read: %v", err)
+	}
+}
