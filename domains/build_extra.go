@@ -155,6 +155,13 @@ func nicInterface(n NIC) libvirtxml.DomainInterface {
 		iface.MAC = &libvirtxml.DomainInterfaceMAC{Address: mac}
 	}
 	switch n.Type {
+	case "hostdev":
+		a, _ := host.ParseAddress(n.VF) // Validate checked it
+		iface.Model = nil
+		iface.Managed = "no"
+		iface.Source = &libvirtxml.DomainInterfaceSource{Hostdev: &libvirtxml.DomainInterfaceSourceHostdev{
+			PCI: &libvirtxml.DomainHostdevSubsysPCISource{Address: &libvirtxml.DomainAddressPCI{
+				Domain: uintp(uint(a.Domain)), Bus: uintp(uint(a.Bus)), Slot: uintp(uint(a.Device)), Function: uintp(uint(a.Function))}}}}
 	case "bridge":
 		iface.Source = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: n.Bridge}}
 	case "macvtap":

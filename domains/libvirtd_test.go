@@ -125,7 +125,8 @@ func TestLibvirtRefusesOVMFFWCfg(t *testing.T) {
 }
 
 // TestUSBHostdevDefines: the real libvirtd defines (with schema validation) a domain with host
-// USB devices by ids and by bus/device, as the builder renders it. Starting it needs the
+// USB devices by ids and by bus/device, and an SR-IOV NIC VF as an interface, as the builder
+// renders them. Starting it needs the
 // devices: this machine has no USB bus at all (no /sys/bus/usb), which libvirt reports at start.
 func TestUSBHostdevDefines(t *testing.T) {
 	uri := testenv.Libvirtd(t)
@@ -135,7 +136,8 @@ func TestUSBHostdevDefines(t *testing.T) {
 	}
 	defer conn.Close()
 	vm, err := domains.Parse([]byte(strings.Replace(minimal, "name: vm1", "name: vgpuhost-test-usb", 1) +
-		"  devices:\n    usbController: qemu-xhci\n    usb:\n      - {vendor: \"046d\", product: c52b}\n      - {bus: 1, device: 4}\n"))
+		"  devices:\n    usbController: qemu-xhci\n    usb:\n      - {vendor: \"046d\", product: c52b}\n      - {bus: 1, device: 4}\n" +
+		"    nics:\n      - {type: hostdev, vf: \"0000:3b:02.1\", mac: \"52:54:00:aa:bb:03\"}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,5 +178,15 @@ func TestUSBHostdevDefines(t *testing.T) {
 	}
 	if ids != 1 || addrs != 1 {
 		t.Fatalf("libvirt kept %d id and %d address USB hostdevs, want 1 and 1:\n%s", ids, addrs, back)
+	}
+	vfs := 0
+	for _, i := range d.Devices.Interfaces {
+		if src := i.Source; src != nil && src.Hostdev != nil && src.Hostdev.PCI != nil && src.Hostdev.PCI.Address != nil &&
+			*src.Hostdev.PCI.Address.Bus == 0x3b && i.Managed != "yes" && i.MAC != nil && i.MAC.Address == "52:54:00:aa:bb:03" {
+			vfs++
+		}
+	}
+	if vfs != 1 {
+		t.Fatalf("libvirt did not keep the SR-IOV NIC VF interface (unmanaged, its MAC; libvirt writes managed only when yes):\n%s", back)
 	}
 }

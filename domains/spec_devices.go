@@ -122,13 +122,17 @@ type LookingGlass struct {
 
 // NIC is a further network interface.
 type NIC struct {
-	Type    string `yaml:"type" json:"type"`                           // network, bridge or macvtap
+	Type    string `yaml:"type" json:"type"`                           // network, bridge, macvtap or hostdev
 	Network string `yaml:"network,omitempty" json:"network,omitempty"` // type network
 	Bridge  string `yaml:"bridge,omitempty" json:"bridge,omitempty"`   // type bridge
 	Dev     string `yaml:"dev,omitempty" json:"dev,omitempty"`         // type macvtap: the host interface
 	Mode    string `yaml:"mode,omitempty" json:"mode,omitempty"`       // macvtap: bridge (default), vepa, private, passthrough
 	Model   string `yaml:"model,omitempty" json:"model,omitempty"`     // virtio (default), e1000e, rtl8139
 	MAC     string `yaml:"mac,omitempty" json:"mac,omitempty"`
+	// VF is an SR-IOV NIC VF's PCI address (type hostdev): the guest gets the VF itself
+	// (<interface type='hostdev' managed='no'>), which must be on vfio-pci already
+	// (`vgpu-host vf enable PF --driver vfio-pci`); the MAC is set on the VF through its PF.
+	VF string `yaml:"vf,omitempty" json:"vf,omitempty"`
 }
 
 // LookingGlassMiB is the ivshmem size for a frame of width x height: two 32-bit frames plus

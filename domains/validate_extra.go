@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/cloudinit"
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/fetch"
 )
 
@@ -217,8 +218,18 @@ func (v *validator) nic(p string, n NIC) {
 		if n.Mode != "" {
 			v.oneOf(p+".mode", n.Mode, "bridge", "vepa", "private", "passthrough")
 		}
+	case "hostdev":
+		if _, err := host.ParseAddress(n.VF); err != nil {
+			v.add(p+".vf", "%q: want the SR-IOV NIC VF's PCI address, e.g. 0000:3b:02.1 (vgpu-host vf list)", n.VF)
+		}
+		if n.Model != "" {
+			v.add(p+".model", "a VF is its own device: no model")
+		}
 	default:
-		v.oneOf(p+".type", n.Type, "network", "bridge", "macvtap")
+		v.oneOf(p+".type", n.Type, "network", "bridge", "macvtap", "hostdev")
+	}
+	if n.VF != "" && n.Type != "hostdev" {
+		v.add(p+".vf", "only for type hostdev")
 	}
 	if n.Network != "" && n.Type != "network" {
 		v.add(p+".network", "only for type network")

@@ -327,6 +327,11 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		return nil, err
 	}
 	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
+	nicVFs, err := l.nicVFs(vm)
+	if err != nil {
+		return nil, err
+	}
+	p.Claims = append(p.Claims, nicVFs...)
 	p.SpecHash = specHash(vm, vt, l.o.Customize != nil)
 	if err := checkClaims(p.Claims, name, book, foreignMdev); err != nil {
 		return nil, err
@@ -644,4 +649,38 @@ func checkUSB(root host.Root, vm *domains.VM) error {
 		}
 	}
 	return nil
+}
+
+// nicVFs checks the SR-IOV NIC VFs the spec gives the guest (devices.nics[] of type hostdev)
+// and returns their claims, so two VMs never get one VF: each must exist, be a VF, and be on
+// vfio-pci already (the domain says managed='no': libvirt binds nothing).
+func (l *Lifecycle) nicVFs(vm *domains.VM) ([]ledger.Claim, error) {
+	var out []ledger.Claim
+	for i, n := range vm.Spec.Devices.NICs {
+		if n.Type != "hostdev" {
+			continue
+		}
+		field := fmt.Sprintf("spec.devices.nics[%d].vf", i)
+		a, err := host.ParseAddress(n.VF)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", field, err, host.ErrInvalid)
+		}
+		fl, err := host.ReadFunctionLinks(l.o.Root, a)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		if fl.PhysFn == nil {
+			return nil, fmt.Errorf("%s: %s is not an SR-IOV VF (no physfn): give one of its PF's VFs (vgpu-host vf list): %w", field, a, host.ErrInvalid)
+		}
+		if fl.Driver != "vfio-pci" {
+			drv := fl.Driver
+			if drv == "" {
+				drv = "no driver"
+			}
+			return nil, fmt.Errorf("%s: VF %s is on %s, not vfio-pci: run vgpu-host vf enable %s --count N --driver vfio-pci (or vgpu-host bind %s): %w",
+				field, a, drv, fl.PhysFn, a, host.ErrRefused)
+		}
+		out = append(out, ledger.Claim{Kind: ledger.KindPCI, ID: a.String(), Detail: "nic"})
+	}
+	return out, nil
 }
