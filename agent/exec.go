@@ -172,7 +172,7 @@ func (s *Server) materialize(job *Job, files map[string]string, peer Peer) (stri
 // caller's change. A non-zero exit is an error with the command's message.
 func (s *Server) Internal(ctx context.Context, args ...string) (ExecResult, error) {
 	ctx = context.WithValue(ctx, peerKey{}, Peer{UID: 0, GID: 0, PID: int32(os.Getpid())})
-	o := s.execute(ctx, ExecRequest{Args: append([]string{"--host-root", s.Root.Dir()}, args...)})
+	o := s.execute(ctx, ExecRequest{Args: args})
 	if o.err != "" {
 		return o.res, fmt.Errorf("%s: %s", strings.Join(args, " "), o.err)
 	}

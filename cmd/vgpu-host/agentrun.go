@@ -156,6 +156,8 @@ func (r *cliRunner) Run(ctx context.Context, job agent.Job, env agent.RunEnv) ag
 		e = map[string]string{}
 	}
 	useEnv(app, e)
+	ctx, cancel := withoutValues(ctx)
+	defer cancel()
 	code := executeCtx(ctx, app, append([]string{app.Name}, job.Args...), &errw)
 	return agent.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: code}
 }
@@ -402,4 +404,19 @@ func jobOf(p parsedArgs, args []string) (agent.Job, error) {
 		job.Files = rule.files(p, args)
 	}
 	return job, nil
+}
+
+// withoutValues returns a context with ctx's deadline and cancellation but none of its values.
+// urfave/cli's Run makes a command it finds in its context the parent of the one it runs: a
+// request's command tree run under the `agent` command's context (the drift watcher's
+// releases, the boot reconcile) would take the agent's command as its root and lose the run
+// environment, so it would act as a plain CLI on the real root.
+func withoutValues(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancelDeadline := context.Background(), context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		c, cancelDeadline = context.WithDeadline(c, d)
+	}
+	c, cancel := context.WithCancel(c)
+	stop := context.AfterFunc(ctx, cancel)
+	return c, func() { stop(); cancel(); cancelDeadline() }
 }
