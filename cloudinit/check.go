@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
 )
 
 // userDataHeaders are the first lines cloud-init recognises besides #cloud-config and a #!
@@ -35,7 +38,7 @@ func CheckUserData(s string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("starts with %q: cloud-init acts only on a first line of #cloud-config (YAML), #! (a script) or %s, and would ignore this", clip(first), strings.Join(userDataHeaders, ", "))
+	return fmt.Errorf("starts with %q: cloud-init acts only on a first line of #cloud-config (YAML), #! (a script) or %s, and would ignore this", host.Clip(first, 40), strings.Join(userDataHeaders, ", "))
 }
 
 // CheckMetaData checks that s is a YAML mapping (instance-id, local-hostname, …).
@@ -67,7 +70,7 @@ func CheckNetworkConfig(s string) error {
 	case 2:
 		var unknown []string
 		for k := range doc {
-			if !contains(networkV2Keys, k) {
+			if !slices.Contains(networkV2Keys, k) {
 				unknown = append(unknown, k)
 			}
 		}
@@ -168,7 +171,7 @@ var keyTypes = []string{"ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-
 // IsPublicKey reports whether s looks like one OpenSSH public key line ("ssh-ed25519 AAAA… comment").
 func IsPublicKey(s string) bool {
 	f := strings.Fields(s)
-	return len(f) >= 2 && contains(keyTypes, f[0]) && strings.HasPrefix(f[1], "AAAA")
+	return len(f) >= 2 && slices.Contains(keyTypes, f[0]) && strings.HasPrefix(f[1], "AAAA")
 }
 
 // ParseKeys returns the public keys of an authorized_keys-style file (one per line; blank
@@ -209,20 +212,4 @@ func kindName(k yaml.Kind) string {
 		return "alias"
 	}
 	return "mapping"
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }

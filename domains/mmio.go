@@ -125,19 +125,42 @@ func shmemBytes(sh libvirtxml.DomainShmem) uint64 {
 	if sh.Size == nil {
 		return 4 << 20 // libvirt's default ivshmem size
 	}
-	mult := map[string]uint64{"": 1 << 20, "M": 1 << 20, "MiB": 1 << 20, "G": 1 << 30, "GiB": 1 << 30, "T": 1 << 40, "TiB": 1 << 40, "K": 1 << 10, "KiB": 1 << 10, "b": 1, "bytes": 1}[sh.Size.Unit]
-	return uint64(sh.Size.Value) * mult
+	return uint64(sh.Size.Value) * unitBytes(sh.Size.Unit, 1<<20)
 }
 
 func domainRAM(d *libvirtxml.Domain) uint64 {
 	if d.Memory == nil {
 		return 0
 	}
-	mult := map[string]uint64{"": 1 << 10, "KiB": 1 << 10, "k": 1 << 10, "KB": 1000, "MiB": 1 << 20, "M": 1 << 20, "GiB": 1 << 30, "G": 1 << 30, "b": 1, "bytes": 1}[d.Memory.Unit]
-	if mult == 0 {
-		mult = 1 << 10
+	return uint64(d.Memory.Value) * unitBytes(d.Memory.Unit, 1<<10)
+}
+
+// unitBytes is one of libvirt's size units in bytes (its "Memory Allocation" units); def for
+// no unit, which means MiB for a shmem size and KiB for memory.
+func unitBytes(unit string, def uint64) uint64 {
+	switch unit {
+	case "":
+		return def
+	case "b", "bytes":
+		return 1
+	case "KB":
+		return 1000
+	case "k", "K", "KiB":
+		return 1 << 10
+	case "MB":
+		return 1000 * 1000
+	case "M", "MiB":
+		return 1 << 20
+	case "GB":
+		return 1000 * 1000 * 1000
+	case "G", "GiB":
+		return 1 << 30
+	case "TB":
+		return 1000 * 1000 * 1000 * 1000
+	case "T", "TiB":
+		return 1 << 40
 	}
-	return uint64(d.Memory.Value) * mult
+	return def
 }
 
 func gib(n uint64) string {

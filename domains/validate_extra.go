@@ -276,7 +276,7 @@ func (v *validator) cloudInitContent(ci *CloudInit) {
 		p := fmt.Sprintf("spec.cloudInit.sshAuthorizedKeys[%d]", i)
 		if !cloudinit.IsPublicKey(k) {
 			if !strings.HasPrefix(k, "/") {
-				v.add(p, "%q: give an OpenSSH public key line (ssh-ed25519 AAAA…) or the absolute path of a .pub file", clipText(k))
+				v.add(p, "%q: give an OpenSSH public key line (ssh-ed25519 AAAA…) or the absolute path of a .pub file", host.Clip(k, 40))
 				continue
 			}
 			v.absPath(p, k)
@@ -287,13 +287,6 @@ func (v *validator) cloudInitContent(ci *CloudInit) {
 			v.add("spec.cloudInit.sshAuthorizedKeys", "needs userData to be #cloud-config (or empty): the keys are added to its ssh_authorized_keys")
 		}
 	}
-}
-
-func clipText(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }
 
 // fetched checks a cdrom downloaded into the pool (url + checksum).

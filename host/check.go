@@ -234,18 +234,22 @@ const (
 //
 //	vendor_id	: AuthenticAMD
 func cpuVendorOf(cpuinfo string) string {
+	switch cpuinfoField(cpuinfo, "vendor_id") {
+	case "GenuineIntel":
+		return vendorIntel
+	case "AuthenticAMD", "HygonGenuine":
+		return vendorAMD
+	}
+	return ""
+}
+
+// cpuinfoField returns the value of the first "key : value" line of /proc/cpuinfo named key
+// (the first CPU's), trimmed; "" when there is none.
+func cpuinfoField(cpuinfo, key string) string {
 	for _, line := range strings.Split(cpuinfo, "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if strings.TrimSpace(k) != "vendor_id" {
-			continue
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
 		}
-		switch strings.TrimSpace(v) {
-		case "GenuineIntel":
-			return vendorIntel
-		case "AuthenticAMD", "HygonGenuine":
-			return vendorAMD
-		}
-		return ""
 	}
 	return ""
 }

@@ -98,18 +98,11 @@ func PhysAddrBits(root Root) uint {
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || strings.TrimSpace(k) != "address sizes" {
-			continue
+	f := strings.Fields(cpuinfoField(string(b), "address sizes"))
+	if len(f) >= 2 && f[1] == "bits" {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 0 && n <= 64 {
+			return uint(n)
 		}
-		f := strings.Fields(v)
-		if len(f) >= 2 && f[1] == "bits" {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 0 && n <= 64 {
-				return uint(n)
-			}
-		}
-		return 0
 	}
 	return 0
 }

@@ -84,3 +84,12 @@ func ReadFileLimit(path string, limit int64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Clip shortens s to at most n runes for an error message, marking the cut with "…".
+func Clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

@@ -578,8 +578,13 @@ func seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 			continue
 		}
 		field := fmt.Sprintf("spec.cloudInit.sshAuthorizedKeys[%d]", i)
-		data, err := readSmall(k, 64<<10)
-		if err != nil {
+		data, err := host.ReadFileLimit(k, 64<<10)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return s, fmt.Errorf("%s: %s does not exist: %w", field, k, host.ErrNotFound)
+		case errors.Is(err, host.ErrTooLarge):
+			return s, fmt.Errorf("%s: %w (not a public key file): %w", field, err, host.ErrInvalid)
+		case err != nil:
 			return s, fmt.Errorf("%s: %w", field, err)
 		}
 		fk, err := cloudinit.ParseKeys(data, k)
@@ -596,33 +601,6 @@ func seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 		s.UserData = "#cloud-config\n"
 	}
 	return s, nil
-}
-
-// readSmall reads a regular file of at most limit bytes; errors name the path and the fix.
-func readSmall(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s does not exist: %w", path, host.ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", path, host.ErrInvalid)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d KiB: not a public key file: %w", path, limit>>10, host.ErrInvalid)
-	}
-	return data, nil
 }
 
 // checkUSB finds every host USB device the spec names, so a device that is not plugged in

@@ -34,11 +34,11 @@ func ParseChecksum(sum string) (func() hash.Hash, string, error) {
 	case "sha512":
 		h, size = sha512.New, sha512.Size
 	default:
-		return nil, "", fmt.Errorf("checksum %q: want sha256:HEX or sha512:HEX (the line from the distribution's SHA256SUMS)", clip(sum))
+		return nil, "", fmt.Errorf("checksum %q: want sha256:HEX or sha512:HEX (the line from the distribution's SHA256SUMS)", host.Clip(sum, 80))
 	}
 	want = strings.ToLower(want)
 	if b, err := hex.DecodeString(want); !ok || err != nil || len(b) != size {
-		return nil, "", fmt.Errorf("checksum %q: want %s: and %d hex digits", clip(sum), algo, 2*size)
+		return nil, "", fmt.Errorf("checksum %q: want %s: and %d hex digits", host.Clip(sum, 80), algo, 2*size)
 	}
 	return h, want, nil
 }
@@ -47,11 +47,11 @@ func ParseChecksum(sum string) (func() hash.Hash, string, error) {
 func CheckURL(u string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-		return "", fmt.Errorf("url %q: want an http:// or https:// URL", clip(u))
+		return "", fmt.Errorf("url %q: want an http:// or https:// URL", host.Clip(u, 80))
 	}
 	name := path.Base(p.Path)
 	if err := host.CheckComponent("file name", name); err != nil || name == "/" || name == "." {
-		return "", fmt.Errorf("url %q: its path names no file to save", clip(u))
+		return "", fmt.Errorf("url %q: its path names no file to save", host.Clip(u, 80))
 	}
 	return name, nil
 }
@@ -182,11 +182,4 @@ func human(n int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 	}
 	return fmt.Sprintf("%d KiB", n>>10)
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }
