@@ -72,11 +72,17 @@ t0=$(now_ms)
 i=0
 while [ "$i" -lt 10 ]; do vgpu-host --version >/dev/null; i=$((i + 1)); done
 ts=$((($(now_ms) - t0) / 10))
+t0=$(now_ms)
+i=0
+while [ "$i" -lt 10 ]; do bare-go >/dev/null; i=$((i + 1)); done
+tg=$((($(now_ms) - t0) / 10))
+# The floor for any Go tool doing the batch: the raw sequence plus two bare Go process starts.
+rf=$(awk -v a="$((tr + 2 * tg))" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 rb=$(awk -v a="$tb" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 re=$(awk -v a="$te" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 rm_=$(awk -v a="$tm" -v b="$tb" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 rme=$(awk -v a="$tm" -v b="$te" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
-echo "BENCH mdev create+remove x$n mbochs-small: vgpu-host batch $tb ms, vgpu-host per-instance $te ms, raw shell $tr ms, mdevctl $tm ms; ratios batch/raw $rb, per-instance/raw $re, mdevctl/batch $rm_, mdevctl/per-instance $rme ($rounds rounds, same run); one vgpu-host process start alone: $ts ms"
+echo "BENCH mdev create+remove x$n mbochs-small: vgpu-host batch $tb ms, vgpu-host per-instance $te ms, raw shell $tr ms, mdevctl $tm ms; ratios batch/raw $rb, per-instance/raw $re, mdevctl/batch $rm_, mdevctl/per-instance $rme ($rounds rounds, same run); one vgpu-host process start alone: $ts ms, a bare hello-world Go binary's: $tg ms (floor for any Go tool's batch: $rf x raw)"
 bench mdev_n "$n" instances
 bench mdev_vgpu_host_batch_ms "$tb" ms/round
 bench mdev_vgpu_host_each_ms "$te" ms/round
@@ -84,6 +90,8 @@ bench mdev_raw_shell_ms "$tr" ms/round
 bench mdev_mdevctl_ms "$tm" ms/round
 bench mdev_vgpu_host_process_start_ms "$ts" ms
 bench mdev_batch_ratio "$rb" x
+bench mdev_bare_go_start_ms "$tg" ms
+bench mdev_go_floor_ratio "$rf" x
 bench mdev_each_ratio "$re" x
 bench mdev_mdevctl_over_batch "$rm_" x
 pass "mdev bench: $n instances created and removed by all four, nothing left"
