@@ -81,13 +81,3 @@ func readIntAttr(path string) (int64, error) {
 	}
 	return parseInt(path, s)
 }
-
-// readClassAt is readHexAttr over readAttrAt: the 24-bit class of PCI function name, a
-// directory under dirfd's dir.
-func readClassAt(dirfd int, dir, name string) (uint32, error) {
-	s, err := readAttrAt(dirfd, dir, name, "class")
-	if err != nil {
-		return 0, err
-	}
-	return parseHex(filepath.Join(dir, name, "class"), s)
-}

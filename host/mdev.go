@@ -108,20 +108,27 @@ func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
 //	ID    : vGPU Name                        0
 //	1155  : NVIDIA L40S-1Q
 func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
-	path := root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")
-	b, err := os.ReadFile(path)
+	dd := openDevDir(root.PCIDevice(addr))
+	defer dd.close()
+	return readVendorVGPU(addr, dd)
+}
+
+// readVendorVGPU is ReadVendorVGPU of the function addr whose directory is dd.
+func readVendorVGPU(addr Address, dd devDir) (*VendorVGPU, error) {
+	const creatable = "nvidia/creatable_vgpu_types"
+	b, err := dd.file(creatable)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%s: read %s: %w", addr, path, err)
+		return nil, fmt.Errorf("%s: read %s: %w", addr, dd.path(creatable), err)
 	}
 	types, err := ParseCreatableVGPUTypes(string(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", addr, path, err)
+		return nil, fmt.Errorf("%s: %s: %w", addr, dd.path(creatable), err)
 	}
 	v := &VendorVGPU{Creatable: types}
-	v.CurrentType, err = ReadCurrentVGPUType(root, addr)
+	v.CurrentType, err = readCurrentVGPUType(addr, dd)
 	return v, err
 }
 
