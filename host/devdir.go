@@ -73,7 +73,7 @@ func (d devDir) hex(name string) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseHex(d.path(name), s)
+	return parseHexLazy(func() string { return d.path(name) }, s) // joining the path costs
 }
 
 // int is readIntAttr of dir/name.
@@ -82,7 +82,7 @@ func (d devDir) int(name string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseInt(d.path(name), s)
+	return parseIntLazy(func() string { return d.path(name) }, s)
 }
 
 // linkBase is LinkBase of dir/name, with the same errors.

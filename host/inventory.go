@@ -209,15 +209,19 @@ func groupsOf(devs map[Address]*Device, groupMembers map[int][]Address) []Group 
 // addCompanions lists, on every GPU, the other functions of its slot or group that are audio,
 // USB or UCSI.
 func addCompanions(inv *Inventory) {
+	var candidates []int // the functions that can be companions, in order: few next to the GPUs
+	for i, o := range inv.Devices {
+		if !o.IsGPU && isCompanionClass(o.Class) {
+			candidates = append(candidates, i)
+		}
+	}
 	for i := range inv.Devices {
 		d := &inv.Devices[i]
 		if !d.IsGPU {
 			continue
 		}
-		for _, o := range inv.Devices {
-			if o.Address == d.Address || o.IsGPU || !isCompanionClass(o.Class) {
-				continue
-			}
+		for _, j := range candidates {
+			o := inv.Devices[j]
 			if o.Address.SameSlot(d.Address) || (d.IOMMUGroup >= 0 && o.IOMMUGroup == d.IOMMUGroup) {
 				d.Companions = append(d.Companions, o.Address)
 			}
