@@ -25,15 +25,20 @@ type devDir struct {
 
 // openDevDir opens dir; close it with close.
 func openDevDir(dir string) devDir {
+	fd, err := openat(atCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return pathDir(dir)
+	}
+	return devDir{fd: fd, dir: dir}
+}
+
+// openat is openat(2) with O_CLOEXEC, retried on EINTR.
+func openat(dirfd int, path string, flags int) (int, error) {
 	for {
-		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err == unix.EINTR {
-			continue
+		fd, err := unix.Openat(dirfd, path, flags|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
 		}
-		if err != nil {
-			return devDir{fd: atCWD, dir: dir}
-		}
-		return devDir{fd: fd, dir: dir}
 	}
 }
 
@@ -115,14 +120,7 @@ func wrapLinkErr(path string, err error) error {
 // (at most a page) or a small regular file comes in one read.
 func (d devDir) file(name string) ([]byte, error) {
 	fd, rel := d.at(name)
-	var f int
-	var err error
-	for {
-		f, err = unix.Openat(fd, rel, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	f, err := openat(fd, rel, unix.O_RDONLY)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
 	}
@@ -164,29 +162,17 @@ func (d devDir) sub(name string) devDir {
 	if d.fd == atCWD {
 		return openDevDir(d.path(name))
 	}
-	for {
-		fd, err := unix.Openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return pathDir(d.path(name))
-		}
-		return devDir{fd: fd, dir: d.path(name)}
+	fd, err := openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return pathDir(d.path(name))
 	}
+	return devDir{fd: fd, dir: d.path(name)}
 }
 
 // openListable opens dir for reading its entries (not O_PATH) and reports whether it has any,
 // with os.ReadDir's errors. The descriptor stays usable as a devDir for reads below it.
 func openListable(dir string) (devDir, bool, error) {
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := openat(atCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return pathDir(dir), false, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
@@ -213,14 +199,7 @@ func openListable(dir string) (devDir, bool, error) {
 // would name them, with os.ReadDir's errors.
 func (d devDir) names(name string) ([]string, error) {
 	fd, rel := d.at(name)
-	var f int
-	var err error
-	for {
-		f, err = unix.Openat(fd, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	f, err := openat(fd, rel, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
 	}

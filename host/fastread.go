@@ -34,14 +34,7 @@ func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
 		rel = name + "/" + attr
 	}
 	pathOf := func() string { return filepath.Join(dir, rel) }
-	var fd int
-	var err error
-	for {
-		fd, err = syscall.Openat(dirfd, rel, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	fd, err := openat(dirfd, rel, syscall.O_RDONLY)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", pathOf(), err)
 	}

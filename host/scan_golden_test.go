@@ -2,13 +2,10 @@ package host_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
 	"flag"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -63,7 +60,7 @@ func TestScanGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := bytes.ReplaceAll(buf.Bytes(), []byte(root.Dir()), []byte("ROOT"))
-			compareGolden(t, filepath.Join("testdata", "scan-golden", c.name+".json.gz"), got)
+			compareGolden(t, c.name, got)
 		})
 	}
 }
@@ -135,46 +132,15 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// compareGolden compares got with the gzipped golden file, or rewrites it with
-// -update-scan-golden. On a difference it names the first differing line.
-func compareGolden(t *testing.T, path string, got []byte) {
+// compareGolden compares got with the pinned inventory name, or pins it with
+// -update-scan-golden.
+func compareGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	if *updateGolden {
-		must(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		var z bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
-		zw.Write(got)
-		must(t, zw.Close())
-		must(t, os.WriteFile(path, z.Bytes(), 0o644))
+		hosttest.WriteScanGolden(t, name, got)
 		return
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatalf("%v (write it with -update-scan-golden)", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	want, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if bytes.Equal(got, want) {
-		return
-	}
-	gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-	for i := 0; i < len(gl) || i < len(wl); i++ {
-		var g, w string
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if g != w {
-			t.Fatalf("Scan's inventory differs from %s at line %d:\n got: %s\nwant: %s\n(%d vs %d lines)", path, i+1, g, w, len(gl), len(wl))
-		}
+	if want := hosttest.ReadScanGolden(t, name); !bytes.Equal(got, want) {
+		t.Fatalf("Scan's inventory differs from %s %s", hosttest.ScanGoldenPath(t, name), hosttest.FirstDifference(got, want))
 	}
 }

@@ -2,10 +2,6 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
@@ -34,27 +30,9 @@ func TestInspectJSONGolden(t *testing.T) {
 			if err := runInTest(t, []string{"--host-root", dir, "inspect", "-o", "json"}, &out, &errOut); err != nil {
 				t.Fatalf("inspect: %v\n%s", err, errOut.String())
 			}
-			f, err := os.Open(filepath.Join("..", "..", "host", "testdata", "scan-golden", c.golden+".json.gz"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			zr, err := gzip.NewReader(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, err := io.ReadAll(zr)
-			if err != nil {
-				t.Fatal(err)
-			}
 			got := bytes.ReplaceAll(out.Bytes(), []byte(dir), []byte("ROOT"))
-			if !bytes.Equal(got, want) {
-				i := 0
-				for i < len(got) && i < len(want) && got[i] == want[i] {
-					i++
-				}
-				t.Fatalf("inspect -o json differs from the golden at byte %d of %d (want %d): got %q, want %q",
-					i, len(got), len(want), got[max(0, i-80):min(len(got), i+80)], want[max(0, i-80):min(len(want), i+80)])
+			if want := hosttest.ReadScanGolden(t, c.golden); !bytes.Equal(got, want) {
+				t.Fatalf("inspect -o json differs from %s %s", hosttest.ScanGoldenPath(t, c.golden), hosttest.FirstDifference(got, want))
 			}
 		})
 	}
