@@ -176,23 +176,8 @@ func openListable(dir string) (devDir, bool, error) {
 	if err != nil {
 		return pathDir(dir), false, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
-	d := devDir{fd: fd, dir: dir}
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return d, false, &fs.PathError{Op: "readdirent", Path: dir, Err: err}
-		}
-		if n <= 0 {
-			return d, false, nil
-		}
-		if _, c, _ := unix.ParseDirent(buf[:n], 1, nil); c > 0 {
-			return d, true, nil
-		}
-	}
+	names, err := readNames(fd, dir, 1)
+	return devDir{fd: fd, dir: dir}, len(names) > 0, err
 }
 
 // names lists the directory dir/name (the directory itself for "."), sorted, as os.ReadDir
@@ -204,21 +189,32 @@ func (d devDir) names(name string) ([]string, error) {
 		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
 	}
 	defer unix.Close(f)
+	out, err := readNames(f, d.path(name), -1)
+	sort.Strings(out)
+	return out, err
+}
+
+// readNames reads the names in the open directory fd (path for errors), all of them or the
+// first max, without "." and "..".
+func readNames(fd int, path string, max int) ([]string, error) {
 	var out []string
 	buf := make([]byte, 8192)
-	for {
-		n, err := unix.Getdents(f, buf)
+	for max < 0 || len(out) < max {
+		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return out, &fs.PathError{Op: "readdirent", Path: d.path(name), Err: err}
+			return out, &fs.PathError{Op: "readdirent", Path: path, Err: err}
 		}
 		if n <= 0 {
 			break
 		}
-		_, _, out = unix.ParseDirent(buf[:n], -1, out)
+		left := -1
+		if max >= 0 {
+			left = max - len(out)
+		}
+		_, _, out = unix.ParseDirent(buf[:n], left, out)
 	}
-	sort.Strings(out)
 	return out, nil
 }

@@ -269,21 +269,28 @@ func deviceLine(block []byte, device string) int {
 	if first < 0 {
 		return -1
 	}
-	lo, hi := first+1, len(block)
+	return bisectLines(block, first+1, nextDeviceLine, 2, device)
+}
+
+// bisectLines finds, in data[from:], the line whose newline is at an offset next returns and
+// whose 4-digit ID (at that offset + at) is id, the IDs of those lines being in ascending
+// order: vendorLine and deviceLine. It returns the offset, or -1.
+func bisectLines(data []byte, from int, next func(data []byte, from, to int) int, at int, id string) int {
+	lo, hi := from, len(data)
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		i := nextDeviceLine(block, mid, hi)
+		i := next(data, mid, hi)
 		if i < 0 {
-			hi = mid
+			hi = mid // no such line in [mid, hi): it is before mid
 			continue
 		}
-		switch id := string(block[i+2 : i+6]); {
-		case id == device:
+		switch got := string(data[i+at : i+at+4]); {
+		case got == id:
 			return i
-		case id < device:
+		case got < id:
 			lo = i + 1
 		default:
-			hi = mid
+			hi = mid // i is the first such line after mid, and it is past id
 		}
 	}
 	return -1
@@ -317,24 +324,7 @@ func nextDeviceLine(data []byte, from, to int) int {
 // host, and an ID not in the file (QEMU's 1234) costs no more. vendor is four lower-case hex
 // digits.
 func vendorLine(data []byte, vendor string) int {
-	lo, hi := 0, len(data) // the line, if there, starts after lo and before hi
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		i := nextVendorLine(data, mid, hi)
-		if i < 0 {
-			hi = mid // no vendor line in [mid, hi): it is before mid
-			continue
-		}
-		switch id := string(data[i+1 : i+5]); {
-		case id == vendor:
-			return i
-		case id < vendor:
-			lo = i + 1
-		default:
-			hi = mid // i is the first vendor line after mid, and it is past vendor
-		}
-	}
-	return -1
+	return bisectLines(data, 0, nextVendorLine, 1, vendor)
 }
 
 // nextVendorLine returns the offset of the first newline in [from, to) that starts a vendor

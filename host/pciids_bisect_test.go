@@ -11,16 +11,7 @@ import (
 func TestVendorLineBisection(t *testing.T) {
 	small := []byte("# comment\n0001  SafeNet\n\t0001  eToken\n1002  AMD\n\t5046  Rage 4\n\t\t1002 0001  sub\n# 1af4 is next\n" +
 		"1af4  Red Hat, Inc.\n\t1050  Virtio GPU\n8086  Intel\nffff  Illegal\nC 00  Unclassified\n\t00  Non-VGA\n")
-	files := map[string][]byte{"small": small}
-	for _, p := range pciIDsPaths {
-		if b, err := os.ReadFile("/" + p); err == nil {
-			files[p] = b
-			break
-		}
-	}
-	if len(files) == 1 {
-		t.Log("no pci.ids on this machine: only the small sample")
-	}
+	files := withMachinePCIIDs(t, small)
 	for name, data := range files {
 		n := 0
 		for i := 0; ; {
@@ -51,13 +42,7 @@ func TestVendorLineBisection(t *testing.T) {
 func TestDeviceLineBisection(t *testing.T) {
 	small := []byte("1002  AMD\n\t0001  first\n\t\t1002 0001  sub\n# comment\n\t5046  Rage 4\n\t\t1002 0001  sub\n\t\t1002 0002  sub2\n\t7000  last\n" +
 		"10de  NVIDIA\n\t0002  n\n\t8000  m\nC 00  Unclassified\n\t00  Non-VGA\n")
-	files := map[string][]byte{"small": small}
-	for _, p := range pciIDsPaths {
-		if b, err := os.ReadFile("/" + p); err == nil {
-			files[p] = b
-			break
-		}
-	}
+	files := withMachinePCIIDs(t, small)
 	devices := 0
 	for name, data := range files {
 		for i := 0; ; {
@@ -91,4 +76,17 @@ func TestDeviceLineBisection(t *testing.T) {
 	if devices < 8 {
 		t.Errorf("only %d devices checked", devices)
 	}
+}
+
+// withMachinePCIIDs returns the sample small and this machine's pci.ids, by name.
+func withMachinePCIIDs(t *testing.T, small []byte) map[string][]byte {
+	files := map[string][]byte{"small": small}
+	for _, p := range pciIDsPaths {
+		if b, err := os.ReadFile("/" + p); err == nil {
+			files[p] = b
+			return files
+		}
+	}
+	t.Log("no pci.ids on this machine: only the small sample")
+	return files
 }
