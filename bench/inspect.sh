@@ -33,6 +33,13 @@ for size in small big; do
 		t_inspect=$(awk -F, '$1=="inspect"{print $4}' "$work/$size.csv")
 		t_lspci=$(awk -F, '$1=="lspci"{print $4}' "$work/$size.csv")
 		t_start=$(awk -F, '$1=="start"{print $4}' "$work/$size.csv")
+		# CPU time (user + system): what the wall time is on an idle machine, unstretched by
+		# other jobs' load on the shared one.
+		c_inspect=$(awk -F, '$1=="inspect"{print $5+$6}' "$work/$size.csv")
+		c_lspci=$(awk -F, '$1=="lspci"{print $5+$6}' "$work/$size.csv")
+		printf 'inspect-cpu       %-5s inspect %.1f ms, lspci %.1f ms of CPU, ratio %.2f (load average %s)\n' \
+			"$size" "$(awk -v a="$c_inspect" 'BEGIN{print a*1000}')" "$(awk -v a="$c_lspci" 'BEGIN{print a*1000}')" \
+			"$(awk -v a="$c_inspect" -v b="$c_lspci" 'BEGIN{print a/b}')" "$(cut -d' ' -f1 /proc/loadavg)"
 		printf 'inspect-start     %-5s process start (vgpu-host --version) %.1f ms of inspect %.1f ms\n' \
 			"$size" "$(awk -v a="$t_start" 'BEGIN{print a*1000}')" "$(awk -v a="$t_inspect" 'BEGIN{print a*1000}')"
 	else

@@ -1,13 +1,11 @@
 package host
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,12 +25,20 @@ const (
 type scanner struct {
 	root Root
 	ids  *PCIIDs
+	// bus is ROOT/sys/bus/pci/devices and groups ROOT/sys/kernel/iommu_groups: Scan opens
+	// them once and reads each function and group relative to them.
+	bus, groups devDir
+	// classes are the classes Scan's first pass read, so that readDevice need not read them again.
+	classes map[Address]uint32
 
 	mu       sync.Mutex
 	warnings []string
 }
 
-func newScanner(root Root) *scanner { return &scanner{root: root, ids: pciIDsFor(root)} }
+func newScanner(root Root) *scanner {
+	return &scanner{root: root, ids: pciIDsFor(root),
+		bus: pathDir(root.Sys("bus", "pci", "devices")), groups: pathDir(root.Sys("kernel", "iommu_groups"))}
+}
 
 func (s *scanner) warn(format string, a ...any) {
 	s.mu.Lock()
@@ -77,61 +83,65 @@ func ReadDeviceWarnings(root Root, addr Address) (Device, []string, error) {
 // attribute after another, in the order Device lists them (86 lines): splitting it would only
 // scatter that list.
 func (s *scanner) readDevice(addr Address) (Device, error) {
-	dir := s.root.PCIDevice(addr)
 	d := Device{Address: addr, IOMMUGroup: -1, NUMANode: -1}
-	vendor, err := readHexAttr(filepath.Join(dir, "vendor"))
+	dd := s.bus.sub(addr.String())
+	defer dd.close()
+	dir := dd.dir
+	vendor, err := dd.hex("vendor")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
 		}
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 	}
-	device, err := readHexAttr(filepath.Join(dir, "device"))
+	device, err := dd.hex("device")
 	if err != nil {
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 	}
-	class, err := readHexAttr(filepath.Join(dir, "class"))
-	if err != nil {
-		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+	class, ok := s.classes[addr]
+	if !ok {
+		if class, err = dd.hex("class"); err != nil {
+			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+		}
 	}
-	d.VendorID, d.DeviceID = fmt.Sprintf("%04x", vendor), fmt.Sprintf("%04x", device)
-	d.Class = fmt.Sprintf("%06x", class)
+	d.VendorID, d.DeviceID = hex4(vendor), hex4(device)
+	d.Class = hex6(class)
 	d.IsGPU = class>>16 == classDisplay
 	d.IsBridge = IsBridgeClass(class)
-	if sv, err := readHexAttr(filepath.Join(dir, "subsystem_vendor")); err == nil {
-		d.SubsysVendorID = fmt.Sprintf("%04x", sv)
+	if sv, err := dd.hex("subsystem_vendor"); err == nil {
+		d.SubsysVendorID = hex4(sv)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if sd, err := readHexAttr(filepath.Join(dir, "subsystem_device")); err == nil {
-		d.SubsysDeviceID = fmt.Sprintf("%04x", sd)
+	if sd, err := dd.hex("subsystem_device"); err == nil {
+		d.SubsysDeviceID = hex4(sd)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	links := s.functionLinks(addr, dir)
+	links := s.functionLinks(addr, dd)
 	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn
-	if ov := s.optionalString(addr, filepath.Join(dir, "driver_override")); ov != "(null)" {
+	if ov := s.optionalString(addr, dd, "driver_override"); ov != "(null)" {
 		d.DriverOverride = ov
 	}
-	if c, err := readAttr(filepath.Join(dir, "local_cpulist")); err == nil {
+	if c, err := dd.str("local_cpulist"); err == nil {
 		d.LocalCPUs = c
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
 	if class>>8 == classVGA {
-		d.BootVGA = s.optionalString(addr, filepath.Join(dir, "boot_vga")) == "1"
+		d.BootVGA = s.optionalString(addr, dd, "boot_vga") == "1"
 	}
 	// reset_method exists since Linux 5.15; older kernels simply lack it.
-	if rm := s.optionalString(addr, filepath.Join(dir, "reset_method")); rm != "" {
+	if rm := s.optionalString(addr, dd, "reset_method"); rm != "" {
 		d.ResetMethods = strings.Fields(rm)
 	}
-	if bars, err := ReadBARs(filepath.Join(dir, "resource")); err == nil {
+	if bars, err := readBARs(dd); err == nil {
 		d.BARs = bars
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	d.SRIOV = s.readSRIOV(addr, dir)
-	if v, err := ReadVendorVGPU(s.root, addr); err != nil {
+	d.SRIOV = s.readSRIOV(addr, dd)
+	if v, err := readVendorVGPU(addr, dd); err != nil {
 		s.warn("%v", err)
 	} else {
 		d.VendorVGPU = v
@@ -145,10 +155,22 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	return d, nil
 }
 
-// optionalString reads an attribute that may legitimately be absent: absent gives "", any
-// other failure is a warning.
-func (s *scanner) optionalString(addr Address, path string) string {
-	v, err := readAttr(path)
+// hex4 and hex6 are fmt.Sprintf("%04x") and ("%06x") of an ID or class, without fmt.
+func hex4(v uint32) string { return hexN(v, 4) }
+func hex6(v uint32) string { return hexN(v, 6) }
+
+func hexN(v uint32, n int) string {
+	s := strconv.FormatUint(uint64(v), 16)
+	if len(s) >= n {
+		return s
+	}
+	return "000000"[:n-len(s)] + s
+}
+
+// optionalString reads an attribute of dd that may legitimately be absent: absent gives "",
+// any other failure is a warning.
+func (s *scanner) optionalString(addr Address, dd devDir, name string) string {
+	v, err := dd.str(name)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.warn("%s: %v", addr, err)
 	}
@@ -156,8 +178,8 @@ func (s *scanner) optionalString(addr Address, path string) string {
 }
 
 // optionalLink is optionalString for a symlink's last element (driver, iommu_group, physfn).
-func (s *scanner) optionalLink(addr Address, path string) string {
-	v, err := LinkBase(path)
+func (s *scanner) optionalLink(addr Address, dd devDir, name string) string {
+	v, err := dd.linkBase(name)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.warn("%s: %v", addr, err)
 	}
@@ -208,18 +230,40 @@ func ReadBARs(path string) ([]BAR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
+	return parseBARs(path, b)
+}
+
+// readBARs is ReadBARs of dd's resource file.
+func readBARs(dd devDir) ([]BAR, error) {
+	b, err := dd.file("resource")
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dd.path("resource"), err)
+	}
+	return parseBARs(dd.path("resource"), b)
+}
+
+// parseBARs parses the text b of the resource file at path (for errors), line by line as
+// bufio.ScanLines splits it.
+func parseBARs(path string, b []byte) ([]BAR, error) {
 	var bars []BAR
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for i := 0; sc.Scan() && i < 6; i++ {
-		f := strings.Fields(sc.Text())
+	rest := b
+	for i := 0; len(rest) > 0 && i < 6; i++ {
+		line := rest
+		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+			line, rest = rest[:j], rest[j+1:]
+		} else {
+			rest = nil
+		}
+		text := string(bytes.TrimSuffix(line, []byte{'\r'}))
+		f := strings.Fields(text)
 		if len(f) != 3 {
-			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, sc.Text())
+			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, text)
 		}
 		start, err1 := strconv.ParseUint(f[0], 0, 64)
 		end, err2 := strconv.ParseUint(f[1], 0, 64)
 		flags, err3 := strconv.ParseUint(f[2], 0, 64)
 		if err1 != nil || err2 != nil || err3 != nil {
-			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, sc.Text())
+			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, text)
 		}
 		if end == 0 && start == 0 || flags&(ioresourceIO|ioresourceMem) == 0 {
 			continue

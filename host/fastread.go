@@ -34,14 +34,7 @@ func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
 		rel = name + "/" + attr
 	}
 	pathOf := func() string { return filepath.Join(dir, rel) }
-	var fd int
-	var err error
-	for {
-		fd, err = syscall.Openat(dirfd, rel, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	fd, err := openat(dirfd, rel, syscall.O_RDONLY)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", pathOf(), err)
 	}
@@ -80,14 +73,4 @@ func readIntAttr(path string) (int64, error) {
 		return 0, err
 	}
 	return parseInt(path, s)
-}
-
-// readClassAt is readHexAttr over readAttrAt: the 24-bit class of PCI function name, a
-// directory under dirfd's dir.
-func readClassAt(dirfd int, dir, name string) (uint32, error) {
-	s, err := readAttrAt(dirfd, dir, name, "class")
-	if err != nil {
-		return 0, err
-	}
-	return parseHex(filepath.Join(dir, name, "class"), s)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -26,14 +25,11 @@ func TestReadAttrPaths(t *testing.T) {
 		if v, err := readHexAttr(p); err != nil || v != 0x030000 {
 			t.Errorf("readHexAttr(%d-byte path) = %x, %v", len(p), v, err)
 		}
-		fd, err := syscall.Open(filepath.Dir(d), syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
-		if err != nil {
-			t.Fatal(err)
+		dd := openDevDir(filepath.Dir(d))
+		if v, err := dd.hex(filepath.Base(d) + "/class"); err != nil || v != 0x030000 {
+			t.Errorf("devDir.hex(%s/class) = %x, %v", filepath.Base(d)[:10], v, err)
 		}
-		if v, err := readClassAt(fd, filepath.Dir(d), filepath.Base(d)); err != nil || v != 0x030000 {
-			t.Errorf("readClassAt(%s) = %x, %v", filepath.Base(d)[:10], v, err)
-		}
-		syscall.Close(fd)
+		dd.close()
 		missing := filepath.Join(d, "missing")
 		if _, err := readAttr(missing); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 			t.Errorf("readAttr(missing) = %v, want ErrNotExist naming %s", err, missing)

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
-	"syscall"
 )
 
 // Scan reads the inventory of the host under root: every display-class function (class
@@ -25,17 +23,22 @@ import (
 func Scan(root Root) (*Inventory, error) {
 	s := newScanner(root)
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
-	if ents, err := os.ReadDir(root.Sys("kernel", "iommu_groups")); err == nil {
-		inv.IOMMU = len(ents) > 0
+	groups, nonEmpty, err := openListable(s.groups.dir)
+	if err == nil {
+		inv.IOMMU = nonEmpty
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		s.warn("iommu groups: %v", err)
 	}
+	s.groups = groups
+	defer groups.close()
 	addrs, names, err := s.listFunctions()
 	if err != nil {
 		return nil, err
 	}
-	classOf := s.readClasses(addrs, names)
-	devs, groupMembers := s.readSelected(addrs, classOf)
+	s.bus = openDevDir(s.bus.dir)
+	defer s.bus.close()
+	s.classes = s.readClasses(addrs, names)
+	devs, groupMembers := s.readSelected(addrs, s.classes)
 	for _, d := range devs {
 		inv.Devices = append(inv.Devices, *d)
 	}
@@ -83,22 +86,10 @@ func (s *scanner) listFunctions() ([]Address, []string, error) {
 // to the devices directory. Functions that vanished or whose class cannot be read are left
 // out, with a warning.
 func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint32 {
-	busDir := s.root.Sys("bus", "pci", "devices")
 	classes := make([]uint32, len(addrs))
 	present := make([]bool, len(addrs))
-	busFD, err := syscall.Open(busDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		busFD = atCWD // then every rel below is resolved from the working directory: made absolute
-		busDir, _ = filepath.Abs(busDir)
-	} else {
-		defer syscall.Close(busFD)
-	}
 	forEach(len(addrs), func(i int) {
-		name := names[i]
-		if busFD == atCWD {
-			name = filepath.Join(busDir, name)
-		}
-		c, err := readClassAt(busFD, busDir, name)
+		c, err := s.bus.hex(names[i] + "/class")
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
@@ -218,15 +209,19 @@ func groupsOf(devs map[Address]*Device, groupMembers map[int][]Address) []Group 
 // addCompanions lists, on every GPU, the other functions of its slot or group that are audio,
 // USB or UCSI.
 func addCompanions(inv *Inventory) {
+	var candidates []int // the functions that can be companions, in order: few next to the GPUs
+	for i, o := range inv.Devices {
+		if !o.IsGPU && isCompanionClass(o.Class) {
+			candidates = append(candidates, i)
+		}
+	}
 	for i := range inv.Devices {
 		d := &inv.Devices[i]
 		if !d.IsGPU {
 			continue
 		}
-		for _, o := range inv.Devices {
-			if o.Address == d.Address || o.IsGPU || !isCompanionClass(o.Class) {
-				continue
-			}
+		for _, j := range candidates {
+			o := inv.Devices[j]
 			if o.Address.SameSlot(d.Address) || (d.IOMMUGroup >= 0 && o.IOMMUGroup == d.IOMMUGroup) {
 				d.Companions = append(d.Companions, o.Address)
 			}
@@ -290,15 +285,14 @@ func linkMdevParents(inv *Inventory) {
 
 // groupAddresses lists the PCI functions of IOMMU group id.
 func (s *scanner) groupAddresses(id int) []Address {
-	dir := s.root.Sys("kernel", "iommu_groups", strconv.Itoa(id), "devices")
-	ents, err := os.ReadDir(dir)
+	names, err := s.groups.names(strconv.Itoa(id) + "/devices")
 	if err != nil {
 		s.warn("iommu group %d: %v", id, err)
 		return nil
 	}
 	var out []Address
-	for _, e := range ents {
-		if a, err := ParseAddress(e.Name()); err == nil {
+	for _, n := range names {
+		if a, err := ParseAddress(n); err == nil {
 			out = append(out, a)
 		}
 	}

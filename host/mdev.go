@@ -67,34 +67,35 @@ func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
 	}
 	types := []MdevType{}
 	for _, e := range ents {
-		td := filepath.Join(dir, e.Name())
+		// Each type's files are read relative to its directory, opened once (devDir): the
+		// parent's path is a symlink deep into the device hierarchy.
+		td := openDevDir(filepath.Join(dir, e.Name()))
 		t := MdevType{ID: e.Name(), Instances: []string{}}
 		// name is optional in the kernel's mdev ABI (mtty has none on some kernels).
-		if v, err := readAttr(filepath.Join(td, "name")); err == nil {
+		if v, err := td.str("name"); err == nil {
 			t.Name = v
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			s.warn("mdev parent %s: %v", parent, err)
 		}
-		if v, err := readAttr(filepath.Join(td, "description")); err == nil {
+		if v, err := td.str("description"); err == nil {
 			t.Description = v
 		}
-		if v, err := readAttr(filepath.Join(td, "device_api")); err == nil {
+		if v, err := td.str("device_api"); err == nil {
 			t.DeviceAPI = v
 		} else {
 			s.warn("mdev parent %s: %v", parent, err)
 		}
-		if v, err := readIntAttr(filepath.Join(td, "available_instances")); err == nil {
+		if v, err := td.int("available_instances"); err == nil {
 			t.AvailableInstances = int(v)
 		} else {
 			s.warn("mdev parent %s: %v", parent, err)
 		}
-		if inst, err := os.ReadDir(filepath.Join(td, "devices")); err == nil {
-			for _, i := range inst {
-				t.Instances = append(t.Instances, i.Name())
-			}
+		if inst, err := td.names("devices"); err == nil {
+			t.Instances = append(t.Instances, inst...)
 		} else {
 			s.warn("mdev parent %s: list instances of %s: %v", parent, e.Name(), err)
 		}
+		td.close()
 		types = append(types, t)
 	}
 	return types, nil
@@ -108,20 +109,27 @@ func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
 //	ID    : vGPU Name                        0
 //	1155  : NVIDIA L40S-1Q
 func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
-	path := root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")
-	b, err := os.ReadFile(path)
+	dd := openDevDir(root.PCIDevice(addr))
+	defer dd.close()
+	return readVendorVGPU(addr, dd)
+}
+
+// readVendorVGPU is ReadVendorVGPU of the function addr whose directory is dd.
+func readVendorVGPU(addr Address, dd devDir) (*VendorVGPU, error) {
+	const creatable = "nvidia/creatable_vgpu_types"
+	b, err := dd.file(creatable)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("%s: read %s: %w", addr, path, err)
+		return nil, fmt.Errorf("%s: read %s: %w", addr, dd.path(creatable), err)
 	}
 	types, err := ParseCreatableVGPUTypes(string(b))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", addr, path, err)
+		return nil, fmt.Errorf("%s: %s: %w", addr, dd.path(creatable), err)
 	}
 	v := &VendorVGPU{Creatable: types}
-	v.CurrentType, err = ReadCurrentVGPUType(root, addr)
+	v.CurrentType, err = readCurrentVGPUType(addr, dd)
 	return v, err
 }
 

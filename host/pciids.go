@@ -183,8 +183,8 @@ func (p *PCIIDs) Device(vendor, device string) string {
 }
 
 func (p *PCIIDs) device(vendor, device string) string {
-	_, name := findLine(p.vendorBlock(vendor), 0, []byte("\n\t"+strings.ToLower(device)+"  "))
-	return name
+	block := p.vendorBlock(vendor)
+	return lineName(block, deviceLine(block, strings.ToLower(device)), len("\n\t0000  "))
 }
 
 // Subsystem returns the subsystem name for a device's subsystem vendor/device IDs, or "".
@@ -194,7 +194,7 @@ func (p *PCIIDs) Subsystem(vendor, device, subVendor, subDevice string) string {
 
 func (p *PCIIDs) subsystem(vendor, device, subVendor, subDevice string) string {
 	vblock := p.vendorBlock(vendor)
-	ds, _ := findLine(vblock, 0, []byte("\n\t"+strings.ToLower(device)+"  "))
+	ds := deviceLine(vblock, strings.ToLower(device))
 	if ds < 0 {
 		return ""
 	}
@@ -245,30 +245,86 @@ func findLine(data []byte, from int, key []byte) (int, string) {
 	return i, strings.TrimSpace(string(rest[:end]))
 }
 
+// lineName is the name on the line whose newline is at offset i of data, after a key of n
+// bytes (the newline, the ID and two spaces), as findLine returns it; "" when i is -1.
+func lineName(data []byte, i, n int) string {
+	if i < 0 || i+n > len(data) {
+		return ""
+	}
+	rest := data[i+n:]
+	end := bytes.IndexByte(rest, '\n')
+	if end < 0 {
+		end = len(rest)
+	}
+	return strings.TrimSpace(string(rest[:end]))
+}
+
+// deviceLine returns the offset of the newline before device's line ("\n\t2206  GA102 …") in
+// a vendor's section (vendorBlock), -1 when absent. Like vendorLine it bisects, since pci.ids
+// lists a vendor's devices in ascending ID order too: a search of Intel's 400 KB section, line
+// by line for the newline that starts the key, was most of the names' cost on a small host,
+// and more for an ID not in the file. device is four lower-case hex digits.
+func deviceLine(block []byte, device string) int {
+	first := bytes.IndexByte(block[min(1, len(block)):], '\n') // the end of the vendor's own line
+	if first < 0 {
+		return -1
+	}
+	return bisectLines(block, first+1, nextDeviceLine, 2, device)
+}
+
+// bisectLines finds, in data[from:], the line whose newline is at an offset next returns and
+// whose 4-digit ID (at that offset + at) is id, the IDs of those lines being in ascending
+// order: vendorLine and deviceLine. It returns the offset, or -1.
+func bisectLines(data []byte, from int, next func(data []byte, from, to int) int, at int, id string) int {
+	lo, hi := from, len(data)
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		i := next(data, mid, hi)
+		if i < 0 {
+			hi = mid // no such line in [mid, hi): it is before mid
+			continue
+		}
+		switch got := string(data[i+at : i+at+4]); {
+		case got == id:
+			return i
+		case got < id:
+			lo = i + 1
+		default:
+			hi = mid // i is the first such line after mid, and it is past id
+		}
+	}
+	return -1
+}
+
+// nextDeviceLine returns the offset of the first newline in [from, to) that starts a device
+// line (a tab, four lower-case hex digits, two spaces), or -1 when there is none before to or
+// before the end of the vendor's section (a line indented by no tab that is not a comment).
+func nextDeviceLine(data []byte, from, to int) int {
+	for i := from; i < to; {
+		j := bytes.IndexByte(data[i:to], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j
+		line := data[i+1:]
+		switch {
+		case len(line) >= 7 && line[0] == '\t' && line[5] == ' ' && line[6] == ' ' && isLowerHex(line[1:5]):
+			return i
+		case len(line) > 0 && line[0] != '\t' && line[0] != '#' && line[0] != '\n':
+			return -1 // the next vendor, or the classes
+		}
+		i++
+	}
+	return -1
+}
+
 // vendorLine returns the offset of the newline before vendor's line ("\n1af4  Red Hat, Inc."),
 // or -1, by bisection: pci.ids lists vendors in ascending ID order (the database is kept so),
 // so ~20 probes replace a search through up to 1.3 MB, which was most of `inspect` on a small
 // host, and an ID not in the file (QEMU's 1234) costs no more. vendor is four lower-case hex
 // digits.
 func vendorLine(data []byte, vendor string) int {
-	lo, hi := 0, len(data) // the line, if there, starts after lo and before hi
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		i := nextVendorLine(data, mid, hi)
-		if i < 0 {
-			hi = mid // no vendor line in [mid, hi): it is before mid
-			continue
-		}
-		switch id := string(data[i+1 : i+5]); {
-		case id == vendor:
-			return i
-		case id < vendor:
-			lo = i + 1
-		default:
-			hi = mid // i is the first vendor line after mid, and it is past vendor
-		}
-	}
-	return -1
+	return bisectLines(data, 0, nextVendorLine, 1, vendor)
 }
 
 // nextVendorLine returns the offset of the first newline in [from, to) that starts a vendor

@@ -11,16 +11,7 @@ import (
 func TestVendorLineBisection(t *testing.T) {
 	small := []byte("# comment\n0001  SafeNet\n\t0001  eToken\n1002  AMD\n\t5046  Rage 4\n\t\t1002 0001  sub\n# 1af4 is next\n" +
 		"1af4  Red Hat, Inc.\n\t1050  Virtio GPU\n8086  Intel\nffff  Illegal\nC 00  Unclassified\n\t00  Non-VGA\n")
-	files := map[string][]byte{"small": small}
-	for _, p := range pciIDsPaths {
-		if b, err := os.ReadFile("/" + p); err == nil {
-			files[p] = b
-			break
-		}
-	}
-	if len(files) == 1 {
-		t.Log("no pci.ids on this machine: only the small sample")
-	}
+	files := withMachinePCIIDs(t, small)
 	for name, data := range files {
 		n := 0
 		for i := 0; ; {
@@ -44,4 +35,58 @@ func TestVendorLineBisection(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDeviceLineBisection: in every vendor's section of a pci.ids file, bisection finds each
+// device where a search from the start does, and -1 for IDs that are not there.
+func TestDeviceLineBisection(t *testing.T) {
+	small := []byte("1002  AMD\n\t0001  first\n\t\t1002 0001  sub\n# comment\n\t5046  Rage 4\n\t\t1002 0001  sub\n\t\t1002 0002  sub2\n\t7000  last\n" +
+		"10de  NVIDIA\n\t0002  n\n\t8000  m\nC 00  Unclassified\n\t00  Non-VGA\n")
+	files := withMachinePCIIDs(t, small)
+	devices := 0
+	for name, data := range files {
+		for i := 0; ; {
+			vs := nextVendorLine(data, i, len(data))
+			if vs < 0 {
+				break
+			}
+			section := sectionOf(data, vs, 0)
+			for j := 1; ; { // from the end of the vendor's line
+				ds := nextDeviceLine(section, j, len(section))
+				if ds < 0 {
+					break
+				}
+				id := string(section[ds+2 : ds+6])
+				want, wantName := findLine(section, 0, []byte("\n\t"+id+"  "))
+				if got := deviceLine(section, id); got != want || lineName(section, got, len("\n\t0000  ")) != wantName {
+					t.Errorf("%s: vendor %s device %s at %d, the search finds it at %d (%q)", name, section[1:5], id, got, want, wantName)
+				}
+				devices++
+				j = ds + 1
+			}
+			for _, id := range []string{"0000", "7fff", "8000", "ffff", "zzzz"} {
+				want, _ := findLine(section, 0, []byte("\n\t"+id+"  "))
+				if got := deviceLine(section, id); got != want {
+					t.Errorf("%s: vendor %s device %s at %d, search finds it at %d", name, section[1:5], id, got, want)
+				}
+			}
+			i = vs + 1
+		}
+	}
+	if devices < 8 {
+		t.Errorf("only %d devices checked", devices)
+	}
+}
+
+// withMachinePCIIDs returns the sample small and this machine's pci.ids, by name.
+func withMachinePCIIDs(t *testing.T, small []byte) map[string][]byte {
+	files := map[string][]byte{"small": small}
+	for _, p := range pciIDsPaths {
+		if b, err := os.ReadFile("/" + p); err == nil {
+			files[p] = b
+			return files
+		}
+	}
+	t.Log("no pci.ids on this machine: only the small sample")
+	return files
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 )
@@ -40,26 +39,28 @@ func ReadFunctionLinks(root Root, addr Address) (FunctionLinks, error) {
 		}
 		return FunctionLinks{IOMMUGroup: -1, NUMANode: -1}, fmt.Errorf("PCI function %s: %w", addr, err)
 	}
-	return newScanner(root).functionLinks(addr, dir), nil
+	dd := openDevDir(dir)
+	defer dd.close()
+	return newScanner(root).functionLinks(addr, dd), nil
 }
 
 // functionLinks reads a function's links and numa_node, recording problems as warnings.
-func (s *scanner) functionLinks(addr Address, dir string) FunctionLinks {
+func (s *scanner) functionLinks(addr Address, dd devDir) FunctionLinks {
 	l := FunctionLinks{IOMMUGroup: -1, NUMANode: -1}
-	l.Driver = s.optionalLink(addr, filepath.Join(dir, "driver"))
-	if g := s.optionalLink(addr, filepath.Join(dir, "iommu_group")); g != "" {
+	l.Driver = s.optionalLink(addr, dd, "driver")
+	if g := s.optionalLink(addr, dd, "iommu_group"); g != "" {
 		if n, err := strconv.Atoi(g); err == nil {
 			l.IOMMUGroup = n
 		} else {
-			s.warn("%s: iommu_group link %s names %q, not a group number", addr, filepath.Join(dir, "iommu_group"), g)
+			s.warn("%s: iommu_group link %s names %q, not a group number", addr, dd.path("iommu_group"), g)
 		}
 	}
-	if n, err := readIntAttr(filepath.Join(dir, "numa_node")); err == nil {
+	if n, err := dd.int("numa_node"); err == nil {
 		l.NUMANode = int(n)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if pf := s.optionalLink(addr, filepath.Join(dir, "physfn")); pf != "" {
+	if pf := s.optionalLink(addr, dd, "physfn"); pf != "" {
 		if a, err := ParseAddress(pf); err == nil {
 			l.PhysFn = &a
 		} else {

@@ -107,9 +107,14 @@ func ReadInt(path string) (int64, error) {
 
 // parseInt parses an integer attribute's value (decimal, or 0x-prefixed hex); path is for the error.
 func parseInt(path, s string) (int64, error) {
+	return parseIntLazy(func() string { return path }, s)
+}
+
+// parseIntLazy is parseInt that builds the path for the error only when there is one.
+func parseIntLazy(path func() string, s string) (int64, error) {
 	v, err := strconv.ParseInt(s, 0, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: not an integer: %q", path, s)
+		return 0, fmt.Errorf("read %s: not an integer: %q", path(), s)
 	}
 	return v, nil
 }
@@ -125,9 +130,14 @@ func ReadHex(path string) (uint32, error) {
 
 // parseHex parses a hex attribute's value ("0x10de"); path is for the error.
 func parseHex(path, s string) (uint32, error) {
+	return parseHexLazy(func() string { return path }, s)
+}
+
+// parseHexLazy is parseHex that builds the path for the error only when there is one.
+func parseHexLazy(path func() string, s string) (uint32, error) {
 	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: not a hex number: %q", path, s)
+		return 0, fmt.Errorf("read %s: not a hex number: %q", path(), s)
 	}
 	return uint32(v), nil
 }

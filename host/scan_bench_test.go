@@ -3,33 +3,52 @@ package host_test
 import (
 	"encoding/json"
 	"io"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
-// BenchmarkScan measures Scan alone on the generated hosts that bench/inspect.sh compares
-// with lspci (~2,000 functions and a workstation); BenchmarkScanJSON adds the JSON encoding
-// `inspect --output json` does. Run: go test ./host -run '^$' -bench Scan -cpuprofile cpu.out
+// BenchmarkScan measures Scan alone on the generated hosts that bench/inspect.sh and
+// bench/scale.sh compare with lspci (~2,000 functions, a workstation, 64 GPUs);
+// BenchmarkScanJSON adds the JSON encoding `inspect --output json` does. Run: go test ./host -run '^$' -bench Scan -cpuprofile cpu.out
 func BenchmarkScan(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		spec hosttest.HostSpec
-	}{{"big", hosttest.BenchHost}, {"small", hosttest.SmallHost}} {
-		// Generated once: b.Run calls its function again for every b.N it tries.
-		tr := hosttest.New(b)
-		tr.GenerateHost(c.spec)
+	}{{"big", hosttest.BenchHost}, {"small", hosttest.SmallHost}, {"gpu64", hosttest.GPUHost64}} {
+		// Generated once, and only when -bench selects it (a big tree takes seconds to
+		// write): b.Run calls its function again for every b.N it tries.
+		var tr *hosttest.Tree
+		outer := b
 		b.Run(c.name, func(b *testing.B) {
+			if tr == nil {
+				tr = hosttest.New(outer)
+				tr.GenerateHost(c.spec)
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := cpuTime(b)
 			for i := 0; i < b.N; i++ {
 				if _, err := host.Scan(tr.Root); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 		})
 	}
+}
+
+// cpuTime is the process's user + system CPU time so far: on this project's shared machine
+// the wall time of a benchmark depends on the other jobs, its CPU time much less.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkScanJSON(b *testing.B) {
@@ -42,6 +61,26 @@ func BenchmarkScanJSON(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		enc := json.NewEncoder(io.Discard)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(inv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJSONGPU64 is the JSON encoding alone of the 64-GPU host's inventory (about 900 KB
+// indented), the part of `inspect -o json` after Scan.
+func BenchmarkJSONGPU64(b *testing.B) {
+	tr := hosttest.New(b)
+	tr.GenerateHost(hosttest.GPUHost64)
+	inv, err := host.Scan(tr.Root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
 		enc := json.NewEncoder(io.Discard)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(inv); err != nil {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+	"strconv"
 )
 
 // ReadSRIOV reads the SR-IOV attributes of the PF at addr (see SRIOV): nil and no error when
@@ -22,15 +22,17 @@ func ReadSRIOV(root Root, addr Address) (*SRIOV, []string, error) {
 		return nil, nil, fmt.Errorf("SR-IOV of %s: %w", addr, err)
 	}
 	s := newScanner(root)
-	sr := s.readSRIOV(addr, dir)
+	dd := openDevDir(dir)
+	defer dd.close()
+	sr := s.readSRIOV(addr, dd)
 	return sr, s.warnings, nil
 }
 
 // readSRIOV reads a PF's SR-IOV attributes; nil when the device has no SR-IOV capability.
 //
 //	sriov_totalvfs 3, sriov_numvfs 3, sriov_offset 1, sriov_stride 1, virtfn0 -> ../0000:00:0a.1
-func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
-	total, err := readIntAttr(filepath.Join(dir, "sriov_totalvfs"))
+func (s *scanner) readSRIOV(addr Address, dd devDir) *SRIOV {
+	total, err := dd.int("sriov_totalvfs")
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.warn("%s: %v", addr, err)
@@ -38,12 +40,12 @@ func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
 		return nil
 	}
 	sr := &SRIOV{TotalVFs: int(total), VFs: []Address{}}
-	if n, err := readIntAttr(filepath.Join(dir, "sriov_numvfs")); err == nil {
+	if n, err := dd.int("sriov_numvfs"); err == nil {
 		sr.NumVFs = int(n)
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if ap, err := readIntAttr(filepath.Join(dir, "sriov_drivers_autoprobe")); err == nil {
+	if ap, err := dd.int("sriov_drivers_autoprobe"); err == nil {
 		v := ap != 0
 		sr.DriversAutoprobe = &v
 	}
@@ -51,14 +53,14 @@ func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
 		name string
 		to   *int
 	}{{"sriov_offset", &sr.Offset}, {"sriov_stride", &sr.Stride}} {
-		if v, err := readIntAttr(filepath.Join(dir, f.name)); err == nil {
+		if v, err := dd.int(f.name); err == nil {
 			*f.to = int(v)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			s.warn("%s: %v", addr, err)
 		}
 	}
 	for i := 0; i < sr.NumVFs; i++ {
-		a, err := virtfn(dir, i)
+		a, err := virtfn(dd, i)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				s.warn("%s: sriov_numvfs is %d but %v", addr, sr.NumVFs, err)
@@ -72,16 +74,16 @@ func (s *scanner) readSRIOV(addr Address, dir string) *SRIOV {
 	return sr
 }
 
-// virtfn reads the PF's link virtfnI (in the PF's directory dir) and returns the VF's address.
-func virtfn(dir string, i int) (Address, error) {
-	link := filepath.Join(dir, fmt.Sprintf("virtfn%d", i))
-	name, err := LinkBase(link)
+// virtfn reads the PF's link virtfnI (in the PF's directory dd) and returns the VF's address.
+func virtfn(dd devDir, i int) (Address, error) {
+	link := "virtfn" + strconv.Itoa(i)
+	name, err := dd.linkBase(link)
 	if err != nil {
 		return Address{}, err
 	}
 	a, err := ParseAddress(name)
 	if err != nil {
-		return Address{}, fmt.Errorf("%s names %q: %w", link, name, err)
+		return Address{}, fmt.Errorf("%s names %q: %w", dd.path(link), name, err)
 	}
 	return a, nil
 }
@@ -91,10 +93,11 @@ func virtfn(dir string, i int) (Address, error) {
 // sriov_numvfs write returns, so this is what a caller polls to see them appear or go. A PF
 // without VFs (or without SR-IOV) returns an empty list.
 func ReadVFs(root Root, addr Address) ([]Address, error) {
-	dir := root.PCIDevice(addr)
+	dd := openDevDir(root.PCIDevice(addr))
+	defer dd.close()
 	out := []Address{}
 	for i := 0; ; i++ {
-		a, err := virtfn(dir, i)
+		a, err := virtfn(dd, i)
 		if errors.Is(err, fs.ErrNotExist) {
 			return out, nil
 		}

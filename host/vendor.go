@@ -15,7 +15,12 @@ func IsVendorVF(root Root, addr Address) bool {
 // ReadCurrentVGPUType reads nvidia/current_vgpu_type of a vendor-VFIO VF: the vGPU type ID
 // assigned to it, 0 for none. This is what a caller reads back after writing the file.
 func ReadCurrentVGPUType(root Root, vf Address) (int, error) {
-	n, err := readIntAttr(root.PCIDevice(vf, "nvidia", "current_vgpu_type"))
+	return readCurrentVGPUType(vf, pathDir(root.PCIDevice(vf)))
+}
+
+// readCurrentVGPUType is ReadCurrentVGPUType of the VF whose directory is dd.
+func readCurrentVGPUType(vf Address, dd devDir) (int, error) {
+	n, err := dd.int("nvidia/current_vgpu_type")
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", vf, err)
 	}

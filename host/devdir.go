@@ -1,0 +1,220 @@
+package host
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// devDir is a directory read one file after another (a PCI function's, an mdev type's), opened
+// once (O_PATH) so that every attribute is opened relative to it: the kernel resolves
+// ROOT/sys/bus/pci/devices/ADDR, a symlink into the device hierarchy
+// (devices/pci0000:00/0000:00:01.0/0000:01:00.0/...), once per function instead of once per
+// file. On the 64-GPU host that path walk was most of Scan's system time.
+//
+// Errors name the full path exactly as a read of the full path does (the inventory's
+// warnings do not change). A directory that cannot be opened falls back to full paths, so
+// that every read fails, or succeeds, as it did before.
+type devDir struct {
+	fd  int    // the open directory, or atCWD: names are then joined to dir
+	dir string // the directory's path, for messages and the fallback
+}
+
+// openDevDir opens dir; close it with close.
+func openDevDir(dir string) devDir {
+	fd, err := openat(atCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return pathDir(dir)
+	}
+	return devDir{fd: fd, dir: dir}
+}
+
+// openat is openat(2) with O_CLOEXEC, retried on EINTR.
+func openat(dirfd int, path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, path, flags|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// pathDir is dir not opened, for a single read: opening it would cost more than it saves.
+func pathDir(dir string) devDir { return devDir{fd: atCWD, dir: dir} }
+
+func (d devDir) close() {
+	if d.fd != atCWD {
+		unix.Close(d.fd)
+	}
+}
+
+// at returns the directory descriptor and the name to open relative to it for name (a file
+// or a relative path such as "nvidia/current_vgpu_type").
+func (d devDir) at(name string) (int, string) {
+	if d.fd == atCWD {
+		return atCWD, filepath.Join(d.dir, name)
+	}
+	return d.fd, name
+}
+
+// path is the full path of name, for messages.
+func (d devDir) path(name string) string { return filepath.Join(d.dir, name) }
+
+// str is readAttr of dir/name.
+func (d devDir) str(name string) (string, error) {
+	fd, rel := d.at(name)
+	if fd == atCWD {
+		return readAttrAt(atCWD, "", rel, "")
+	}
+	return readAttrAt(fd, d.dir, rel, "")
+}
+
+// hex is readHexAttr of dir/name.
+func (d devDir) hex(name string) (uint32, error) {
+	s, err := d.str(name)
+	if err != nil {
+		return 0, err
+	}
+	return parseHexLazy(func() string { return d.path(name) }, s) // joining the path costs
+}
+
+// int is readIntAttr of dir/name.
+func (d devDir) int(name string) (int64, error) {
+	s, err := d.str(name)
+	if err != nil {
+		return 0, err
+	}
+	return parseIntLazy(func() string { return d.path(name) }, s)
+}
+
+// linkBase is LinkBase of dir/name, with the same errors.
+func (d devDir) linkBase(name string) (string, error) {
+	fd, rel := d.at(name)
+	buf := make([]byte, 128)
+	for {
+		n, err := unix.Readlinkat(fd, rel, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", wrapLinkErr(d.path(name), err)
+		}
+		if n < len(buf) {
+			return filepath.Base(string(buf[:n])), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// wrapLinkErr is LinkBase's error for path: os.Readlink's *fs.PathError wrapped as LinkBase
+// wraps it.
+func wrapLinkErr(path string, err error) error {
+	return fmt.Errorf("read link %s: %w", path, &fs.PathError{Op: "readlink", Path: path, Err: err})
+}
+
+// file reads all of dir/name, with os.ReadFile's errors (a *fs.PathError with Op "open" or
+// "read" and the full path). A short read is the end, as in readAttrAt: a sysfs attribute
+// (at most a page) or a small regular file comes in one read.
+func (d devDir) file(name string) ([]byte, error) {
+	fd, rel := d.at(name)
+	f, err := openat(fd, rel, unix.O_RDONLY)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
+	}
+	defer unix.Close(f)
+	var page [4096]byte // most files fit: read there, keep a copy of the right size
+	var b []byte
+	for {
+		space := page[:]
+		if b != nil {
+			if len(b) == cap(b) {
+				b = append(b, 0)[:len(b)]
+			}
+			space = b[len(b):cap(b)]
+		}
+		n, err := unix.Read(f, space)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: d.path(name), Err: err}
+		}
+		switch {
+		case b == nil && n < len(space):
+			return append([]byte{}, page[:n]...), nil
+		case b == nil:
+			b = append(make([]byte, 0, 2*len(page)), page[:n]...)
+		default:
+			b = b[:len(b)+n]
+			if n < len(space) {
+				return b, nil
+			}
+		}
+	}
+}
+
+// sub opens the directory name under d (a function under the devices directory); it falls
+// back to the full path when that fails, as openDevDir does.
+func (d devDir) sub(name string) devDir {
+	if d.fd == atCWD {
+		return openDevDir(d.path(name))
+	}
+	fd, err := openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return pathDir(d.path(name))
+	}
+	return devDir{fd: fd, dir: d.path(name)}
+}
+
+// openListable opens dir for reading its entries (not O_PATH) and reports whether it has any,
+// with os.ReadDir's errors. The descriptor stays usable as a devDir for reads below it.
+func openListable(dir string) (devDir, bool, error) {
+	fd, err := openat(atCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return pathDir(dir), false, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	names, err := readNames(fd, dir, 1)
+	return devDir{fd: fd, dir: dir}, len(names) > 0, err
+}
+
+// names lists the directory dir/name (the directory itself for "."), sorted, as os.ReadDir
+// would name them, with os.ReadDir's errors.
+func (d devDir) names(name string) ([]string, error) {
+	fd, rel := d.at(name)
+	f, err := openat(fd, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
+	}
+	defer unix.Close(f)
+	out, err := readNames(f, d.path(name), -1)
+	sort.Strings(out)
+	return out, err
+}
+
+// readNames reads the names in the open directory fd (path for errors), all of them or the
+// first max, without "." and "..".
+func readNames(fd int, path string, max int) ([]string, error) {
+	var out []string
+	buf := make([]byte, 8192)
+	for max < 0 || len(out) < max {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return out, &fs.PathError{Op: "readdirent", Path: path, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		left := -1
+		if max >= 0 {
+			left = max - len(out)
+		}
+		_, _, out = unix.ParseDirent(buf[:n], left, out)
+	}
+	return out, nil
+}
