@@ -58,6 +58,9 @@ func newApp() *cli.Command {
 }
 
 func main() {
+	if code, ok := fetchMain(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	cli.VersionPrinter = func(cmd *cli.Command) {
 		fmt.Fprintln(cmd.Root().Writer, buildinfo.Get().Line(cmd.Root().Name))
 	}
