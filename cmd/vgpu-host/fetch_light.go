@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -36,10 +37,13 @@ func fetchISO(ctx context.Context, url, checksum, dest string, progress io.Write
 	case ctx.Err() != nil:
 		return fmt.Errorf("fetch %s: %w", url, ctx.Err())
 	}
-	if msg := strings.TrimSpace(stderr.String()); msg != "" && !strings.Contains(msg, "\n") {
-		return remote.FromWire(fetchKinds, msg)
+	msg := strings.TrimSpace(stderr.String())
+	var we *remote.WireError
+	if werr := remote.FromWire(fetchKinds, msg); !strings.Contains(msg, "\n") && errors.As(werr, &we) {
+		return werr
 	}
-	return fmt.Errorf("fetch %s: %s %s: %w: %s", url, p, fetchISOFlag, err, host.Clip(strings.TrimSpace(stderr.String()), 400))
+	// Not the downloader's answer: it crashed, or it is an older vgpu-host-agent.
+	return fmt.Errorf("fetch %s: %s %s: %w: %s", url, p, fetchISOFlag, err, host.Clip(msg, 400))
 }
 
 // fetchMain is vgpu-host-agent's (fetch_full.go).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,8 +20,9 @@ import (
 // TestFetchISOApply: apply of a spec whose CD comes from a URL downloads it into the pool
 // through vgpu-host-agent --fetch-iso (vgpu-host links no net/http), printing the download's
 // progress; a second apply downloads nothing. A wrong checksum exits 2 and a missing file 6,
-// as when the download ran in-process, with the message and nothing left in the pool; with no
-// vgpu-host-agent to run, apply says what is missing (exit 7).
+// as when the download ran in-process, with the message and nothing left in the pool; a
+// downloader that fails otherwise is reported as such, and with no vgpu-host-agent to run,
+// apply says what is missing (exit 7).
 func TestFetchISOApply(t *testing.T) {
 	bin := binary(t) // built with -tags agent: it is vgpu-host-agent too
 	t.Setenv("VGPU_HOST_AGENT_BIN", bin)
@@ -95,6 +97,13 @@ func TestFetchISOApply(t *testing.T) {
 		t.Errorf("the pool holds %v, want installer.iso and its sidecar alone", left)
 	}
 
+	// A program that is not the downloader (a crash, an older vgpu-host-agent): its failure.
+	if f, err := exec.LookPath("false"); err == nil {
+		t.Setenv("VGPU_HOST_AGENT_BIN", f)
+		if out, code := apply(spec("notfetcher", "/other.iso", sum)); code != exitFailure || !strings.Contains(out, f+" "+fetchISOFlag+": exit status 1") {
+			t.Errorf("%s as the downloader: exit %d, want 1 and its failure:\n%s", f, code, out)
+		}
+	}
 	t.Setenv("VGPU_HOST_AGENT_BIN", filepath.Join(t.TempDir(), "none"))
 	if out, code := apply(spec("noagent", "/other.iso", sum)); code != exitUnsupported || !strings.Contains(out, AgentBinary+" not found") {
 		t.Errorf("no %s: exit %d, want %d and what is missing:\n%s", AgentBinary, code, exitUnsupported, out)
