@@ -12,14 +12,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 )
 
-// Peer is the process at the other end of a connection, as the kernel saw it when it
-// connected (SO_PEERCRED).
-type Peer struct {
-	UID uint32 `json:"uid"`
-	GID uint32 `json:"gid"`
-	PID int32  `json:"pid"`
-}
-
 type peerKey struct{}
 
 // PeerOf returns the peer stored in ctx by the server, and whether there is one.

@@ -20,13 +20,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// Defaults of the Server's limits.
-const (
-	DefaultMaxBody         = 4 << 20
-	DefaultRequestTimeout  = 10 * time.Minute
-	DefaultShutdownTimeout = 5 * time.Minute
-	DefaultSocketMode      = 0o660
-)
+// DefaultSocketMode is the socket's mode unless Server.SocketMode says otherwise (the other
+// defaults of the Server's limits are agentapi's).
+const DefaultSocketMode = 0o660
 
 // Server is the agent: it owns the socket, checks every caller, queues mutations and runs
 // every operation through its Runner. Set the fields, then call Listen and Serve.

@@ -123,6 +123,17 @@ func serve(t *testing.T, r Runner, mod func(*Server)) (*Server, func() error) {
 	return s, stop
 }
 
+// socketHTTP is net/http's client on the agent's socket, for the answers the tests read raw.
+func socketHTTP(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
 func discardLogger() *slog.Logger { l, _ := NewLogger(io.Discard, "debug", false); return l }
 
 func execArgs(t *testing.T, s *Server, args ...string) ExecResult {
@@ -501,7 +512,7 @@ func TestHooks(t *testing.T) {
 		t.Fatalf("the change after Ready: %+v", res)
 	}
 	hreq, _ := http.NewRequest("GET", "http://agent/v1/health", nil)
-	hresp, err := c.httpClient().Do(hreq)
+	hresp, err := socketHTTP(c.Socket).Do(hreq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +522,7 @@ func TestHooks(t *testing.T) {
 		t.Fatalf("health after a failed Ready: %d %+v", hresp.StatusCode, h)
 	}
 	req, _ := http.NewRequest("GET", "http://agent/metrics", nil)
-	resp, err := c.httpClient().Do(req)
+	resp, err := socketHTTP(c.Socket).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

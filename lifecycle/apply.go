@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
@@ -475,8 +474,13 @@ func (e *stepEnv) SeedISO() ([]byte, error) {
 
 func (e *stepEnv) Forced() []string { return e.l.o.Force }
 
-// Progress is where long steps (an ISO download) report; nil is quiet.
-func (e *stepEnv) Progress() io.Writer { return e.l.o.Progress }
+// Fetch downloads through Options.Fetch, reporting to Options.Progress.
+func (e *stepEnv) Fetch(ctx context.Context, url, checksum, dest string) error {
+	if e.l.o.Fetch == nil {
+		return fmt.Errorf("fetch %s: this build has no downloader wired in: %w", url, host.ErrUnsupported)
+	}
+	return e.l.o.Fetch(ctx, url, checksum, dest, e.l.o.Progress)
+}
 
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
 func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/fetch/httpget"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -82,7 +83,7 @@ spec:
 		return vm
 	}
 	conn := libvirtdConn(t, uri, root, name)
-	lc := New(Options{Root: root, Conn: conn, VirtType: "qemu", Ledger: ledger.Open(root), CheckFiles: true})
+	lc := New(Options{Root: root, Conn: conn, VirtType: "qemu", Ledger: ledger.Open(root), CheckFiles: true, Fetch: httpget.Fetch})
 	ctx := context.Background()
 
 	missing := filepath.Join(work, "nope.iso")

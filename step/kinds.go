@@ -3,13 +3,11 @@ package step
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/internal/fetch"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -275,7 +273,7 @@ func (s WriteSeed) Undo(ctx context.Context, env Env) error {
 }
 
 // FetchISO downloads URL as File in the pool directory, verifying Checksum as it streams
-// (internal/fetch). The file is a cache shared by every VM that names the same ISO: a second
+// (Env.Fetch). The file is a cache shared by every VM that names the same ISO: a second
 // apply finds it (by its recorded checksum) and downloads nothing, and Undo leaves it.
 type FetchISO struct {
 	File, URL, Checksum string
@@ -299,15 +297,10 @@ func (s FetchISO) Text() string {
 
 // Do implements Step.
 func (s FetchISO) Do(ctx context.Context, env Env) error {
-	var progress io.Writer
-	if p, ok := env.(interface{ Progress() io.Writer }); ok {
-		progress = p.Progress()
-	}
 	if err := os.MkdirAll(env.PoolDir(), 0o755); err != nil {
 		return fmt.Errorf("fetch %s: %w", s.URL, err)
 	}
-	_, err := fetch.Get(ctx, s.URL, s.Checksum, filepath.Join(env.PoolDir(), s.File), fetch.Options{Progress: progress})
-	return err
+	return env.Fetch(ctx, s.URL, s.Checksum, filepath.Join(env.PoolDir(), s.File))
 }
 
 // Undo leaves the file: it is a verified cache other VMs may use (docs/spec.md).

@@ -82,6 +82,10 @@ type Env interface {
 	DomainXML() string
 	// Forced names the safety checks the user overrode (apply --force=NAME).
 	Forced() []string
+	// Fetch downloads url to dest unless dest holds it already, verifying checksum as it
+	// streams (package fetch says how); it errors (host.ErrUnsupported) when no downloader
+	// is wired in.
+	Fetch(ctx context.Context, url, checksum, dest string) error
 }
 
 // Step is one change of a plan.

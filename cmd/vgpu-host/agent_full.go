@@ -4,9 +4,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -15,17 +22,14 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/drift"
 	"github.com/vgpu-host/vgpu-host/agent/metrics"
 	"github.com/vgpu-host/vgpu-host/agent/reconcile"
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// agentBuiltIn: this is vgpu-host-agent (make build: the command tree built with -tags agent),
-// which runs the agent itself, Prometheus client and all.
-const agentBuiltIn = true
-
-// execAgent is not needed here: this binary is the agent.
-func execAgent() error { return nil }
+// This is vgpu-host-agent (make build: the command tree built with -tags agent), which runs
+// the agent itself: its server (net/http), Prometheus client and all.
 
 // agentParts attaches what makes the server the host's agent: Prometheus metrics (on the
 // socket's /metrics), the warm libvirt connection that reopens itself when libvirtd restarts,
@@ -83,4 +87,86 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 		return out
 	}
 	return watcher, ready, nil
+}
+
+// agentServer builds the agent for the invocation; runAgent listens and serves it. This is
+// where optional parts (metrics, boot reconcile, drift) are attached to the Server.
+func agentServer(cmd *cli.Command) (*agent.Server, error) {
+	if cmd.Args().Len() > 0 {
+		return nil, usageErr("agent takes no arguments, got %q", cmd.Args().First())
+	}
+	root, err := rootOf(cmd)
+	if err != nil {
+		return nil, err
+	}
+	uri, err := connURI(cmd, root)
+	if err != nil {
+		return nil, err
+	}
+	log, err := agent.NewLogger(cmd.Root().ErrWriter, cmd.String("log-level"), isTerminal(os.Stderr))
+	if err != nil {
+		return nil, usageErr("--log-level: %v", err)
+	}
+	socket := agentSocketUnder(root)
+	if cmd.IsSet("socket") {
+		if socket, err = filepath.Abs(cmd.String("socket")); err != nil || cmd.String("socket") == "" {
+			return nil, usageErr("--socket %q: name the socket's path", cmd.String("socket"))
+		}
+	}
+	gid, group := -1, cmd.String("group")
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		switch {
+		case err == nil:
+			gid, _ = strconv.Atoi(g.Gid)
+		case cmd.IsSet("group"):
+			return nil, usageErr("--group %s: %v (create it with groupadd, or pass --group '' for root only)", group, err)
+		default:
+			group = ""
+		}
+	}
+	procRoot, _ := host.NewRoot("/")
+	return &agent.Server{
+		Root:            root,
+		Socket:          socket,
+		GID:             gid,
+		GroupName:       group,
+		ProcRoot:        procRoot,
+		Runner:          &cliRunner{root: root, uri: uri, log: log},
+		Log:             log,
+		RequestTimeout:  cmd.Duration("request-timeout"),
+		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
+		URI:             uri,
+		OpenConn:        openConn,
+	}, nil
+}
+
+func runAgent(ctx context.Context, cmd *cli.Command) error {
+	srv, err := agentServer(cmd)
+	if err != nil {
+		return err
+	}
+	if srv.RequestTimeout <= 0 || srv.ShutdownTimeout <= 0 {
+		return usageErr("--request-timeout and --shutdown-timeout must be positive")
+	}
+	if err := srv.Listen(); err != nil {
+		if errors.Is(err, host.ErrBusy) {
+			return err
+		}
+		return fmt.Errorf("agent: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	watcher, ready, err := agentParts(cmd, srv)
+	if err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-ready:
+			_ = watcher.Run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+	return srv.Serve(ctx)
 }

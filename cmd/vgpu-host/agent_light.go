@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,17 +11,8 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/agent"
-	"github.com/vgpu-host/vgpu-host/agent/drift"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
-
-// agentBuiltIn: this is vgpu-host, which leaves the agent to vgpu-host-agent.
-const agentBuiltIn = false
-
-// AgentBinary is the agent's binary, found beside vgpu-host (make build and make install put
-// them together), else on PATH, or named by $VGPU_HOST_AGENT_BIN.
-const AgentBinary = "vgpu-host-agent"
 
 var errNoAgentBinary = errors.New(AgentBinary + " not found")
 
@@ -37,7 +29,7 @@ func execAgent() error {
 	return nil
 }
 
-// agentParts is vgpu-host-agent's (agent_full.go); this binary never runs the agent itself.
-func agentParts(*cli.Command, *agent.Server) (*drift.Watcher, chan struct{}, error) {
-	return nil, nil, errors.New("the agent runs as " + AgentBinary)
-}
+// runAgent replaces vgpu-host with vgpu-host-agent: this binary stays light to start (no
+// net/http server, no Prometheus client in every command's init), and the agent is the same
+// command tree built with -tags agent.
+func runAgent(context.Context, *cli.Command) error { return execAgent() }

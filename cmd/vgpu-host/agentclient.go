@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/agent"
+	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 )
 
@@ -26,7 +25,7 @@ const (
 
 // agentSocketUnder is the agent's default socket under root.
 func agentSocketUnder(root host.Root) string {
-	return root.Path(strings.Split(strings.TrimPrefix(agent.DefaultSocket, "/"), "/")...)
+	return root.Path(strings.Split(strings.TrimPrefix(agentapi.DefaultSocket, "/"), "/")...)
 }
 
 // forward runs the command line through the agent when --agent says so and one answers:
@@ -71,19 +70,19 @@ func forward(app *cli.Command, args []string, stdout, stderr io.Writer) (code in
 			return 0, false
 		}
 	}
-	res, err := agent.Client{Socket: socket}.Exec(context.Background(), req)
-	var se *agent.StatusError
+	res, err := agentapi.Client{Socket: socket}.Exec(context.Background(), req)
+	var se *agentapi.StatusError
 	switch {
 	case err == nil:
 		io.WriteString(stdout, res.Stdout)
 		io.WriteString(stderr, res.Stderr)
 		return res.ExitCode, true
-	case errors.Is(err, agent.ErrUnreachable) && mode == agentAuto:
+	case errors.Is(err, agentapi.ErrUnreachable) && mode == agentAuto:
 		return 0, false
-	case errors.Is(err, agent.ErrUnreachable):
+	case errors.Is(err, agentapi.ErrUnreachable):
 		fmt.Fprintf(stderr, "vgpu-host: --agent always: %v: start it (vgpu-host agent), name its socket with --agent-socket, or run with --agent never\n", err)
 		return exitFailure, true
-	case errors.As(err, &se) && se.Status == http.StatusForbidden:
+	case errors.As(err, &se) && se.Status == 403:
 		fmt.Fprintf(stderr, "vgpu-host: %s (run it as root, or join the agent's group)\n", se.Body.Error)
 		return exitRefused, true
 	case errors.As(err, &se):
@@ -98,8 +97,8 @@ func forward(app *cli.Command, args []string, stdout, stderr io.Writer) (code in
 // the caller's permissions), paths the agent cannot resolve from its own working directory
 // made absolute, and the caller's values of the environment variables the command reads.
 // It returns the agent's socket too; ok is false when the CLI should run the command itself.
-func agentRequest(p parsedArgs, job agent.Job, args []string) (agent.ExecRequest, string, bool) {
-	req := agent.ExecRequest{Args: slices.Clone(args), Env: map[string]string{}}
+func agentRequest(p parsedArgs, job agentapi.Job, args []string) (agentapi.ExecRequest, string, bool) {
+	req := agentapi.ExecRequest{Args: slices.Clone(args), Env: map[string]string{}}
 	abs := func(v string) string {
 		if a, err := filepath.Abs(v); err == nil {
 			return a
@@ -142,7 +141,7 @@ func agentRequest(p parsedArgs, job agent.Job, args []string) (agent.ExecRequest
 	}
 	for _, f := range job.Files {
 		name := strings.TrimPrefix(args[f.Index], f.Prefix)
-		b, err := host.ReadFileLimit(name, agent.DefaultMaxBody/2)
+		b, err := host.ReadFileLimit(name, agentapi.DefaultMaxBody/2)
 		if err != nil {
 			return req, "", false
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/agent"
+	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -27,7 +27,7 @@ type runEnv struct {
 	uri  string
 	conn func() (virt.Conn, error) // nil: open one per run
 	log  *slog.Logger
-	peer agent.Peer
+	peer agentapi.Peer
 }
 
 const runEnvKey = "vgpu-host-agent-run"
@@ -140,12 +140,12 @@ type cliRunner struct {
 }
 
 // Prepare classifies a command line (see agentRules).
-func (r *cliRunner) Prepare(args []string, env map[string]string) (agent.Job, error) {
+func (r *cliRunner) Prepare(args []string, env map[string]string) (agentapi.Job, error) {
 	return prepareJob(args)
 }
 
 // Run runs the job on a fresh command tree whose output is captured.
-func (r *cliRunner) Run(ctx context.Context, job agent.Job, env agent.RunEnv) agent.ExecResult {
+func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
 	app := newApp()
 	pruneUnnamed(app, job.Args)
 	var out, errw bytes.Buffer
@@ -159,7 +159,7 @@ func (r *cliRunner) Run(ctx context.Context, job agent.Job, env agent.RunEnv) ag
 	ctx, cancel := withoutValues(ctx)
 	defer cancel()
 	code := executeCtx(ctx, app, append([]string{app.Name}, job.Args...), &errw)
-	return agent.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: code}
+	return agentapi.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: code}
 }
 
 // agentRootOf is rootOf in the agent: the agent's root, and --host-root (or VGPU_HOST_ROOT
@@ -284,96 +284,96 @@ func lookupFlag(path []*cli.Command, name string) cli.Flag {
 
 // agentRule says how a command runs in the agent.
 type agentRule struct {
-	class agent.Class
+	class agentapi.Class
 	// files lists the arguments naming files the command reads (the CLI sends their content).
-	files func(p parsedArgs, args []string) []agent.FileRef
+	files func(p parsedArgs, args []string) []agentapi.FileRef
 	// absFlags are flags naming paths the command writes or runs: the CLI makes them
 	// absolute, as the agent does not share its working directory.
 	absFlags []string
 }
 
 // operandFiles: every operand is a file (SPEC...).
-func operandFiles(p parsedArgs, args []string) []agent.FileRef {
-	var out []agent.FileRef
+func operandFiles(p parsedArgs, args []string) []agentapi.FileRef {
+	var out []agentapi.FileRef
 	for _, i := range p.positional {
-		out = append(out, agent.FileRef{Index: i})
+		out = append(out, agentapi.FileRef{Index: i})
 	}
 	return out
 }
 
 // specOperands: operands that destroy reads as spec files (vmName's rule: a .yaml/.yml name).
-func specOperands(p parsedArgs, args []string) []agent.FileRef {
-	var out []agent.FileRef
+func specOperands(p parsedArgs, args []string) []agentapi.FileRef {
+	var out []agentapi.FileRef
 	for _, i := range p.positional {
 		if strings.HasSuffix(args[i], ".yaml") || strings.HasSuffix(args[i], ".yml") {
-			out = append(out, agent.FileRef{Index: i})
+			out = append(out, agentapi.FileRef{Index: i})
 		}
 	}
 	return out
 }
 
 // configFile: --config FILE of the Kubernetes commands.
-func configFile(p parsedArgs, args []string) []agent.FileRef {
+func configFile(p parsedArgs, args []string) []agentapi.FileRef {
 	if v, ok := p.flags["config"]; ok && !v.set {
-		return []agent.FileRef{{Index: v.index, Prefix: v.prefix}}
+		return []agentapi.FileRef{{Index: v.index, Prefix: v.prefix}}
 	}
 	return nil
 }
 
-func both(a, b func(parsedArgs, []string) []agent.FileRef) func(parsedArgs, []string) []agent.FileRef {
-	return func(p parsedArgs, args []string) []agent.FileRef { return append(a(p, args), b(p, args)...) }
+func both(a, b func(parsedArgs, []string) []agentapi.FileRef) func(parsedArgs, []string) []agentapi.FileRef {
+	return func(p parsedArgs, args []string) []agentapi.FileRef { return append(a(p, args), b(p, args)...) }
 }
 
 // agentRules lists every command the agent runs, how, and which arguments are files. A
 // command not listed (agent, completion, the man page writer, device-plugin, dra-plugin)
 // never runs in the agent; the CLI runs it itself.
 var agentRules = map[string]agentRule{
-	"inspect":           {class: agent.Read},
-	"check":             {class: agent.Read},
-	"bind":              {class: agent.Mutation},
-	"unbind":            {class: agent.Mutation},
-	"vf list":           {class: agent.Read},
-	"vf enable":         {class: agent.Mutation},
-	"vf disable":        {class: agent.Mutation},
-	"mdev types":        {class: agent.Read},
-	"mdev list":         {class: agent.Read},
-	"mdev place":        {class: agent.Read},
-	"mdev create":       {class: agent.Mutation},
-	"mdev remove":       {class: agent.Mutation},
-	"mdev define":       {class: agent.Mutation},
-	"mdev undefine":     {class: agent.Mutation},
-	"host restore":      {class: agent.Mutation},
-	"host install-unit": {class: agent.RootMutation, absFlags: []string{"exec"}},
-	"render":            {class: agent.Read, files: operandFiles},
-	"plan":              {class: agent.Read, files: operandFiles},
-	"apply":             {class: agent.Mutation, files: operandFiles},
-	"destroy":           {class: agent.Mutation, files: specOperands},
-	"status":            {class: agent.Read},
-	"verify":            {class: agent.Read},
-	"image export":      {class: agent.RootMutation, absFlags: []string{"output"}},
-	"kubevirt config":   {class: agent.Read, files: configFile},
-	"kubevirt vm":       {class: agent.Read, files: both(operandFiles, configFile)},
-	"kubevirt labels":   {class: agent.Read, files: configFile},
-	"mig show":          {class: agent.Read},
-	"mig plan":          {class: agent.Read},
-	"mig apply":         {class: agent.Mutation},
-	"host layout plan":  {class: agent.Read, files: operandFiles},
-	"host layout apply": {class: agent.Mutation, files: operandFiles},
-	"host layout show":  {class: agent.Read},
+	"inspect":           {class: agentapi.Read},
+	"check":             {class: agentapi.Read},
+	"bind":              {class: agentapi.Mutation},
+	"unbind":            {class: agentapi.Mutation},
+	"vf list":           {class: agentapi.Read},
+	"vf enable":         {class: agentapi.Mutation},
+	"vf disable":        {class: agentapi.Mutation},
+	"mdev types":        {class: agentapi.Read},
+	"mdev list":         {class: agentapi.Read},
+	"mdev place":        {class: agentapi.Read},
+	"mdev create":       {class: agentapi.Mutation},
+	"mdev remove":       {class: agentapi.Mutation},
+	"mdev define":       {class: agentapi.Mutation},
+	"mdev undefine":     {class: agentapi.Mutation},
+	"host restore":      {class: agentapi.Mutation},
+	"host install-unit": {class: agentapi.RootMutation, absFlags: []string{"exec"}},
+	"render":            {class: agentapi.Read, files: operandFiles},
+	"plan":              {class: agentapi.Read, files: operandFiles},
+	"apply":             {class: agentapi.Mutation, files: operandFiles},
+	"destroy":           {class: agentapi.Mutation, files: specOperands},
+	"status":            {class: agentapi.Read},
+	"verify":            {class: agentapi.Read},
+	"image export":      {class: agentapi.RootMutation, absFlags: []string{"output"}},
+	"kubevirt config":   {class: agentapi.Read, files: configFile},
+	"kubevirt vm":       {class: agentapi.Read, files: both(operandFiles, configFile)},
+	"kubevirt labels":   {class: agentapi.Read, files: configFile},
+	"mig show":          {class: agentapi.Read},
+	"mig plan":          {class: agentapi.Read},
+	"mig apply":         {class: agentapi.Mutation},
+	"host layout plan":  {class: agentapi.Read, files: operandFiles},
+	"host layout apply": {class: agentapi.Mutation, files: operandFiles},
+	"host layout show":  {class: agentapi.Read},
 }
 
 // prepareJob looks at a command line for the agent: its rule, class and file arguments. Help
 // and an unknown command are reads (running them prints what the CLI would); a command line
 // with a flag this parser does not know is a change (the run then prints the usage error).
-func prepareJob(args []string) (agent.Job, error) {
+func prepareJob(args []string) (agentapi.Job, error) {
 	app := newApp()
 	pruneUnnamed(app, args)
 	return jobOf(parseArgv(app, args), args)
 }
 
 // jobOf is prepareJob of a parsed command line.
-func jobOf(p parsedArgs, args []string) (agent.Job, error) {
-	job := agent.Job{Args: slices.Clone(args), Op: p.name(), Class: agent.Read}
+func jobOf(p parsedArgs, args []string) (agentapi.Job, error) {
+	job := agentapi.Job{Args: slices.Clone(args), Op: p.name(), Class: agentapi.Read}
 	if job.Op == "" {
 		job.Op = "vgpu-host"
 	}
@@ -387,7 +387,7 @@ func jobOf(p parsedArgs, args []string) (agent.Job, error) {
 	if p.unknown {
 		// A flag this parser does not know: the run reports it as a usage error. Were the
 		// tree to accept it after all, the command must not have run as a read.
-		job.Class = agent.Mutation
+		job.Class = agentapi.Mutation
 		return job, nil
 	}
 	if !ok {
@@ -395,10 +395,10 @@ func jobOf(p parsedArgs, args []string) (agent.Job, error) {
 	}
 	job.Class = rule.class
 	if v, _ := p.value(args, "dry-run"); v == "true" {
-		job.Class = agent.Read
+		job.Class = agentapi.Read
 	}
 	if v, _ := p.value(args, "write"); p.name() == "kubevirt labels" && v == "true" {
-		job.Class = agent.Mutation
+		job.Class = agentapi.Mutation
 	}
 	if rule.files != nil {
 		job.Files = rule.files(p, args)

@@ -183,6 +183,7 @@ func TestCLITestsThroughAgent(t *testing.T) {
 		{"RaceMdevCreateCount", TestRaceMdevCreateCount},
 		{"ProfileSameOnCommandLineAndSpecMdev", TestProfileSameOnCommandLineAndSpecMdev},
 		{"InstanceUUIDsSameOnCommandLineAndApply", TestInstanceUUIDsSameOnCommandLineAndApply},
+		{"FetchISOApply", TestFetchISOApply},
 	} {
 		t.Run(c.name, func(t *testing.T) { throughAgent(t, c.test) })
 	}

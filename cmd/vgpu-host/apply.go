@@ -116,7 +116,7 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 		return nil, nil, err
 	}
 	w, m := hostIOFor(cmd, root)
-	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force}
+	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force, Fetch: fetchISO}
 	if cmd.IsSet("no-start") {
 		o.NoStart = cmd.Bool("no-start")
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v3"
 	"gopkg.in/yaml.v3"
 
-	"github.com/vgpu-host/vgpu-host/agent"
+	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
 )
@@ -89,7 +89,7 @@ func globalFlags() []cli.Flag {
 		},
 		&cli.StringFlag{
 			Name:    "agent-socket",
-			Usage:   "the agent's socket `PATH` (default " + agent.DefaultSocket + " under --host-root)",
+			Usage:   "the agent's socket `PATH` (default " + agentapi.DefaultSocket + " under --host-root)",
 			Sources: cli.EnvVars("VGPU_HOST_AGENT_SOCKET"),
 		},
 	}

@@ -18,9 +18,81 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 )
 
-// newApp returns the whole command tree. Building it is cheap (literals); what costs at start
-// is the cli walking every subcommand, which main avoids with pruneUnnamed.
+// topCommand is a top-level command: the name it is run by and its constructor.
+type topCommand struct {
+	name  string
+	build func() *cli.Command
+}
+
+// topCommands are the top-level commands, in the order help lists them (TestTopCommandNames
+// checks each name against what its constructor builds). A function, not a variable: man's
+// constructor builds the tree.
+func topCommands() []topCommand {
+	return []topCommand{
+		{"inspect", inspectCommand},
+		{"check", checkCommand},
+		{"bind", bindCommand},
+		{"unbind", unbindCommand},
+		{"vf", vfCommand},
+		{"mdev", mdevCommand},
+		{"mig", migCommand},
+		{"host", hostCommand},
+		{"render", renderCommand},
+		{"plan", planCommand},
+		{"apply", applyCommand},
+		{"destroy", destroyCommand},
+		{"status", statusCommand},
+		{"verify", verifyCommand},
+		{"image", imageCommand},
+		{"kubevirt", kubevirtCommand},
+		{"device-plugin", devicePluginCommand},
+		{"dra-plugin", draPluginCommand},
+		{"version", versionCommand},
+		{"__man", manCommand},
+		{"agent", agentCommand},
+	}
+}
+
+// newApp returns the whole command tree (tests, man pages, the agent's runs).
 func newApp() *cli.Command {
+	return newAppOf(func(string) bool { return true })
+}
+
+// newAppFor returns the command tree main runs args with: built whole when args may print the
+// root's help, complete or suggest a command (all need every command's name and usage), else
+// with only the commands named in args built, the others left a bare name. A command can run
+// only if its name is in args, so the one that runs is always whole; building the other
+// twenty cost every start about 5% of its CPU (#19). pruneUnnamed then cuts the tree as before.
+func newAppFor(args []string) *cli.Command {
+	named := make(map[string]bool, len(args))
+	for _, a := range args {
+		named[a] = true
+	}
+	whole := named["help"] || named["h"] || named["--help"] || named["-h"] || named["completion"] || named["--generate-shell-completion"]
+	runs := named["--version"] || named["-v"]
+	for _, c := range topCommands() {
+		runs = runs || named[c.name]
+	}
+	// No command named: the root runs, whose action is its help, or an unknown command gets
+	// its did-you-mean.
+	whole = whole || !runs
+	app := newAppOf(func(name string) bool { return whole || named[name] })
+	pruneUnnamed(app, args)
+	return app
+}
+
+// newAppOf builds the root with the top-level commands build says to build; the others are a
+// bare name, which pruneUnnamed would cut them down to anyway but for their usage.
+func newAppOf(build func(name string) bool) *cli.Command {
+	top := topCommands()
+	cmds := make([]*cli.Command, len(top))
+	for i, c := range top {
+		if build(c.name) {
+			cmds[i] = c.build()
+		} else {
+			cmds[i] = &cli.Command{Name: c.name, HideHelp: true}
+		}
+	}
 	return &cli.Command{
 		Name:    "vgpu-host",
 		Usage:   "inspect, prepare and attach GPUs on libvirt/KVM hosts",
@@ -29,40 +101,20 @@ func newApp() *cli.Command {
 		// `vgpu-host completion bash|zsh|fish` prints a script that asks the binary itself
 		// (--generate-shell-completion), so completions follow the command tree.
 		EnableShellCompletion: true,
-		Commands: []*cli.Command{
-			inspectCommand(),
-			checkCommand(),
-			bindCommand(),
-			unbindCommand(),
-			vfCommand(),
-			mdevCommand(),
-			migCommand(),
-			hostCommand(),
-			renderCommand(),
-			planCommand(),
-			applyCommand(),
-			destroyCommand(),
-			statusCommand(),
-			verifyCommand(),
-			imageCommand(),
-			kubevirtCommand(),
-			devicePluginCommand(),
-			draPluginCommand(),
-			versionCommand(),
-			manCommand(),
-			agentCommand(),
-		},
+		Commands:              cmds,
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 	}
 }
 
 func main() {
+	if code, ok := fetchMain(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	cli.VersionPrinter = func(cmd *cli.Command) {
 		fmt.Fprintln(cmd.Root().Writer, buildinfo.Get().Line(cmd.Root().Name))
 	}
-	app := newApp()
-	pruneUnnamed(app, os.Args[1:])
+	app := newAppFor(os.Args[1:])
 	if code, done := forward(app, os.Args[1:], os.Stdout, os.Stderr); done {
 		os.Exit(code)
 	}

@@ -1,0 +1,243 @@
+package agentapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrUnreachable is returned by the Client when no agent answers on the socket.
+var ErrUnreachable = errors.New("no agent answers")
+
+// StatusError is an answer other than 200 to an exec request: the agent refused it before
+// running anything.
+type StatusError struct {
+	Status int
+	Body   ErrorBody
+}
+
+func (e *StatusError) Error() string {
+	if e.Body.Error != "" {
+		return fmt.Sprintf("the agent refused: %s (HTTP %d)", e.Body.Error, e.Status)
+	}
+	return fmt.Sprintf("the agent refused: HTTP %d", e.Status)
+}
+
+// Client talks to the agent over its socket: one HTTP/1.1 request per connection, written
+// and read here with net and bufio (net/http's client, and the crypto/tls it links, would
+// cost every vgpu-host start its package initialisation for a local socket).
+type Client struct {
+	// Socket is the agent's socket.
+	Socket string
+}
+
+// Dial reports whether an agent accepts connections on the socket (it does not send a request).
+func (c Client) Dial() error {
+	conn, err := net.DialTimeout("unix", c.Socket, time.Second)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.Socket, err)
+	}
+	return conn.Close()
+}
+
+// Exec sends a command line to POST /v1/exec and returns what it printed and its exit code.
+// A refusal before the command ran is a *StatusError; no agent is ErrUnreachable.
+func (c Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	var res ExecResult
+	err := c.Do(ctx, "POST", "/"+APIVersion+"/exec", req, &res)
+	return res, err
+}
+
+// Do sends a request with body (JSON-encoded unless it is []byte) and decodes a 200 answer
+// into out. When ctx ends the connection is closed (the agent sees its caller leave) and the
+// error wraps ctx's.
+func (c Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var payload []byte
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		payload = b
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			return err
+		}
+		payload = j
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("agent at %s: %w", c.Socket, ctx.Err())
+		}
+		return fmt.Errorf("%w at %s", ErrUnreachable, c.Socket)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	status, data, err := roundTrip(conn, method, path, payload)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("agent at %s: %s %s: %w", c.Socket, method, path, err)
+	}
+	if status != 200 {
+		se := &StatusError{Status: status}
+		json.Unmarshal(data, &se.Body)
+		return se
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("agent at %s: decode the answer: %w", c.Socket, err)
+	}
+	return nil
+}
+
+// roundTrip writes one request on conn (Connection: close, the body with its length) and
+// reads the answer: its status code and whole body (by Content-Length, chunked, or up to the
+// end of the connection).
+func roundTrip(conn net.Conn, method, path string, payload []byte) (int, []byte, error) {
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: agent\r\nUser-Agent: vgpu-host\r\nConnection: close\r\n", method, path)
+	if payload != nil || (method != "GET" && method != "HEAD") {
+		fmt.Fprintf(&req, "Content-Type: application/json\r\nContent-Length: %d\r\n", len(payload))
+	}
+	req.WriteString("\r\n")
+	req.Write(payload)
+	_, werr := conn.Write(req.Bytes())
+	// An agent that refuses the request early (413) answers and closes before reading it all:
+	// its answer is still there to read after a failed write.
+	status, data, err := readResponse(bufio.NewReader(conn), method)
+	if err != nil {
+		if werr != nil {
+			return 0, nil, fmt.Errorf("send the request: %w", werr)
+		}
+		return 0, nil, err
+	}
+	return status, data, nil
+}
+
+// maxAnswer bounds an answer's body: far above what any command prints.
+const maxAnswer = 1 << 30
+
+// readResponse reads an HTTP/1.1 answer, skipping informational (1xx) ones.
+func readResponse(r *bufio.Reader, method string) (int, []byte, error) {
+	for {
+		line, err := readLine(r)
+		if err != nil {
+			return 0, nil, fmt.Errorf("read the answer: %w", err)
+		}
+		proto, rest, _ := strings.Cut(line, " ")
+		code, _, _ := strings.Cut(rest, " ")
+		status, err := strconv.Atoi(code)
+		if !strings.HasPrefix(proto, "HTTP/1.") || err != nil || status < 100 || status > 999 {
+			return 0, nil, fmt.Errorf("read the answer: malformed status line %q", line)
+		}
+		length, chunked := int64(-1), false
+		for {
+			h, err := readLine(r)
+			if err != nil {
+				return 0, nil, fmt.Errorf("read the answer's header: %w", err)
+			}
+			if h == "" {
+				break
+			}
+			k, v, _ := strings.Cut(h, ":")
+			v = strings.TrimSpace(v)
+			switch strings.ToLower(strings.TrimSpace(k)) {
+			case "content-length":
+				if length, err = strconv.ParseInt(v, 10, 64); err != nil || length < 0 || length > maxAnswer {
+					return 0, nil, fmt.Errorf("read the answer: bad Content-Length %q", v)
+				}
+			case "transfer-encoding":
+				chunked = strings.EqualFold(v, "chunked")
+			}
+		}
+		if status < 200 {
+			continue
+		}
+		if method == "HEAD" || status == 204 || status == 304 {
+			return status, nil, nil
+		}
+		var data []byte
+		switch {
+		case chunked:
+			data, err = readChunked(r)
+		case length >= 0:
+			data = make([]byte, length)
+			_, err = io.ReadFull(r, data)
+		default:
+			data, err = io.ReadAll(io.LimitReader(r, maxAnswer))
+		}
+		if err != nil {
+			return 0, nil, fmt.Errorf("read the answer: %w", err)
+		}
+		return status, data, nil
+	}
+}
+
+// readChunked reads a chunked body (the agent's server sends one when an answer outgrows its
+// buffer and has no Content-Length), ignoring chunk extensions and trailers.
+func readChunked(r *bufio.Reader) ([]byte, error) {
+	var body []byte
+	for {
+		line, err := readLine(r)
+		if err != nil {
+			return nil, err
+		}
+		size, _, _ := strings.Cut(line, ";")
+		n, err := strconv.ParseInt(strings.TrimSpace(size), 16, 64)
+		if err != nil || n < 0 || int64(len(body))+n > maxAnswer {
+			return nil, fmt.Errorf("bad chunk size %q", line)
+		}
+		if n == 0 {
+			for {
+				t, err := readLine(r)
+				if err != nil || t == "" {
+					return body, err
+				}
+			}
+		}
+		start := len(body)
+		body = append(body, make([]byte, n)...)
+		if _, err := io.ReadFull(r, body[start:]); err != nil {
+			return nil, err
+		}
+		if crlf, err := readLine(r); err != nil || crlf != "" {
+			return nil, fmt.Errorf("chunk of %d bytes not followed by CRLF", n)
+		}
+	}
+}
+
+// readLine reads one CRLF- (or LF-) terminated line without its end; a line over 64 KiB is
+// an error.
+func readLine(r *bufio.Reader) (string, error) {
+	var line []byte
+	for {
+		part, more, err := r.ReadLine()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return "", err
+		}
+		line = append(line, part...)
+		if len(line) > 64<<10 {
+			return "", errors.New("header line too long")
+		}
+		if !more {
+			return string(line), nil
+		}
+	}
+}

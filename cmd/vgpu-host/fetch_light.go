@@ -1,0 +1,50 @@
+//go:build !agent
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
+)
+
+// fetchISO downloads through vgpu-host-agent --fetch-iso (fetchISOFlag says why), its progress
+// lines going to progress (nil: discarded). Its error keeps its message and sentinels; when ctx
+// ends, the download is stopped with SIGTERM (it removes its partial file).
+func fetchISO(ctx context.Context, url, checksum, dest string, progress io.Writer) error {
+	p, err := remote.FindHelper(AgentBinary, "VGPU_HOST_AGENT_BIN", "downloading an ISO (spec.disks[].url)", errNoAgentBinary)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	cmd := exec.CommandContext(ctx, p, fetchISOFlag, url, checksum, dest)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = progress, &stderr
+	err = cmd.Run()
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("fetch %s: %w", url, ctx.Err())
+	}
+	msg := strings.TrimSpace(stderr.String())
+	var we *remote.WireError
+	if werr := remote.FromWire(fetchKinds, msg); !strings.Contains(msg, "\n") && errors.As(werr, &we) {
+		return werr
+	}
+	// Not the downloader's answer: it crashed, or it is an older vgpu-host-agent.
+	return fmt.Errorf("fetch %s: %s %s: %w: %s", url, p, fetchISOFlag, err, host.Clip(msg, 400))
+}
+
+// fetchMain is vgpu-host-agent's (fetch_full.go).
+func fetchMain([]string) (int, bool) { return 0, false }

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestTopCommandNames: each name in topCommands is the name its constructor's command has.
+func TestTopCommandNames(t *testing.T) {
+	for _, c := range topCommands() {
+		if got := c.build().Name; got != c.name {
+			t.Errorf("topCommands names %q for a command named %q", c.name, got)
+		}
+	}
+}
+
+// TestNewAppForSameAsWhole: main's tree (only the named commands built) answers every kind of
+// command line (a command, --version, the root's help, a command's help, a mistyped command or
+// flag, completion, no argument) byte for byte as the whole tree does.
+func TestNewAppForSameAsWhole(t *testing.T) {
+	tr := fakeHost(t)
+	for _, args := range [][]string{
+		{"--version"},
+		{"-v"},
+		{"--help"},
+		{},
+		{"help"},
+		{"--host-root", tr.Dir(), "-o", "json", "inspect"},
+		{"--host-root", tr.Dir(), "check"},
+		{"inspect", "--help"},
+		{"mdev", "create", "-h"},
+		{"inspekt"},
+		{"inspect", "--bogus"},
+		{"--bogus"},
+		{"completion", "bash"},
+		{"--generate-shell-completion"},
+		{"version", "-o", "json"},
+	} {
+		var wout, werr, lout, lerr bytes.Buffer
+		whole := newApp()
+		pruneUnnamed(whole, args)
+		whole.Writer, whole.ErrWriter = &wout, &werr
+		wcode := execute(whole, append([]string{"vgpu-host"}, args...), &werr)
+		lazy := newAppFor(args)
+		lazy.Writer, lazy.ErrWriter = &lout, &lerr
+		lcode := execute(lazy, append([]string{"vgpu-host"}, args...), &lerr)
+		if wcode != lcode || wout.String() != lout.String() || werr.String() != lerr.String() {
+			t.Errorf("%q: whole tree exit %d\n%s%s\nmain's tree exit %d\n%s%s", args, wcode, wout.String(), werr.String(), lcode, lout.String(), lerr.String())
+		}
+	}
+}
