@@ -485,8 +485,8 @@ func TestAgentRace16For4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if won != 4 || lost != 12 || len(book.VMs) != 4 {
-		t.Fatalf("%d applied, %d busy, %d VMs in the ledger; want 4, 12, 4", won, lost, len(book.VMs))
+	if won != 4 || lost != 12 || book.Len() != 4 {
+		t.Fatalf("%d applied, %d busy, %d VMs in the ledger; want 4, 12, 4", won, lost, book.Len())
 	}
 }
 

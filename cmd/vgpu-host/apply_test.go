@@ -89,8 +89,8 @@ func assertClean(t *testing.T, uri string, root host.Root, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.VMs) != 0 {
-		t.Errorf("ledger not empty: %+v", b.VMs)
+	if b.Len() != 0 {
+		t.Errorf("ledger not empty: %+v", b.Names())
 	}
 }
 
