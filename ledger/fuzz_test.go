@@ -74,6 +74,9 @@ func FuzzLedger(f *testing.F) {
 // renameNoSync replaces path by rename, like host.WriteFileAtomic, without its fsyncs.
 func renameNoSync(path string, data []byte, perm os.FileMode) error {
 	tmp := path + ".fuzz-tmp"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	if err := os.WriteFile(tmp, data, perm); err != nil {
 		return err
 	}

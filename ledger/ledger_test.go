@@ -87,6 +87,9 @@ func raceClaim(l *Ledger, vm string) error {
 
 // TestMain lets the test binary act as a contender process (see TestRaceProcesses).
 func TestMain(m *testing.M) {
+	if op := os.Getenv("LEDGER_TEST_CRASH_OP"); op != "" {
+		crashChild(op) // see crashIn
+	}
 	if p := os.Getenv("LEDGER_TEST_CONTENDER"); p != "" {
 		if err := raceClaim(OpenPath(p), "vm-"+os.Getenv("LEDGER_TEST_NAME")); err != nil {
 			if errors.Is(err, host.ErrBusy) {
