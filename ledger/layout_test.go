@@ -528,4 +528,3 @@ func TestMigrateRefusesDamage(t *testing.T) {
 		})
 	}
 }
-
