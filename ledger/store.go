@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -435,14 +436,7 @@ func (l *Ledger) commit(b *Book) error {
 	return nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // readLegacy reads the old single document (ledger.json) as a snapshot; nil, nil when there
 // is none. A document whose VM entries are partly null returns the intact entries with the
