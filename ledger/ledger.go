@@ -248,16 +248,23 @@ func (l *Ledger) Read() (*Book, error) {
 // the same at any number of VMs. A VM file that cannot be loaded is returned as the error.
 func (l *Ledger) View(fn func(*Book) error) error {
 	return l.readLocked(func() error {
-		b, err := l.open()
-		if err != nil {
-			return err
-		}
-		ferr := fn(b)
-		if b.err != nil {
-			return b.err
-		}
-		return ferr
+		_, err := l.run(fn)
+		return err
 	})
+}
+
+// run opens a book and runs fn on it; a VM file fn asked for that could not be loaded is the
+// error, whatever fn returned.
+func (l *Ledger) run(fn func(*Book) error) (*Book, error) {
+	b, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	ferr := fn(b)
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b, ferr
 }
 
 func (l *Ledger) readLocked(fn func() error) error {
@@ -283,16 +290,9 @@ func (l *Ledger) Update(fn func(*Book) error) error {
 		if err := l.migrate(); err != nil {
 			return err
 		}
-		b, err := l.open()
+		b, err := l.run(fn)
 		if err != nil {
 			return err
-		}
-		ferr := fn(b)
-		if b.err != nil {
-			return b.err
-		}
-		if ferr != nil {
-			return ferr
 		}
 		return l.commit(b)
 	})
