@@ -66,9 +66,9 @@ metric() { # metric SIZE UNIT
 	awk -v s="held=$1" -v u="$2" '$1 ~ "/"s"(-[0-9]+)?$" {for (i = 2; i <= NF; i++) if ($i == u) print $(i-1)}' <<<"$out"
 }
 for s in 10 100 1000 10000; do
-	a=$(metric $s apply-ms/op) d=$(metric $s destroy-ms/op) k=$(metric $s ledger-KiB) f=$(metric $s fill-ms/apply)
+	a=$(metric $s apply-ms/op) d=$(metric $s destroy-ms/op) k=$(metric $s ledger-KiB) f=$(metric $s fill-ms/apply) c=$(metric $s cpu-ms/op)
 	[ -n "$a" ] || { echo "$out" >&2; echo "bench/scale.sh: no result for $s VMs" >&2; exit 1; }
-	printf 'scale ledger %5d VMs held (%6.0f KiB): apply %7.1f ms, destroy %7.1f ms per op; sequential applies so far %s ms each\n' "$s" "$k" "$a" "$d" "${f:--}"
+	printf 'scale ledger %5d VMs held (%6.0f KiB): apply %7.1f ms, destroy %7.1f ms per op (CPU %s ms); sequential applies so far %s ms each\n' "$s" "$k" "$a" "$d" "${c:--}" "${f:--}"
 	eval "op$s=$(awk -v a="$a" -v d="$d" 'BEGIN{print a+d}')"
 done
 x() { awk -v a="$1" -v b="$op10" 'BEGIN{printf "%.2f", a/b}'; }
