@@ -370,6 +370,9 @@ func (l *Ledger) commit(b *Book) error {
 			if err := host.CheckComponent("VM name", name); err != nil {
 				return fmt.Errorf("ledger: %w", err)
 			}
+			if e.Name != name {
+				return fmt.Errorf("ledger: the entry of VM %q is named %q: %w", name, e.Name, host.ErrInvalid)
+			}
 			var err error
 			if enc, err = json.Marshal(e); err != nil {
 				return fmt.Errorf("encode ledger entry of VM %q: %w", name, err)
@@ -471,9 +474,7 @@ func (l *Ledger) readLegacy() (*Book, error) {
 			empty = append(empty, strconv.Quote(name))
 			continue
 		}
-		if e.Name == "" {
-			e.Name = name
-		}
+		e.Name = name // the key is the name (an old document could say otherwise in "name")
 		b.vms[name] = e
 		for _, c := range e.Claims {
 			if b.claims[c.Key()] == "" {
