@@ -528,3 +528,30 @@ func TestMigrateRefusesDamage(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleTempFilesInLedgerDir: a writer killed before its rename leaves ".NAME.json.tmp*" in
+// ledger/ (every ledger file's temporary file is made there, never among the VM files); the
+// next transaction removes it.
+func TestStaleTempFilesInLedgerDir(t *testing.T) {
+	dir := t.TempDir()
+	l := OpenPath(filepath.Join(dir, "ledger.json"))
+	if err := l.Update(func(b *Book) error { return b.Claim("a", gpuA) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Update(func(b *Book) error { b.VM("a").Record("define", "a", nil); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "ledger", "vms", ".*")); len(tmp) > 0 {
+		t.Fatalf("temporary files among the VM files: %v", tmp)
+	}
+	stale := filepath.Join(dir, "ledger", ".a.json.tmp4711")
+	if err := os.WriteFile(stale, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Update(func(b *Book) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale temporary file still there: %v", err)
+	}
+}
