@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -32,6 +33,7 @@ func BenchmarkTransactionScale(b *testing.B) {
 				}
 			}
 			l.WriteFile = nil
+			syscall.Sync() // the fill's unsynced writes are not the timed fsyncs' to flush
 			gpu := Claim{Kind: KindPCI, ID: "0000:ff:00.0"}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
