@@ -8,8 +8,9 @@
 #     (vgpu-fake:///). No peer: the time is printed.
 #   - apply + destroy of a small VM (NoStart, virt.NewFake, the real ledger on disk) while the
 #     ledger holds 10, 100, 1,000 (applied one by one, sequentially) and 10,000 VMs
-#     (lifecycle's BenchmarkApplyDestroyScale). Goal: flat, i.e. the op at 1,000 held <= 1.5x
-#     the op at 10 held, or under 1 ms at 10,000 held.
+#     (lifecycle's BenchmarkApplyDestroyScale; the ledger is one file per VM, so a transaction
+#     rewrites only what it changes). Goal: flat, i.e. the op at 1,000 held <= 1.5x the op at
+#     10 held, or under 1 ms at 10,000 held: either one meets it.
 # Measures bin/vgpu-host (make build) unless VGPU_HOST_BIN names another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,16 +70,21 @@ metric() { # metric SIZE UNIT
 	awk -v s="held=$1" -v u="$2" '$1 ~ "/"s"(-[0-9]+)?$" {for (i = 2; i <= NF; i++) if ($i == u) print $(i-1)}' <<<"$out"
 }
 for s in 10 100 1000 10000; do
-	a=$(metric $s apply-ms/op) d=$(metric $s destroy-ms/op) k=$(metric $s ledger-KiB) f=$(metric $s fill-ms/apply)
+	a=$(metric $s apply-ms/op) d=$(metric $s destroy-ms/op) k=$(metric $s ledger-KiB) f=$(metric $s fill-ms/apply) c=$(metric $s cpu-ms/op)
 	[ -n "$a" ] || { echo "$out" >&2; echo "bench/scale.sh: no result for $s VMs" >&2; exit 1; }
-	printf 'scale ledger %5d VMs held (%6.0f KiB): apply %7.1f ms, destroy %7.1f ms per op; sequential applies so far %s ms each\n' "$s" "$k" "$a" "$d" "${f:--}"
+	printf 'scale ledger %5d VMs held (%6.0f KiB): apply %7.1f ms, destroy %7.1f ms per op (CPU %s ms); sequential applies so far %s ms each\n' "$s" "$k" "$a" "$d" "${c:--}" "${f:--}"
 	eval "op$s=$(awk -v a="$a" -v d="$d" 'BEGIN{print a+d}')"
 done
-growth=$(awk -v a="$op1000" -v b="$op10" 'BEGIN{printf "%.2f", a/b}')
-echo "scale apply+destroy: $op10 ms at 10 VMs, $op1000 ms at 1,000 (growth $growth, goal <= 1.5), $op10000 ms at 10,000 (goal <= 1)"
+x() { awk -v a="$1" -v b="$op10" 'BEGIN{printf "%.2f", a/b}'; }
+growth=$(x "$op1000")
+echo "scale apply+destroy: $op10 ms at 10 VMs, $op100 at 100 ($(x "$op100")x), $op1000 at 1,000 (${growth}x), $op10000 at 10,000 ($(x "$op10000")x); goal <= 1.5x at 1,000 or <= 1 ms at 10,000 (load:$(uptime | sed 's/.*load average://'))"
 . bench/lib.sh
 fail=0
 goal inspect-vs-lspci-gpu64 "$ratio" "<=" 0.5 || fail=1
-goal apply+destroy-growth-1000-vs-10-VMs "$growth" "<=" 1.5 || fail=1
-goal apply+destroy-ms-at-10000-VMs "$op10000" "<=" 1 || fail=1
+# The ledger goal is one of two: flat growth, or under 1 ms at 10,000 VMs.
+if awk -v v="$op10000" 'BEGIN { exit !(v <= 1) }'; then
+	goal apply+destroy-ms-at-10000-VMs "$op10000" "<=" 1 || fail=1
+else
+	goal apply+destroy-growth-1000-vs-10-VMs "$growth" "<=" 1.5 || fail=1
+fi
 exit $fail

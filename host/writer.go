@@ -128,11 +128,21 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 // syncing it and renaming it over path, so a reader (or a crash) never sees half a file.
 // Parent directories are created.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return WriteFileAtomicVia(filepath.Dir(path), path, data, perm)
+}
+
+// WriteFileAtomicVia is WriteFileAtomic with the temporary file (".NAME.tmp*") in tmpDir, which
+// must be on path's file system: a writer killed before the rename leaves it there, so a
+// directory of many files (the ledger's one file per VM) need not be listed to find it.
+func WriteFileAtomicVia(tmpDir, path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create directory %s: %w", dir, err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+		return fmt.Errorf("create directory %s: %w", tmpDir, err)
+	}
+	f, err := os.CreateTemp(tmpDir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -156,9 +166,15 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	SyncDir(dir)
+	return nil
+}
+
+// SyncDir fsyncs directory dir, so a rename or removal in it survives a power loss. It is best
+// effort: a file system that cannot sync a directory has nothing to lose by it.
+func SyncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return nil
 }

@@ -396,10 +396,10 @@ func (c *Catalog) MarkHeld(holder func(ledger.Claim) string) {
 
 // MarkHeldFromLedger applies MarkHeld with the allocation ledger under root.
 func (c *Catalog) MarkHeldFromLedger(root host.Root) error {
-	book, err := ledger.Open(root).Read()
+	// The claims index answers Holder: no VM file is read.
+	err := ledger.Open(root).View(func(book *ledger.Book) error { c.MarkHeld(book.Holder); return nil })
 	if err != nil {
 		return fmt.Errorf("devices held by vgpu-host's VMs: %w", err)
 	}
-	c.MarkHeld(book.Holder)
 	return nil
 }

@@ -15,13 +15,13 @@ import (
 // takes a claim, is written and reads back. Seeds: ledgers built by the package's own
 // transactions, and damaged ones.
 func FuzzLedger(f *testing.F) {
-	b := &Book{Version: FormatVersion, VMs: map[string]*VM{}}
+	b := NewBook()
 	_ = b.Claim("vm1", Claim{Kind: KindPCI, ID: "0000:41:00.0"}, Claim{Kind: KindMdev, ID: "83c32df7-d52e-4ec1-9668-1f3c7e4df107", Detail: "nvidia-471"})
 	e := b.Entry("vm1")
 	n := e.Record("create-overlay", "vm1-root.qcow2", map[string]string{"pool": "vgpu-host"})
 	e.Mark(n, StepDone)
 	e.Phase, e.UpdatedAt = PhaseApplied, time.Unix(1700000000, 0).UTC()
-	good, _ := json.MarshalIndent(b, "", "  ")
+	good, _ := json.MarshalIndent(map[string]any{"version": 1, "vms": map[string]*VM{"vm1": e}}, "", "  ")
 	f.Add(good)
 	f.Add([]byte(`{"version":1,"vms":{"x":null}}`))
 	f.Add([]byte(`{"version":1,"vms":{"x":{"claims":null,"journal":[{"n":1,"params":null}]}}}`))
@@ -41,8 +41,8 @@ func FuzzLedger(f *testing.F) {
 			t.Fatalf("error does not name the file: %v", rerr)
 		}
 		if book != nil {
-			for name, e := range book.VMs {
-				_ = e.Live()
+			for _, name := range book.Names() {
+				_ = book.VM(name).Live()
 				_ = book.Holder(Claim{Kind: KindPCI, ID: name})
 			}
 		}
@@ -74,6 +74,9 @@ func FuzzLedger(f *testing.F) {
 // renameNoSync replaces path by rename, like host.WriteFileAtomic, without its fsyncs.
 func renameNoSync(path string, data []byte, perm os.FileMode) error {
 	tmp := path + ".fuzz-tmp"
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	if err := os.WriteFile(tmp, data, perm); err != nil {
 		return err
 	}

@@ -2,23 +2,70 @@
 // mdev instance or vendor vGPU type, and the journal of every host or libvirt step an apply
 // takes, each recorded before it is taken.
 //
-// The ledger is one JSON document, ROOT/var/lib/vgpu-host/ledger.json, so an operator can read
-// it with jq. Every change is a transaction: Update takes an exclusive flock(2) on
-// ledger.lock, reads the document, lets the caller change it, and replaces the file by an
-// atomic rename (host.WriteFileAtomic), all before releasing the lock. Two vgpu-host processes
-// therefore never both see a device as free: the second one reads the first one's claim.
-// A process killed mid-transaction leaves the previous document intact (the rename never
-// happened) and the kernel drops its lock.
+// # Layout
+//
+// The ledger is a directory of small JSON files, so a transaction rewrites what it changes and
+// nothing else, whatever the number of VMs (issue 19: one document rewritten whole cost 7 s per
+// apply + destroy at 10,000 VMs and reached the 16 MiB state-file limit):
+//
+//	ROOT/var/lib/vgpu-host/ledger.lock            the lock (flock(2)), as before
+//	ROOT/var/lib/vgpu-host/ledger/vms/NAME.json   one VM: its claims, phase and journal
+//	ROOT/var/lib/vgpu-host/ledger/claims.json     the claims index: "kind:id" -> VM
+//
+// An operator reads them with jq:
+//
+//	$ jq .claims /var/lib/vgpu-host/ledger/claims.json
+//	{ "pci:0000:41:00.0": "train-1", "mdev:83c32df7-d52e-4ec1-9668-1f3c7e4df107": "desk-2" }
+//	$ jq '{phase, claims}' /var/lib/vgpu-host/ledger/vms/train-1.json
+//
+// A VM file is its entry (the VM type's fields) plus "version" and "generation". The claims
+// index answers "who holds PCI function X / mdev Y / vendor VF Z" without opening a VM file;
+// its size is bounded by the host's devices (each is held once), not by the number of VMs. A
+// VM without devices (virtio-gpu) is in no index at all: listing the VMs is a readdir.
+//
+// # Transactions
+//
+// Update takes an exclusive flock on ledger.lock, hands the callback a Book that loads VM files
+// only when asked (Book.VM; Holder reads the index), and afterwards writes the entries that
+// changed, each by an atomic rename (host.WriteFileAtomic), before releasing the lock. Two
+// vgpu-host processes therefore never both see a device as free. Read and View hold the lock
+// shared.
+//
+// Most transactions change one VM file and no claim (a journal step recorded or marked): they
+// are one atomic rename, like the single document was. A transaction that changes claims, or
+// more than one VM file, writes claims.json first with a "redo" copy of every entry it is about
+// to write (or null for one it removes), all at the transaction's "generation"; that rename is
+// its commit point. Then it writes the VM files, each stamped with that generation. A process
+// killed in between (kill -9) leaves VM files older than their redo copy: every reader takes
+// the redo copy instead (a file with the same or a newer generation wins), and the next
+// transaction that rewrites claims.json first writes them out. A VM file written alone gets a
+// generation above the index's, so an old redo copy never shadows it. A process killed before
+// the commit point left only temporary files (".NAME.tmp*" in ledger/, removed by the next
+// transaction) and the kernel dropped its lock.
+//
+// # Damage
+//
+// A VM file that does not parse (or is null, or names another VM, or is past
+// host.MaxStateFileSize) stops every transaction that loads that VM, and Read lists the intact
+// VMs together with the error, which names the file and the fix. Claims of other VMs stay
+// known from the index, so other VMs can still be applied. A damaged claims.json stops every
+// transaction: delete it and the next command rebuilds it from the VM files (so does a missing
+// one), as after editing a VM's claims by hand.
+//
+// # The old single file
+//
+// A ledger written by an older vgpu-host, one document ROOT/var/lib/vgpu-host/ledger.json, is
+// read as it is (Read, View) and migrated by the first Update: the VM files and the index are
+// written, then ledger.json is renamed to ledger.json.v1 (the backup, and the commit point).
+// A migration killed before that rename is redone from ledger.json by the next Update.
 package ledger
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +73,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/filelock"
 )
 
-// FormatVersion is the "version" of the JSON document this package writes.
-const FormatVersion = 1
+// FormatVersion is the "version" of the files this package writes (1 was the single
+// ledger.json document, which it still reads and migrates).
+const FormatVersion = 2
 
 // Claim kinds.
 const (
@@ -50,12 +98,6 @@ const (
 	PhaseDestroying = "destroying"
 )
 
-// Book is the whole ledger document.
-type Book struct {
-	Version int            `json:"version"`
-	VMs     map[string]*VM `json:"vms"`
-}
-
 // VM is one VM's entry.
 type VM struct {
 	Name string `json:"name"`
@@ -67,7 +109,8 @@ type VM struct {
 	Pool string `json:"pool,omitempty"`
 	// Phase is "applying", "applied" or "destroying".
 	Phase string `json:"phase"`
-	// Claims are the devices the VM holds.
+	// Claims are the devices the VM holds. Change them with Book.Claim and Book.Release, which
+	// keep the claims index in step.
 	Claims []Claim `json:"claims"`
 	// Fallback says why a gpus[] entry fell back to virtio-gpu, if one did.
 	Fallback []string `json:"fallback,omitempty"`
@@ -87,6 +130,18 @@ type Claim struct {
 // Key returns "kind:id", the unit of exclusivity.
 func (c Claim) Key() string { return c.Kind + ":" + c.ID }
 
+// claimOfKey is the inverse of Key (without Detail): kinds have no ':'.
+func claimOfKey(k string) Claim {
+	kind, id, _ := strings.Cut(k, ":")
+	return Claim{Kind: kind, ID: id}
+}
+
+// Held is a claim with the VM that holds it.
+type Held struct {
+	Claim
+	VM string
+}
+
 // JournalStep is one journal entry: a host or libvirt change with what is needed to undo it.
 type JournalStep struct {
 	N      int               `json:"n"`
@@ -99,32 +154,49 @@ type JournalStep struct {
 
 // Ledger is the on-disk ledger.
 type Ledger struct {
-	path string
-	lock string
-	// WriteFile replaces the ledger file with data (default host.WriteFileAtomic: a temporary
-	// file, fsync, rename, fsync of the directory). Tests inject a failing writer (ENOSPC) to
-	// prove a failed write loses nothing.
+	legacy string // the old single document (ledger.json), read and migrated
+	dir    string // the ledger directory (ledger/)
+	lock   string
+	// WriteFile replaces one ledger file with data (default: host.WriteFileAtomicVia with the
+	// temporary file in the ledger directory: write, fsync, rename, fsync of the directory).
+	// Tests inject a failing writer (ENOSPC) to prove a failed write loses nothing.
 	WriteFile func(path string, data []byte, perm os.FileMode) error
+	// Remove removes one ledger file (default os.Remove; Open's refuses a path outside root).
+	Remove func(path string) error
 	// LockTimeout is how long a transaction waits for another process's (0:
 	// filelock.DefaultTimeout); the error on timeout names the holder's pid.
 	LockTimeout time.Duration
 }
 
-// Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger.json).
-// Its writes refuse a path that symlinks in the tree lead out of root (Root.WriteFileAtomic).
+// Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger/, and
+// the old ROOT/var/lib/vgpu-host/ledger.json it migrates). Its writes refuse a path that
+// symlinks in the tree lead out of root (Root.CheckInside).
 func Open(root host.Root) *Ledger {
 	l := OpenPath(root.StateDir("ledger.json"))
-	l.WriteFile = root.WriteFileAtomic
+	l.WriteFile = func(path string, data []byte, perm os.FileMode) error {
+		if err := root.CheckInside(path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return host.WriteFileAtomicVia(l.dir, path, data, perm)
+	}
+	l.Remove = root.Remove
 	return l
 }
 
-// OpenPath returns the ledger stored at path (its lock file is path with ".lock").
+// OpenPath returns the ledger whose old single document is path (DIR/ledger.json): its files
+// are in path without ".json" (DIR/ledger/), its lock is path with ".lock" (DIR/ledger.lock).
 func OpenPath(path string) *Ledger {
-	return &Ledger{path: path, lock: filelock.Sibling(path)}
+	return &Ledger{legacy: path, dir: strings.TrimSuffix(path, ".json"), lock: filelock.Sibling(path)}
 }
 
-// Path returns the ledger file.
-func (l *Ledger) Path() string { return l.path }
+// Path returns the ledger directory (ROOT/var/lib/vgpu-host/ledger).
+func (l *Ledger) Path() string { return l.dir }
+
+// VMPath returns the file of VM name (ROOT/var/lib/vgpu-host/ledger/vms/NAME.json).
+func (l *Ledger) VMPath(name string) string { return filepath.Join(l.dir, "vms", name+".json") }
+
+// IndexPath returns the claims index (ROOT/var/lib/vgpu-host/ledger/claims.json).
+func (l *Ledger) IndexPath() string { return filepath.Join(l.dir, "claims.json") }
 
 func (l *Ledger) locked(mode filelock.Mode, fn func() error) error {
 	timeout := l.LockTimeout
@@ -133,112 +205,96 @@ func (l *Ledger) locked(mode filelock.Mode, fn func() error) error {
 	}
 	release, err := filelock.Acquire(l.lock, mode, timeout)
 	if err != nil {
-		return fmt.Errorf("ledger %s: %w", l.path, err)
+		return fmt.Errorf("ledger %s: %w", l.dir, err)
 	}
 	defer release()
 	return fn()
 }
 
-func (l *Ledger) load() (*Book, error) {
-	b := &Book{Version: FormatVersion, VMs: map[string]*VM{}}
-	data, err := host.ReadFileLimit(l.path, host.MaxStateFileSize)
-	if errors.Is(err, os.ErrNotExist) {
-		return b, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read ledger: %w", err)
-	}
-	if len(data) == 0 {
-		return nil, l.corrupt(errors.New("the file is empty (truncated)"))
-	}
-	if err := json.Unmarshal(data, b); err != nil {
-		return nil, l.corrupt(err)
-	}
-	if b.Version > FormatVersion {
-		return nil, fmt.Errorf("read ledger %s: format version %d is newer than this vgpu-host (%d): %w", l.path, b.Version, FormatVersion, host.ErrUnsupported)
-	}
-	if b.VMs == nil {
-		b.VMs = map[string]*VM{}
-	}
-	var empty []string
-	for name, e := range b.VMs {
-		if e == nil {
-			empty = append(empty, strconv.Quote(name))
-			delete(b.VMs, name)
+// removeStaleTemps deletes temporary ledger files (".NAME.tmp*" in the ledger directory, and
+// the old ".ledger.json.tmp*" beside it) that a writer killed between writing and renaming
+// left. Only a holder of the exclusive lock writes one, so while we hold the lock (exclusive,
+// or shared: no writer then) every such file is a dead process's.
+func (l *Ledger) removeStaleTemps() {
+	for _, pat := range []string{
+		filepath.Join(l.dir, ".*.tmp*"),
+		filepath.Join(filepath.Dir(l.legacy), "."+filepath.Base(l.legacy)+".tmp*"),
+	} {
+		stale, _ := filepath.Glob(pat)
+		for _, f := range stale {
+			_ = os.Remove(f)
 		}
 	}
-	if len(empty) > 0 {
-		sort.Strings(empty)
-		return b, l.corrupt(fmt.Errorf("the entry of VM %s is null, so its devices are unknown", strings.Join(empty, ", ")))
-	}
-	return b, nil
 }
 
-// corrupt explains a ledger that cannot be read. vgpu-host never starts from an empty ledger in
-// its place: that would hand devices other VMs hold to the next apply.
-func (l *Ledger) corrupt(why error) error {
-	return fmt.Errorf("ledger %s is damaged: %w; it records which VM holds which device, so vgpu-host stops "+
-		"rather than guess: repair the JSON by hand, or, if no VM vgpu-host created is left (virsh list --all), "+
-		"move the file aside and re-apply", l.path, why)
-}
-
-// removeStaleTemps deletes temporary ledger files (".ledger.json.tmp*", host.WriteFileAtomic's)
-// that a writer killed between writing and renaming left. Only a holder of the exclusive lock
-// writes one, so while we hold the lock (exclusive, or shared: no writer then) every such file
-// is a dead process's.
-func (l *Ledger) removeStaleTemps() {
-	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(l.path), "."+filepath.Base(l.path)+".tmp*"))
-	for _, f := range stale {
-		_ = os.Remove(f)
-	}
-}
-
-// Read returns a snapshot of the ledger (under a shared lock). When the document parses but
-// some entries are damaged (null), it returns the intact entries together with the error, so
-// a read-only command can still show them; a writer (Update) stops.
+// Read returns a snapshot of the whole ledger, every VM loaded (under a shared lock): for
+// commands that show every VM (status, metrics, drift). When some VM entries are damaged it
+// returns the intact ones together with the error, so a read-only command can still show them;
+// a writer (Update) stops.
 func (l *Ledger) Read() (*Book, error) {
 	var b *Book
+	err := l.readLocked(func() error {
+		var err error
+		if b, err = l.open(); err != nil {
+			return err // b is the intact part of a damaged old document, or nil
+		}
+		return b.loadAll()
+	})
+	return b, err
+}
+
+// View runs fn on the ledger under a shared lock, loading only the VM files fn asks for:
+// a read that needs one VM or the claims (apply's look before its transaction, destroy) costs
+// the same at any number of VMs. A VM file that cannot be loaded is returned as the error.
+func (l *Ledger) View(fn func(*Book) error) error {
+	return l.readLocked(func() error {
+		_, err := l.run(fn)
+		return err
+	})
+}
+
+// run opens a book and runs fn on it; a VM file fn asked for that could not be loaded is the
+// error, whatever fn returned.
+func (l *Ledger) run(fn func(*Book) error) (*Book, error) {
+	b, err := l.open()
+	if err != nil {
+		return nil, err
+	}
+	ferr := fn(b)
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b, ferr
+}
+
+func (l *Ledger) readLocked(fn func() error) error {
 	// The lock file is never removed: when it exists now, the shared lock below is a real
 	// one, no writer holds the exclusive lock, and any temporary ledger file is a dead
 	// writer's, which a reader may clear too (a destroy of a VM that a killed apply never
 	// recorded reads, finds nothing and ends: it would leave the dead apply's file behind).
 	_, serr := os.Stat(l.lock)
-	err := l.locked(filelock.Shared, func() error {
+	return l.locked(filelock.Shared, func() error {
 		if serr == nil {
 			l.removeStaleTemps()
 		}
-		var err error
-		b, err = l.load()
-		return err
+		return fn()
 	})
-	return b, err
 }
 
-// Update runs fn on the ledger under an exclusive lock and writes the result atomically.
-// If fn returns an error nothing is written and the error is returned.
+// Update runs fn on the ledger under an exclusive lock and writes what it changed. If fn
+// returns an error, or a VM file it asked for could not be loaded, nothing is written and the
+// error is returned.
 func (l *Ledger) Update(fn func(*Book) error) error {
 	return l.locked(filelock.Exclusive, func() error {
 		l.removeStaleTemps()
-		b, err := l.load()
+		if err := l.migrate(); err != nil {
+			return err
+		}
+		b, err := l.run(fn)
 		if err != nil {
 			return err
 		}
-		if err := fn(b); err != nil {
-			return err
-		}
-		b.Version = FormatVersion
-		data, err := json.MarshalIndent(b, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encode ledger: %w", err)
-		}
-		write := l.WriteFile
-		if write == nil {
-			write = host.WriteFileAtomic
-		}
-		if err := write(l.path, append(data, '\n'), 0o644); err != nil {
-			return fmt.Errorf("write ledger %s (the previous version is intact): %w", l.path, err)
-		}
-		return nil
+		return l.commit(b)
 	})
 }
 
@@ -251,7 +307,7 @@ func (l *Ledger) LockVM(vm string) (unlock func(), err error) {
 	if err := host.CheckComponent("VM name", vm); err != nil {
 		return nil, fmt.Errorf("lock VM: %w", err)
 	}
-	dir := filepath.Join(filepath.Dir(l.path), "vms")
+	dir := filepath.Join(filepath.Dir(l.legacy), "vms")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("VM lock directory %s: %w", dir, err)
 	}
@@ -266,21 +322,123 @@ func (l *Ledger) LockVM(vm string) (unlock func(), err error) {
 	return release, nil
 }
 
-// Holder returns the VM holding the claim kind:id, or "".
-func (b *Book) Holder(c Claim) string {
-	names := make([]string, 0, len(b.VMs))
-	for n := range b.VMs {
-		names = append(names, n)
+// Book is the ledger as a transaction (Update), a view (View) or a snapshot (Read) sees it.
+// Entries are loaded when first asked for (VM, Entry); Holder, Claim and AllClaims answer from
+// the claims index.
+type Book struct {
+	l *Ledger // nil for a book in memory (NewBook)
+	// all: every entry is in vms (a snapshot, the old format, a book in memory).
+	all bool
+	// vms are the entries loaded or created; a nil value is a VM known absent (or deleted).
+	vms map[string]*VM
+	// orig is each loaded entry's encoding as loaded (nil: it did not exist), to find what a
+	// transaction changed.
+	orig map[string][]byte
+	// gens is the generation of each loaded VM file.
+	gens map[string]uint64
+	// claims maps each claim key to its holder, for every VM.
+	claims map[string]string
+	idx    *index // nil for a book in memory or the old format
+	// listed are the VM names found on disk, once asked for (Names).
+	listed []string
+	err    error // the first entry that could not be loaded
+}
+
+// NewBook returns an empty book held in memory only (for tests and previews).
+func NewBook() *Book {
+	return &Book{all: true, vms: map[string]*VM{}, orig: map[string][]byte{}, gens: map[string]uint64{}, claims: map[string]string{}}
+}
+
+// fail records the first load error: the transaction writes nothing and returns it.
+func (b *Book) fail(err error) {
+	if b.err == nil {
+		b.err = err
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		for _, have := range b.VMs[n].Claims {
-			if have.Key() == c.Key() {
-				return n
-			}
+}
+
+// VM returns vm's entry, or nil when the ledger has none (or its file could not be loaded:
+// the transaction then fails with that error).
+func (b *Book) VM(name string) *VM {
+	if e, ok := b.vms[name]; ok || b.all {
+		return e
+	}
+	e, gen, data, err := b.l.loadVM(b.idx, name)
+	if err != nil {
+		b.fail(err)
+		return nil
+	}
+	b.vms[name], b.orig[name], b.gens[name] = e, data, gen
+	return e
+}
+
+// Entry returns vm's entry, creating an empty one.
+func (b *Book) Entry(vm string) *VM {
+	e := b.VM(vm)
+	if e == nil {
+		e = &VM{Name: vm, Phase: PhaseApplying}
+		b.vms[vm] = e
+	}
+	return e
+}
+
+// Delete forgets vm, releasing its claims.
+func (b *Book) Delete(vm string) {
+	if b.VM(vm) == nil {
+		return
+	}
+	b.Release(vm)
+	b.vms[vm] = nil
+}
+
+// Names returns the names of the VMs in the ledger, sorted. Outside a snapshot it lists the
+// ledger's directory (no VM file is read).
+func (b *Book) Names() []string {
+	set := map[string]bool{}
+	if !b.all && b.listed == nil {
+		names, err := b.l.listVMs(b.idx)
+		if err != nil {
+			b.fail(err)
+		}
+		if names == nil {
+			names = []string{}
+		}
+		b.listed = names
+	}
+	for _, n := range b.listed {
+		set[n] = true
+	}
+	for n, e := range b.vms {
+		set[n] = e != nil
+	}
+	out := make([]string, 0, len(set))
+	for n, ok := range set {
+		if ok {
+			out = append(out, n)
 		}
 	}
-	return ""
+	sort.Strings(out)
+	return out
+}
+
+// Len returns the number of VMs in the ledger.
+func (b *Book) Len() int { return len(b.Names()) }
+
+// Holder returns the VM holding the claim kind:id, or "".
+func (b *Book) Holder(c Claim) string { return b.claims[c.Key()] }
+
+// AllClaims returns every claim held (kind and id; their details are in the VM entries) with
+// its holder, sorted by key.
+func (b *Book) AllClaims() []Held {
+	keys := make([]string, 0, len(b.claims))
+	for k := range b.claims {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]Held, len(keys))
+	for i, k := range keys {
+		out[i] = Held{Claim: claimOfKey(k), VM: b.claims[k]}
+	}
+	return out
 }
 
 // Claim gives claims to vm, creating its entry. A claim held by another VM fails with an
@@ -295,6 +453,7 @@ func (b *Book) Claim(vm string, claims ...Claim) error {
 	for _, c := range claims {
 		if b.Holder(c) != vm {
 			e.Claims = append(e.Claims, c)
+			b.claims[c.Key()] = vm
 		}
 	}
 	e.UpdatedAt = time.Now().UTC()
@@ -303,12 +462,8 @@ func (b *Book) Claim(vm string, claims ...Claim) error {
 
 // Release drops claims from vm (all of them when none are named).
 func (b *Book) Release(vm string, claims ...Claim) {
-	e := b.VMs[vm]
+	e := b.VM(vm)
 	if e == nil {
-		return
-	}
-	if len(claims) == 0 {
-		e.Claims = nil
 		return
 	}
 	drop := map[string]bool{}
@@ -317,21 +472,16 @@ func (b *Book) Release(vm string, claims ...Claim) {
 	}
 	kept := e.Claims[:0]
 	for _, c := range e.Claims {
-		if !drop[c.Key()] {
+		if len(claims) > 0 && !drop[c.Key()] {
 			kept = append(kept, c)
+		} else if b.claims[c.Key()] == vm {
+			delete(b.claims, c.Key())
 		}
 	}
-	e.Claims = kept
-}
-
-// Entry returns vm's entry, creating an empty one.
-func (b *Book) Entry(vm string) *VM {
-	e := b.VMs[vm]
-	if e == nil {
-		e = &VM{Name: vm, Phase: PhaseApplying}
-		b.VMs[vm] = e
+	if len(kept) == 0 && len(claims) == 0 {
+		kept = nil
 	}
-	return e
+	e.Claims = kept
 }
 
 // Record appends a step with status "started" to vm's journal and returns its number.

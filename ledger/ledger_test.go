@@ -3,6 +3,8 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,14 +31,14 @@ func TestClaimIsExclusive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.VMs["b"] != nil {
-		t.Fatalf("a refused claim still created an entry: %+v", b.VMs["b"])
+	if b.VM("b") != nil {
+		t.Fatalf("a refused claim still created an entry: %+v", b.VM("b"))
 	}
 	if err := l.Update(func(b *Book) error { return b.Claim("a", gpu) }); err != nil {
 		t.Fatalf("re-claim by the holder: %v", err)
 	}
 	b, _ = l.Read()
-	if n := len(b.VMs["a"].Claims); n != 1 {
+	if n := len(b.VM("a").Claims); n != 1 {
 		t.Fatalf("holder has %d claims after re-claim, want 1", n)
 	}
 	if err := l.Update(func(b *Book) error { b.Release("a"); return nil }); err != nil {
@@ -85,6 +87,9 @@ func raceClaim(l *Ledger, vm string) error {
 
 // TestMain lets the test binary act as a contender process (see TestRaceProcesses).
 func TestMain(m *testing.M) {
+	if op := os.Getenv("LEDGER_TEST_CRASH_OP"); op != "" {
+		crashChild(op) // see crashIn
+	}
 	if p := os.Getenv("LEDGER_TEST_CONTENDER"); p != "" {
 		if err := raceClaim(OpenPath(p), "vm-"+os.Getenv("LEDGER_TEST_NAME")); err != nil {
 			if errors.Is(err, host.ErrBusy) {
@@ -105,16 +110,16 @@ func checkFour(t *testing.T, l *Ledger) {
 		t.Fatal(err)
 	}
 	seen := map[string]string{}
-	for n, vm := range b.VMs {
-		for _, c := range vm.Claims {
+	for _, n := range b.Names() {
+		for _, c := range b.VM(n).Claims {
 			if other, dup := seen[c.Key()]; dup {
 				t.Fatalf("%s held by %s and %s", c.Key(), other, n)
 			}
 			seen[c.Key()] = n
 		}
 	}
-	if len(b.VMs) != 4 || len(seen) != 4 {
-		t.Fatalf("%d VMs hold %d devices, want 4 and 4: %v", len(b.VMs), len(seen), seen)
+	if b.Len() != 4 || len(seen) != 4 {
+		t.Fatalf("%d VMs hold %d devices, want 4 and 4: %v", b.Len(), len(seen), seen)
 	}
 }
 
@@ -202,30 +207,53 @@ func TestDamagedLedgerIsNeverReplaced(t *testing.T) {
 }
 
 // TestFailedWriteLosesNothing: a write that fails (a full disk) returns the error with the
-// path, and the previous document is still there, complete.
+// path, and the previous ledger is still there, complete.
 func TestFailedWriteLosesNothing(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.json")
-	l := OpenPath(path)
+	dir := t.TempDir()
+	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	gpu := Claim{Kind: KindPCI, ID: "0000:41:00.0"}
 	if err := l.Update(func(b *Book) error { return b.Claim("a", gpu) }); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := os.ReadFile(path)
+	before := files(t, dir)
 	l.WriteFile = func(p string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", p, syscall.ENOSPC)
 	}
-	err := l.Update(func(b *Book) error { return b.Claim("b", Claim{Kind: KindPCI, ID: "0000:42:00.0"}) })
-	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), path) {
-		t.Fatalf("Update with a full disk: %v", err)
-	}
-	if after, _ := os.ReadFile(path); string(after) != string(before) {
-		t.Fatalf("ledger changed by a failed write:\n%s", after)
+	for name, tx := range map[string]func(b *Book) error{
+		"claim":   func(b *Book) error { return b.Claim("b", Claim{Kind: KindPCI, ID: "0000:42:00.0"}) },
+		"journal": func(b *Book) error { b.VM("a").Record("define", "a", nil); return nil },
+	} {
+		err := l.Update(tx)
+		if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), l.Path()) || !strings.Contains(err.Error(), "intact") {
+			t.Fatalf("%s with a full disk: %v", name, err)
+		}
+		if after := files(t, dir); !maps.Equal(after, before) {
+			t.Fatalf("%s: ledger changed by a failed write:\n%v\n%v", name, before, after)
+		}
 	}
 	l.WriteFile = nil
 	b, err := l.Read()
-	if err != nil || b.Holder(gpu) != "a" || b.VMs["b"] != nil {
+	if err != nil || b.Holder(gpu) != "a" || b.VM("b") != nil || len(b.VM("a").Journal) != 0 {
 		t.Fatalf("after a failed write: %v %+v", err, b)
 	}
+}
+
+// files returns every file under dir (but the lock) with its content.
+func files(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".lock") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		out[strings.TrimPrefix(p, dir+"/")] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func TestLockVM(t *testing.T) {
@@ -276,7 +304,7 @@ func TestReadCreatesNothing(t *testing.T) {
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "state", "ledger.json"))
 	b, err := l.Read()
-	if err != nil || len(b.VMs) != 0 {
+	if err != nil || b.Len() != 0 {
 		t.Fatalf("read of no ledger: %+v %v", b, err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {

@@ -193,16 +193,25 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 	if err != nil {
 		return c, "", err
 	}
-	before, err := l.o.Ledger.Read()
-	if err != nil {
-		return c, "", err
-	}
 	// Devices of domains vgpu-host did not create only matter to an allocation that takes
 	// devices: look (one XML per domain on the connection) only when it claims something.
+	// The look before the transaction reads the claims index, and the VM names only then.
+	var known map[string]bool
+	if err := l.o.Ledger.View(func(before *ledger.Book) error {
+		if p, err := l.resolve(ctx, vm, vt, inv, before, nil, nil); err != nil || len(p.Claims) > 0 {
+			known = map[string]bool{}
+			for _, n := range before.Names() {
+				known[n] = true
+			}
+		}
+		return nil
+	}); err != nil {
+		return c, "", err
+	}
 	var fp map[host.Address]string
 	var fm map[string]string
-	if p, err := l.resolve(ctx, vm, vt, inv, before, nil, nil); err != nil || len(p.Claims) > 0 {
-		if fp, fm, err = l.foreign(ctx, before); err != nil {
+	if known != nil {
+		if fp, fm, err = l.foreign(ctx, func(name string) bool { return known[name] }); err != nil {
 			return c, "", err
 		}
 	}
@@ -211,7 +220,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 	err = l.o.Ledger.Update(func(b *ledger.Book) error {
 		// An interrupted apply or destroy of this VM (we hold its lock, so its process is
 		// gone): undo its journal before anything else.
-		if e := b.VMs[name]; e != nil && e.Phase != ledger.PhaseApplied {
+		if e := b.VM(name); e != nil && e.Phase != ledger.PhaseApplied {
 			interrupted = e.Phase
 			return errNoop
 		}
@@ -223,7 +232,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 			return err
 		}
 		c.plan = plan
-		e := b.VMs[name]
+		e := b.VM(name)
 		if e != nil {
 			c.journal = e.Live()
 			if e.SpecHash == plan.SpecHash {
@@ -416,7 +425,7 @@ func (l *Lifecycle) fail(ctx context.Context, name string, fresh bool, taken []l
 		}
 	}
 	if fresh {
-		if err := l.o.Ledger.Update(func(b *ledger.Book) error { delete(b.VMs, name); return nil }); err != nil {
+		if err := l.o.Ledger.Update(func(b *ledger.Book) error { b.Delete(name); return nil }); err != nil {
 			return fmt.Errorf("%w; releasing its devices failed: %w", cause, err)
 		}
 	}
@@ -493,7 +502,7 @@ func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep)
 	}
 	l.progress("%s: undid %s %s", name, s.Action, s.Target)
 	return l.o.Ledger.Update(func(b *ledger.Book) error {
-		if e := b.VMs[name]; e != nil {
+		if e := b.VM(name); e != nil {
 			e.Mark(s.N, ledger.StepUndone)
 		}
 		return nil
@@ -505,7 +514,7 @@ func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep)
 func (l *Lifecycle) teardown(ctx context.Context, name string) ([]string, error) {
 	var live []ledger.JournalStep
 	if err := l.o.Ledger.Update(func(b *ledger.Book) error {
-		e := b.VMs[name]
+		e := b.VM(name)
 		if e == nil {
 			return fmt.Errorf("VM %q is not in the ledger (vgpu-host did not create it): %w", name, host.ErrNotFound)
 		}
@@ -522,7 +531,7 @@ func (l *Lifecycle) teardown(ctx context.Context, name string) ([]string, error)
 		}
 		undone = append(undone, live[i].Action+" "+live[i].Target)
 	}
-	return undone, l.o.Ledger.Update(func(b *ledger.Book) error { delete(b.VMs, name); return nil })
+	return undone, l.o.Ledger.Update(func(b *ledger.Book) error { b.Delete(name); return nil })
 }
 
 // DestroyResult reports what Destroy undid.
@@ -550,15 +559,15 @@ func (l *Lifecycle) Destroy(ctx context.Context, name string) (*DestroyResult, e
 }
 
 func (l *Lifecycle) destroy(ctx context.Context, name string) (*DestroyResult, error) {
-	book, err := l.o.Ledger.Read()
-	if err != nil {
+	var e *ledger.VM
+	if err := l.o.Ledger.View(func(b *ledger.Book) error { e = b.VM(name); return nil }); err != nil {
 		return nil, err
 	}
-	e := book.VMs[name]
 	if e == nil {
 		return nil, fmt.Errorf("destroy %s: not in the ledger %s (vgpu-host did not create it, or it is gone already): %w", name, l.o.Ledger.Path(), host.ErrNotFound)
 	}
 	res := &DestroyResult{VM: name, Released: e.Claims}
+	var err error
 	res.Undone, err = l.teardown(ctx, name)
 	if err != nil {
 		return res, fmt.Errorf("destroy %s: %w", name, err)
@@ -587,8 +596,8 @@ func (l *Lifecycle) Status(ctx context.Context) ([]VMStatus, error) {
 		return nil, rerr
 	}
 	out := []VMStatus{}
-	for _, name := range sortedKeys(book.VMs) {
-		e := book.VMs[name]
+	for _, name := range book.Names() {
+		e := book.VM(name)
 		st, err := l.o.Conn.State(ctx, name)
 		if errors.Is(err, virt.ErrNoDomain) {
 			st = "missing"

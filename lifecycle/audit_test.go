@@ -42,8 +42,8 @@ func TestVolumesApplyDidNotCreateSurvive(t *testing.T) {
 				t.Fatalf("%s was replaced: %+v", vol, v)
 			}
 			b, _ := e.ledger.Read()
-			if b.VMs["vgpuhost-test-k"] != nil || !e.host.clean() {
-				t.Fatalf("failed apply left ledger %+v, host bound %v", b.VMs, e.host.bound)
+			if b.VM("vgpuhost-test-k") != nil || !e.host.clean() {
+				t.Fatalf("failed apply left ledger %+v, host bound %v", b.Names(), e.host.bound)
 			}
 		})
 	}
@@ -132,7 +132,7 @@ func TestLedgerWriteFailsMidApply(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ledger unreadable after a failed write: %v", err)
 			}
-			if b.VMs[vm.Metadata.Name] != nil {
+			if b.VM(vm.Metadata.Name) != nil {
 				if _, err := e.lc().Destroy(ctx, vm.Metadata.Name); err != nil {
 					t.Fatal(err)
 				}

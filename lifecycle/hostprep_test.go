@@ -105,8 +105,8 @@ func (e *vendorEnv) assertClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.VMs) != 0 {
-		t.Errorf("ledger still has %v", b.VMs)
+	if b.Len() != 0 {
+		t.Errorf("ledger still has %v", b.Names())
 	}
 	if d := e.conn.Domains(); len(d) != 0 {
 		t.Errorf("domains left: %v", d)
@@ -152,7 +152,7 @@ func TestApplyVendorVGPUFakeHost(t *testing.T) {
 		t.Fatalf("claims %+v, want one vendor-vgpu claim on %s", res.Claims, picked)
 	}
 	b, _ := e.led.Read()
-	j := b.VMs[vm.Metadata.Name].Journal
+	j := b.VM(vm.Metadata.Name).Journal
 	if len(j) == 0 || j[0].Action != string(step.ActAssignVGPU) || j[0].Target != picked || j[0].Params["type"] != "1160" || j[0].Status != ledger.StepDone {
 		t.Fatalf("journal does not start with the assign step: %+v", j)
 	}
@@ -290,7 +290,7 @@ func TestVendorVGPUCrashAtEveryStep(t *testing.T) {
 						// The step is in the journal before the write: stopped before it, the
 						// journal names the VF and type and the VF holds nothing yet.
 						b, _ := e.led.Read()
-						j := b.VMs[vm.Metadata.Name].Journal
+						j := b.VM(vm.Metadata.Name).Journal
 						if len(j) != 1 || j[0].Action != string(step.ActAssignVGPU) || j[0].Status != ledger.StepStarted || j[0].Params["type"] != "1160" {
 							t.Fatalf("journal after a crash at step 1: %+v", j)
 						}
@@ -365,8 +365,8 @@ func TestRefusalsPlannedAndNamedForce(t *testing.T) {
 	if w := k.Writes(); len(w) != 0 || len(conn.Domains()) != 0 {
 		t.Fatalf("refused applies changed the host: writes %v, domains %v", w, conn.Domains())
 	}
-	if b, _ := ledger.Open(tree.Root).Read(); len(b.VMs) != 0 {
-		t.Fatalf("refused applies claimed: %v", b.VMs)
+	if b, _ := ledger.Open(tree.Root).Read(); b.Len() != 0 {
+		t.Fatalf("refused applies claimed: %v", b.Names())
 	}
 
 	res, err := lc(vfio.CheckBootVGA, vfio.CheckHeld).Apply(ctx, vm)

@@ -182,8 +182,8 @@ func (e *env) assertGone(t *testing.T, vm string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.VMs[vm] != nil {
-		t.Errorf("ledger still has %s: %+v", vm, b.VMs[vm])
+	if b.VM(vm) != nil {
+		t.Errorf("ledger still has %s: %+v", vm, b.VM(vm))
 	}
 	if !e.host.clean() {
 		t.Errorf("host state left: bound %v mdevs %v", e.host.bound, e.host.mdevs)
@@ -362,8 +362,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 					}()
 					<-done
 					b, _ := e.ledger.Read()
-					if b.VMs[vm.Metadata.Name] == nil || b.VMs[vm.Metadata.Name].Phase != ledger.PhaseApplying {
-						t.Fatalf("crashed apply left no applying entry: %+v", b.VMs)
+					if b.VM(vm.Metadata.Name) == nil || b.VM(vm.Metadata.Name).Phase != ledger.PhaseApplying {
+						t.Fatalf("crashed apply left no applying entry: %+v", b.Names())
 					}
 					switch then {
 					case "apply":
@@ -421,7 +421,8 @@ func TestRace16For4(t *testing.T) {
 	}
 	b, _ := e.ledger.Read()
 	held := map[string]string{}
-	for name, vm := range b.VMs {
+	for _, name := range b.Names() {
+		vm := b.VM(name)
 		if vm.Phase != ledger.PhaseApplied {
 			t.Errorf("%s left in phase %s", name, vm.Phase)
 		}
@@ -432,8 +433,8 @@ func TestRace16For4(t *testing.T) {
 			held[c.ID] = name
 		}
 	}
-	if len(b.VMs) != 4 || len(held) != 8 || len(e.host.bound) != 8 || len(e.conn.Domains()) != 4 {
-		t.Fatalf("ledger %d VMs %d claims, host %d bound, %d domains", len(b.VMs), len(held), len(e.host.bound), len(e.conn.Domains()))
+	if b.Len() != 4 || len(held) != 8 || len(e.host.bound) != 8 || len(e.conn.Domains()) != 4 {
+		t.Fatalf("ledger %d VMs %d claims, host %d bound, %d domains", b.Len(), len(held), len(e.host.bound), len(e.conn.Domains()))
 	}
 }
 

@@ -162,15 +162,16 @@ func (l *Lifecycle) virtType(ctx context.Context, vm *domains.VM) (string, error
 	return types[0], nil
 }
 
-// foreign returns the PCI functions and mdev UUIDs held by domains the ledger does not know.
-func (l *Lifecycle) foreign(ctx context.Context, book *ledger.Book) (pci map[host.Address]string, mdev map[string]string, err error) {
+// foreign returns the PCI functions and mdev UUIDs held by domains the ledger does not know
+// (known reports the VMs it does).
+func (l *Lifecycle) foreign(ctx context.Context, known func(name string) bool) (pci map[host.Address]string, mdev map[string]string, err error) {
 	all, err := l.o.Conn.ListDomainXMLs(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	pci, mdev = map[host.Address]string{}, map[string]string{}
 	for name, x := range all {
-		if book != nil && book.VMs[name] != nil {
+		if known(name) {
 			continue
 		}
 		hd, ok := DomainHostdevs(x)
@@ -218,15 +219,10 @@ func DomainHostdevs(x string) (hd Hostdevs, ok bool) {
 
 func inUse(book *ledger.Book, vm string, foreign map[host.Address]string) []host.Address {
 	var out []host.Address
-	for name, e := range book.VMs {
-		if name == vm {
-			continue
-		}
-		for _, c := range e.Claims {
-			if c.Kind == ledger.KindPCI || c.Kind == ledger.KindVendorVGPU {
-				if a, err := host.ParseAddress(c.ID); err == nil {
-					out = append(out, a)
-				}
+	for _, h := range book.AllClaims() {
+		if h.VM != vm && (h.Kind == ledger.KindPCI || h.Kind == ledger.KindVendorVGPU) {
+			if a, err := host.ParseAddress(h.ID); err == nil {
+				out = append(out, a)
 			}
 		}
 	}
@@ -242,16 +238,12 @@ func inUse(book *ledger.Book, vm string, foreign map[host.Address]string) []host
 // domains c (not created by vgpu-host)", at most five names of each.
 func holders(book *ledger.Book, vm string, foreign map[host.Address]string) string {
 	var vms, doms []string
-	for _, name := range sortedKeys(book.VMs) {
-		if name == vm {
-			continue
-		}
-		if slices.ContainsFunc(book.VMs[name].Claims, func(c ledger.Claim) bool {
-			return c.Kind == ledger.KindPCI || c.Kind == ledger.KindVendorVGPU
-		}) {
-			vms = append(vms, name)
+	for _, h := range book.AllClaims() {
+		if h.VM != vm && (h.Kind == ledger.KindPCI || h.Kind == ledger.KindVendorVGPU) && !slices.Contains(vms, h.VM) {
+			vms = append(vms, h.VM)
 		}
 	}
+	slices.Sort(vms)
 	for _, d := range foreign {
 		if !slices.Contains(doms, d) {
 			doms = append(doms, d)
@@ -314,7 +306,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 	}
 	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings})
 	if err != nil {
-		if errors.Is(err, host.ErrNotFound) && len(book.VMs)+len(foreignPCI) > 0 {
+		if errors.Is(err, host.ErrNotFound) && len(book.AllClaims())+len(foreignPCI) > 0 {
 			// Devices exist but others hold them: say busy, not absent, and who holds them
 			// when the spec would resolve on a host where nobody held anything.
 			if _, ferr := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt}); ferr == nil {
@@ -543,7 +535,7 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 	if err != nil {
 		return nil, err
 	}
-	fp, fm, err := l.foreign(ctx, book)
+	fp, fm, err := l.foreign(ctx, func(name string) bool { return book.VM(name) != nil })
 	if err != nil {
 		return nil, err
 	}

@@ -206,7 +206,7 @@ func (l *Lifecycle) Export(ctx context.Context, name, dst string, progress io.Wr
 	if err != nil {
 		return "", err
 	}
-	e := book.VMs[name]
+	e := book.VM(name)
 	if e == nil {
 		return "", fmt.Errorf("export %s: not in the ledger: %w", name, host.ErrNotFound)
 	}

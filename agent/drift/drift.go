@@ -231,13 +231,8 @@ func (w *Watcher) Check(ctx context.Context) ([]Drift, error) {
 // judged: an apply or destroy in flight owns its VM.
 func Compare(book *ledger.Book, doms map[string]string, uri string) []Drift {
 	var out []Drift
-	names := make([]string, 0, len(book.VMs))
-	for n := range book.VMs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		vm := book.VMs[name]
+	for _, name := range book.Names() {
+		vm := book.VM(name)
 		if vm.Phase != ledger.PhaseApplied || len(vm.Claims) == 0 || (vm.URI != "" && uri != "" && vm.URI != uri) {
 			continue
 		}

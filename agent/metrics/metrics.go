@@ -224,7 +224,8 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	book, err := c.src.Allocations()
 	ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up(err), "ledger")
 	if book != nil {
-		for name, vm := range book.VMs {
+		for _, name := range book.Names() {
+			vm := book.VM(name)
 			n := map[string]int{}
 			for _, cl := range vm.Claims {
 				n[cl.Kind]++

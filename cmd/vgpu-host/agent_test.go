@@ -160,13 +160,16 @@ func TestCLISameThroughAgent(t *testing.T) {
 	}
 	around := func(s []string, f func()) {
 		if s[len(s)-1] == "damaged" {
-			ledgerFile := "var/lib/vgpu-host/ledger.json"
-			old, err := os.ReadFile(filepath.Join(dir, ledgerFile))
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr.WriteFile(ledgerFile, `{"version":1,"vms":{"x":null,"damaged":{"name":"damaged","phase":"applied","claims":[]}}}`)
-			defer tr.WriteFile(ledgerFile, string(old))
+			vms := "var/lib/vgpu-host/ledger/vms/"
+			tr.WriteFile(vms+"x.json", `null`)
+			tr.WriteFile(vms+"damaged.json", `{"version":2,"name":"damaged","phase":"applied","claims":[]}`)
+			defer func() {
+				for _, f := range []string{"x.json", "damaged.json"} {
+					if err := os.Remove(filepath.Join(dir, vms, f)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}()
 		}
 		f()
 	}
@@ -485,8 +488,8 @@ func TestAgentRace16For4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if won != 4 || lost != 12 || len(book.VMs) != 4 {
-		t.Fatalf("%d applied, %d busy, %d VMs in the ledger; want 4, 12, 4", won, lost, len(book.VMs))
+	if won != 4 || lost != 12 || book.Len() != 4 {
+		t.Fatalf("%d applied, %d busy, %d VMs in the ledger; want 4, 12, 4", won, lost, book.Len())
 	}
 }
 

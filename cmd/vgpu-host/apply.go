@@ -157,7 +157,7 @@ func applyCommand() *cli.Command {
 		Usage:     "allocate devices, prepare the host, create volumes and seed, define and start VMs (docs/apply.md)",
 		ArgsUsage: "SPEC...",
 		Description: "Makes each VM exist as its spec says. Devices are claimed in the ledger\n" +
-			"(/var/lib/vgpu-host/ledger.json under --host-root) before the host changes; every step is\n" +
+			"(/var/lib/vgpu-host/ledger/ under --host-root) before the host changes; every step is\n" +
 			"journalled before it is taken, so an interrupted apply is converged by the next apply or\n" +
 			"destroy. Re-applying an unchanged spec changes nothing. Every safety check plan shows\n" +
 			"refuses apply too; --force=CHECK goes past that check only. Exit codes: 0 applied,\n" +

@@ -89,8 +89,8 @@ func assertClean(t *testing.T, uri string, root host.Root, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.VMs) != 0 {
-		t.Errorf("ledger not empty: %+v", b.VMs)
+	if b.Len() != 0 {
+		t.Errorf("ledger not empty: %+v", b.Names())
 	}
 }
 
@@ -291,7 +291,9 @@ func TestKill9RandomLibvirtd(t *testing.T) {
 			t.Fatalf("round %d: destroy after kill exit %d:\n%s", i, code, out)
 		}
 		assertClean(t, uri, root, name)
-		if tmp, _ := filepath.Glob(filepath.Join(root.StateDir(), ".ledger.json.tmp*")); len(tmp) > 0 {
+		tmp, _ := filepath.Glob(filepath.Join(root.StateDir(), ".ledger.json.tmp*"))
+		more, _ := filepath.Glob(filepath.Join(root.StateDir(), "ledger", ".*.tmp*"))
+		if tmp = append(tmp, more...); len(tmp) > 0 {
 			t.Fatalf("round %d: ledger temporary files left: %v", i, tmp)
 		}
 	}

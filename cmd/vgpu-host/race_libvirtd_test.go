@@ -270,12 +270,12 @@ func TestRace16ProcessesFor4GPUsLibvirtd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Sorted(maps.Keys(book.VMs)); !slices.Equal(got, winners) {
+	if got := book.Names(); !slices.Equal(got, winners) {
 		t.Fatalf("ledger VMs %v, want the winners %v", got, winners)
 	}
 	holder := map[string]string{} // function -> VM
 	for _, name := range winners {
-		e := book.VMs[name]
+		e := book.VM(name)
 		if e.Phase != ledger.PhaseApplied {
 			t.Errorf("%s: phase %s", name, e.Phase)
 		}
@@ -349,8 +349,8 @@ func TestRace16ProcessesFor4GPUsLibvirtd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(book.VMs) != 0 {
-		t.Errorf("ledger entries left: %+v", book.VMs)
+	if book.Len() != 0 {
+		t.Errorf("ledger entries left: %+v", book.Names())
 	}
 	// Destroy undoes only what apply did: groups that were on vfio-pci before stay there.
 	if d := diffPrints(before, sysfsPrint(t, tr.Dir())); len(d) > 0 {

@@ -80,7 +80,7 @@ func TestChangedSpecSameDevicesLibvirtd(t *testing.T) {
 	}
 	id, _ := virsh(uri, "domid", name)
 	book, _ := ledger.Open(root).Read()
-	hash0 := book.VMs[name].SpecHash
+	hash0 := book.VM(name).SpecHash
 
 	y, err := os.ReadFile(spec)
 	if err != nil {
@@ -122,7 +122,7 @@ func TestChangedSpecSameDevicesLibvirtd(t *testing.T) {
 		t.Errorf("seed not rewritten (%v):\n%s", err, ud)
 	}
 	book, _ = ledger.Open(root).Read()
-	if e := book.VMs[name]; e.SpecHash == hash0 || e.Phase != ledger.PhaseApplied {
+	if e := book.VM(name); e.SpecHash == hash0 || e.Phase != ledger.PhaseApplied {
 		t.Errorf("ledger after re-apply: hash %s (was %s), phase %s", e.SpecHash, hash0, e.Phase)
 	}
 
@@ -185,7 +185,7 @@ func TestChangedGPUSelectionLibvirtd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := book.VMs[name]
+		e := book.VM(name)
 		if e == nil {
 			return nil
 		}
@@ -282,7 +282,7 @@ func TestChangedGPUSelectionLibvirtd(t *testing.T) {
 	if vols, _ := filepath.Glob(filepath.Join(tr.Root.StateDir("images"), "*")); len(vols) > 0 {
 		t.Errorf("volumes left: %v", vols)
 	}
-	if book, _ := ledger.Open(tr.Root).Read(); len(book.VMs) > 0 {
-		t.Errorf("ledger entries left: %v", book.VMs)
+	if book, _ := ledger.Open(tr.Root).Read(); book.Len() > 0 {
+		t.Errorf("ledger entries left: %v", book.Names())
 	}
 }

@@ -22,8 +22,10 @@ func statusCommand() *cli.Command {
 		Name:      "status",
 		Usage:     "list the VMs vgpu-host applied, with their devices and libvirt state",
 		ArgsUsage: "[NAME...]",
-		Description: "Lists every VM in the ledger, or only those named. Exit codes: 0 listed, 6 a named VM\n" +
-			"is not in the ledger (the others named are still listed).",
+		Description: "Lists every VM in the ledger, or only those named. The ledger is one JSON file per VM,\n" +
+			"/var/lib/vgpu-host/ledger/vms/NAME.json under --host-root, and the claims index\n" +
+			"ledger/claims.json (who holds each device); both read with jq (docs/apply.md).\n" +
+			"Exit codes: 0 listed, 6 a named VM is not in the ledger (the others named are still listed).",
 		Flags:  []cli.Flag{connectFlag()},
 		Action: runStatus,
 	}
