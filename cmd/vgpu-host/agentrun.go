@@ -350,7 +350,7 @@ var agentRules = map[string]agentRule{
 	"destroy":           {class: agent.Mutation, files: specOperands},
 	"status":            {class: agent.Read},
 	"verify":            {class: agent.Read},
-	"image export":      {class: agent.RootMutation, absFlags: []string{"output"}},
+	"image export":      {class: agent.RootMutation, absFlags: []string{"to"}},
 	"kubevirt config":   {class: agent.Read, files: configFile},
 	"kubevirt vm":       {class: agent.Read, files: both(operandFiles, configFile)},
 	"kubevirt labels":   {class: agent.Read, files: configFile},
