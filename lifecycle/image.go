@@ -35,7 +35,7 @@ const (
 )
 
 // SealOperations are the virt-sysprep operations a sealed export runs, in virt-sysprep's
-// names. With SealDeletes they leave no trace of the builder VM that a new instance would
+// names. With SealCustomize they leave no trace of the builder VM that a new instance would
 // inherit: its identity (machine-id, SSH host keys), its cloud-init instance, user data and
 // seed, its logs and its leases. docs/image.md lists what each removes.
 var SealOperations = []string{
@@ -51,13 +51,22 @@ var SealOperations = []string{
 	"udev-persistent-net",   // udev's persistent NIC names bound to the builder's MAC
 	"package-manager-cache", // apt's downloaded .debs
 	"crash-data",            // kernel crash dumps
-	"customize",             // runs SealDeletes
+	"customize",             // runs SealCustomize
 }
 
-// SealDeletes are the paths the customize operation deletes (virt-sysprep --delete, globs):
-// cloud-init's state, which holds the builder's instance, its user data, its seed and the
-// semaphores that would make the copy skip its first boot, and the systemd journal.
-var SealDeletes = []string{"/var/lib/cloud", "/var/log/journal/*"}
+// SealCustomize are the customize operation's steps (virt-sysprep options): delete cloud-init's
+// state, which holds the builder's instance, its user data, its seed and the semaphores that
+// would make the copy skip its first boot, and the systemd journal. The customize operation
+// itself first writes a random seed and a machine-id (libguestfs 1.48: "Setting the machine ID
+// in /etc/machine-id", after the machine-id operation emptied it), which every copy would then
+// share: the seed file goes and /etc/machine-id is emptied again, so systemd makes both anew at
+// each copy's first boot.
+var SealCustomize = []string{
+	"--delete", "/var/lib/cloud",
+	"--delete", "/var/log/journal/*",
+	"--delete", "/var/lib/systemd/random-seed",
+	"--truncate", "/etc/machine-id",
+}
 
 // ExportOptions says how Export writes the image.
 type ExportOptions struct {
@@ -229,10 +238,7 @@ func sysprepArgs(format, path string) []string {
 		f = "qcow2"
 	}
 	args := []string{"virt-sysprep", "--format", f, "-a", path, "--operations", strings.Join(SealOperations, ",")}
-	for _, d := range SealDeletes {
-		args = append(args, "--delete", d)
-	}
-	return args
+	return append(args, SealCustomize...)
 }
 
 // sysprepEnv is the environment virt-sysprep runs in: libguestfs's direct backend (its own
