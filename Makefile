@@ -81,9 +81,11 @@ test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-
 	@scripts/deps.sh helper
 	$(GO) test -count=1 ./...
 
+# -timeout: go test's default of 10 minutes a package is less than cmd/vgpu-host's libvirtd tests
+# take under TCG with the image bake (TestBakeLibvirtd; the first run also builds its image).
 test-go: ## every Go test, including those against a real libvirtd the tests start (root)
 	@scripts/deps.sh test
-	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 ./...
+	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 -timeout 60m ./...
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
 # of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes

@@ -145,7 +145,7 @@ spec:
 	}
 
 	img := filepath.Join(work, "exported.qcow2")
-	if _, err := lc.Export(ctx, name, img, nil); err != nil {
+	if _, err := lc.Export(ctx, name, img, ExportOptions{NoCompress: true}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := exec.Command("qemu-img", "info", img).CombinedOutput()

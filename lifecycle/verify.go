@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -14,8 +12,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
-	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -197,49 +193,4 @@ func (l *Lifecycle) WaitShutdown(ctx context.Context, name string, tick func(tim
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-}
-
-// Export flattens the VM's first overlay (its base image and everything written since) into
-// a standalone qcow2 at dst with qemu-img convert. The domain must be shut off.
-func (l *Lifecycle) Export(ctx context.Context, name, dst string, progress io.Writer) (string, error) {
-	book, err := l.o.Ledger.Read()
-	if err != nil {
-		return "", err
-	}
-	e := book.VM(name)
-	if e == nil {
-		return "", fmt.Errorf("export %s: not in the ledger: %w", name, host.ErrNotFound)
-	}
-	var vol, pool string
-	for _, s := range e.Live() {
-		if ov, err := step.Decode(s.Action, s.Target, s.Params); err == nil && s.Status == ledger.StepDone {
-			if o, ok := ov.(step.CreateOverlay); ok {
-				vol, pool = o.Volume, o.Pool
-				break
-			}
-		}
-	}
-	if vol == "" {
-		return "", fmt.Errorf("export %s: it has no overlay disk created by vgpu-host: %w", name, host.ErrNotFound)
-	}
-	if st, err := l.o.Conn.State(ctx, name); err == nil && st != virt.StateShutoff {
-		return "", fmt.Errorf("export %s: the domain is %s; shut it down first (apply --wait-shutdown waits for a builder VM): %w", name, st, host.ErrBusy)
-	}
-	src, err := l.o.Conn.VolumePath(ctx, pool, vol)
-	if err != nil {
-		return "", fmt.Errorf("export %s: %w", name, err)
-	}
-	args := []string{"convert", "-O", "qcow2"}
-	if progress != nil {
-		args = append(args, "-p")
-	}
-	// "--": the paths are never taken for options (an output named "-f.qcow2").
-	args = append(args, "--", src, dst)
-	cmd := exec.CommandContext(ctx, "qemu-img", args...)
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = progress, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("export %s: qemu-img convert %s %s: %w: %s", name, src, dst, err, strings.TrimSpace(stderr.String()))
-	}
-	return src, nil
 }

@@ -8,7 +8,9 @@
 #           the tools the tests call, groff and man for the man pages, bash-completion for the
 #           completion test, dpkg for the package test, swtpm for the TPM of windows11 specs,
 #           acl (setfacl) for the spec file-access test, and a kernel, busybox and cpio for
-#           the guest that proves the large-BAR prediction (TestLargeBARPrediction)
+#           the guest that proves the large-BAR prediction (TestLargeBARPrediction), and for the
+#           image bake (TestBakeLibvirtd): libguestfs-tools (virt-sysprep, guestfish) and what
+#           scripts/test-image.sh builds the Debian cloud image with (debootstrap, extlinux, e2fsprogs)
 #   e2e     the real-kernel lab: QEMU, Debian's kernel with headers and source and a C toolchain
 #           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl)
 #   bench   the peers and tools of make bench (lspci, hyperfine, jq)
@@ -22,7 +24,8 @@ declare -A group=(
   [test]="build-essential pkg-config libvirt-dev pci.ids pciutils jq libxml2-utils
           libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu qemu-system-x86 qemu-utils ovmf
           genisoimage systemd procps util-linux groff-base man-db dpkg mdevctl bash-completion
-          swtpm swtpm-tools acl busybox-static cpio linux-image-amd64"
+          swtpm swtpm-tools acl busybox-static cpio linux-image-amd64
+          libguestfs-tools debootstrap extlinux e2fsprogs"
   [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
          mdevctl driverctl pciutils e2fsprogs"
   [bench]="pci.ids pciutils jq hyperfine"

@@ -37,7 +37,7 @@ const (
 	// Mutation changes the host: root or the agent's group, one at a time through the queue.
 	Mutation
 	// RootMutation changes the host and names a path the agent would write or run as root
-	// (image export --output, host install-unit --exec): root only.
+	// (image export --to, host install-unit --exec): root only.
 	RootMutation
 )
 

@@ -606,7 +606,8 @@ func TestPrepareJob(t *testing.T) {
 		{[]string{"destroy", "vm1", "vm2.yaml"}, agent.Mutation, []int{2}, false},
 		{[]string{"kubevirt", "vm", "--config=k.yaml", "s.yaml"}, agent.Read, []int{3, 2}, false},
 		{[]string{"kubevirt", "labels", "--write"}, agent.Mutation, nil, false},
-		{[]string{"image", "export", "vm", "--output", "x.qcow2"}, agent.RootMutation, nil, false},
+		{[]string{"image", "export", "vm", "--to", "x.qcow2"}, agent.RootMutation, nil, false},
+		{[]string{"-o", "json", "image", "export", "--seal", "vm", "--to=x.raw", "--dry-run"}, agent.Read, nil, false},
 		{[]string{"host", "install-unit"}, agent.RootMutation, nil, false},
 		{[]string{"bind", "--forse", "0000:01:00.0"}, agent.Mutation, nil, false}, // unknown flag
 		{[]string{"bind", "--help"}, agent.Read, nil, false},

@@ -350,7 +350,7 @@ var agentRules = map[string]agentRule{
 	"destroy":           {class: agentapi.Mutation, files: specOperands},
 	"status":            {class: agentapi.Read},
 	"verify":            {class: agentapi.Read},
-	"image export":      {class: agentapi.RootMutation, absFlags: []string{"output"}},
+	"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},
 	"kubevirt config":   {class: agentapi.Read, files: configFile},
 	"kubevirt vm":       {class: agentapi.Read, files: both(operandFiles, configFile)},
 	"kubevirt labels":   {class: agentapi.Read, files: configFile},

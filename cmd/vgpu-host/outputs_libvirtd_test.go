@@ -94,7 +94,7 @@ func TestStatusVerifyExportOutputsLibvirtd(t *testing.T) {
 		t.Errorf("status of the running VM exit %d:\n%s%s", code, out, errs)
 	}
 	img := filepath.Join(t.TempDir(), "golden.qcow2")
-	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--output", img)...)
+	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--to", img)...)
 	if code != exitBusy || !strings.Contains(errs, "the domain is running; shut it down first") {
 		t.Errorf("export of a running VM: exit %d, want %d with a clear message\n%s", code, exitBusy, errs)
 	}
@@ -106,7 +106,7 @@ func TestStatusVerifyExportOutputsLibvirtd(t *testing.T) {
 	if out, err := virsh(uri, "destroy", name); err != nil {
 		t.Fatalf("virsh destroy: %v\n%s", err, out)
 	}
-	out, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--output", img)...)
+	out, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--to", img)...)
 	if code != 0 || !strings.Contains(out, name+": exported ") || !strings.Contains(out, " to "+img) {
 		t.Fatalf("export exit %d:\n%s%s", code, out, errs)
 	}
@@ -120,14 +120,14 @@ func TestStatusVerifyExportOutputsLibvirtd(t *testing.T) {
 	}
 	// An existing output file is kept unless --force.
 	before, _ := os.ReadFile(img)
-	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--output", img)...)
+	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, name, "--to", img)...)
 	if after, _ := os.ReadFile(img); code != exitRefused || !strings.Contains(errs, "--force") || !bytes.Equal(before, after) {
 		t.Errorf("export over an existing file: exit %d, want %d and the file untouched\n%s", code, exitRefused, errs)
 	}
-	if out, errs, code := runAll(t, cmd("image", "export", "--connect", uri, name, "--output", img, "--force")...); code != 0 {
+	if out, errs, code := runAll(t, cmd("image", "export", "--connect", uri, name, "--to", img, "--force")...); code != 0 {
 		t.Errorf("export --force over an existing file: exit %d\n%s%s", code, out, errs)
 	}
-	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, "vgpuhost-test-nosuch", "--output", img+".2")...)
+	_, errs, code = runAll(t, cmd("image", "export", "--connect", uri, "vgpuhost-test-nosuch", "--to", img+".2")...)
 	if code != exitNotFound {
 		t.Errorf("export of an unknown VM: exit %d, want %d\n%s", code, exitNotFound, errs)
 	}
