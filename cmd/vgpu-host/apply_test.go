@@ -40,6 +40,7 @@ func runCLI(t *testing.T, args ...string) (string, int) {
 // image and a cloud-init seed instead of its blank disk.
 func world(t *testing.T, uri, name string) (root host.Root, specPath string) {
 	t.Helper()
+	forgetStaleDomain(uri, name)
 	tree := hosttest.New(t)
 	root = tree.Root
 	for d := root.Dir(); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
@@ -68,6 +69,20 @@ func world(t *testing.T, uri, name string) (root host.Root, specPath string) {
 		virsh(uri, "pool-undefine", pool)
 	})
 	return root, specPath
+}
+
+// forgetStaleDomain removes a domain of this name that an earlier, killed test run left on the
+// real libvirtd (the tests own the vgpuhost-test- prefix), so that run's leftovers do not fail
+// this one. Its storage is left alone: it was under that run's temporary directory.
+func forgetStaleDomain(uri, name string) {
+	if !strings.HasPrefix(name, "vgpuhost-test-") {
+		panic("forgetStaleDomain: not a test domain: " + name)
+	}
+	if _, err := virsh(uri, "dominfo", name); err != nil {
+		return
+	}
+	virsh(uri, "destroy", name)
+	virsh(uri, "undefine", name, "--nvram")
 }
 
 func virsh(uri string, args ...string) (string, error) {
@@ -321,6 +336,7 @@ func TestForeignDomainDevicesLibvirtd(t *testing.T) {
   <hostdev mode='subsystem' type='pci' managed='yes'><driver name='vfio'/><source><address domain='0x0000' bus='0x01' slot='0x00' function='0x0'/></source></hostdev>
   <hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='` + uuid + `'/></source></hostdev>
 </devices></domain>`
+	forgetStaleDomain(uri, foreign)
 	xf := filepath.Join(t.TempDir(), "foreign.xml")
 	if err := os.WriteFile(xf, []byte(xml), 0o644); err != nil {
 		t.Fatal(err)
