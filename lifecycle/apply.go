@@ -216,6 +216,11 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 		}
 	}
 	_, serr := l.o.Conn.State(ctx, name)
+	if serr != nil && !virt.IsNotFound(serr) {
+		// Not "no such domain" but libvirt itself (the connection could not be opened or was
+		// lost): stop before the transaction claims anything.
+		return c, "", fmt.Errorf("look up domain %s: %w", name, serr)
+	}
 	domainExists := serr == nil
 	err = l.o.Ledger.Update(func(b *ledger.Book) error {
 		// An interrupted apply or destroy of this VM (we hold its lock, so its process is

@@ -25,7 +25,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%s: vgpu-host's libvirt helper; vgpu-host runs it (with --serve) when a command needs libvirt\n", remote.HelperName)
 		os.Exit(2)
 	}
-	err := remote.Serve(func(uri string) (virt.Conn, error) { return native.Open(uri) }, stdio{})
+	err := remote.ServeBackend(remote.Backend{
+		Open:          func(uri string) (virt.Conn, error) { return native.Open(uri) },
+		PrepareDefine: native.PrepareSchema,
+	}, stdio{})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", remote.HelperName, err)
 		os.Exit(1)

@@ -137,7 +137,7 @@ func agentServer(cmd *cli.Command) (*agent.Server, error) {
 		RequestTimeout:  cmd.Duration("request-timeout"),
 		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
 		URI:             uri,
-		OpenConn:        openConn,
+		OpenConn:        openConnWait,
 	}, nil
 }
 

@@ -61,7 +61,7 @@ func startAgent(t *testing.T, dir string) (uri string, logs *lockedBuffer) {
 	}
 	procRoot, _ := host.NewRoot("/")
 	srv := &agent.Server{Root: root, Socket: agentSocketUnder(root), GID: -1, ProcRoot: procRoot,
-		Runner: &cliRunner{root: root, uri: uri, log: log}, Log: log, URI: uri, OpenConn: openConn}
+		Runner: &cliRunner{root: root, uri: uri, log: log}, Log: log, URI: uri, OpenConn: openConnWait}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // runEnv is what one command line run by the agent gets instead of the process's globals:
@@ -46,16 +47,16 @@ func (borrowedConn) Close() error { return nil }
 
 // openConnFor opens the invocation's libvirt connection: openConn from a shell, the agent's
 // own connection (never another URI) in the agent.
-func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
+func openConnFor(cmd *cli.Command, uri string, o remote.OpenOptions) (virt.Conn, error) {
 	rv := runEnvOf(cmd)
 	if rv == nil {
-		return openConn(uri)
+		return openConn(uri, o)
 	}
 	if cmd.IsSet("connect") && cmd.String("connect") != rv.uri {
 		return nil, usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", cmd.String("connect"), rv.uri)
 	}
 	if rv.conn == nil {
-		return openConn(rv.uri)
+		return openConn(rv.uri, o)
 	}
 	c, err := rv.conn()
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
-	"github.com/vgpu-host/vgpu-host/virt"
 )
 
 // via, when set, makes the CLI tests' helpers (runCLI, run, runErr, runSplit) send their
@@ -120,7 +119,7 @@ func (v *viaAgent) start(t *testing.T, root host.Root, uri string) string {
 	log, _ := agent.NewLogger(io.Discard, "info", false)
 	srv := &agent.Server{Root: root, Socket: filepath.Join(dir, "agent.sock"), GID: -1, ProcRoot: procRoot,
 		Runner: &cliRunner{root: root, uri: uri, log: log}, Log: log, URI: uri,
-		OpenConn: func(u string) (virt.Conn, error) { return openConn(u) }}
+		OpenConn: openConnWait}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,30 @@ import (
 
 // openConn connects to libvirt through the helper vgpu-host-libvirt (package virt/remote), so
 // that only the commands that talk to libvirt load it; a vgpu-fake:///PATH URI opens the
-// file-backed fake in-process (no libvirt at all). Tests replace it.
-var openConn = func(uri string) (virt.Conn, error) {
+// file-backed fake in-process (no libvirt at all). It does not wait for the helper to load
+// libvirt and connect (remote.Start): the command reads its spec and scans the host meanwhile,
+// and its first libvirt call returns the connection's error. Tests replace it.
+var openConn = func(uri string, o remote.OpenOptions) (virt.Conn, error) {
 	if virt.IsFileURI(uri) {
 		return virt.OpenFile(uri)
 	}
-	return remote.Open(uri)
+	return remote.Start(uri, o)
+}
+
+// openConnWait is openConn that returns once the connection is open, or with why it could
+// not be: the agent holds its connection for long and reconnects on that error.
+func openConnWait(uri string) (virt.Conn, error) {
+	c, err := openConn(uri, remote.OpenOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if o, ok := c.(interface{ Opened(context.Context) error }); ok {
+		if err := o.Opened(context.Background()); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // connURI is the invocation's libvirt URI. Under a --host-root that is not this machine's
@@ -111,7 +129,8 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := openConnFor(cmd, uri)
+	// apply defines domains: the helper compiles libvirt's domain schema while it connects.
+	conn, err := openConnFor(cmd, uri, remote.OpenOptions{Define: cmd.Name == "apply"})
 	if err != nil {
 		return nil, nil, err
 	}

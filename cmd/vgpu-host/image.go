@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 func imageCommand() *cli.Command {
@@ -59,7 +60,7 @@ func runImageExport(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	conn, err := openConnFor(cmd, cmd.String("connect"))
+	conn, err := openConnFor(cmd, cmd.String("connect"), remote.OpenOptions{})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // migFor returns the MIG backend and planner for root and how to let the NVML helper go: the
@@ -98,7 +99,7 @@ func layoutHost(cmd *cli.Command) (*layout.Host, *host.Recorder, func(), error) 
 	}
 	if uri := cmd.String("connect"); uri != "" {
 		m.Domains = &lazyLibvirt{open: func() (mdev.DomainXMLLister, func(), error) {
-			c, err := openConn(uri)
+			c, err := openConn(uri, remote.OpenOptions{})
 			if err != nil {
 				return nil, nil, err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // fakeLibvirt makes every libvirt command of this test talk to an in-memory virt.Fake instead
@@ -20,7 +21,7 @@ func fakeLibvirt(t *testing.T) *virt.Fake {
 	t.Helper()
 	f := virt.NewFake("qemu")
 	old := openConn
-	openConn = func(string) (virt.Conn, error) { return f, nil }
+	openConn = func(string, remote.OpenOptions) (virt.Conn, error) { return f, nil }
 	t.Cleanup(func() { openConn = old })
 	// A fake --host-root must name its libvirt: this one.
 	t.Setenv("VGPU_HOST_CONNECT", f.URI())

@@ -85,6 +85,11 @@ func compiledSchema() C.xmlRelaxNGPtr {
 	return schema.rng
 }
 
+// PrepareSchema compiles DomainSchema now (the helper calls it in its own goroutine when its
+// client will define a domain, so the compile overlaps connecting to libvirt); a later
+// ValidateDomain finds it compiled, or waits for the compile in flight.
+func PrepareSchema() { compiledSchema() }
+
 // ValidateDomain checks xml against libvirt's domain schema (DomainSchema), the check
 // VIR_DOMAIN_DEFINE_VALIDATE makes; ok is false when the schema is not available here.
 // Errors name the first line libvirt's schema refuses and wrap host.ErrInvalid.

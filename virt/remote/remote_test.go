@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -112,6 +113,81 @@ func TestErrorsKeepTheirSentinels(t *testing.T) {
 	}
 }
 
+// DialAsync returns before the server has opened libvirt; calls made meanwhile wait for the
+// open and then run, and a Define hint reaches the backend's PrepareDefine while it opens.
+func TestDialAsyncWaitsForTheOpen(t *testing.T) {
+	f := virt.NewFake("qemu")
+	release := make(chan struct{})
+	prepared := make(chan struct{})
+	a, b := net.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- ServeBackend(Backend{
+			Open:          func(string) (virt.Conn, error) { <-release; return f, nil },
+			PrepareDefine: func() { close(prepared) },
+		}, b)
+	}()
+	c := DialAsync("test:///fake", a, OpenOptions{Define: true})
+	defer func() { c.Close(); <-done }()
+	// The hint arrives with the Open, before the open has finished.
+	select {
+	case <-prepared:
+	case <-time.After(5 * time.Second):
+		t.Fatal("PrepareDefine was not called while libvirt was opening")
+	}
+	got := make(chan error, 1)
+	go func() { _, err := c.Define(context.Background(), domXML); got <- err }()
+	select {
+	case err := <-got:
+		t.Fatalf("Define returned before the open finished: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Opened(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Opened with a cancelled context while opening = %v", err)
+	}
+	close(release)
+	if err := <-got; err != nil {
+		t.Fatalf("Define after the open: %v", err)
+	}
+	if _, err := c.State(context.Background(), "vgpuhost-test-remote"); err != nil {
+		t.Fatalf("State after the open: %v", err)
+	}
+}
+
+// Without the hint the backend prepares nothing; an open that fails is every call's error.
+func TestDialAsyncOpenErrorIsEveryCallsError(t *testing.T) {
+	a, b := net.Pipe()
+	done := make(chan error, 1)
+	prepared := false
+	go func() {
+		done <- ServeBackend(Backend{
+			Open:          func(string) (virt.Conn, error) { return nil, errors.New("connect to libvirt at test:///fake: refused") },
+			PrepareDefine: func() { prepared = true },
+		}, b)
+	}()
+	c := DialAsync("test:///fake", a, OpenOptions{})
+	for _, call := range []func() error{
+		func() error { return c.Opened(context.Background()) },
+		func() error { _, err := c.State(context.Background(), "x"); return err },
+		func() error { _, err := c.Define(context.Background(), domXML); return err },
+	} {
+		if err := call(); err == nil || !strings.Contains(err.Error(), "refused") || virt.IsNotFound(err) {
+			t.Fatalf("call after a failed open = %v, want the open's error", err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close after a failed open: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if prepared {
+		t.Fatal("PrepareDefine ran without the Define hint")
+	}
+}
+
 func TestHelperPath(t *testing.T) {
 	t.Setenv(EnvHelper, filepath.Join(t.TempDir(), "nope"))
 	if _, err := HelperPath(); !errors.Is(err, ErrNoHelper) || !errors.Is(err, host.ErrUnsupported) {
@@ -148,6 +224,37 @@ func TestHelperProcess(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+	// Start returns before the helper has connected; with the Define hint the helper compiles
+	// libvirt's schema meanwhile, and a domain the schema refuses is refused before libvirt
+	// defines it.
+	sc, err := Start("test:///default", OpenOptions{Define: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(domXML, "<memory unit='MiB'>64</memory>", "<memory unit='MiB'>64</memory><vgpuhost-bogus/>", 1)
+	if _, err := os.Stat("/usr/share/libvirt/schemas/domain.rng"); err == nil {
+		if _, err := sc.Define(ctx, bad); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Fatalf("Define of a domain the schema refuses = %v", err)
+		}
+	}
+	if name, err := sc.Define(ctx, domXML); err != nil || name != "vgpuhost-test-remote" {
+		t.Fatalf("Define after Start = %q, %v", name, err)
+	}
+	if err := sc.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// A libvirt that cannot be reached is the first call's error, and Close still ends the
+	// helper.
+	fc, err := Start("qemu+unix:///system?socket=/nonexistent/vgpuhost-test.sock", OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.State(ctx, "x"); err == nil || virt.IsNotFound(err) {
+		t.Fatalf("State on an unreachable libvirt = %v", err)
+	}
+	if err := fc.Close(); err != nil {
+		t.Fatalf("Close after a failed open: %v", err)
 	}
 	// The helper refuses to be run by hand.
 	cmd := exec.Command(bin)

@@ -15,8 +15,12 @@ import (
 type (
 	// Empty is an argument or reply with nothing in it.
 	Empty struct{}
-	// OpenArgs opens the libvirt connection.
-	OpenArgs struct{ URI string }
+	// OpenArgs opens the libvirt connection; Define says the client will define a domain
+	// (the server prepares for it while the connection opens: OpenOptions.Define).
+	OpenArgs struct {
+		URI    string
+		Define bool `json:",omitempty"`
+	}
 	// NameArgs names a domain.
 	NameArgs struct{ Name string }
 	// XMLArgs carries domain XML.
@@ -36,8 +40,9 @@ type (
 // Server is the helper's side: it opens the real connection on the client's Open and
 // forwards every call to it.
 type Server struct {
-	open func(uri string) (virt.Conn, error)
-	conn virt.Conn
+	open          func(uri string) (virt.Conn, error)
+	prepareDefine func()
+	conn          virt.Conn
 
 	evMu sync.Mutex
 	ev   *events // the domain-event subscription, if any (events.go)
@@ -46,7 +51,21 @@ type Server struct {
 // Serve answers one client on rwc until it hangs up. open makes the real connection (the
 // helper passes the libvirt adapter's Open; tests pass a fake).
 func Serve(open func(uri string) (virt.Conn, error), rwc io.ReadWriteCloser) error {
-	srv := &Server{open: open}
+	return ServeBackend(Backend{Open: open}, rwc)
+}
+
+// Backend is what a server forwards to.
+type Backend struct {
+	// Open makes the real connection.
+	Open func(uri string) (virt.Conn, error)
+	// PrepareDefine, when set, runs in its own goroutine when a client opens with Define:
+	// the helper compiles libvirt's domain schema while libvirt connects.
+	PrepareDefine func()
+}
+
+// ServeBackend is Serve with the whole Backend.
+func ServeBackend(b Backend, rwc io.ReadWriteCloser) error {
+	srv := &Server{open: b.Open, prepareDefine: b.PrepareDefine}
 	serveRPC(srv, rwc, srv.endEvents)
 	_ = rwc.Close() // the helper's stdout: the client's reader ends
 	if srv.conn != nil {
@@ -68,6 +87,9 @@ var bg = context.Background()
 func (s *Server) Open(a OpenArgs, _ *Empty) error {
 	if s.conn != nil {
 		return nil
+	}
+	if a.Define && s.prepareDefine != nil {
+		go s.prepareDefine()
 	}
 	c, err := s.open(a.URI)
 	if err != nil {
