@@ -25,6 +25,17 @@ mkdir "$work/hello"
 printf 'package main\n\nimport "os"\n\nfunc main() { os.Stdout.WriteString("hello\\n") }\n' >"$work/hello/main.go"
 printf 'module hello\n\ngo 1.21\n' >"$work/hello/go.mod"
 (cd "$work/hello" && CGO_ENABLED=0 GOFLAGS= $GO build -trimpath -o "$work/bare-go" .)
+# The libraries' floor: the same hello world importing (blank) every non-standard package
+# vgpu-host links, at go.mod's versions (listed by go list, so it follows the dependencies):
+# their package initialisers and the size they add cost every start, whatever vgpu-host's own
+# code does. Printed beside the goal, as the lab benches print a bare Go binary's floor.
+mkdir "$work/deps"
+{
+	printf 'package main\n\nimport (\n\t"os"\n\n'
+	$GO list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./cmd/vgpu-host | grep -v '^github.com/vgpu-host/' | grep -v '/internal/' | sed 's/.*/\t_ "&"/'
+	printf ')\n\nfunc main() { os.Stdout.WriteString("hello\\n") }\n'
+} >"$work/deps/main.go"
+CGO_ENABLED=0 $GO build -trimpath -o "$work/deps-go" "$work/deps/main.go"
 
 . bench/lib.sh
 ms() { awk -v a="$1" 'BEGIN{printf "%.2f", a*1000}'; }
@@ -49,8 +60,12 @@ rounds() {
 		printf "%s %.6f %s %.6f %s\n", c, median(v, n), (c == "c0" ? "1" : sprintf("%.2f", median(q, m))), median(w, n), (c == "c0" ? "1" : sprintf("%.2f", median(r, m))) } }' "$work/$name".*.csv | sort
 }
 
-rounds start "$work/bare-go" "$BIN --version" "$BIN --help" >"$work/start.txt"
+rounds start "$work/bare-go" "$BIN --version" "$BIN --help" "$work/deps-go" >"$work/start.txt"
 read -r _ t_bare _ u_bare _ < <(grep '^c0 ' "$work/start.txt")
+read -r _ t_deps _ u_deps dratio < <(grep '^c3 ' "$work/start.txt")
+printf 'start-floor    a bare Go binary importing only the libraries vgpu-host links (%d packages): CPU %s ms, ratio %s to the bare binary (what no change to vgpu-host'"'"'s own code goes below)\n' \
+	"$(grep -c '^	_ ' "$work/deps/main.go")" "$(ms "$u_deps")" "$dratio"
+echo "start_deps_floor_ratio $dratio"
 # The goal is on CPU time, what a start costs: on a loaded 2-core machine a process's wall
 # time is mostly its wait for a core (both ratios are printed).
 for what in version help; do

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"testing"
+
+	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 )
 
 // TestTopCommandNames: each name in topCommands is the name its constructor's command has.
@@ -46,6 +48,30 @@ func TestNewAppForSameAsWhole(t *testing.T) {
 		lcode := execute(lazy, append([]string{"vgpu-host"}, args...), &lerr)
 		if wcode != lcode || wout.String() != lout.String() || werr.String() != lerr.String() {
 			t.Errorf("%q: whole tree exit %d\n%s%s\nmain's tree exit %d\n%s%s", args, wcode, wout.String(), werr.String(), lcode, lout.String(), lerr.String())
+		}
+	}
+}
+
+// TestOnlyVersionSameAsCLI: main answers `--version` and `-v` alone without the cli, with the
+// very line the cli's version flag prints; any other command line goes to the cli.
+func TestOnlyVersionSameAsCLI(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-v"}} {
+		if !onlyVersion(args) {
+			t.Fatalf("onlyVersion(%q) = false", args)
+		}
+		var out, errOut bytes.Buffer
+		app := newApp()
+		app.Writer, app.ErrWriter = &out, &errOut
+		if code := execute(app, append([]string{"vgpu-host"}, args...), &errOut); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut.String())
+		}
+		if want := buildinfo.Get().Line(appName) + "\n"; out.String() != want {
+			t.Errorf("%q: the cli prints %q, main's shortcut %q", args, out.String(), want)
+		}
+	}
+	for _, args := range [][]string{{}, {"version"}, {"--version", "inspect"}, {"-o", "json", "--version"}, {"--help"}, {"-V"}} {
+		if onlyVersion(args) {
+			t.Errorf("onlyVersion(%q) = true", args)
 		}
 	}
 }
