@@ -66,7 +66,12 @@ func pciIDsFor(root Root) *PCIIDs {
 //
 // ReadDevice drops those warnings; ReadDeviceWarnings returns them.
 func ReadDevice(root Root, addr Address) (Device, error) {
-	return newScanner(root).readDevice(addr)
+	s := newScanner(root)
+	d, err := s.readDevice(addr)
+	if err == nil {
+		s.name(&d)
+	}
+	return d, err
 }
 
 // ReadDeviceWarnings is ReadDevice that also returns the problems met with optional
@@ -75,6 +80,9 @@ func ReadDevice(root Root, addr Address) (Device, error) {
 func ReadDeviceWarnings(root Root, addr Address) (Device, []string, error) {
 	s := newScanner(root)
 	d, err := s.readDevice(addr)
+	if err == nil {
+		s.name(&d)
+	}
 	sort.Strings(s.warnings)
 	return d, s.warnings, err
 }
@@ -94,6 +102,7 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 		}
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 	}
+	s.ids.Prefetch(hex4(vendor)) // its names are found meanwhile, on another core (name)
 	device, err := dd.hex("device")
 	if err != nil {
 		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
@@ -146,13 +155,18 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	} else {
 		d.VendorVGPU = v
 	}
+	return d, nil
+}
+
+// name fills d's names from pci.ids. Scan names its devices last, so that the vendors'
+// sections Prefetch started finding as readDevice met each vendor are found by then.
+func (s *scanner) name(d *Device) {
 	d.VendorName = s.ids.Vendor(d.VendorID)
 	d.DeviceName = s.ids.Device(d.VendorID, d.DeviceID)
 	if d.SubsysVendorID != "" && d.SubsysDeviceID != "" {
 		d.SubsystemName = s.ids.Subsystem(d.VendorID, d.DeviceID, d.SubsysVendorID, d.SubsysDeviceID)
 	}
 	d.ClassName = s.ids.Class(d.Class)
-	return d, nil
 }
 
 // hex4 and hex6 are fmt.Sprintf("%04x") and ("%06x") of an ID or class, without fmt.

@@ -52,6 +52,9 @@ func Scan(root Root) (*Inventory, error) {
 	inv.MdevParents = parents
 	s.addMdevGroups(inv)
 	linkMdevParents(inv)
+	for i := range inv.Devices {
+		s.name(&inv.Devices[i])
+	}
 	sort.Strings(s.warnings)
 	inv.Warnings = s.warnings
 	return inv, nil

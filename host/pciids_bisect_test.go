@@ -90,3 +90,44 @@ func withMachinePCIIDs(t *testing.T, small []byte) map[string][]byte {
 	t.Log("no pci.ids on this machine: only the small sample")
 	return files
 }
+
+// TestPrefetchGivesTheSameNames: names looked up while Prefetch is finding the vendors'
+// sections, from several goroutines at once (as Scan does), are the names a resolver without
+// Prefetch gives. Run with -race, it also checks that a lookup waits for the section in flight.
+func TestPrefetchGivesTheSameNames(t *testing.T) {
+	const path = "/usr/share/misc/pci.ids"
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("no %s", path)
+	}
+	ids := [][2]string{{"8086", "1593"}, {"8086", "7a00"}, {"10de", "2206"}, {"10de", "1aef"}, {"1af4", "1050"}, {"1b36", "000d"}, {"1234", "1111"}, {"1003", "0001"}}
+	plain := NewPCIIDsFile(path)
+	want := map[[2]string][2]string{}
+	for _, id := range ids {
+		want[id] = [2]string{plain.Vendor(id[0]), plain.Device(id[0], id[1])}
+	}
+	if want[ids[0]][0] == "" || want[ids[2]][1] == "" {
+		t.Fatalf("the machine's pci.ids lacks Intel or NVIDIA names: %v", want)
+	}
+	for round := 0; round < 20; round++ {
+		p := NewPCIIDsFile(path)
+		for _, id := range ids {
+			p.Prefetch(id[0])
+		}
+		errs := make(chan string, len(ids))
+		for _, id := range ids {
+			go func() {
+				got := [2]string{p.Vendor(id[0]), p.Device(id[0], id[1])}
+				if got != want[id] {
+					errs <- id[0] + ":" + id[1] + ": " + got[0] + " / " + got[1] + ", want " + want[id][0] + " / " + want[id][1]
+					return
+				}
+				errs <- ""
+			}()
+		}
+		for range ids {
+			if e := <-errs; e != "" {
+				t.Fatal(e)
+			}
+		}
+	}
+}
