@@ -32,10 +32,11 @@ var openConn = func(uri string, o remote.OpenOptions) (virt.Conn, error) {
 	return remote.Start(uri, o)
 }
 
-// openConnWait is openConn that returns once the connection is open, or with why it could
-// not be: the agent holds its connection for long and reconnects on that error.
+// openConnWait opens the agent's long-lived connection (its helper checks domains against
+// libvirt's schema compiled once) and returns once it is open, or with why it could not be:
+// the agent reconnects on that error.
 func openConnWait(uri string) (virt.Conn, error) {
-	c, err := openConn(uri, remote.OpenOptions{})
+	c, err := openConn(uri, remote.OpenOptions{LongLived: true})
 	if err != nil {
 		return nil, err
 	}
@@ -129,8 +130,7 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	// apply defines domains: the helper compiles libvirt's domain schema while it connects.
-	conn, err := openConnFor(cmd, uri, remote.OpenOptions{Define: cmd.Name == "apply"})
+	conn, err := openConnFor(cmd, uri, remote.OpenOptions{})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -110,14 +110,17 @@ func (l *Libvirt) domain(name string) (*libvirt.Domain, error) {
 }
 
 // Define defines a persistent domain whose XML passes libvirt's schema: checked here against
-// the schema compiled once (ValidateDomain), or by libvirtd (VIR_DOMAIN_DEFINE_VALIDATE) when
-// the schema file is not on this machine.
+// the schema compiled once (ValidateDomain) in a process that asked for it (PrepareSchema: the
+// agent's helper), else by libvirtd (VIR_DOMAIN_DEFINE_VALIDATE), as also when the schema file
+// is not on this machine.
 func (l *Libvirt) Define(_ context.Context, xml string) (string, error) {
 	flags := libvirt.DOMAIN_DEFINE_VALIDATE
-	if ok, err := ValidateDomain(xml); err != nil {
-		return "", fmt.Errorf("define domain: %w", err)
-	} else if ok {
-		flags = 0
+	if schemaHere.Load() {
+		if ok, err := ValidateDomain(xml); err != nil {
+			return "", fmt.Errorf("define domain: %w", err)
+		} else if ok {
+			flags = 0
+		}
 	}
 	d, err := l.conn.DomainDefineXMLFlags(xml, flags)
 	if err != nil {

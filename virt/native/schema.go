@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -85,10 +86,19 @@ func compiledSchema() C.xmlRelaxNGPtr {
 	return schema.rng
 }
 
-// PrepareSchema compiles DomainSchema now (the helper calls it in its own goroutine when its
-// client will define a domain, so the compile overlaps connecting to libvirt); a later
-// ValidateDomain finds it compiled, or waits for the compile in flight.
-func PrepareSchema() { compiledSchema() }
+// schemaHere is set by PrepareSchema: Define then checks domains against the compiled schema
+// itself instead of asking libvirtd to.
+var schemaHere atomic.Bool
+
+// PrepareSchema makes Define check domains against DomainSchema compiled in this process, and
+// compiles it now. The helper calls it, in its own goroutine, for a long-lived connection (the
+// agent's), so the compile overlaps connecting to libvirt; a Define finds it compiled, or waits
+// for the compile in flight. A process that defines one domain does not call it: compiling the
+// schema costs more than libvirtd's check of one domain.
+func PrepareSchema() {
+	schemaHere.Store(true)
+	compiledSchema()
+}
 
 // ValidateDomain checks xml against libvirt's domain schema (DomainSchema), the check
 // VIR_DOMAIN_DEFINE_VALIDATE makes; ok is false when the schema is not available here.

@@ -114,7 +114,7 @@ func TestErrorsKeepTheirSentinels(t *testing.T) {
 }
 
 // DialAsync returns before the server has opened libvirt; calls made meanwhile wait for the
-// open and then run, and a Define hint reaches the backend's PrepareDefine while it opens.
+// open and then run, and a long-lived open reaches the backend's PrepareDefine while it opens.
 func TestDialAsyncWaitsForTheOpen(t *testing.T) {
 	f := virt.NewFake("qemu")
 	release := make(chan struct{})
@@ -127,7 +127,7 @@ func TestDialAsyncWaitsForTheOpen(t *testing.T) {
 			PrepareDefine: func() { close(prepared) },
 		}, b)
 	}()
-	c := DialAsync("test:///fake", a, OpenOptions{Define: true})
+	c := DialAsync("test:///fake", a, OpenOptions{LongLived: true})
 	defer func() { c.Close(); <-done }()
 	// The hint arrives with the Open, before the open has finished.
 	select {
@@ -156,7 +156,7 @@ func TestDialAsyncWaitsForTheOpen(t *testing.T) {
 	}
 }
 
-// Without the hint the backend prepares nothing; an open that fails is every call's error.
+// A short-lived open prepares nothing; an open that fails is every call's error.
 func TestDialAsyncOpenErrorIsEveryCallsError(t *testing.T) {
 	a, b := net.Pipe()
 	done := make(chan error, 1)
@@ -184,7 +184,7 @@ func TestDialAsyncOpenErrorIsEveryCallsError(t *testing.T) {
 		t.Fatal(err)
 	}
 	if prepared {
-		t.Fatal("PrepareDefine ran without the Define hint")
+		t.Fatal("PrepareDefine ran for a short-lived connection")
 	}
 }
 
@@ -225,24 +225,24 @@ func TestHelperProcess(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	// Start returns before the helper has connected; with the Define hint the helper compiles
-	// libvirt's schema meanwhile, and a domain the schema refuses is refused before libvirt
-	// defines it.
-	sc, err := Start("test:///default", OpenOptions{Define: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Start returns before the helper has connected. A domain the schema refuses is refused
+	// either way: by the schema the helper compiles for a long-lived connection, by libvirt's
+	// validation for a short-lived one.
 	bad := strings.Replace(domXML, "<memory unit='MiB'>64</memory>", "<memory unit='MiB'>64</memory><vgpuhost-bogus/>", 1)
-	if _, err := os.Stat("/usr/share/libvirt/schemas/domain.rng"); err == nil {
-		if _, err := sc.Define(ctx, bad); err == nil || !strings.Contains(err.Error(), "schema") {
-			t.Fatalf("Define of a domain the schema refuses = %v", err)
+	for _, long := range []bool{true, false} {
+		sc, err := Start("test:///default", OpenOptions{LongLived: long})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if name, err := sc.Define(ctx, domXML); err != nil || name != "vgpuhost-test-remote" {
-		t.Fatalf("Define after Start = %q, %v", name, err)
-	}
-	if err := sc.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
+		if _, err := sc.Define(ctx, bad); err == nil || !strings.Contains(err.Error(), "vgpuhost-bogus") && !strings.Contains(err.Error(), "schema") {
+			t.Fatalf("long-lived %v: Define of a domain the schema refuses = %v", long, err)
+		}
+		if name, err := sc.Define(ctx, domXML); err != nil || name != "vgpuhost-test-remote" {
+			t.Fatalf("long-lived %v: Define after Start = %q, %v", long, name, err)
+		}
+		if err := sc.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 	}
 	// A libvirt that cannot be reached is the first call's error, and Close still ends the
 	// helper.

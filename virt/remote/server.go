@@ -15,11 +15,10 @@ import (
 type (
 	// Empty is an argument or reply with nothing in it.
 	Empty struct{}
-	// OpenArgs opens the libvirt connection; Define says the client will define a domain
-	// (the server prepares for it while the connection opens: OpenOptions.Define).
+	// OpenArgs opens the libvirt connection; LongLived is OpenOptions.LongLived.
 	OpenArgs struct {
-		URI    string
-		Define bool `json:",omitempty"`
+		URI       string
+		LongLived bool `json:",omitempty"`
 	}
 	// NameArgs names a domain.
 	NameArgs struct{ Name string }
@@ -58,8 +57,9 @@ func Serve(open func(uri string) (virt.Conn, error), rwc io.ReadWriteCloser) err
 type Backend struct {
 	// Open makes the real connection.
 	Open func(uri string) (virt.Conn, error)
-	// PrepareDefine, when set, runs in its own goroutine when a client opens with Define:
-	// the helper compiles libvirt's domain schema while libvirt connects.
+	// PrepareDefine, when set, runs in its own goroutine when a client opens a long-lived
+	// connection (OpenOptions.LongLived): the helper compiles libvirt's domain schema while
+	// libvirt connects, and checks domains against it from then on.
 	PrepareDefine func()
 }
 
@@ -88,7 +88,7 @@ func (s *Server) Open(a OpenArgs, _ *Empty) error {
 	if s.conn != nil {
 		return nil
 	}
-	if a.Define && s.prepareDefine != nil {
+	if a.LongLived && s.prepareDefine != nil {
 		go s.prepareDefine()
 	}
 	c, err := s.open(a.URI)
