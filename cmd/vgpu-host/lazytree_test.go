@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
@@ -72,6 +75,44 @@ func TestOnlyVersionSameAsCLI(t *testing.T) {
 	for _, args := range [][]string{{}, {"version"}, {"--version", "inspect"}, {"-o", "json", "--version"}, {"--help"}, {"-V"}} {
 		if onlyVersion(args) {
 			t.Errorf("onlyVersion(%q) = true", args)
+		}
+	}
+}
+
+var updateRootHelp = flag.Bool("update-root-help", false, "rewrite roothelp.txt from the command tree")
+
+// TestRootHelpFile: the root's help main prints without the cli (roothelp.txt) is, byte for
+// byte, what the cli renders from the whole tree for each command line that asks for it, with
+// this build's version; and nothing else is answered from it.
+func TestRootHelpFile(t *testing.T) {
+	for _, args := range [][]string{{}, {"--help"}, {"-h"}, {"help"}} {
+		if !onlyRootHelp(args) {
+			t.Fatalf("onlyRootHelp(%q) = false", args)
+		}
+		var out, errOut bytes.Buffer
+		app := newApp()
+		app.Writer, app.ErrWriter = &out, &errOut
+		if code := execute(app, append([]string{"vgpu-host"}, args...), &errOut); code != 0 || errOut.Len() > 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut.String())
+		}
+		v := "VERSION:\n   " + buildinfo.Version() + "\n"
+		if !strings.Contains(out.String(), v) {
+			t.Fatalf("%q: the cli's help has no %q:\n%s", args, v, out.String())
+		}
+		if *updateRootHelp {
+			file := strings.Replace(out.String(), v, "VERSION:\n   "+versionMark+"\n", 1)
+			if err := os.WriteFile("roothelp.txt", []byte(file), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rootHelpFile = file
+		}
+		if got := rootHelp(); got != out.String() {
+			t.Fatalf("%q: roothelp.txt is not the cli's help (run: go test ./cmd/vgpu-host -run TestRootHelpFile -update-root-help)\n--- roothelp.txt\n%s\n--- the cli\n%s", args, got, out.String())
+		}
+	}
+	for _, args := range [][]string{{"inspect", "--help"}, {"help", "inspect"}, {"--help", "-o", "json"}, {"--version"}, {"h"}, {"-o", "json"}} {
+		if onlyRootHelp(args) {
+			t.Errorf("onlyRootHelp(%q) = true", args)
 		}
 	}
 }

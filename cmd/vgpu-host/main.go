@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"io"
 	"os"
@@ -122,6 +123,12 @@ func main() {
 		os.Stdout.WriteString(buildinfo.Get().Line(appName) + "\n")
 		return
 	}
+	if onlyRootHelp(os.Args[1:]) {
+		// The root's help as the cli renders it, kept in roothelp.txt (TestRootHelpFile):
+		// rendering it built all twenty commands and ran the cli (#19).
+		os.Stdout.WriteString(rootHelp())
+		return
+	}
 	if code, ok := fetchMain(os.Args[1:]); ok {
 		os.Exit(code)
 	}
@@ -139,6 +146,31 @@ const appName = "vgpu-host"
 // the version often, and the answer needs no command tree.
 func onlyVersion(args []string) bool {
 	return len(args) == 1 && (args[0] == "--version" || args[0] == "-v")
+}
+
+// rootHelpFile is the root's help (`vgpu-host --help`), as the cli renders it from the whole
+// tree, with versionMark where the version goes. TestRootHelpFile fails when the tree's help
+// changes and it was not brought along: go test ./cmd/vgpu-host -run TestRootHelpFile
+// -update-root-help rewrites it.
+//
+//go:embed roothelp.txt
+var rootHelpFile string
+
+// versionMark stands for the version in rootHelpFile.
+const versionMark = "@VERSION@"
+
+// rootHelp is the root's help for this build.
+func rootHelp() string {
+	return strings.Replace(rootHelpFile, versionMark, buildinfo.Version(), 1)
+}
+
+// onlyRootHelp reports whether args ask for the root's help and nothing else: none, --help,
+// -h or help (all four print it and exit 0, whatever the environment).
+func onlyRootHelp(args []string) bool {
+	if len(args) == 0 {
+		return true
+	}
+	return len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")
 }
 
 // execute runs app and returns the exit code. Errors are printed once, here. A panic is a bug:
