@@ -22,8 +22,10 @@ URI=qemu:///system
 
 if ! virsh -c "$URI" version >/dev/null 2>&1; then
 	[ "$(id -u)" = 0 ] || { echo "bench/apply.sh: libvirtd is not running and we are not root" >&2; exit 1; }
-	pgrep -x virtlogd >/dev/null || virtlogd -d
-	pgrep -x libvirtd >/dev/null || libvirtd -d
+	# Not "unless pgrep finds one": pgrep also sees a chroot's or container's daemons. A
+	# second start fails on the pidfile, which is fine.
+	virtlogd -d 2>/dev/null || true
+	libvirtd -d 2>/dev/null || true
 	for _ in $(seq 100); do virsh -c "$URI" version >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 

@@ -55,10 +55,11 @@ func StartLibvirtd() error {
 	if socketAnswers() {
 		return nil
 	}
+	// Not "unless pgrep finds one": pgrep also sees the daemons of a child PID namespace (a
+	// chroot's or a container's), whose socket is not this one. A second start here fails on
+	// the pidfile, which is fine.
 	for _, d := range []string{"virtlogd", "libvirtd"} {
-		if exec.Command("pgrep", "-x", d).Run() != nil {
-			_ = exec.Command(d, "-d").Run() // a racing second start fails on the pidfile; fine
-		}
+		_ = exec.Command(d, "-d").Run()
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
