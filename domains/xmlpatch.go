@@ -442,7 +442,7 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 	if len(patches) == 0 {
 		return nil
 	}
-	x, err := d.Marshal()
+	x, err := marshalCompact(d) // pooled, and no indentation to parse
 	if err != nil {
 		return err
 	}
@@ -461,7 +461,7 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 	if err := out.Unmarshal(b.String()); err != nil {
 		return fmt.Errorf("spec.xmlPatches: the patched domain is not a domain: %w: %w", err, host.ErrInvalid)
 	}
-	back, err := out.Marshal()
+	back, err := marshalCompact(&out)
 	if err != nil {
 		return fmt.Errorf("spec.xmlPatches: marshal the patched domain: %w", err)
 	}
