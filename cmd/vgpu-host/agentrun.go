@@ -47,16 +47,27 @@ func (borrowedConn) Close() error { return nil }
 
 // openConnFor opens the invocation's libvirt connection: openConn from a shell, the agent's
 // own connection (never another URI) in the agent.
+//
+// Only apply goes on while the helper connects: it asks libvirt whether the domain exists
+// before it claims or changes anything, so an unreachable libvirtd is still its first error.
+// Every other command waits for the connection here and fails on it first, as before (status
+// would otherwise list the ledger's VMs as "unknown" and exit 0).
 func openConnFor(cmd *cli.Command, uri string, o remote.OpenOptions) (virt.Conn, error) {
+	open := func(uri string) (virt.Conn, error) {
+		if cmd.Name == "apply" {
+			return openConn(uri, o)
+		}
+		return opened(openConn(uri, o))
+	}
 	rv := runEnvOf(cmd)
 	if rv == nil {
-		return openConn(uri, o)
+		return open(uri)
 	}
 	if cmd.IsSet("connect") && cmd.String("connect") != rv.uri {
 		return nil, usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", cmd.String("connect"), rv.uri)
 	}
 	if rv.conn == nil {
-		return openConn(rv.uri, o)
+		return open(rv.uri)
 	}
 	c, err := rv.conn()
 	if err != nil {

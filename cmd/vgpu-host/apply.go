@@ -36,7 +36,12 @@ var openConn = func(uri string, o remote.OpenOptions) (virt.Conn, error) {
 // libvirt's schema compiled once) and returns once it is open, or with why it could not be:
 // the agent reconnects on that error.
 func openConnWait(uri string) (virt.Conn, error) {
-	c, err := openConn(uri, remote.OpenOptions{LongLived: true})
+	return opened(openConn(uri, remote.OpenOptions{LongLived: true}))
+}
+
+// opened returns c once it is connected (a connection remote.Start opens in the background),
+// or closes it and returns why it could not be.
+func opened(c virt.Conn, err error) (virt.Conn, error) {
 	if err != nil {
 		return nil, err
 	}

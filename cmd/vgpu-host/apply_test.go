@@ -390,3 +390,36 @@ func TestForeignDomainDevicesLibvirtd(t *testing.T) {
 		t.Fatalf("the foreign domain changed:\n%s", x)
 	}
 }
+
+// TestUnreachableLibvirt: with the helper started in the background (remote.Start), a libvirtd
+// that cannot be reached is still each command's first error, and apply claims nothing: its
+// domain-state check comes before the claiming transaction. No libvirtd needed.
+func TestUnreachableLibvirt(t *testing.T) {
+	bin := binary(t)
+	root := t.TempDir()
+	spec := filepath.Join(t.TempDir(), "vm.yaml")
+	b, err := os.ReadFile("../../examples/virtio-gpu-fallback.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, []byte(strings.ReplaceAll(string(b), "name: vgpu-fallback", "name: vgpuhost-test-unreachable")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	uri := "qemu+unix:///system?socket=" + filepath.Join(t.TempDir(), "no-libvirtd.sock")
+	for _, args := range [][]string{
+		{"apply", "--no-start", "--virt-type", "qemu", spec},
+		{"status"},
+		{"plan", "--virt-type", "qemu", spec},
+		{"destroy", "vgpuhost-test-unreachable"},
+	} {
+		cmd := exec.Command(bin, append([]string{"--host-root", root, "--agent", "never"}, append(args, "--connect", uri)...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "connect to libvirt at "+uri) {
+			t.Errorf("%s with libvirtd unreachable: %v\n%s", args[0], err, out)
+		}
+	}
+	if vms, _ := filepath.Glob(filepath.Join(root, "var/lib/vgpu-host/ledger/vms/*")); len(vms) > 0 {
+		t.Fatalf("apply left ledger entries with libvirtd unreachable: %v", vms)
+	}
+}
