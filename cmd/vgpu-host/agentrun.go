@@ -52,12 +52,12 @@ func (borrowedConn) Close() error { return nil }
 // before it claims or changes anything, so an unreachable libvirtd is still its first error.
 // Every other command waits for the connection here and fails on it first, as before (status
 // would otherwise list the ledger's VMs as "unknown" and exit 0).
-func openConnFor(cmd *cli.Command, uri string, o remote.OpenOptions) (virt.Conn, error) {
+func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
 	open := func(uri string) (virt.Conn, error) {
 		if cmd.Name == "apply" {
-			return openConn(uri, o)
+			return openConn(uri, remote.OpenOptions{})
 		}
-		return opened(openConn(uri, o))
+		return opened(openConn(uri, remote.OpenOptions{}))
 	}
 	rv := runEnvOf(cmd)
 	if rv == nil {

@@ -135,7 +135,7 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	conn, err := openConnFor(cmd, uri, remote.OpenOptions{})
+	conn, err := openConnFor(cmd, uri)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/lifecycle"
-	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 func imageCommand() *cli.Command {
@@ -60,7 +59,7 @@ func runImageExport(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	conn, err := openConnFor(cmd, cmd.String("connect"), remote.OpenOptions{})
+	conn, err := openConnFor(cmd, cmd.String("connect"))
 	if err != nil {
 		return err
 	}

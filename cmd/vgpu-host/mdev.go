@@ -84,7 +84,7 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 		if rv := runEnvOf(cmd); rv != nil {
 			// The agent's connection, lent (its close does nothing).
 			l.open = func() (mdev.DomainXMLLister, func(), error) {
-				c, err := openConnFor(cmd, rv.uri, remote.OpenOptions{})
+				c, err := openConnFor(cmd, rv.uri)
 				if err != nil {
 					return nil, nil, err
 				}
