@@ -11,10 +11,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"libvirt.org/go/libvirt"
-	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -56,30 +54,16 @@ func (l *Libvirt) Close() error {
 	return nil
 }
 
-// lverr maps libvirt's "no such object" errors to this package's sentinels.
+// lverr maps libvirt's errors to what virt.LibvirtError makes of them; an RPC failure
+// ("Cannot recv data: Connection reset by peer", "client socket is closed") means libvirtd
+// went away.
 func lverr(err error, what string) error {
 	if err == nil {
 		return nil
 	}
 	var le libvirt.Error
 	if errors.As(err, &le) {
-		switch le.Code {
-		case libvirt.ERR_NO_DOMAIN:
-			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoDomain, le.Message)
-		case libvirt.ERR_NO_STORAGE_VOL:
-			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoVolume, le.Message)
-		case libvirt.ERR_NO_STORAGE_POOL:
-			return fmt.Errorf("%s: %w: %s", what, virt.ErrNoPool, le.Message)
-		case libvirt.ERR_STORAGE_VOL_EXIST:
-			return fmt.Errorf("%s: %w: %s", what, virt.ErrVolumeExists, le.Message)
-		case libvirt.ERR_NO_CONNECT, libvirt.ERR_INVALID_CONN:
-			return fmt.Errorf("%s: %w: %s", what, virt.ErrConnection, le.Message)
-		}
-		if le.Domain == libvirt.FROM_RPC {
-			// "Cannot recv data: Connection reset by peer", "client socket is closed": libvirtd went away.
-			return fmt.Errorf("%s: %w: %s", what, virt.ErrConnection, le.Message)
-		}
-		return fmt.Errorf("%s: %s", what, le.Message)
+		return virt.LibvirtError(what, int(le.Code), le.Message, le.Domain == libvirt.FROM_RPC)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
@@ -146,9 +130,7 @@ func (l *Libvirt) Start(ctx context.Context, name string) error {
 	}
 	err = lverr(d.Create(), "start domain "+name)
 	if err != nil && strings.Contains(err.Error(), "swtpm_setup") {
-		// The commonest cause on a fresh host: swtpm ran once as root (libvirtd started
-		// before swtpm-tools created its tss user) and left its local CA root-owned.
-		return fmt.Errorf("%w (if that log says \"Need read/write rights on /var/lib/swtpm-localca\", run: chown -R tss:root /var/lib/swtpm-localca)", err)
+		return fmt.Errorf("%w (%s)", err, virt.SwtpmHint)
 	}
 	return err
 }
@@ -206,19 +188,7 @@ func (l *Libvirt) State(_ context.Context, name string) (virt.State, error) {
 	if err != nil {
 		return "", lverr(err, "state of domain "+name)
 	}
-	switch s {
-	case libvirt.DOMAIN_RUNNING, libvirt.DOMAIN_BLOCKED:
-		return virt.StateRunning, nil
-	case libvirt.DOMAIN_SHUTOFF:
-		return virt.StateShutoff, nil
-	case libvirt.DOMAIN_PAUSED, libvirt.DOMAIN_PMSUSPENDED:
-		return virt.StatePaused, nil
-	case libvirt.DOMAIN_SHUTDOWN:
-		return virt.StateShutdown, nil
-	case libvirt.DOMAIN_CRASHED:
-		return virt.StateCrashed, nil
-	}
-	return virt.StateOther, nil
+	return virt.StateOf(int(s)), nil
 }
 
 // DomainXML returns the persistent XML of the domain.
@@ -277,9 +247,9 @@ func (l *Libvirt) EnsureDirPool(_ context.Context, name, path string) error {
 		if err := os.MkdirAll(path, 0o711); err != nil {
 			return fmt.Errorf("create storage pool directory %s: %w", path, err)
 		}
-		x, merr := (&libvirtxml.StoragePool{Type: "dir", Name: name, Target: &libvirtxml.StoragePoolTarget{Path: path}}).Marshal()
+		x, merr := virt.DirPoolXML(name, path)
 		if merr != nil {
-			return fmt.Errorf("storage pool %s XML: %w", name, merr)
+			return merr
 		}
 		p, err = l.conn.StoragePoolDefineXML(x, 0)
 		if err != nil {
@@ -317,22 +287,6 @@ func (l *Libvirt) pool(name string) (*libvirt.StoragePool, error) {
 	return p, nil
 }
 
-// volumeXML renders the <volume> for v.
-func volumeXML(v virt.Volume) (string, error) {
-	vol := &libvirtxml.StorageVolume{
-		Name:     v.Name,
-		Capacity: &libvirtxml.StorageVolumeSize{Unit: "bytes", Value: v.Capacity},
-		Target:   &libvirtxml.StorageVolumeTarget{Format: &libvirtxml.StorageVolumeTargetFormat{Type: v.Format}},
-	}
-	if v.BackingPath != "" {
-		vol.BackingStore = &libvirtxml.StorageVolumeBackingStore{
-			Path:   v.BackingPath,
-			Format: &libvirtxml.StorageVolumeTargetFormat{Type: v.BackingFormat},
-		}
-	}
-	return vol.Marshal()
-}
-
 // CreateVolume creates v in pool (a qcow2 overlay when v.BackingPath is set).
 func (l *Libvirt) CreateVolume(_ context.Context, pool string, v virt.Volume) error {
 	p, err := l.pool(pool)
@@ -340,7 +294,7 @@ func (l *Libvirt) CreateVolume(_ context.Context, pool string, v virt.Volume) er
 		return err
 	}
 	defer p.Free()
-	x, err := volumeXML(v)
+	x, err := virt.VolumeXML(v)
 	if err != nil {
 		return fmt.Errorf("volume %s XML: %w", v.Name, err)
 	}
@@ -366,7 +320,7 @@ func (l *Libvirt) UploadVolume(ctx context.Context, pool, name string, data []by
 			return lverr(derr, fmt.Sprintf("replace volume %s in pool %s", name, pool))
 		}
 	}
-	x, err := volumeXML(virt.Volume{Name: name, Format: "raw", Capacity: uint64(len(data))})
+	x, err := virt.VolumeXML(virt.Volume{Name: name, Format: "raw", Capacity: uint64(len(data))})
 	if err != nil {
 		return fmt.Errorf("volume %s XML: %w", name, err)
 	}
@@ -424,19 +378,12 @@ func (l *Libvirt) DeleteVolume(ctx context.Context, pool, name string) error {
 		return lverr(err, fmt.Sprintf("look up volume %s in pool %s", name, pool))
 	}
 	defer v.Free()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err = v.Delete(0)
+	what := fmt.Sprintf("delete volume %s from pool %s", name, pool)
+	err = virt.DeleteAllocating(ctx, func() (int, string, error) {
+		err := v.Delete(0)
 		var le libvirt.Error
-		if err == nil || !errors.As(err, &le) || le.Code != libvirt.ERR_OPERATION_INVALID ||
-			!strings.Contains(le.Message, "being allocated") || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("delete volume %s from pool %s: %w", name, pool, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return lverr(err, fmt.Sprintf("delete volume %s from pool %s", name, pool))
+		errors.As(err, &le)
+		return int(le.Code), le.Message, err
+	})
+	return lverr(err, what)
 }
