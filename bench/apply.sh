@@ -6,6 +6,9 @@
 #     The goal's peer is issue 19's: plain `virsh define` of the same XML. Goal <= 1.1x.
 #     apply asks libvirt to validate against its RNG schema (VIR_DOMAIN_DEFINE_VALIDATE), so
 #     the ratio against `virsh define --validate` (the same libvirt work) is printed too.
+#     apply reaches qemu:///system through vgpu-host's own pure-Go client of libvirtd's socket;
+#     the same applies through the libvirt helper (VGPU_HOST_LIBVIRT_DIRECT=0: libvirt's own
+#     client, loaded in vgpu-host-libvirt) are timed too, for the difference.
 #   - the same applies through the host agent (`vgpu-host agent`, one warm libvirt connection;
 #     each `vgpu-host --agent always apply` is still a process: the CLI sending its command
 #     line), against the same `virsh define`. Goal <= 1.1x (issue 15).
@@ -35,7 +38,7 @@ agent_pid=
 cleanup() {
 	[ -z "$agent_pid" ] || { kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null || true; }
 	for i in $(seq "$N"); do
-		for n in "vgpuhost-bench-a$i" "vgpuhost-bench-g$i" "vgpuhost-bench-v$i"; do
+		for n in "vgpuhost-bench-a$i" "vgpuhost-bench-g$i" "vgpuhost-bench-h$i" "vgpuhost-bench-v$i"; do
 			virsh -c "$URI" undefine "$n" >/dev/null 2>&1 || true
 		done
 	done
@@ -56,6 +59,7 @@ spec() { # spec NAME -> the virtio-gpu fallback example named NAME on our blank 
 for i in $(seq "$N"); do
 	spec "vgpuhost-bench-a$i" >"$work/specs/a$i.yaml"
 	spec "vgpuhost-bench-g$i" >"$work/specs/g$i.yaml"
+	spec "vgpuhost-bench-h$i" >"$work/specs/h$i.yaml"
 	# The same XML apply defines, under another name, for virsh.
 	spec "vgpuhost-bench-v$i" >"$work/specs/v$i.yaml"
 	"$bin" --host-root "$root" render --virt-type qemu "$work/specs/v$i.yaml" >"$work/xml/v$i.xml"
@@ -66,7 +70,7 @@ agent_pid=$!
 for _ in $(seq 100); do [ -S "$root/run/vgpu-host/agent.sock" ] && break; sleep 0.05; done
 
 ms() { date +%s%N; }
-a=0 v=0 p=0 g=0
+a=0 v=0 p=0 g=0 h=0
 for i in $(seq "$N"); do
 	t0=$(ms)
 	"$bin" --host-root "$root" --agent never -o json apply --connect "$URI" --virt-type qemu --no-start "$work/specs/a$i.yaml" >/dev/null
@@ -79,10 +83,12 @@ for i in $(seq "$N"); do
 	t4=$(ms)
 	"$bin" --host-root "$root" --agent always -o json apply --connect "$URI" --virt-type qemu --no-start "$work/specs/g$i.yaml" >/dev/null
 	tg=$(ms)
-	a=$((a + t1 - t0)) v=$((v + t2 - t1)) p=$((p + t4 - t3)) g=$((g + tg - t4))
+	VGPU_HOST_LIBVIRT_DIRECT=0 "$bin" --host-root "$root" --agent never -o json apply --connect "$URI" --virt-type qemu --no-start "$work/specs/h$i.yaml" >/dev/null
+	th=$(ms)
+	a=$((a + t1 - t0)) v=$((v + t2 - t1)) p=$((p + t4 - t3)) g=$((g + tg - t4)) h=$((h + th - tg))
 done
 for i in $(seq "$N"); do
-	"$bin" --host-root "$root" -o json destroy --connect "$URI" "vgpuhost-bench-a$i" "vgpuhost-bench-g$i" >/dev/null
+	"$bin" --host-root "$root" -o json destroy --connect "$URI" "vgpuhost-bench-a$i" "vgpuhost-bench-g$i" "vgpuhost-bench-h$i" >/dev/null
 done
 kill "$agent_pid" && wait "$agent_pid" && agent_pid=
 
@@ -91,9 +97,10 @@ t5=$(ms)
 "$bin" --host-root "$root" -o json plan --connect "$URI" --virt-type qemu "$work"/specs/p*.yaml >/dev/null
 t6=$(ms)
 
-awk -v a="$a" -v v="$v" -v d="$p" -v g="$g" -v n="$N" -v p=$((t6 - t5)) 'BEGIN {
-	am = a / n / 1e6; vm = v / n / 1e6; dm = d / n / 1e6; gm = g / n / 1e6
+awk -v a="$a" -v v="$v" -v d="$p" -v g="$g" -v h="$h" -v n="$N" -v p=$((t6 - t5)) 'BEGIN {
+	am = a / n / 1e6; vm = v / n / 1e6; dm = d / n / 1e6; gm = g / n / 1e6; hm = h / n / 1e6
 	printf "apply: %.1f ms/VM, virsh define: %.1f ms/VM, ratio %.2f (goal <= 1.1); virsh define --validate: %.1f ms/VM, ratio %.2f\n", am, dm, am / dm, vm, am / vm
+	printf "apply through the libvirt helper (VGPU_HOST_LIBVIRT_DIRECT=0): %.1f ms/VM, ratio %.2f to virsh define\n", hm, hm / dm
 	printf "apply through the agent: %.1f ms/VM, virsh define: %.1f ms/VM, agent ratio %.2f (goal <= 1.1)\n", gm, dm, gm / dm
 	printf "plan: %.0f ms for 100 specs\n", p / 1e6
 }' | tee "$work/out.txt"

@@ -17,20 +17,37 @@ import (
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/direct"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
-// openConn connects to libvirt through the helper vgpu-host-libvirt (package virt/remote), so
-// that only the commands that talk to libvirt load it; a vgpu-fake:///PATH URI opens the
-// file-backed fake in-process (no libvirt at all). It does not wait for the helper to load
-// libvirt and connect (remote.Start): the command reads its spec and scans the host meanwhile,
-// and its first libvirt call returns the connection's error. Tests replace it.
+// openConn connects to libvirt:
+//   - qemu:///system (the URI nearly every host uses) through the pure-Go client of libvirtd's
+//     socket (package virt/direct), which loads no libvirt library;
+//   - any other URI, the agent's long-lived connection (its helper checks domains against
+//     libvirt's schema compiled once), and whatever the pure-Go client cannot open (it then
+//     says nothing: libvirt's own client names the cause) through the helper
+//     vgpu-host-libvirt (package virt/remote), so that only the commands that talk to libvirt
+//     load it. It does not wait for the helper to load libvirt and connect (remote.Start): the
+//     command reads its spec and scans the host meanwhile, and its first libvirt call returns
+//     the connection's error;
+//   - a vgpu-fake:///PATH URI opens the file-backed fake in-process (no libvirt at all).
+//
+// $VGPU_HOST_LIBVIRT_DIRECT=0 sends every URI through the helper. Tests replace openConn.
 var openConn = func(uri string, o remote.OpenOptions) (virt.Conn, error) {
 	if virt.IsFileURI(uri) {
 		return virt.OpenFile(uri)
 	}
+	if !o.LongLived && os.Getenv(envDirect) != "0" {
+		if c, err := direct.Open(uri); err == nil {
+			return c, nil
+		}
+	}
 	return remote.Start(uri, o)
 }
+
+// envDirect, set to 0, turns the pure-Go libvirt client off (see openConn).
+const envDirect = "VGPU_HOST_LIBVIRT_DIRECT"
 
 // openConnWait opens the agent's long-lived connection (its helper checks domains against
 // libvirt's schema compiled once) and returns once it is open, or with why it could not be:

@@ -423,3 +423,65 @@ func TestUnreachableLibvirt(t *testing.T) {
 		t.Fatalf("apply left ledger entries with libvirtd unreachable: %v", vms)
 	}
 }
+
+// TestSystemLibvirtNeedsNoHelper: for qemu:///system the commands speak libvirtd's protocol
+// themselves (virt/direct): with the helper missing, apply, status and destroy still work
+// against the real libvirtd; VGPU_HOST_LIBVIRT_DIRECT=0 sends them through the helper, which
+// is then missing (exit 7); and a test:/// URI always needs the helper.
+func TestSystemLibvirtNeedsNoHelper(t *testing.T) {
+	uri := testenv.Libvirtd(t)
+	bin := binary(t)
+	root := t.TempDir()
+	spec := filepath.Join(t.TempDir(), "vm.yaml")
+	b, err := os.ReadFile("../../examples/virtio-gpu-fallback.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(t.TempDir(), "disk.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "64M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	name := "vgpuhost-test-nohelper"
+	s := strings.ReplaceAll(string(b), "name: vgpu-fallback", "name: "+name)
+	s = strings.ReplaceAll(s, "/var/lib/libvirt/images/vgpu-fallback.qcow2", disk)
+	if err := os.WriteFile(spec, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = virsh(uri, "undefine", name) })
+	run := func(env []string, args ...string) (string, int) {
+		cmd := exec.Command(bin, append([]string{"--host-root", root, "--agent", "never"}, args...)...)
+		cmd.Env = append(append(os.Environ(), remote.EnvHelper+"="+filepath.Join(t.TempDir(), "no-helper")), env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	for _, args := range [][]string{
+		{"apply", "--no-start", "--virt-type", "qemu", "--connect", uri, spec},
+		{"status", "--connect", uri},
+		{"destroy", "--connect", uri, name},
+	} {
+		if out, code := run(nil, args...); code != 0 {
+			t.Fatalf("%s without the helper: exit %d\n%s", args[0], code, out)
+		}
+	}
+	if _, err := virsh(uri, "dominfo", name); err == nil {
+		t.Fatalf("destroy left domain %s defined", name)
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{[]string{"VGPU_HOST_LIBVIRT_DIRECT=0"}, []string{"status", "--connect", uri}},
+		{nil, []string{"status", "--connect", "test:///default"}},
+	} {
+		if out, code := run(c.env, c.args...); code != 7 || !strings.Contains(out, remote.HelperName) {
+			t.Errorf("%v %v without the helper: exit %d, want 7 naming %s\n%s", c.env, c.args, code, remote.HelperName, out)
+		}
+	}
+}

@@ -95,6 +95,8 @@ func manPages(root *cli.Command) map[string]string {
 	}
 	fmt.Fprintf(&b, ".TP\n.B %s\npath of the libvirt helper %s (default: beside vgpu-host, then in PATH).\n",
 		roffEscape(remote.EnvHelper), roffEscape(remote.HelperName))
+	fmt.Fprintf(&b, ".TP\n.B %s\n0 sends qemu:///system through the libvirt helper too, instead of vgpu-host's own client of libvirtd's socket.\n",
+		roffEscape(envDirect))
 	b.WriteString(".SH FILES\n.TP\n.I /var/lib/vgpu-host\nthe allocation ledger and the original drivers of bound devices.\n")
 	b.WriteString(".TP\n.I vgpu-host-restore.service\nre-creates persisted VFs, vendor vGPU types and mdev instances at boot, before libvirt's guests: " +
 		"in /usr/lib/systemd/system from the Debian package, in PREFIX/lib/systemd/system from make install, " +

@@ -19,7 +19,7 @@ import (
 
 // openLibvirt connects to libvirt for the 'mdev remove' in-use check; tests replace it.
 var openLibvirt = func() (mdev.DomainXMLLister, func(), error) {
-	c, err := remote.Open(virt.DefaultURI)
+	c, err := opened(openConn(virt.DefaultURI, remote.OpenOptions{}))
 	if err != nil {
 		return nil, nil, err
 	}
