@@ -1,6 +1,8 @@
 package domains_test
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/domains"
@@ -30,5 +32,29 @@ func BenchmarkRender(b *testing.B) {
 		if _, err := domains.Render(vm, alloc, domains.BuildOptions{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkRenderEach is BenchmarkRender one example at a time, to see which costs what.
+func BenchmarkRenderEach(b *testing.B) {
+	inv := testInventory()
+	opts := domains.ResolveOptions{VirtType: "kvm"}
+	for _, f := range exampleFiles(b) {
+		vm, err := domains.Load(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				alloc, err := domains.Resolve(vm, inv, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := domains.Render(vm, alloc, domains.BuildOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
