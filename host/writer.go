@@ -135,6 +135,18 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 // must be on path's file system: a writer killed before the rename leaves it there, so a
 // directory of many files (the ledger's one file per VM) need not be listed to find it.
 func WriteFileAtomicVia(tmpDir, path string, data []byte, perm os.FileMode) error {
+	if err := ReplaceFileVia(tmpDir, path, data, perm); err != nil {
+		return err
+	}
+	SyncDir(filepath.Dir(path))
+	return nil
+}
+
+// ReplaceFileVia is WriteFileAtomicVia without the fsync of path's directory: the file is
+// whole and synced before it is renamed over path, but the rename itself may be lost at a
+// power loss (the directory is synced by the caller, or the next fsync that commits the file
+// system's journal). For a caller to whom the previous version is as good as a lost update.
+func ReplaceFileVia(tmpDir, path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create directory %s: %w", dir, err)
@@ -166,7 +178,6 @@ func WriteFileAtomicVia(tmpDir, path string, data []byte, perm os.FileMode) erro
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	SyncDir(dir)
 	return nil
 }
 

@@ -157,9 +157,10 @@ type Ledger struct {
 	legacy string // the old single document (ledger.json), read and migrated
 	dir    string // the ledger directory (ledger/)
 	lock   string
-	// WriteFile replaces one ledger file with data (default: host.WriteFileAtomicVia with the
-	// temporary file in the ledger directory: write, fsync, rename, fsync of the directory).
-	// Tests inject a failing writer (ENOSPC) to prove a failed write loses nothing.
+	// WriteFile replaces one ledger file with data (default: host.ReplaceFileVia with the
+	// temporary file in the ledger directory: write, fsync, rename; the ledger then fsyncs
+	// the directory, except when it settles). Tests inject a failing writer (ENOSPC) to prove
+	// a failed write loses nothing.
 	WriteFile func(path string, data []byte, perm os.FileMode) error
 	// Remove removes one ledger file (default os.Remove; Open's refuses a path outside root).
 	Remove func(path string) error
@@ -177,7 +178,7 @@ func Open(root host.Root) *Ledger {
 		if err := root.CheckInside(path); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
-		return host.WriteFileAtomicVia(l.dir, path, data, perm)
+		return host.ReplaceFileVia(l.dir, path, data, perm)
 	}
 	l.Remove = root.Remove
 	return l
@@ -284,7 +285,19 @@ func (l *Ledger) readLocked(fn func() error) error {
 // Update runs fn on the ledger under an exclusive lock and writes what it changed. If fn
 // returns an error, or a VM file it asked for could not be loaded, nothing is written and the
 // error is returned.
-func (l *Ledger) Update(fn func(*Book) error) error {
+func (l *Ledger) Update(fn func(*Book) error) error { return l.update(fn, false) }
+
+// Settle is Update for a transaction that only records what has already happened, which
+// nothing is done on the strength of (apply marking its last step done and the VM applied):
+// when all it changes is one VM's file, the file is written and synced whole, but its
+// directory is not synced after the rename. A power loss right after it may then bring back
+// the previous record (the last step recorded as taken but not done), which is what a kill -9
+// just before Settle leaves and what the next apply or destroy resumes from; the next synced
+// write in the directory makes it durable. A transaction that changes claims or more than one
+// VM goes through the index and syncs as Update does. It saves apply one of its four fsyncs.
+func (l *Ledger) Settle(fn func(*Book) error) error { return l.update(fn, true) }
+
+func (l *Ledger) update(fn func(*Book) error, settle bool) error {
 	return l.locked(filelock.Exclusive, func() error {
 		l.removeStaleTemps()
 		if err := l.migrate(); err != nil {
@@ -294,7 +307,7 @@ func (l *Ledger) Update(fn func(*Book) error) error {
 		if err != nil {
 			return err
 		}
-		return l.commit(b)
+		return l.commit(b, settle)
 	})
 }
 

@@ -265,19 +265,35 @@ func (b *Book) loadAll() error {
 	return b.err
 }
 
-func (l *Ledger) write(path string, data []byte) error {
+// syncDir fsyncs a ledger directory after a rename or removal in it (a variable: tests
+// count the calls).
+var syncDir = host.SyncDir
+
+// write replaces the ledger file at path with data, whole, and unless settle makes the rename
+// durable (see Settle).
+func (l *Ledger) write(path string, data []byte, settle bool) error {
+	var err error
 	if l.WriteFile != nil {
-		return l.WriteFile(path, data, 0o644)
+		err = l.WriteFile(path, data, 0o644)
+	} else {
+		err = host.ReplaceFileVia(l.dir, path, data, 0o644)
 	}
-	return host.WriteFileAtomicVia(l.dir, path, data, 0o644)
+	if err == nil && !settle {
+		syncDir(filepath.Dir(path))
+	}
+	return err
 }
 
 func (l *Ledger) writeVM(name string, e *VM, gen uint64) error {
+	return l.writeVMSettle(name, e, gen, false)
+}
+
+func (l *Ledger) writeVMSettle(name string, e *VM, gen uint64, settle bool) error {
 	data, err := json.MarshalIndent(vmFile{Version: FormatVersion, Generation: gen, VM: e}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode ledger entry of VM %q: %w", name, err)
 	}
-	if err := l.write(l.VMPath(name), append(data, '\n')); err != nil {
+	if err := l.write(l.VMPath(name), append(data, '\n'), settle); err != nil {
 		return fmt.Errorf("write ledger entry %s (the previous version is intact): %w", l.VMPath(name), err)
 	}
 	return nil
@@ -291,7 +307,7 @@ func (l *Ledger) removeVM(name string) error {
 	if err := rm(l.VMPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove ledger entry %s: %w", l.VMPath(name), err)
 	}
-	host.SyncDir(l.vmsDir())
+	syncDir(l.vmsDir())
 	return nil
 }
 
@@ -300,7 +316,7 @@ func (l *Ledger) writeIndex(idx *index) error {
 	if err != nil {
 		return fmt.Errorf("encode ledger index: %w", err)
 	}
-	if err := l.write(l.IndexPath(), append(data, '\n')); err != nil {
+	if err := l.write(l.IndexPath(), append(data, '\n'), false); err != nil {
 		return fmt.Errorf("write ledger index %s (the previous version is intact): %w", l.IndexPath(), err)
 	}
 	return nil
@@ -361,8 +377,9 @@ func (b *Book) claimsAfter() (map[string]string, error) {
 const redoLimit = 16
 
 // commit writes what the transaction changed: one VM file alone when that is all, else the
-// index with redo copies (the commit point), then the VM files.
-func (l *Ledger) commit(b *Book) error {
+// index with redo copies (the commit point), then the VM files. settle (Settle) leaves the
+// directory of one existing VM file unsynced after its rename.
+func (l *Ledger) commit(b *Book, settle bool) error {
 	var changed []string
 	for _, name := range sortedKeys(b.vms) {
 		var enc []byte
@@ -395,7 +412,7 @@ func (l *Ledger) commit(b *Book) error {
 	case len(changed) == 1 && !claimsChanged && !writeIndex:
 		name := changed[0]
 		if e := b.vms[name]; e != nil {
-			return l.writeVM(name, e, max(idx.Generation, b.gens[name])+1)
+			return l.writeVMSettle(name, e, max(idx.Generation, b.gens[name])+1, settle)
 		}
 		if idx.Redo[name] == nil {
 			return l.removeVM(name)

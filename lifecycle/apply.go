@@ -404,9 +404,11 @@ func (l *Lifecycle) take(ctx context.Context, name string, ps step.Step, env ste
 	return nil
 }
 
-// markApplied marks the last step done and the VM applied with the plan's spec.
+// markApplied marks the last step done and the VM applied with the plan's spec. Nothing is
+// done on the strength of that record, so it settles (ledger.Settle): a power loss may leave
+// the last step recorded as taken, not done, as a kill -9 before it would.
 func (l *Lifecycle) markApplied(name string, plan *Plan, pending int) error {
-	err := l.o.Ledger.Update(func(b *ledger.Book) error {
+	err := l.o.Ledger.Settle(func(b *ledger.Book) error {
 		e := b.Entry(name)
 		if pending > 0 {
 			e.Mark(pending, ledger.StepDone)
