@@ -149,7 +149,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	d.SRIOV = s.readSRIOV(addr, dd)
+	// A VF has no SR-IOV capability of its own: the kernel shows sriov_* only on a PF, so the
+	// read of sriov_totalvfs would only fail (512 such failures on the 64-GPU host).
+	if d.PhysFn == nil {
+		d.SRIOV = s.readSRIOV(addr, dd)
+	}
 	if v, err := readVendorVGPU(addr, dd); err != nil {
 		s.warn("%v", err)
 	} else {
