@@ -28,8 +28,9 @@ type scanner struct {
 	// bus is ROOT/sys/bus/pci/devices and groups ROOT/sys/kernel/iommu_groups: Scan opens
 	// them once and reads each function and group relative to them.
 	bus, groups devDir
-	// classes are the classes Scan's first pass read, so that readDevice need not read them again.
-	classes map[Address]uint32
+	// idents are the classes (and, from uevent, the IDs) Scan's first pass read, so that
+	// readDevice need not read them again.
+	idents map[Address]identity
 
 	mu       sync.Mutex
 	warnings []string
@@ -95,20 +96,30 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	dd := s.bus.sub(addr.String())
 	defer dd.close()
 	dir := dd.dir
-	vendor, err := dd.hex("vendor")
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
+	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
+	// from its own file. A directory that could not be opened is read by its path, file by
+	// file: the vendor file's error then says the device is gone, as it always did.
+	id, ok := s.idents[addr]
+	if !ok || dd.fd == atCWD && s.bus.fd != atCWD {
+		id = readIdentity(dd, "uevent")
+	}
+	vendor, device := id.vendor, id.device
+	if !id.hasIDs {
+		var err error
+		if vendor, err = dd.hex("vendor"); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
+			}
+			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 		}
-		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+		if device, err = dd.hex("device"); err != nil {
+			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+		}
 	}
 	s.ids.Prefetch(hex4(vendor)) // its names are found meanwhile, on another core (name)
-	device, err := dd.hex("device")
-	if err != nil {
-		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
-	}
-	class, ok := s.classes[addr]
-	if !ok {
+	class := id.class
+	if !id.hasClass {
+		var err error
 		if class, err = dd.hex("class"); err != nil {
 			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 		}
@@ -117,15 +128,19 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	d.Class = hex6(class)
 	d.IsGPU = class>>16 == classDisplay
 	d.IsBridge = IsBridgeClass(class)
-	if sv, err := dd.hex("subsystem_vendor"); err == nil {
-		d.SubsysVendorID = hex4(sv)
+	if id.hasSubsys {
+		d.SubsysVendorID, d.SubsysDeviceID = hex4(id.subVendor), hex4(id.subDevice)
 	} else {
-		s.warn("%s: %v", addr, err)
-	}
-	if sd, err := dd.hex("subsystem_device"); err == nil {
-		d.SubsysDeviceID = hex4(sd)
-	} else {
-		s.warn("%s: %v", addr, err)
+		if sv, err := dd.hex("subsystem_vendor"); err == nil {
+			d.SubsysVendorID = hex4(sv)
+		} else {
+			s.warn("%s: %v", addr, err)
+		}
+		if sd, err := dd.hex("subsystem_device"); err == nil {
+			d.SubsysDeviceID = hex4(sd)
+		} else {
+			s.warn("%s: %v", addr, err)
+		}
 	}
 	links := s.functionLinks(addr, dd)
 	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn

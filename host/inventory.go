@@ -18,8 +18,8 @@ import (
 // while it runs, becomes an Inventory.Warnings entry naming the device and path. It returns an
 // error only when the root itself cannot be read.
 //
-// Cost: one read of `class` per PCI function, full reads only for the selected ones, and
-// pci.ids names looked up only for the IDs present.
+// Cost: one read of `uevent` (class and IDs) per PCI function, full reads only for the
+// selected ones, and pci.ids names looked up only for the IDs present.
 func Scan(root Root) (*Inventory, error) {
 	s := newScanner(root)
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
@@ -37,8 +37,8 @@ func Scan(root Root) (*Inventory, error) {
 	}
 	s.bus = openDevDir(s.bus.dir)
 	defer s.bus.close()
-	s.classes = s.readClasses(addrs, names)
-	devs, groupMembers := s.readSelected(addrs, s.classes)
+	classes := s.readClasses(addrs, names)
+	devs, groupMembers := s.readSelected(addrs, classes)
 	for _, d := range devs {
 		inv.Devices = append(inv.Devices, *d)
 	}
@@ -86,12 +86,18 @@ func (s *scanner) listFunctions() ([]Address, []string, error) {
 }
 
 // readClasses is pass 1: the class of every function, one small file each, opened relative
-// to the devices directory. Functions that vanished or whose class cannot be read are left
-// out, with a warning.
+// to the devices directory: its uevent, which also gives the IDs readDevice needs (kept in
+// s.idents), or its class file when uevent lacks the class. Functions that vanished or whose
+// class cannot be read are left out, with a warning.
 func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint32 {
 	classes := make([]uint32, len(addrs))
 	present := make([]bool, len(addrs))
+	idents := make([]identity, len(addrs))
 	forEach(len(addrs), func(i int) {
+		if id := readIdentity(s.bus, names[i]+"/uevent"); id.hasClass {
+			classes[i], present[i], idents[i] = id.class, true, id
+			return
+		}
 		c, err := s.bus.hex(names[i] + "/class")
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -102,11 +108,14 @@ func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint3
 			return
 		}
 		classes[i], present[i] = c, true
+		idents[i] = identity{class: c, hasClass: true}
 	})
 	classOf := make(map[Address]uint32, len(addrs))
+	s.idents = make(map[Address]identity, len(addrs))
 	for i, a := range addrs {
 		if present[i] {
 			classOf[a] = classes[i]
+			s.idents[a] = idents[i]
 		}
 	}
 	return classOf
