@@ -219,6 +219,56 @@ func (s *scanner) optionalLink(addr Address, dd devDir, name string) string {
 	return v
 }
 
+// fields stores the whitespace-separated fields of line in f, as strings.Fields would split
+// it, and returns how many there are (counting those beyond len(f)), without allocating.
+func fields(line []byte, f [][]byte) int {
+	n := 0
+	for i := 0; i < len(line); {
+		for i < len(line) && asciiSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		j := i
+		for j < len(line) && !asciiSpace(line[j]) {
+			j++
+		}
+		if n < len(f) {
+			f[n] = line[i:j]
+		}
+		n, i = n+1, j
+	}
+	return n
+}
+
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// parseUint0 is strconv.ParseUint(string(b), 0, 64), with the kernel's "0x" and 16 hex digits
+// parsed without a string.
+func parseUint0(b []byte) (uint64, error) {
+	if len(b) > 2 && len(b) <= 18 && b[0] == '0' && b[1] == 'x' {
+		var v uint64
+		for _, c := range b[2:] {
+			switch {
+			case '0' <= c && c <= '9':
+				c -= '0'
+			case 'a' <= c && c <= 'f':
+				c -= 'a' - 10
+			case 'A' <= c && c <= 'F':
+				c -= 'A' - 10
+			default:
+				return strconv.ParseUint(string(b), 0, 64)
+			}
+			v = v<<4 | uint64(c)
+		}
+		return v, nil
+	}
+	return strconv.ParseUint(string(b), 0, 64)
+}
+
 // IsBridgeClass reports whether a class is a bridge that may stay on the host when the rest
 // of its group moves to vfio: host (0600), PCI-to-PCI (0604), CardBus (0607) and
 // semi-transparent PCI-to-PCI (0609) bridges. vfio-pci cannot bind bridges; the binder leaves
@@ -287,16 +337,16 @@ func parseBARs(path string, b []byte) ([]BAR, error) {
 		} else {
 			rest = nil
 		}
-		text := string(bytes.TrimSuffix(line, []byte{'\r'}))
-		f := strings.Fields(text)
-		if len(f) != 3 {
-			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, text)
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		var f [3][]byte
+		if n := fields(line, f[:]); n != 3 {
+			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, line)
 		}
-		start, err1 := strconv.ParseUint(f[0], 0, 64)
-		end, err2 := strconv.ParseUint(f[1], 0, 64)
-		flags, err3 := strconv.ParseUint(f[2], 0, 64)
+		start, err1 := parseUint0(f[0])
+		end, err2 := parseUint0(f[1])
+		flags, err3 := parseUint0(f[2])
 		if err1 != nil || err2 != nil || err3 != nil {
-			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, text)
+			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, line)
 		}
 		if end == 0 && start == 0 || flags&(ioresourceIO|ioresourceMem) == 0 {
 			continue
