@@ -28,9 +28,11 @@ type scanner struct {
 	// bus is ROOT/sys/bus/pci/devices and groups ROOT/sys/kernel/iommu_groups: Scan opens
 	// them once and reads each function and group relative to them.
 	bus, groups devDir
-	// idents are the classes (and, from uevent, the IDs) Scan's first pass read, so that
-	// readDevice need not read them again.
-	idents map[Address]identity
+	// first is what Scan's first pass read of each function (class, IDs, driver, group link),
+	// so that readDevice need not read it again; members are the PCI functions of each IOMMU
+	// group, from the functions' iommu_group links.
+	first   map[Address]firstRead
+	members map[int][]Address
 
 	mu       sync.Mutex
 	warnings []string
@@ -99,10 +101,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
 	// from its own file. A directory that could not be opened is read by its path, file by
 	// file: the vendor file's error then says the device is gone, as it always did.
-	id, ok := s.idents[addr]
+	first, ok := s.first[addr]
 	if !ok || dd.fd == atCWD && s.bus.fd != atCWD {
-		id = readIdentity(dd, "uevent")
+		first, ok = firstRead{id: readIdentity(dd, "uevent")}, false
 	}
+	id := first.id
 	vendor, device := id.vendor, id.device
 	if !id.hasIDs {
 		var err error
@@ -142,7 +145,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 			s.warn("%s: %v", addr, err)
 		}
 	}
-	links := s.functionLinks(addr, dd)
+	var pre *firstRead
+	if ok {
+		pre = &first
+	}
+	links := s.functionLinks(addr, dd, pre)
 	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn
 	if ov := s.optionalString(addr, dd, "driver_override"); ov != "(null)" {
 		d.DriverOverride = ov

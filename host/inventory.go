@@ -85,17 +85,29 @@ func (s *scanner) listFunctions() ([]Address, []string, error) {
 	return addrs, names, nil
 }
 
-// readClasses is pass 1: the class of every function, one small file each, opened relative
-// to the devices directory: its uevent, which also gives the IDs readDevice needs (kept in
-// s.idents), or its class file when uevent lacks the class. Functions that vanished or whose
-// class cannot be read are left out, with a warning.
+// firstRead is what Scan's first pass read of a function, for the second pass to use: the
+// class and IDs (from uevent, else the class file) and its iommu_group link (the link's last
+// element or the error reading it).
+type firstRead struct {
+	id       identity
+	group    string
+	groupErr error
+}
+
+// readClasses is pass 1: the class of every function, from its uevent (which also gives the
+// IDs and the driver) or, when uevent lacks it, its class file; and its iommu_group link, so
+// that the members of every group are known without listing the groups. Each is opened or
+// read relative to the devices directory. Functions that vanished or whose class cannot be
+// read are left out, with a warning. It keeps what it read in s.first and the PCI members of
+// each group in s.members.
 func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint32 {
-	classes := make([]uint32, len(addrs))
 	present := make([]bool, len(addrs))
-	idents := make([]identity, len(addrs))
+	first := make([]firstRead, len(addrs))
 	forEach(len(addrs), func(i int) {
-		if id := readIdentity(s.bus, names[i]+"/uevent"); id.hasClass {
-			classes[i], present[i], idents[i] = id.class, true, id
+		f := &first[i]
+		f.group, f.groupErr = s.bus.linkBase(names[i] + "/iommu_group")
+		if f.id = readIdentity(s.bus, names[i]+"/uevent"); f.id.hasClass {
+			present[i] = true
 			return
 		}
 		c, err := s.bus.hex(names[i] + "/class")
@@ -107,15 +119,24 @@ func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint3
 			}
 			return
 		}
-		classes[i], present[i] = c, true
-		idents[i] = identity{class: c, hasClass: true}
+		present[i] = true
+		f.id = identity{class: c, hasClass: true}
 	})
 	classOf := make(map[Address]uint32, len(addrs))
-	s.idents = make(map[Address]identity, len(addrs))
+	s.first = make(map[Address]firstRead, len(addrs))
+	s.members = map[int][]Address{}
 	for i, a := range addrs {
-		if present[i] {
-			classOf[a] = classes[i]
-			s.idents[a] = idents[i]
+		if !present[i] {
+			continue
+		}
+		classOf[a] = first[i].id.class
+		s.first[a] = first[i]
+		// The kernel links a function into its group's devices directory and the group
+		// into the function's directory together (iommu_group_add_device), so the
+		// functions whose link names group N are the PCI members ROOT/sys/kernel/
+		// iommu_groups/N/devices lists.
+		if id, err := strconv.Atoi(first[i].group); err == nil && first[i].groupErr == nil {
+			s.members[id] = append(s.members[id], a)
 		}
 	}
 	return classOf
@@ -155,7 +176,7 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 			devs[d.Address] = d
 			if d.IOMMUGroup >= 0 {
 				if _, seen := groupMembers[d.IOMMUGroup]; !seen {
-					members := s.groupAddresses(d.IOMMUGroup)
+					members := s.members[d.IOMMUGroup]
 					groupMembers[d.IOMMUGroup] = members
 					for _, m := range members {
 						add(m)
@@ -172,8 +193,8 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 	return devs, groupMembers
 }
 
-// readBatch reads the devices of batch, in order, leaving out (with a warning) those that
-// vanished or cannot be read.
+// readBatch reads the devices of batch and returns them in batch order,
+// leaving out (with a warning) those that vanished or cannot be read.
 func (s *scanner) readBatch(batch []Address) []*Device {
 	read := make([]*Device, len(batch))
 	forEach(len(batch), func(i int) {
@@ -293,22 +314,6 @@ func linkMdevParents(inv *Inventory) {
 			}
 		}
 	}
-}
-
-// groupAddresses lists the PCI functions of IOMMU group id.
-func (s *scanner) groupAddresses(id int) []Address {
-	names, err := s.groups.names(strconv.Itoa(id) + "/devices")
-	if err != nil {
-		s.warn("iommu group %d: %v", id, err)
-		return nil
-	}
-	var out []Address
-	for _, n := range names {
-		if a, err := ParseAddress(n); err == nil {
-			out = append(out, a)
-		}
-	}
-	return out
 }
 
 // forEach runs f(0..n-1) in order. Measured on the 2,000-function bench host (2 cores, busy

@@ -18,10 +18,13 @@ import "bytes"
 // 0xffff there, and a bridge's subsystem IDs are not at offset 0x2c.
 //
 // A field uevent lacks (an old or odd tree, a fake one without uevent) is read from its own
-// file instead: has* say which fields uevent gave.
+// file instead: has* say which fields uevent gave. DRIVER= is the name of the driver the
+// function's driver link points to (the driver's directory is named after it).
 type identity struct {
 	class, vendor, device, subVendor, subDevice uint32
 	hasClass, hasIDs, hasSubsys                 bool
+	// driver is DRIVER=, the bound driver: a PCI uevent (hasIDs) without it has none.
+	driver string
 }
 
 // readIdentity reads the uevent file name (relative to d, "ADDR/uevent" or "uevent"); a file
@@ -51,6 +54,8 @@ func parseUevent(b []byte) identity {
 			continue
 		}
 		switch string(key) {
+		case "DRIVER":
+			id.driver = string(val)
 		case "PCI_CLASS":
 			id.class, id.hasClass = parseHex32(val)
 		case "PCI_ID":

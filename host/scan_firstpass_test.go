@@ -72,3 +72,48 @@ func TestUeventIDsEqualSeparateFiles(t *testing.T) {
 		})
 	}
 }
+
+// Scan knows each IOMMU group's members from the functions' iommu_group links (read in its
+// first pass) instead of listing ROOT/sys/kernel/iommu_groups/N/devices: on both real-kernel
+// snapshots every group it reports has the PCI members ReadGroup lists there.
+func TestScanGroupsEqualListedGroups(t *testing.T) {
+	for _, c := range []struct{ name, tarball string }{
+		{"shared", hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz")},
+		{"lab", hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.tarball == "" {
+				t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
+			}
+			root := hosttest.Snapshot(t, c.tarball)
+			inv, err := host.Scan(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			multi := 0
+			for _, g := range inv.Groups {
+				listed, err := host.ReadGroup(root, g.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(addresses(g.Members), addresses(listed.Members)) {
+					t.Errorf("group %d: Scan says %v, its devices directory %v", g.ID, addresses(g.Members), addresses(listed.Members))
+				}
+				if len(g.Members) > 1 {
+					multi++
+				}
+			}
+			if len(inv.Groups) < 3 || multi == 0 {
+				t.Fatalf("%d groups, %d with several members: the snapshot is not the one this test was written for", len(inv.Groups), multi)
+			}
+		})
+	}
+}
+
+func addresses(ms []host.GroupMember) []host.Address {
+	out := []host.Address{}
+	for _, m := range ms {
+		out = append(out, m.Address)
+	}
+	return out
+}
