@@ -256,22 +256,10 @@ func asciiSpace(c byte) bool {
 // parseUint0 is strconv.ParseUint(string(b), 0, 64), with the kernel's "0x" and 16 hex digits
 // parsed without a string.
 func parseUint0(b []byte) (uint64, error) {
-	if len(b) > 2 && len(b) <= 18 && b[0] == '0' && b[1] == 'x' {
-		var v uint64
-		for _, c := range b[2:] {
-			switch {
-			case '0' <= c && c <= '9':
-				c -= '0'
-			case 'a' <= c && c <= 'f':
-				c -= 'a' - 10
-			case 'A' <= c && c <= 'F':
-				c -= 'A' - 10
-			default:
-				return strconv.ParseUint(string(b), 0, 64)
-			}
-			v = v<<4 | uint64(c)
+	if len(b) > 2 && b[0] == '0' && b[1] == 'x' {
+		if v, ok := parseHexDigits(b[2:], 16); ok {
+			return v, nil
 		}
-		return v, nil
 	}
 	return strconv.ParseUint(string(b), 0, 64)
 }

@@ -80,10 +80,16 @@ func parseHexPair(v []byte) (uint32, uint32, bool) {
 
 // parseHex32 parses a hex number of at most 8 digits, without prefix.
 func parseHex32(v []byte) (uint32, bool) {
-	if len(v) == 0 || len(v) > 8 {
+	n, ok := parseHexDigits(v, 8)
+	return uint32(n), ok
+}
+
+// parseHexDigits parses 1 to max (at most 16) hex digits, nothing else, without a string.
+func parseHexDigits(v []byte, max int) (uint64, bool) {
+	if len(v) == 0 || len(v) > max {
 		return 0, false
 	}
-	var n uint32
+	var n uint64
 	for _, c := range v {
 		switch {
 		case '0' <= c && c <= '9':
@@ -95,7 +101,7 @@ func parseHex32(v []byte) (uint32, bool) {
 		default:
 			return 0, false
 		}
-		n = n<<4 | uint32(c)
+		n = n<<4 | uint64(c)
 	}
 	return n, true
 }
