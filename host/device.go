@@ -30,7 +30,7 @@ type scanner struct {
 	bus, groups devDir
 	// first is what Scan's first pass read of each function (class, IDs, driver, group link),
 	// so that readDevice need not read it again; members are the PCI functions of each IOMMU
-	// group, from the functions' iommu_group links.
+	// group, from the functions' iommu_group links, or nil when Scan lists the groups.
 	first   map[Address]firstRead
 	members map[int][]Address
 

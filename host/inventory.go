@@ -86,45 +86,66 @@ func (s *scanner) listFunctions() ([]Address, []string, error) {
 }
 
 // firstRead is what Scan's first pass read of a function, for the second pass to use: the
-// class and IDs (from uevent, else the class file) and its iommu_group link (the link's last
-// element or the error reading it).
+// class and IDs (from uevent, else the class file) and, when hasGroup, its iommu_group link
+// (the link's last element or the error reading it).
 type firstRead struct {
 	id       identity
+	hasGroup bool
 	group    string
 	groupErr error
 }
 
 // readClasses is pass 1: the class of every function, from its uevent (which also gives the
-// IDs and the driver) or, when uevent lacks it, its class file; and its iommu_group link, so
-// that the members of every group are known without listing the groups. Each is opened or
-// read relative to the devices directory. Functions that vanished or whose class cannot be
-// read are left out, with a warning. It keeps what it read in s.first and the PCI members of
-// each group in s.members.
+// IDs and the driver) or, when uevent lacks it, its class file, opened relative to the
+// devices directory. Functions that vanished or whose class cannot be read are left out, with
+// a warning. It also reads the iommu_group link of every function whose class may get it
+// selected (a GPU's or a companion's: pass 2 needs it) and, when that costs less than listing
+// their groups would (groupsFromLinks), of every other function too: the members of every
+// group are then known without listing any (s.members; nil otherwise). It keeps what it read
+// in s.first.
 func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint32 {
 	present := make([]bool, len(addrs))
 	first := make([]firstRead, len(addrs))
-	forEach(len(addrs), func(i int) {
+	readGroup := func(i int) {
 		f := &first[i]
 		f.group, f.groupErr = s.bus.linkBase(names[i] + "/iommu_group")
-		if f.id = readIdentity(s.bus, names[i]+"/uevent"); f.id.hasClass {
-			present[i] = true
-			return
-		}
-		c, err := s.bus.hex(names[i] + "/class")
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
-			} else {
-				s.warn("%s: %v", addrs[i], err)
+		f.hasGroup = true
+	}
+	forEach(len(addrs), func(i int) {
+		f := &first[i]
+		if f.id = readIdentity(s.bus, names[i]+"/uevent"); !f.id.hasClass {
+			c, err := s.bus.hex(names[i] + "/class")
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
+				} else {
+					s.warn("%s: %v", addrs[i], err)
+				}
+				return
 			}
-			return
+			f.id = identity{class: c, hasClass: true}
 		}
 		present[i] = true
-		f.id = identity{class: c, hasClass: true}
+		if mayBeSelected(f.id.class) {
+			readGroup(i)
+		}
 	})
+	var candidates, others []int
+	for i := range addrs {
+		switch {
+		case first[i].hasGroup:
+			candidates = append(candidates, i)
+		case present[i]:
+			others = append(others, i)
+		}
+	}
+	s.members = nil
+	if groupsFromLinks(len(others), len(candidates)) {
+		forEach(len(others), func(j int) { readGroup(others[j]) })
+		s.members = map[int][]Address{}
+	}
 	classOf := make(map[Address]uint32, len(addrs))
 	s.first = make(map[Address]firstRead, len(addrs))
-	s.members = map[int][]Address{}
 	for i, a := range addrs {
 		if !present[i] {
 			continue
@@ -135,11 +156,30 @@ func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint3
 		// into the function's directory together (iommu_group_add_device), so the
 		// functions whose link names group N are the PCI members ROOT/sys/kernel/
 		// iommu_groups/N/devices lists.
-		if id, err := strconv.Atoi(first[i].group); err == nil && first[i].groupErr == nil {
+		if id, err := strconv.Atoi(first[i].group); s.members != nil && err == nil && first[i].groupErr == nil {
 			s.members[id] = append(s.members[id], a)
 		}
 	}
 	return classOf
+}
+
+// groupsFromLinks decides whether Scan learns the IOMMU groups' members from the iommu_group
+// links of the others functions that pass 1 has not read a link of yet (one readlink each),
+// rather than by listing the group of each of the candidates (an open, two getdents and a
+// close: on the 64-GPU host, 600 groups of one VF each). A variable for the tests, which run
+// Scan both ways.
+var groupsFromLinks = func(others, candidates int) bool { return others <= 4*candidates }
+
+// mayBeSelected reports whether a function of this class can be selected by its class alone:
+// a GPU, or a companion of one.
+func mayBeSelected(class uint32) bool {
+	switch {
+	case class>>16 == classDisplay:
+		return true
+	case class>>8 == classAudio, class>>8 == classUSB, class>>8 == classSerialBus:
+		return true
+	}
+	return false
 }
 
 // readSelected is pass 2: the GPUs and the companions of their slots, then, transitively, the
@@ -177,6 +217,9 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 			if d.IOMMUGroup >= 0 {
 				if _, seen := groupMembers[d.IOMMUGroup]; !seen {
 					members := s.members[d.IOMMUGroup]
+					if s.members == nil {
+						members = s.groupAddresses(d.IOMMUGroup)
+					}
 					groupMembers[d.IOMMUGroup] = members
 					for _, m := range members {
 						add(m)
@@ -314,6 +357,22 @@ func linkMdevParents(inv *Inventory) {
 			}
 		}
 	}
+}
+
+// groupAddresses lists the PCI functions of IOMMU group id.
+func (s *scanner) groupAddresses(id int) []Address {
+	names, err := s.groups.names(strconv.Itoa(id) + "/devices")
+	if err != nil {
+		s.warn("iommu group %d: %v", id, err)
+		return nil
+	}
+	var out []Address
+	for _, n := range names {
+		if a, err := ParseAddress(n); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // forEach runs f(0..n-1) in order. Measured on the 2,000-function bench host (2 cores, busy

@@ -55,7 +55,7 @@ func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) Functio
 		l.Driver = s.optionalLink(addr, dd, "driver")
 	}
 	var g string
-	if pre != nil {
+	if pre != nil && pre.hasGroup {
 		g = pre.group
 		if err := pre.groupErr; err != nil && !errors.Is(err, fs.ErrNotExist) {
 			s.warn("%s: %v", addr, err)

@@ -80,10 +80,11 @@ func onRealSnapshots(t *testing.T, f func(t *testing.T, root host.Root)) {
 	}
 }
 
-// Scan knows each IOMMU group's members from the functions' iommu_group links (read in its
-// first pass) instead of listing ROOT/sys/kernel/iommu_groups/N/devices: on both real-kernel
-// snapshots every group it reports has the PCI members ReadGroup lists there.
+// When Scan learns each IOMMU group's members from the functions' iommu_group links (read in
+// its first pass) instead of listing ROOT/sys/kernel/iommu_groups/N/devices, on both
+// real-kernel snapshots every group it reports has the PCI members ReadGroup lists there.
 func TestScanGroupsEqualListedGroups(t *testing.T) {
+	defer host.SetGroupsFromLinks(true)()
 	onRealSnapshots(t, func(t *testing.T, root host.Root) {
 		inv, err := host.Scan(root)
 		if err != nil {
