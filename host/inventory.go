@@ -18,8 +18,9 @@ import (
 // while it runs, becomes an Inventory.Warnings entry naming the device and path. It returns an
 // error only when the root itself cannot be read.
 //
-// Cost: one read of `uevent` (class and IDs) per PCI function, full reads only for the
-// selected ones, and pci.ids names looked up only for the IDs present.
+// Cost: one read of `uevent` (class, IDs, driver) per PCI function, and of its iommu_group
+// link where that is cheaper than listing the groups met; full reads only for the selected
+// ones; pci.ids names looked up only for the IDs present.
 func Scan(root Root) (*Inventory, error) {
 	s := newScanner(root)
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
@@ -164,7 +165,7 @@ func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint3
 }
 
 // groupsFromLinks decides whether Scan learns the IOMMU groups' members from the iommu_group
-// links of the others functions that pass 1 has not read a link of yet (one readlink each),
+// links of the others, the functions whose link pass 1 has not read (one readlink each),
 // rather than by listing the group of each of the candidates (an open, two getdents and a
 // close: on the 64-GPU host, 600 groups of one VF each). A variable for the tests, which run
 // Scan both ways.
@@ -236,8 +237,8 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 	return devs, groupMembers
 }
 
-// readBatch reads the devices of batch and returns them in batch order,
-// leaving out (with a warning) those that vanished or cannot be read.
+// readBatch reads the devices of batch, in order, leaving out (with a warning) those that
+// vanished or cannot be read.
 func (s *scanner) readBatch(batch []Address) []*Device {
 	read := make([]*Device, len(batch))
 	forEach(len(batch), func(i int) {
