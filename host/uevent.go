@@ -75,7 +75,10 @@ func parseHexPair(v []byte) (uint32, uint32, bool) {
 	}
 	x, ok1 := parseHex32(a)
 	y, ok2 := parseHex32(b)
-	return x, y, ok1 && ok2
+	if !ok1 || !ok2 {
+		return 0, 0, false
+	}
+	return x, y, true
 }
 
 // parseHex32 parses a hex number of at most 8 digits, without prefix.
