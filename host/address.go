@@ -64,7 +64,30 @@ func MustParseAddress(s string) Address {
 
 // String returns the canonical sysfs form, e.g. "0000:01:00.0".
 func (a Address) String() string {
-	return fmt.Sprintf("%04x:%02x:%02x.%x", a.Domain, a.Bus, a.Device, a.Function)
+	var b [16]byte
+	return string(a.appendText(b[:0]))
+}
+
+// appendText appends what fmt.Sprintf("%04x:%02x:%02x.%x") prints, without fmt: inspect
+// prints thousands of addresses on a large host.
+func (a Address) appendText(b []byte) []byte {
+	b = appendHexPad(b, a.Domain, 4)
+	b = appendHexPad(append(b, ':'), uint32(a.Bus), 2)
+	b = appendHexPad(append(b, ':'), uint32(a.Device), 2)
+	return appendHexPad(append(b, '.'), uint32(a.Function), 1)
+}
+
+// appendHexPad appends v in lower-case hex, zero-padded to n digits.
+func appendHexPad(b []byte, v uint32, n int) []byte {
+	const digits = "0123456789abcdef"
+	var t [8]byte
+	i := len(t)
+	for v != 0 || len(t)-i < n {
+		i--
+		t[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return append(b, t[i:]...)
 }
 
 // NodeDevName returns libvirt's node-device name, e.g. "pci_0000_01_00_0".
@@ -78,7 +101,7 @@ func (a Address) SameSlot(b Address) bool {
 }
 
 // MarshalText implements encoding.TextMarshaler so addresses print canonically in JSON/YAML.
-func (a Address) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+func (a Address) MarshalText() ([]byte, error) { return a.appendText(make([]byte, 0, 16)), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (a *Address) UnmarshalText(b []byte) error {

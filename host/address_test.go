@@ -2,6 +2,7 @@ package host
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
@@ -42,5 +43,26 @@ func TestAddressJSONAndLibvirt(t *testing.T) {
 	}
 	if a.NodeDevName() != "pci_0000_41_00_1" || !a.SameSlot(MustParseAddress("0000:41:00.0")) {
 		t.Fatal("node dev name / same slot")
+	}
+}
+
+// String is fmt's "%04x:%02x:%02x.%x" without fmt: the same text for every field value,
+// including domains wider than four digits (VMD's 10000+).
+func TestAddressStringIsPrintf(t *testing.T) {
+	for _, dom := range []uint32{0, 1, 0xa, 0xff, 0x1234, 0xffff, 0x10000, 0xabcdef, 0xffffffff} {
+		for _, bus := range []uint8{0, 1, 0x1f, 0x80, 0xff} {
+			for dev := uint8(0); dev <= 0x1f; dev += 0xf {
+				for fn := uint8(0); fn <= 7; fn++ {
+					a := Address{Domain: dom, Bus: bus, Device: dev, Function: fn}
+					want := fmt.Sprintf("%04x:%02x:%02x.%x", dom, bus, dev, fn)
+					if got := a.String(); got != want {
+						t.Fatalf("%#v.String() = %q, want %q", a, got, want)
+					}
+					if b, _ := a.MarshalText(); string(b) != want {
+						t.Fatalf("%#v.MarshalText() = %q, want %q", a, b, want)
+					}
+				}
+			}
+		}
 	}
 }

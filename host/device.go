@@ -28,8 +28,11 @@ type scanner struct {
 	// bus is ROOT/sys/bus/pci/devices and groups ROOT/sys/kernel/iommu_groups: Scan opens
 	// them once and reads each function and group relative to them.
 	bus, groups devDir
-	// classes are the classes Scan's first pass read, so that readDevice need not read them again.
-	classes map[Address]uint32
+	// first is what Scan's first pass read of each function (class, IDs, driver, group link),
+	// so that readDevice need not read it again; members are the PCI functions of each IOMMU
+	// group, from the functions' iommu_group links, or nil when Scan lists the groups.
+	first   map[Address]firstRead
+	members map[int][]Address
 
 	mu       sync.Mutex
 	warnings []string
@@ -95,20 +98,31 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	dd := s.bus.sub(addr.String())
 	defer dd.close()
 	dir := dd.dir
-	vendor, err := dd.hex("vendor")
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
+	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
+	// from its own file. A directory that could not be opened is read by its path, file by
+	// file: the vendor file's error then says the device is gone, as it always did.
+	first, ok := s.first[addr]
+	if !ok || dd.fd == atCWD && s.bus.fd != atCWD {
+		first, ok = firstRead{id: readIdentity(dd, "uevent")}, false
+	}
+	id := first.id
+	vendor, device := id.vendor, id.device
+	if !id.hasIDs {
+		var err error
+		if vendor, err = dd.hex("vendor"); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return d, fmt.Errorf("read PCI device %s at %s: %w (it may have been removed)", addr, dir, ErrNotFound)
+			}
+			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 		}
-		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+		if device, err = dd.hex("device"); err != nil {
+			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
+		}
 	}
 	s.ids.Prefetch(hex4(vendor)) // its names are found meanwhile, on another core (name)
-	device, err := dd.hex("device")
-	if err != nil {
-		return d, fmt.Errorf("read PCI device %s: %w", addr, err)
-	}
-	class, ok := s.classes[addr]
-	if !ok {
+	class := id.class
+	if !id.hasClass {
+		var err error
 		if class, err = dd.hex("class"); err != nil {
 			return d, fmt.Errorf("read PCI device %s: %w", addr, err)
 		}
@@ -117,17 +131,25 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	d.Class = hex6(class)
 	d.IsGPU = class>>16 == classDisplay
 	d.IsBridge = IsBridgeClass(class)
-	if sv, err := dd.hex("subsystem_vendor"); err == nil {
-		d.SubsysVendorID = hex4(sv)
+	if id.hasSubsys {
+		d.SubsysVendorID, d.SubsysDeviceID = hex4(id.subVendor), hex4(id.subDevice)
 	} else {
-		s.warn("%s: %v", addr, err)
+		if sv, err := dd.hex("subsystem_vendor"); err == nil {
+			d.SubsysVendorID = hex4(sv)
+		} else {
+			s.warn("%s: %v", addr, err)
+		}
+		if sd, err := dd.hex("subsystem_device"); err == nil {
+			d.SubsysDeviceID = hex4(sd)
+		} else {
+			s.warn("%s: %v", addr, err)
+		}
 	}
-	if sd, err := dd.hex("subsystem_device"); err == nil {
-		d.SubsysDeviceID = hex4(sd)
-	} else {
-		s.warn("%s: %v", addr, err)
+	var pre *firstRead
+	if ok {
+		pre = &first
 	}
-	links := s.functionLinks(addr, dd)
+	links := s.functionLinks(addr, dd, pre)
 	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn
 	if ov := s.optionalString(addr, dd, "driver_override"); ov != "(null)" {
 		d.DriverOverride = ov
@@ -149,7 +171,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	d.SRIOV = s.readSRIOV(addr, dd)
+	// A VF has no SR-IOV capability of its own: the kernel shows sriov_* only on a PF, so the
+	// read of sriov_totalvfs would only fail (512 such failures on the 64-GPU host).
+	if d.PhysFn == nil {
+		d.SRIOV = s.readSRIOV(addr, dd)
+	}
 	if v, err := readVendorVGPU(addr, dd); err != nil {
 		s.warn("%v", err)
 	} else {
@@ -198,6 +224,44 @@ func (s *scanner) optionalLink(addr Address, dd devDir, name string) string {
 		s.warn("%s: %v", addr, err)
 	}
 	return v
+}
+
+// fields stores the whitespace-separated fields of line in f, as strings.Fields would split
+// it, and returns how many there are (counting those beyond len(f)), without allocating.
+func fields(line []byte, f [][]byte) int {
+	n := 0
+	for i := 0; i < len(line); {
+		for i < len(line) && asciiSpace(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		j := i
+		for j < len(line) && !asciiSpace(line[j]) {
+			j++
+		}
+		if n < len(f) {
+			f[n] = line[i:j]
+		}
+		n, i = n+1, j
+	}
+	return n
+}
+
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// parseUint0 is strconv.ParseUint(string(b), 0, 64), with the kernel's "0x" and 16 hex digits
+// parsed without a string.
+func parseUint0(b []byte) (uint64, error) {
+	if len(b) > 2 && b[0] == '0' && b[1] == 'x' {
+		if v, ok := parseHexDigits(b[2:], 16); ok {
+			return v, nil
+		}
+	}
+	return strconv.ParseUint(string(b), 0, 64)
 }
 
 // IsBridgeClass reports whether a class is a bridge that may stay on the host when the rest
@@ -268,16 +332,16 @@ func parseBARs(path string, b []byte) ([]BAR, error) {
 		} else {
 			rest = nil
 		}
-		text := string(bytes.TrimSuffix(line, []byte{'\r'}))
-		f := strings.Fields(text)
-		if len(f) != 3 {
-			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, text)
+		line = bytes.TrimSuffix(line, []byte{'\r'})
+		var f [3][]byte
+		if n := fields(line, f[:]); n != 3 {
+			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, line)
 		}
-		start, err1 := strconv.ParseUint(f[0], 0, 64)
-		end, err2 := strconv.ParseUint(f[1], 0, 64)
-		flags, err3 := strconv.ParseUint(f[2], 0, 64)
+		start, err1 := parseUint0(f[0])
+		end, err2 := parseUint0(f[1])
+		flags, err3 := parseUint0(f[2])
 		if err1 != nil || err2 != nil || err3 != nil {
-			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, text)
+			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, line)
 		}
 		if end == 0 && start == 0 || flags&(ioresourceIO|ioresourceMem) == 0 {
 			continue

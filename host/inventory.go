@@ -18,8 +18,9 @@ import (
 // while it runs, becomes an Inventory.Warnings entry naming the device and path. It returns an
 // error only when the root itself cannot be read.
 //
-// Cost: one read of `class` per PCI function, full reads only for the selected ones, and
-// pci.ids names looked up only for the IDs present.
+// Cost: one read of `uevent` (class, IDs, driver) per PCI function, and of its iommu_group
+// link where that is cheaper than listing the groups met; full reads only for the selected
+// ones; pci.ids names looked up only for the IDs present.
 func Scan(root Root) (*Inventory, error) {
 	s := newScanner(root)
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
@@ -37,8 +38,8 @@ func Scan(root Root) (*Inventory, error) {
 	}
 	s.bus = openDevDir(s.bus.dir)
 	defer s.bus.close()
-	s.classes = s.readClasses(addrs, names)
-	devs, groupMembers := s.readSelected(addrs, s.classes)
+	classes := s.readClasses(addrs, names)
+	devs, groupMembers := s.readSelected(addrs, classes)
 	for _, d := range devs {
 		inv.Devices = append(inv.Devices, *d)
 	}
@@ -85,31 +86,101 @@ func (s *scanner) listFunctions() ([]Address, []string, error) {
 	return addrs, names, nil
 }
 
-// readClasses is pass 1: the class of every function, one small file each, opened relative
-// to the devices directory. Functions that vanished or whose class cannot be read are left
-// out, with a warning.
+// firstRead is what Scan's first pass read of a function, for the second pass to use: the
+// class and IDs (from uevent, else the class file) and, when hasGroup, its iommu_group link
+// (the link's last element or the error reading it).
+type firstRead struct {
+	id       identity
+	hasGroup bool
+	group    string
+	groupErr error
+}
+
+// readClasses is pass 1: the class of every function, from its uevent (which also gives the
+// IDs and the driver) or, when uevent lacks it, its class file, opened relative to the
+// devices directory. Functions that vanished or whose class cannot be read are left out, with
+// a warning. It also reads the iommu_group link of every function whose class may get it
+// selected (a GPU's or a companion's: pass 2 needs it) and, when that costs less than listing
+// their groups would (groupsFromLinks), of every other function too: the members of every
+// group are then known without listing any (s.members; nil otherwise). It keeps what it read
+// in s.first.
 func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint32 {
-	classes := make([]uint32, len(addrs))
 	present := make([]bool, len(addrs))
+	first := make([]firstRead, len(addrs))
+	readGroup := func(i int) {
+		f := &first[i]
+		f.group, f.groupErr = s.bus.linkBase(names[i] + "/iommu_group")
+		f.hasGroup = true
+	}
 	forEach(len(addrs), func(i int) {
-		c, err := s.bus.hex(names[i] + "/class")
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
-			} else {
-				s.warn("%s: %v", addrs[i], err)
+		f := &first[i]
+		if f.id = readIdentity(s.bus, names[i]+"/uevent"); !f.id.hasClass {
+			c, err := s.bus.hex(names[i] + "/class")
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
+				} else {
+					s.warn("%s: %v", addrs[i], err)
+				}
+				return
 			}
-			return
+			f.id = identity{class: c, hasClass: true}
 		}
-		classes[i], present[i] = c, true
+		present[i] = true
+		if mayBeSelected(f.id.class) {
+			readGroup(i)
+		}
 	})
+	var candidates, others []int
+	for i := range addrs {
+		switch {
+		case first[i].hasGroup:
+			candidates = append(candidates, i)
+		case present[i]:
+			others = append(others, i)
+		}
+	}
+	s.members = nil
+	if groupsFromLinks(len(others), len(candidates)) {
+		forEach(len(others), func(j int) { readGroup(others[j]) })
+		s.members = map[int][]Address{}
+	}
 	classOf := make(map[Address]uint32, len(addrs))
+	s.first = make(map[Address]firstRead, len(addrs))
 	for i, a := range addrs {
-		if present[i] {
-			classOf[a] = classes[i]
+		if !present[i] {
+			continue
+		}
+		classOf[a] = first[i].id.class
+		s.first[a] = first[i]
+		// The kernel links a function into its group's devices directory and the group
+		// into the function's directory together (iommu_group_add_device), so the
+		// functions whose link names group N are the PCI members ROOT/sys/kernel/
+		// iommu_groups/N/devices lists.
+		if id, err := strconv.Atoi(first[i].group); s.members != nil && err == nil && first[i].groupErr == nil {
+			s.members[id] = append(s.members[id], a)
 		}
 	}
 	return classOf
+}
+
+// groupsFromLinks decides whether Scan learns the IOMMU groups' members from the iommu_group
+// links of the others, the functions whose link pass 1 has not read (one readlink each),
+// rather than by listing the group of each of the candidates (an open, two getdents and a
+// close: on the 64-GPU host, 600 groups of one VF each). A variable for the tests, which run
+// Scan both ways.
+var groupsFromLinks = func(others, candidates int) bool { return others <= 4*candidates }
+
+// mayBeSelected reports whether a function of this class can be selected by its class alone:
+// a GPU, or a companion of one.
+func mayBeSelected(class uint32) bool {
+	switch {
+	case class>>16 == classDisplay:
+		return true
+	case class>>8 == classAudio, class>>8 == classUSB, class>>8 == classSerialBus:
+		return true
+	}
+	return false
 }
 
 // readSelected is pass 2: the GPUs and the companions of their slots, then, transitively, the
@@ -146,7 +217,10 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 			devs[d.Address] = d
 			if d.IOMMUGroup >= 0 {
 				if _, seen := groupMembers[d.IOMMUGroup]; !seen {
-					members := s.groupAddresses(d.IOMMUGroup)
+					members := s.members[d.IOMMUGroup]
+					if s.members == nil {
+						members = s.groupAddresses(d.IOMMUGroup)
+					}
 					groupMembers[d.IOMMUGroup] = members
 					for _, m := range members {
 						add(m)

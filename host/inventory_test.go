@@ -214,9 +214,11 @@ func TestScanBadInput(t *testing.T) {
 	// A GPU whose class is readable but whose other attributes are gone (vanished after pass 1).
 	gone := tr.AddPCI(hosttest.PCI{Addr: "0000:00:03.0", Vendor: 0x1234, Device: 0x1111, Class: 0x030000})
 	os.Remove(filepath.Join(tr.DevDir(gone), "vendor"))
+	os.Remove(filepath.Join(tr.DevDir(gone), "uevent")) // else Scan takes the IDs from there
 	// A garbage class file.
 	bad := tr.AddPCI(hosttest.PCI{Addr: "0000:00:04.0", Vendor: 0x1234, Device: 0x1111, Class: 0x030000})
 	os.WriteFile(filepath.Join(tr.DevDir(bad), "class"), []byte("zzz\n"), 0o644)
+	os.Remove(filepath.Join(tr.DevDir(bad), "uevent"))
 
 	inv, devs, _ := scan(t, tr)
 	if _, ok := devs[gpu]; !ok {

@@ -41,14 +41,29 @@ func ReadFunctionLinks(root Root, addr Address) (FunctionLinks, error) {
 	}
 	dd := openDevDir(dir)
 	defer dd.close()
-	return newScanner(root).functionLinks(addr, dd), nil
+	return newScanner(root).functionLinks(addr, dd, nil), nil
 }
 
-// functionLinks reads a function's links and numa_node, recording problems as warnings.
-func (s *scanner) functionLinks(addr Address, dd devDir) FunctionLinks {
+// functionLinks reads a function's links and numa_node, recording problems as warnings. When
+// Scan's first pass read the function (pre), its iommu_group link and, from a PCI uevent, its
+// driver are taken from there (the kernel prints DRIVER= from the driver the link points to).
+func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) FunctionLinks {
 	l := FunctionLinks{IOMMUGroup: -1, NUMANode: -1}
-	l.Driver = s.optionalLink(addr, dd, "driver")
-	if g := s.optionalLink(addr, dd, "iommu_group"); g != "" {
+	if pre != nil && pre.id.hasIDs {
+		l.Driver = pre.id.driver
+	} else {
+		l.Driver = s.optionalLink(addr, dd, "driver")
+	}
+	var g string
+	if pre != nil && pre.hasGroup {
+		g = pre.group
+		if err := pre.groupErr; err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.warn("%s: %v", addr, err)
+		}
+	} else {
+		g = s.optionalLink(addr, dd, "iommu_group")
+	}
+	if g != "" {
 		if n, err := strconv.Atoi(g); err == nil {
 			l.IOMMUGroup = n
 		} else {

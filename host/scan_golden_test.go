@@ -17,7 +17,8 @@ var updateGolden = flag.Bool("update-scan-golden", false, "rewrite host/testdata
 // TestScanGolden pins Scan's whole inventory, as `inspect -o json` prints it (indented JSON,
 // the root directory written ROOT), on every kind of host the tests build: the 64-GPU and
 // the small generated hosts of the benchmarks, the two real-kernel snapshots, and a tree
-// with every odd case Scan reports as a warning. The goldens were written by Scan before it
+// with every odd case Scan reports as a warning, each with the groups' members learnt both ways
+// (the functions' iommu_group links, or listing the groups). The goldens were written by Scan before it
 // was made faster (issue 19), so any change to what Scan reads shows here as a diff. A
 // deliberate change to the inventory rewrites them: go test ./host -run TestScanGolden
 // -update-scan-golden, and the diff of the decompressed files belongs in the review.
@@ -49,18 +50,24 @@ func TestScanGolden(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := c.root(t)
-			inv, err := host.Scan(root)
-			if err != nil {
-				t.Fatal(err)
+			// Scan learns the groups' members from the functions' links or by listing
+			// the groups, whichever costs less on the host: both give the golden.
+			for _, links := range []bool{true, false} {
+				restore := host.SetGroupsFromLinks(links)
+				inv, err := host.Scan(root)
+				restore()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var buf bytes.Buffer
+				enc := json.NewEncoder(&buf)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(inv); err != nil {
+					t.Fatal(err)
+				}
+				got := bytes.ReplaceAll(buf.Bytes(), []byte(root.Dir()), []byte("ROOT"))
+				compareGolden(t, c.name, got)
 			}
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(inv); err != nil {
-				t.Fatal(err)
-			}
-			got := bytes.ReplaceAll(buf.Bytes(), []byte(root.Dir()), []byte("ROOT"))
-			compareGolden(t, c.name, got)
 		})
 	}
 }
@@ -101,13 +108,16 @@ func oddHost(t *testing.T) host.Root {
 	must(t, os.Remove(filepath.Join(tr.DevDir(bad), "numa_node")))
 	must(t, os.Remove(filepath.Join(tr.DevDir(bad), "resource")))
 	must(t, os.Remove(filepath.Join(tr.DevDir(bad), "subsystem_vendor")))
+	must(t, os.Remove(filepath.Join(tr.DevDir(bad), "uevent"))) // else Scan takes the IDs from there
 	must(t, os.Remove(filepath.Join(tr.DevDir(bad), "local_cpulist")))
 	must(t, os.Symlink("../../../devices/pci0000:00/0000:00:09.0", filepath.Join(tr.Dir(), "sys/bus/pci/devices/0000:00:09.0")))
 	must(t, os.Symlink("nothing", filepath.Join(tr.Dir(), "sys/bus/pci/devices/not-an-address")))
 	gone := tr.AddPCI(hosttest.PCI{Addr: "0000:00:03.0", Vendor: 0x1234, Device: 0x1111, Class: 0x030000})
 	must(t, os.Remove(filepath.Join(tr.DevDir(gone), "vendor")))
+	must(t, os.Remove(filepath.Join(tr.DevDir(gone), "uevent")))
 	garbage := tr.AddPCI(hosttest.PCI{Addr: "0000:00:04.0", Vendor: 0x1234, Device: 0x1111, Class: 0x030000})
 	must(t, os.WriteFile(filepath.Join(tr.DevDir(garbage), "class"), []byte("zzz\n"), 0o644))
+	must(t, os.Remove(filepath.Join(tr.DevDir(garbage), "uevent")))
 	odd := tr.AddPCI(hosttest.PCI{Addr: "0000:00:05.0", Vendor: 0x1234, Device: 0x1111, Class: 0x030000, BootVGA: true})
 	must(t, os.WriteFile(filepath.Join(tr.DevDir(odd), "numa_node"), []byte("not-a-number\n"), 0o644))
 	must(t, os.WriteFile(filepath.Join(tr.DevDir(odd), "resource"), []byte("0x1 0x2\n"), 0o644))

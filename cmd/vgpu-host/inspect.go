@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"strings"
 	"text/tabwriter"
 
@@ -72,6 +73,12 @@ func runInspect(ctx context.Context, cmd *cli.Command) error {
 			rep.Group = &g
 		}
 		return emit(cmd, rep, func(w io.Writer) error { return deviceTable(w, rep) })
+	}
+	if runEnvOf(cmd) == nil {
+		// A one-shot process whose heap is a few MB that all stay live until the output
+		// is written: collecting at 4 MB cost about a tenth of the 64-GPU host's CPU
+		// time, for nothing. Never in the agent, which lives on.
+		debug.SetGCPercent(400)
 	}
 	inv, err := host.Scan(root)
 	if err != nil {

@@ -266,6 +266,7 @@ func (t *Tree) setNumVFs(pf host.Address, n int) error {
 			}
 			delete(t.devPath, vf)
 			delete(t.native, vf)
+			delete(t.uevent, vf)
 		}
 		t.WriteFile(filepath.Join(dir, "sriov_numvfs"), "0\n")
 		return nil

@@ -31,6 +31,9 @@ type Tree struct {
 	nextSoundCard int
 	// migGIs are the MIG GPU instances (their profiles) of a PF in MIG mode (SetMIGInstances).
 	migGIs map[host.Address][]string
+	// uevent is each function's uevent without its DRIVER line, which writeUevent adds
+	// whenever the driver changes.
+	uevent map[host.Address]string
 }
 
 // New returns an empty host tree: an IOMMU (dmar0) with no groups yet, intel_iommu=on iommu=pt on
@@ -39,7 +42,7 @@ type Tree struct {
 func New(tb testing.TB) *Tree {
 	tb.Helper()
 	dir := tb.TempDir()
-	t := &Tree{tb: tb, dir: dir, devPath: map[host.Address]string{}, native: map[host.Address]string{}, vfSpec: map[host.Address]VFSpec{}}
+	t := &Tree{tb: tb, dir: dir, devPath: map[host.Address]string{}, native: map[host.Address]string{}, vfSpec: map[host.Address]VFSpec{}, uevent: map[host.Address]string{}}
 	for _, d := range []string{
 		"sys/bus/pci/devices", "sys/bus/pci/drivers", "sys/kernel/iommu_groups",
 		"sys/devices/pci0000:00", "sys/class/iommu", "sys/devices/virtual/iommu/dmar0",
@@ -157,7 +160,12 @@ func (t *Tree) AddPCI(p PCI) host.Address {
 	t.WriteFile(filepath.Join(dir, "subsystem_device"), fmt.Sprintf("0x%04x\n", sd))
 	t.WriteFile(filepath.Join(dir, "class"), fmt.Sprintf("0x%06x\n", p.Class))
 	t.WriteFile(filepath.Join(dir, "driver_override"), "(null)\n")
-	t.WriteFile(filepath.Join(dir, "modalias"), fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X\n", p.Vendor, p.Device, sv, sd, p.Class>>16, (p.Class>>8)&0xff, p.Class&0xff))
+	modalias := fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X", p.Vendor, p.Device, sv, sd, p.Class>>16, (p.Class>>8)&0xff, p.Class&0xff)
+	t.WriteFile(filepath.Join(dir, "modalias"), modalias+"\n")
+	// uevent as the kernel's pci_uevent prints it (DRIVER first, when bound: writeUevent).
+	t.uevent[a] = fmt.Sprintf("PCI_CLASS=%04X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\nMODALIAS=%s\n",
+		p.Class, p.Vendor, p.Device, sv, sd, a, modalias)
+	t.writeUevent(a)
 	t.WriteFile(filepath.Join(dir, "enable"), "1\n")
 	t.WriteFile(filepath.Join(dir, "remove"), "")
 	t.WriteFile(filepath.Join(dir, "reset"), "")
@@ -263,6 +271,20 @@ func (t *Tree) Bind(a host.Address, driver string) {
 	t.LoadDriver(driver)
 	t.symlink(filepath.Join(t.devPath[a], "driver"), filepath.Join("sys/bus/pci/drivers", driver))
 	t.symlink(filepath.Join("sys/bus/pci/drivers", driver, a.String()), t.devPath[a])
+	t.writeUevent(a)
+}
+
+// writeUevent writes a's uevent file: DRIVER=NAME while a driver is bound, then the lines
+// AddPCI composed.
+func (t *Tree) writeUevent(a host.Address) {
+	body, ok := t.uevent[a]
+	if !ok {
+		return
+	}
+	if d := t.Driver(a); d != "" {
+		body = "DRIVER=" + d + "\n" + body
+	}
+	t.WriteFile(filepath.Join(t.devPath[a], "uevent"), body)
 }
 
 // Unbind removes a's driver link (test setup).
@@ -273,6 +295,7 @@ func (t *Tree) Unbind(a host.Address) {
 	}
 	os.Remove(filepath.Join(t.dir, t.devPath[a], "driver"))
 	os.Remove(filepath.Join(t.dir, "sys/bus/pci/drivers", d, a.String()))
+	t.writeUevent(a)
 }
 
 // Driver returns the driver bound to a, or "".

@@ -112,14 +112,34 @@ func TestEncodeMatchesEncoder(t *testing.T) {
 		if err := Encode(&got, v); err != nil {
 			t.Fatal(err)
 		}
-		if want := stdEncode(t, v); !bytes.Equal(got.Bytes(), want) {
+		want := stdEncode(t, v)
+		if !bytes.Equal(got.Bytes(), want) {
 			t.Fatalf("tree %d: Encode differs from json.Encoder:\n%s\nwant\n%s", i, got.Bytes(), want)
+		}
+		// The same bytes when written in pieces of any size (Encode's are 64 KiB).
+		var pieces countingBuffer
+		if err := encode(&pieces, v, 1+i%97); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(pieces.Bytes(), want) || len(want) > 200 && pieces.writes < 2 {
+			t.Fatalf("tree %d: in pieces of %d bytes (%d writes), Encode differs from json.Encoder:\n%s\nwant\n%s", i, 1+i%97, pieces.writes, pieces.Bytes(), want)
 		}
 	}
 	var got bytes.Buffer
 	if err := Encode(&got, make(chan int)); err == nil {
 		t.Error("Encode of a channel must fail as json.Marshal does")
 	}
+}
+
+// countingBuffer is a bytes.Buffer that counts its writes.
+type countingBuffer struct {
+	bytes.Buffer
+	writes int
+}
+
+func (c *countingBuffer) Write(b []byte) (int, error) {
+	c.writes++
+	return c.Buffer.Write(b)
 }
 
 func BenchmarkEncode(b *testing.B) {

@@ -1,0 +1,118 @@
+package host_test
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// On both real-kernel snapshots, every PCI function (GPUs, VFs, bridges, host functions) reads
+// the same whether its class and IDs come from its uevent file or, with uevent removed, from
+// the class, vendor, device and subsystem_* files: Scan and ReadDevice take them from uevent
+// (one open instead of five) and must not change a value by doing so.
+func TestUeventIDsEqualSeparateFiles(t *testing.T) {
+	onRealSnapshots(t, func(t *testing.T, root host.Root) {
+		addrs, err := host.ListPCIFunctions(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := func() (map[host.Address]host.Device, []byte) {
+			devs := map[host.Address]host.Device{}
+			for _, a := range addrs {
+				d, err := host.ReadDevice(root, a)
+				if err != nil {
+					t.Fatalf("%s: %v", a, err)
+				}
+				devs[a] = d
+			}
+			inv, err := host.Scan(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := json.Marshal(inv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return devs, b
+		}
+		fromUevent, invUevent := read()
+		vfs := 0
+		for _, a := range addrs {
+			if err := os.Remove(root.PCIDevice(a, "uevent")); err != nil {
+				t.Fatalf("the snapshot must have a uevent file for every function: %v", err)
+			}
+			if fromUevent[a].PhysFn != nil {
+				vfs++
+			}
+		}
+		if len(addrs) < 10 || vfs == 0 {
+			t.Fatalf("%d functions, %d VFs: the snapshot is not the one this test was written for", len(addrs), vfs)
+		}
+		fromFiles, invFiles := read()
+		for _, a := range addrs {
+			if !reflect.DeepEqual(fromUevent[a], fromFiles[a]) {
+				t.Errorf("%s: from uevent %+v\nfrom the files %+v", a, fromUevent[a], fromFiles[a])
+			}
+		}
+		if string(invUevent) != string(invFiles) {
+			t.Errorf("Scan differs with uevent:\n%s\nwithout:\n%s", invUevent, invFiles)
+		}
+	})
+}
+
+// onRealSnapshots runs f on a fresh copy of each real-kernel snapshot: the shared fixture and
+// the lab's (host/testdata).
+func onRealSnapshots(t *testing.T, f func(t *testing.T, root host.Root)) {
+	for _, c := range []struct{ name, tarball string }{
+		{"shared", hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz")},
+		{"lab", hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.tarball == "" {
+				t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
+			}
+			f(t, hosttest.Snapshot(t, c.tarball))
+		})
+	}
+}
+
+// When Scan learns each IOMMU group's members from the functions' iommu_group links (read in
+// its first pass) instead of listing ROOT/sys/kernel/iommu_groups/N/devices, on both
+// real-kernel snapshots every group it reports has the PCI members ReadGroup lists there.
+func TestScanGroupsEqualListedGroups(t *testing.T) {
+	defer host.SetGroupsFromLinks(true)()
+	onRealSnapshots(t, func(t *testing.T, root host.Root) {
+		inv, err := host.Scan(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		multi := 0
+		for _, g := range inv.Groups {
+			listed, err := host.ReadGroup(root, g.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(addresses(g.Members), addresses(listed.Members)) {
+				t.Errorf("group %d: Scan says %v, its devices directory %v", g.ID, addresses(g.Members), addresses(listed.Members))
+			}
+			if len(g.Members) > 1 {
+				multi++
+			}
+		}
+		if len(inv.Groups) < 3 || multi == 0 {
+			t.Fatalf("%d groups, %d with several members: the snapshot is not the one this test was written for", len(inv.Groups), multi)
+		}
+	})
+}
+
+func addresses(ms []host.GroupMember) []host.Address {
+	out := []host.Address{}
+	for _, m := range ms {
+		out = append(out, m.Address)
+	}
+	return out
+}
