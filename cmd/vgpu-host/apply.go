@@ -30,7 +30,8 @@ import (
 //     vgpu-host-libvirt (package virt/remote), so that only the commands that talk to libvirt
 //     load it. It does not wait for the helper to load libvirt and connect (remote.Start): the
 //     command reads its spec and scans the host meanwhile, and its first libvirt call returns
-//     the connection's error;
+//     the connection's error. The pure-Go client connects in the background too
+//     (virt.OpenAsync);
 //   - a vgpu-fake:///PATH URI opens the file-backed fake in-process (no libvirt at all).
 //
 // $VGPU_HOST_LIBVIRT_DIRECT=0 sends every URI through the helper. Tests replace openConn.
@@ -38,10 +39,13 @@ var openConn = func(uri string, o remote.OpenOptions) (virt.Conn, error) {
 	if virt.IsFileURI(uri) {
 		return virt.OpenFile(uri)
 	}
-	if !o.LongLived && os.Getenv(envDirect) != "0" {
-		if c, err := direct.Open(uri); err == nil {
-			return c, nil
-		}
+	if _, ok := direct.Socket(uri); ok && !o.LongLived && os.Getenv(envDirect) != "0" {
+		return virt.OpenAsync(uri, func() (virt.Conn, error) {
+			if c, err := direct.Open(uri); err == nil {
+				return c, nil
+			}
+			return opened(remote.Start(uri, o))
+		}), nil
 	}
 	return remote.Start(uri, o)
 }
