@@ -13,6 +13,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/virt/native"
 )
 
 // FuzzRender feeds arbitrary specs through parse -> validate -> resolve -> build and checks
@@ -72,6 +73,13 @@ func FuzzRender(f *testing.F) {
 			again, err := domains.Marshal(&back)
 			if err != nil || again != x {
 				t.Fatalf("round trip changed the XML (err %v):\n%s\n---\n%s", err, x, again)
+			}
+			// libvirt's schema accepts what the typed builder writes for any spec Validate
+			// accepts: a spec's mistake is Validate's error, naming its field, not libvirtd's.
+			if len(vm.Spec.XMLPatches) == 0 {
+				if ok, err := native.ValidateDomain(x); ok && err != nil {
+					t.Fatalf("libvirt's schema refuses the domain of a valid spec: %v\n%s", err, x)
+				}
 			}
 		}
 	})

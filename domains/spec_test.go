@@ -52,6 +52,8 @@ func TestBadSpecs(t *testing.T) {
 		{"bad uuid", minimal + "  gpus:\n    - vgpu: {profile: x, uuids: [nope]}\n", []string{"spec.gpus[0].vgpu.uuids[0]", "not a UUID"}},
 		{"disk both", minimal + "  disks:\n    - {image: /a.qcow2, path: /b.raw, size: 1GiB}\n", []string{"spec.disks[0]", "not both"}},
 		{"relative disk", minimal + "  disks:\n    - {path: disk.raw}\n", []string{"spec.disks[0].path", "absolute"}},
+		{"root as disk", minimal + "  disks:\n    - {path: /}\n", []string{"line 9: spec.disks[0].path", `"/" names a directory`}},
+		{"directory as image", minimal + "  disks:\n    - {image: /var/lib/images/, size: 10GiB}\n", []string{"spec.disks[0].image", "names a directory"}},
 		{"vendor id", minimal + "  gpus:\n    - passthrough: {vendor: nvidia}\n", []string{"spec.gpus[0].passthrough.vendor", "hex"}},
 		{"hyperv id", minimal + "  quirks: {hypervVendorId: \"way too long for it\"}\n", []string{"spec.quirks.hypervVendorId"}},
 		{"mac", minimal + "  network: {mac: \"zz:00\"}\n", []string{"spec.network.mac"}},

@@ -166,6 +166,9 @@ func (v *validator) absPath(path, p string) {
 	v.chars(path, p, false)
 	if p != "" && !filepath.IsAbs(p) {
 		v.add(path, "%q must be an absolute path", p)
+	} else if p != "" && (p == "/" || strings.HasSuffix(p, "/")) {
+		// libvirt's schema wants a file (absFilePath: "/" and at least one more character).
+		v.add(path, "%q names a directory: name the file", p)
 	}
 }
 
