@@ -37,8 +37,9 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print version, commit and Go version, and whether the libvirt helper is found and the same build",
 		Description: "The helper " + remote.HelperName + " is looked for in $" + remote.EnvHelper + ", beside this binary, then in\n" +
-			"PATH, as the commands that talk to libvirt do. Exit 0 even when it is missing: only plan,\n" +
-			"apply, destroy, status, verify, image export and mdev remove's in-use check need it.",
+			"PATH, as the commands that talk to libvirt do. Exit 0 even when it is missing: the commands\n" +
+			"that talk to libvirt need it only for a URI other than qemu:///system (which vgpu-host\n" +
+			"reaches itself, over libvirtd's socket) and for the agent's connection.",
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			r := versionReport{Info: buildinfo.Get(), Helper: probeHelper(ctx)}
 			r.Helper.Matches = r.Helper.Found && r.Helper.Error == "" && r.Helper.Version == r.Version && r.Helper.Commit == r.Commit
