@@ -425,29 +425,15 @@ func TestUnreachableLibvirt(t *testing.T) {
 }
 
 // TestSystemLibvirtNeedsNoHelper: for qemu:///system the commands speak libvirtd's protocol
-// themselves (virt/direct): with the helper missing, apply, status and destroy still work
-// against the real libvirtd; VGPU_HOST_LIBVIRT_DIRECT=0 sends them through the helper, which
+// themselves (virt/direct): with the helper missing, apply (an overlay volume, an uploaded
+// cloud-init seed, the define), status and destroy still work against the real libvirtd; VGPU_HOST_LIBVIRT_DIRECT=0 sends them through the helper, which
 // is then missing (exit 7); and a test:/// URI always needs the helper.
 func TestSystemLibvirtNeedsNoHelper(t *testing.T) {
 	uri := testenv.Libvirtd(t)
 	bin := binary(t)
-	root := t.TempDir()
-	spec := filepath.Join(t.TempDir(), "vm.yaml")
-	b, err := os.ReadFile("../../examples/virtio-gpu-fallback.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	disk := filepath.Join(t.TempDir(), "disk.qcow2")
-	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "64M").CombinedOutput(); err != nil {
-		t.Fatalf("qemu-img: %v: %s", err, out)
-	}
 	name := "vgpuhost-test-nohelper"
-	s := strings.ReplaceAll(string(b), "name: vgpu-fallback", "name: "+name)
-	s = strings.ReplaceAll(s, "/var/lib/libvirt/images/vgpu-fallback.qcow2", disk)
-	if err := os.WriteFile(spec, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = virsh(uri, "undefine", name) })
+	r, spec := world(t, uri, name)
+	root := r.Dir()
 	run := func(env []string, args ...string) (string, int) {
 		cmd := exec.Command(bin, append([]string{"--host-root", root, "--agent", "never"}, args...)...)
 		cmd.Env = append(append(os.Environ(), remote.EnvHelper+"="+filepath.Join(t.TempDir(), "no-helper")), env...)
@@ -472,6 +458,9 @@ func TestSystemLibvirtNeedsNoHelper(t *testing.T) {
 	}
 	if _, err := virsh(uri, "dominfo", name); err == nil {
 		t.Fatalf("destroy left domain %s defined", name)
+	}
+	if vms, _ := filepath.Glob(r.Path("var/lib/vgpu-host/ledger/vms/*")); len(vms) > 0 {
+		t.Fatalf("destroy left ledger entries: %v", vms)
 	}
 	for _, c := range []struct {
 		env  []string
