@@ -533,12 +533,60 @@ func (l *Lifecycle) teardown(ctx context.Context, name string) ([]string, error)
 	}
 	var undone []string
 	for i := len(live) - 1; i >= 0; i-- {
+		late := l.mayLandLate(ctx, live[i])
 		if err := l.undo(ctx, name, live[i]); err != nil {
 			return undone, err
+		}
+		if late {
+			if err := l.awaitLateDefine(ctx, name, live[i]); err != nil {
+				return undone, err
+			}
 		}
 		undone = append(undone, live[i].Action+" "+live[i].Target)
 	}
 	return undone, l.o.Ledger.Update(func(b *ledger.Book) error { b.Delete(name); return nil })
+}
+
+// LateDefineGrace is how long teardown watches for the domain of a define that an apply
+// recorded and then died in (kill -9): libvirtd finishes a call whose client is gone, and a
+// define becomes visible only at its end (after parsing and the schema check), so the undo
+// can find no domain and the define land after it. A variable: tests shorten it.
+var LateDefineGrace = 3 * time.Second
+
+// mayLandLate reports whether s is such a define: started, not marked done (its apply died:
+// teardown holds the VM's lock), and no domain of that name now.
+func (l *Lifecycle) mayLandLate(ctx context.Context, s ledger.JournalStep) bool {
+	if s.Action != string(step.ActDefine) || s.Status != ledger.StepStarted {
+		return false
+	}
+	_, err := l.o.Conn.State(ctx, s.Target)
+	return virt.IsNotFound(err)
+}
+
+// awaitLateDefine is teardown's answer to a define that may land late (mayLandLate): it
+// watches for the domain for LateDefineGrace after the undo, and undoes it again if it
+// appears.
+func (l *Lifecycle) awaitLateDefine(ctx context.Context, name string, s ledger.JournalStep) error {
+	deadline := time.Now().Add(LateDefineGrace)
+	for {
+		_, err := l.o.Conn.State(ctx, s.Target)
+		if err == nil {
+			break
+		}
+		if !virt.IsNotFound(err) {
+			return fmt.Errorf("watch for a late define of %s: %w", s.Target, err)
+		}
+		if time.Now().After(deadline) {
+			return nil // it did not land
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("watch for a late define of %s: %w", s.Target, ctx.Err())
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	l.progress("%s: a define of the interrupted apply landed after its undo", name)
+	return l.undo(ctx, name, s)
 }
 
 // DestroyResult reports what Destroy undid.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
@@ -120,6 +121,9 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prev := LateDefineGrace
+	LateDefineGrace = 300 * time.Millisecond
+	t.Cleanup(func() { LateDefineGrace = prev })
 	return &env{root: root, conn: virt.NewFake("qemu"), host: newFakeHost(), ledger: ledger.Open(root)}
 }
 
@@ -389,6 +393,43 @@ func TestCrashAtEveryStep(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestLateDefineAfterCrash: an apply dies (kill -9) with its define sent but not answered;
+// libvirtd finishes the call, and the domain appears only once parsed and checked, which can
+// be after the next destroy found no domain. Here the apply stops dead right before its
+// define, and the define lands 100 ms into the destroy: destroy watches for it and removes it.
+func TestLateDefineAfterCrash(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	vm := spec(t, "vgpuhost-test-late", anyNvidia)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = e.lc(func(o *Options) { o.CrashAt, o.CrashBefore, o.Crash = 5, true, runtime.Goexit }).Apply(ctx, vm)
+	}()
+	<-done
+	b, _ := e.ledger.Read()
+	if j := b.VM(vm.Metadata.Name).Journal; len(j) == 0 || j[len(j)-1].Action != "define" || j[len(j)-1].Status != ledger.StepStarted {
+		t.Fatalf("the crashed apply's journal does not end with a started define: %+v", j)
+	}
+	landed := make(chan error, 1)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_, err := e.conn.Define(ctx, "<domain type='qemu'><name>"+vm.Metadata.Name+"</name></domain>")
+		landed <- err
+	}()
+	res, err := e.lc().Destroy(ctx, vm.Metadata.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-landed; err != nil {
+		t.Fatal(err)
+	}
+	e.assertGone(t, vm.Metadata.Name)
+	if undo := strings.Join(res.Undone, ", "); !strings.Contains(undo, "define") {
+		t.Errorf("destroy undid %q, want the define among them", undo)
 	}
 }
 
