@@ -7,8 +7,9 @@ import (
 )
 
 // TestSettleSkipsOnlyTheDirectorySync: Settle writes what it changed like Update, and leaves
-// out the directory's fsync only when it replaces one existing VM file; a new VM's file, a
-// change of claims (the index) and every Update sync their directory.
+// out the directory's fsync only when one VM file is all it writes (a new one or an existing
+// one); a change of claims or of several VMs (through the index) and every Update sync their
+// directories.
 func TestSettleSkipsOnlyTheDirectorySync(t *testing.T) {
 	var synced []string
 	prev := syncDir

@@ -378,7 +378,7 @@ const redoLimit = 16
 
 // commit writes what the transaction changed: one VM file alone when that is all, else the
 // index with redo copies (the commit point), then the VM files. settle (Settle) leaves the
-// directory of one existing VM file unsynced after its rename.
+// directory unsynced after the rename when one VM file is all it writes.
 func (l *Ledger) commit(b *Book, settle bool) error {
 	var changed []string
 	for _, name := range sortedKeys(b.vms) {
