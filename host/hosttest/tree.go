@@ -34,6 +34,10 @@ type Tree struct {
 	// uevent is each function's uevent without its DRIVER line, which writeUevent adds
 	// whenever the driver changes.
 	uevent map[host.Address]string
+	// nodeCPUs is each NUMA node's local_cpulist (-1: no node): the kernel prints a function's
+	// local_cpulist from its node alone (cpumask_of_node, or every online CPU for -1), so two
+	// functions on one node never differ, and Scan reads it once per node.
+	nodeCPUs map[int]string
 }
 
 // New returns an empty host tree: an IOMMU (dmar0) with no groups yet, intel_iommu=on iommu=pt on
@@ -123,6 +127,27 @@ type PCI struct {
 	ResetMethods string // "flr bus"
 }
 
+// localCPUs is the local_cpulist of a function on numa: the node's, as the kernel prints it.
+// A function that asks for another list than its node's already has is a broken test.
+func (t *Tree) localCPUs(a host.Address, numa int, want string) string {
+	if t.nodeCPUs == nil {
+		t.nodeCPUs = map[int]string{}
+	}
+	have, ok := t.nodeCPUs[numa]
+	switch {
+	case ok && want != "" && want != have:
+		t.tb.Fatalf("hosttest: %s asks for local_cpulist %q on NUMA node %d, whose functions have %q: the kernel prints it from the node", a, want, numa, have)
+	case ok:
+		return have
+	case want == "" && numa >= 0:
+		want = fmt.Sprintf("%d-%d", numa*8, numa*8+7) // 8 CPUs a node
+	case want == "":
+		want = "0-3" // no node: every online CPU, of a 4-CPU host
+	}
+	t.nodeCPUs[numa] = want
+	return want
+}
+
 // BARSpec is one BAR of a fake device.
 type BARSpec struct {
 	Index    int
@@ -174,11 +199,7 @@ func (t *Tree) AddPCI(p PCI) host.Address {
 		numa = p.NUMA
 	}
 	t.WriteFile(filepath.Join(dir, "numa_node"), fmt.Sprintf("%d\n", numa))
-	cpus := p.LocalCPUs
-	if cpus == "" {
-		cpus = "0-3"
-	}
-	t.WriteFile(filepath.Join(dir, "local_cpulist"), cpus+"\n")
+	t.WriteFile(filepath.Join(dir, "local_cpulist"), t.localCPUs(a, numa, p.LocalCPUs)+"\n")
 	if p.Class>>8 == 0x0300 {
 		b := "0"
 		if p.BootVGA {
