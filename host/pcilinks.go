@@ -41,14 +41,16 @@ func ReadFunctionLinks(root Root, addr Address) (FunctionLinks, error) {
 	}
 	dd := openDevDir(dir)
 	defer dd.close()
-	return newScanner(root).functionLinks(addr, dd, nil), nil
+	l, _ := newScanner(root).functionLinks(addr, dd, nil)
+	return l, nil
 }
 
 // functionLinks reads a function's links and numa_node, recording problems as warnings. When
 // Scan's first pass read the function (pre), its iommu_group link and, from a PCI uevent, its
 // driver are taken from there (the kernel prints DRIVER= from the driver the link points to).
-func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) FunctionLinks {
-	l := FunctionLinks{IOMMUGroup: -1, NUMANode: -1}
+// numaRead says numa_node was read: NUMANode -1 is then the kernel's "no node", not a failure.
+func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) (l FunctionLinks, numaRead bool) {
+	l = FunctionLinks{IOMMUGroup: -1, NUMANode: -1}
 	if pre != nil && pre.id.hasIDs {
 		l.Driver = pre.id.driver
 	} else {
@@ -71,7 +73,7 @@ func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) Functio
 		}
 	}
 	if n, err := dd.int("numa_node"); err == nil {
-		l.NUMANode = int(n)
+		l.NUMANode, numaRead = int(n), true
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
@@ -82,7 +84,7 @@ func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) Functio
 			s.warn("%s: physfn link names %q: %v", addr, pf, err)
 		}
 	}
-	return l
+	return l, numaRead
 }
 
 // ListPCIFunctions returns the address of every function under ROOT/sys/bus/pci/devices,

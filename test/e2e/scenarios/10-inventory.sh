@@ -31,14 +31,15 @@ bool() { if [ "$1" = 1 ]; then echo true; else echo false; fi; }
 drv() { _d=$(driver_of "$1"); [ "$_d" != - ] || _d=; echo "$_d"; }
 hex() { cut -c3- "$1"; }
 
-# Every class-03 function: IDs, class, driver, group, NUMA node, boot_vga.
-jq -r '.devices[] | select(.is_gpu) | "\(.address) \(.vendor_id):\(.device_id) \(.class) drv=\(.driver) group=\(.iommu_group) numa=\(.numa_node) boot_vga=\(.boot_vga)"' \
+# Every class-03 function: IDs, class, driver, group, NUMA node and its CPUs (inspect reads
+# local_cpulist once per node), boot_vga.
+jq -r '.devices[] | select(.is_gpu) | "\(.address) \(.vendor_id):\(.device_id) \(.class) drv=\(.driver) group=\(.iommu_group) numa=\(.numa_node) cpus=\(.local_cpulist) boot_vga=\(.boot_vga)"' \
   "$inv" >/tmp/got-gpus
 gpu_groups=
 for d in /sys/bus/pci/devices/*; do
   a=${d##*/}
   case $(cat "$d/class") in 0x03*) ;; *) continue ;; esac
-  echo "$a $(hex "$d/vendor"):$(hex "$d/device") $(hex "$d/class") drv=$(drv "$a") group=$(group_of "$a") numa=$(cat "$d/numa_node") boot_vga=$(bool "$(cat "$d/boot_vga" 2>/dev/null)")"
+  echo "$a $(hex "$d/vendor"):$(hex "$d/device") $(hex "$d/class") drv=$(drv "$a") group=$(group_of "$a") numa=$(cat "$d/numa_node") cpus=$(cat "$d/local_cpulist") boot_vga=$(bool "$(cat "$d/boot_vga" 2>/dev/null)")"
   gpu_groups="$gpu_groups $(group_of "$a")"
 done >/tmp/want-gpus
 same_lines GPU /tmp/got-gpus /tmp/want-gpus
