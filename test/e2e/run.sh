@@ -275,6 +275,9 @@ console=$out/console.log
 # shellcheck disable=SC2054 # the commas are QEMU's property lists
 qemu_args=(
   -machine q35,kernel-irqchip=split -accel tcg,thread=multi -cpu max -smp 2 -m 1024
+  # Two NUMA nodes, a CPU and half the memory each: node 1 holds the expander bus below
+  -object memory-backend-ram,id=mem0,size=512M -object memory-backend-ram,id=mem1,size=512M
+  -numa node,nodeid=0,cpus=0,memdev=mem0 -numa node,nodeid=1,cpus=1,memdev=mem1
   -nodefaults -display none -monitor none ${no_reboot:+"$no_reboot"}
   -serial "file:$console"
   -kernel "$kernel" -initrd "$out/initrd.cpio"
@@ -303,6 +306,11 @@ qemu_args=(
   -device pcie-pci-bridge,id=br1,bus=pcie.0,addr=0b.0
   -device bochs-display,bus=br1,addr=01.0
   -netdev user,id=net1,restrict=on -device e1000,bus=br1,addr=02.0,netdev=net1
+  # 00:0c.0 PCIe expander bridge on NUMA node 1 (root bus 40) → 40:00.0 root port →
+  # 41:00.0 a third ati-vga: the one GPU with a NUMA node (the root bus's functions have none)
+  -device pxb-pcie,id=pxb1,bus_nr=0x40,numa_node=1,bus=pcie.0,addr=0c.0
+  -device pcie-root-port,id=rp3,bus=pxb1,addr=00.0,chassis=3,port=3
+  -device ati-vga,bus=rp3,addr=00.0
   # 00:1e.0 the lab's disk
   -drive "file=$disk,if=none,id=disk0,format=raw"
   -device virtio-blk-pci,drive=disk0,bus=pcie.0,addr=1e.0

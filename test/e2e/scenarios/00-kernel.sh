@@ -30,6 +30,18 @@ check_dev "$LAB_BRIDGE" 0x1b36:0x000e -
 check_dev "$LAB_BRIDGED_GPU" 0x1234:0x1111 bochs-drm
 check_dev "$LAB_BRIDGED_NIC" 0x8086:0x100e e1000
 check_dev "$LAB_DISK" 0x1af4:0x1001 virtio-pci
+check_dev "$LAB_NUMA_PORT" 0x1b36:0x000c pcieport
+check_dev "$LAB_NUMA_GPU" 0x1002:0x5046 -
+
+# Two NUMA nodes; the expander's GPU on node 1, with node 1's CPUs; the root bus's on none,
+# with every online CPU (the kernel prints local_cpulist from the node: inspect reads it once
+# per node).
+expect_eq "$(ls -d /sys/devices/system/node/node* | wc -l)" 2 "two NUMA nodes"
+expect_content "$(pci_dev "$LAB_NUMA_GPU")/numa_node" "$LAB_NUMA_NODE" "$LAB_NUMA_GPU is on NUMA node $LAB_NUMA_NODE"
+expect_content "$(pci_dev "$LAB_NUMA_GPU")/local_cpulist" "$LAB_NUMA_CPUS" "$LAB_NUMA_GPU's local CPUs are node $LAB_NUMA_NODE's"
+expect_content /sys/devices/system/node/node$LAB_NUMA_NODE/cpulist "$LAB_NUMA_CPUS" "node $LAB_NUMA_NODE holds CPU $LAB_NUMA_CPUS"
+expect_content "$(pci_dev "$LAB_GPU1")/numa_node" -1 "$LAB_GPU1 (root bus) has no NUMA node"
+expect_content "$(pci_dev "$LAB_GPU1")/local_cpulist" "$(cat /sys/devices/system/cpu/online)" "$LAB_GPU1's local CPUs are every online CPU"
 
 # Boot VGA: the qxl, not the passthrough candidates.
 expect_content "$(pci_dev "$LAB_BOOT_VGA")/boot_vga" 1 "boot_vga=1 on $LAB_BOOT_VGA"
