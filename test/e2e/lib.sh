@@ -115,6 +115,18 @@ wait_for() {
 # new_uuid: a random UUID (for mdev instances; busybox has no uuidgen).
 new_uuid() { cat /proc/sys/kernel/random/uuid; }
 
+# gpu_vm_spec NAME ADDR [SPEC_LINE...]: prints a small VM spec that passes the GPU at ADDR
+# through (1 vCPU, 256 MiB, BIOS, VNC, no network); each SPEC_LINE ("numa: auto") is added
+# under spec:.
+gpu_vm_spec() {
+  _name=$1 _addr=$2
+  shift 2
+  printf 'apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\nspec:\n' "$_name"
+  for _l in "$@"; do printf '  %s\n' "$_l"; done
+  printf '  vcpus: 1\n  memory: 256MiB\n  firmware: bios\n  graphics:\n    type: vnc\n  network:\n    type: none\n'
+  printf '  gpus:\n    - passthrough:\n        address: "%s"\n' "$_addr"
+}
+
 # Small sysfs helpers.
 pci_dev() { echo "/sys/bus/pci/devices/$1"; }
 # group_of ADDR: the IOMMU group number of a PCI device (empty when it has none).

@@ -182,32 +182,12 @@ fi
 
 # NUMA placement from the real kernel's answer: a VM with numa: auto on the GPU on node 1 gets
 # that node's CPUs (local_cpulist) and strict memory on node 1; on a GPU without a node, none.
-numa_spec() { # numa_spec NAME GPU
-  cat <<SPEC
-apiVersion: vgpu-host/v1
-kind: VirtualMachine
-metadata:
-  name: $1
-spec:
-  vcpus: 1
-  memory: 256MiB
-  numa: auto
-  firmware: bios
-  graphics:
-    type: vnc
-  network:
-    type: none
-  gpus:
-    - passthrough:
-        address: "$2"
-SPEC
-}
-numa_spec lab-numa "$LAB_NUMA_GPU" >/tmp/lab-numa.yaml
+gpu_vm_spec lab-numa "$LAB_NUMA_GPU" "numa: auto" >/tmp/lab-numa.yaml
 if run_ok vgpu-host render --virt-type qemu /tmp/lab-numa.yaml; then
   expect_match "$(output)" "<vcpu placement=\"static\" cpuset=\"$LAB_NUMA_CPUS\">1</vcpu>" "numa: auto on $LAB_NUMA_GPU: vCPUs on node $LAB_NUMA_NODE's CPUs"
   expect_match "$(output)" "<memory mode=\"strict\" nodeset=\"$LAB_NUMA_NODE\"" "numa: auto on $LAB_NUMA_GPU: memory strictly on node $LAB_NUMA_NODE"
 fi
-numa_spec lab-nonuma "$LAB_GPU2" >/tmp/lab-nonuma.yaml
+gpu_vm_spec lab-nonuma "$LAB_GPU2" "numa: auto" >/tmp/lab-nonuma.yaml
 if run_ok vgpu-host render --virt-type qemu /tmp/lab-nonuma.yaml; then
   expect_eq "$(output | grep -c -e cpuset= -e '<numatune')" 0 "numa: auto on $LAB_GPU2 (no node): no placement"
 fi

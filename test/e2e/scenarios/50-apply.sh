@@ -8,23 +8,7 @@
 conn=vgpu-fake:///var/lib/vgpu-host/lab-libvirt.json
 vm=lab-gpu1
 spec=/tmp/$vm.yaml
-cat >"$spec" <<SPEC
-apiVersion: vgpu-host/v1
-kind: VirtualMachine
-metadata:
-  name: $vm
-spec:
-  vcpus: 1
-  memory: 256MiB
-  firmware: bios
-  graphics:
-    type: vnc
-  network:
-    type: none
-  gpus:
-    - passthrough:
-        address: "$LAB_GPU1"
-SPEC
+gpu_vm_spec "$vm" "$LAB_GPU1" >"$spec"
 # state: each function of the group with its driver and driver_override.
 state() { for a in "$LAB_GPU1" "$LAB_GPU1_AUDIO"; do echo "$a $(driver_of "$a") $(cat "$(pci_dev "$a")/driver_override")"; done; }
 jqo() { jq -r "$1" <"$E2E_OUT"; }
