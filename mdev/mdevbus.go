@@ -70,14 +70,41 @@ func (m *Manager) activeMdev(id string) (host.MdevInstance, bool) {
 	return in, err == nil
 }
 
-func (m *Manager) mdevInstances(st *state) ([]Instance, error) {
-	act, _, err := host.ReadMdevInstances(m.Root)
-	if err != nil {
-		return nil, err
+// mdevInstances returns the mdev instances, active and defined, with their owners from st.
+// With only non-nil (lowercase UUIDs) it returns just those: each is read on its own instead of
+// the whole bus (Remove names the instances it removes; reading every other one cost a 16-instance
+// remove in the lab about as much as removing them).
+func (m *Manager) mdevInstances(st *state, only []string) ([]Instance, error) {
+	var act []host.MdevInstance
+	var err error
+	if only == nil {
+		if act, _, err = host.ReadMdevInstances(m.Root); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, id := range only {
+			// As ReadMdevInstances: one that is gone or cannot be read is not listed.
+			if a, _, err := host.ReadMdevInstance(m.Root, id); err == nil {
+				act = append(act, a)
+			}
+		}
 	}
 	defs, err := m.Definitions()
 	if err != nil {
 		return nil, err
+	}
+	if only != nil {
+		want := make(map[string]bool, len(only))
+		for _, id := range only {
+			want[id] = true
+		}
+		kept := defs[:0]
+		for _, d := range defs {
+			if want[d.UUID] {
+				kept = append(kept, d)
+			}
+		}
+		defs = kept
 	}
 	byID := map[string]*Instance{}
 	var order []string
