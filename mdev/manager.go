@@ -143,17 +143,26 @@ func (m *Manager) Parents() ([]Parent, error) {
 
 // Parent returns the named parent (a PCI address, or a virtual parent's name such as "mbochs").
 // A VF's address names the vendor-VFIO parent it belongs to.
+//
+// A name that is an mdev parent itself (not a VF) is read alone (host.MdevParentNamed), not
+// with every parent of both backends: a vendor-VFIO parent is a PF without the mdev bus.
 func (m *Manager) Parent(name string) (Parent, error) {
-	ps, err := m.Parents()
-	if err != nil {
-		return Parent{}, err
-	}
 	key := name
+	vf := false
 	if a, err := host.ParseAddress(name); err == nil {
 		key = a.String()
 		if pf, ok := m.physfn(a); ok {
-			key = pf.String()
+			key, vf = pf.String(), true
 		}
+	}
+	if !vf {
+		if hp, ok := host.MdevParentNamed(m.Root, key); ok {
+			return m.mdevParent(hp), nil
+		}
+	}
+	ps, err := m.Parents()
+	if err != nil {
+		return Parent{}, err
 	}
 	var names []string
 	for _, p := range ps {
