@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,18 +38,7 @@ type SysfsWriter struct {
 // abandoned and reported with ErrWriteTimeout; the kernel may still complete it later.
 func (w SysfsWriter) Write(ctx context.Context, path, value string) error {
 	done := make(chan error, 1)
-	go func() {
-		f, err := OpenInRoot(w.Root.Dir(), path, os.O_WRONLY, 0)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.WriteString(f, value)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		done <- err
-	}()
+	go func() { done <- writeAttr(w.Root.Dir(), path, value) }()
 	select {
 	case err := <-done:
 		if err != nil {
