@@ -10,18 +10,25 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
+// twoForVM1 is a fake host with mbochs and two mbochs-small instances created for vm1.
+func twoForVM1(t *testing.T) (*hosttest.Tree, *Manager, *hosttest.Kernel, []Instance) {
+	t.Helper()
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	m, k := newMgr(tr)
+	ins, err := m.Create(context.Background(), CreateRequest{Parent: "mbochs", Profile: "mbochs-small", Count: 2, Owner: "vm1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, m, k, ins
+}
+
 // removeMdev does not poll after a remove write the kernel completed, but when the write
 // returns before the instance is gone (another remover's removal in progress), Remove must
 // still return only once it is gone.
 func TestRemoveWaitsForALateKernelRemove(t *testing.T) {
-	tr := hosttest.New(t)
-	tr.Mbochs()
-	m, k := newMgr(tr)
+	tr, m, k, ins := twoForVM1(t)
 	ctx := context.Background()
-	ins, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "mbochs-small", Count: 2, Owner: "vm1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	k.LateMdevRemove = 50 * time.Millisecond
 	rm, err := m.RemoveOwner(ctx, "vm1", RemoveOptions{})
 	if err != nil || len(rm) != 2 {
@@ -37,14 +44,8 @@ func TestRemoveWaitsForALateKernelRemove(t *testing.T) {
 // An instance that goes between Remove's read and its remove write (its remove attribute is
 // gone: ENOENT) is already removed, not an error.
 func TestRemoveInstanceGoneBeforeTheWrite(t *testing.T) {
-	tr := hosttest.New(t)
-	tr.Mbochs()
-	m, k := newMgr(tr)
+	tr, m, k, ins := twoForVM1(t)
 	ctx := context.Background()
-	ins, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "mbochs-small", Count: 2, Owner: "vm1"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	gone := ins[0].UUID
 	other := false
 	k.FailWrite = func(path, value string) error {
