@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // On the real root SysfsWriter writes through the bare file descriptor (writeAttr): the value
@@ -44,5 +45,23 @@ func TestSysfsWriterRealRootRawFD(t *testing.T) {
 		if err := w.Write(ctx, ro, "1"); !errors.Is(err, fs.ErrPermission) {
 			t.Fatalf("read-only attribute: %v", err)
 		}
+	}
+}
+
+// WaitFor looks once before arming its deadline: a condition that already holds returns at
+// once even with a context that is already done, and one that never holds is ErrWriteTimeout.
+func TestWaitForFirstLookThenPoll(t *testing.T) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	looks := 0
+	if err := WaitFor(done, time.Millisecond, func() (bool, error) { looks++; return true, nil }); err != nil || looks != 1 {
+		t.Fatalf("a condition that holds: %v after %d looks", err, looks)
+	}
+	looks = 0
+	if err := WaitFor(context.Background(), time.Second, func() (bool, error) { looks++; return looks == 3, nil }); err != nil || looks != 3 {
+		t.Fatalf("a condition that holds at the third look: %v after %d looks", err, looks)
+	}
+	if err := WaitFor(context.Background(), 10*time.Millisecond, func() (bool, error) { return false, nil }); !errors.Is(err, ErrWriteTimeout) {
+		t.Fatalf("a condition that never holds: %v", err)
 	}
 }

@@ -95,19 +95,23 @@ func (r *Recorder) Writes() []RecordedWrite {
 // The kernel binds drivers asynchronously to some writes (drivers_probe, sriov_numvfs): callers
 // wait for the visible result (the driver link, the virtfn links) rather than sleeping.
 func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	// Most waits end at the first look (the kernel completed the write synchronously): no
+	// deadline or ticker for those, timers the runtime must arm and stop (issue 19).
+	if ok, err := cond(); err != nil || ok {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waited %s: %w", timeout, ErrWriteTimeout)
 		case <-tick.C:
+		}
+		if ok, err := cond(); err != nil || ok {
+			return err
 		}
 	}
 }
