@@ -10,24 +10,25 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
-// twoForVM1 is a fake host with mbochs and two mbochs-small instances created for vm1.
-func twoForVM1(t *testing.T) (*hosttest.Tree, *Manager, *hosttest.Kernel, []Instance) {
+// twoForVM1 is a fake host with mbochs (its directory in the tree: dir) and two mbochs-small
+// instances created for vm1.
+func twoForVM1(t *testing.T) (tr *hosttest.Tree, dir string, m *Manager, k *hosttest.Kernel, ins []Instance) {
 	t.Helper()
-	tr := hosttest.New(t)
-	tr.Mbochs()
-	m, k := newMgr(tr)
+	tr = hosttest.New(t)
+	dir = tr.Mbochs()
+	m, k = newMgr(tr)
 	ins, err := m.Create(context.Background(), CreateRequest{Parent: "mbochs", Profile: "mbochs-small", Count: 2, Owner: "vm1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tr, m, k, ins
+	return tr, dir, m, k, ins
 }
 
 // removeMdev does not poll after a remove write the kernel completed, but when the write
 // returns before the instance is gone (another remover's removal in progress), Remove must
 // still return only once it is gone.
 func TestRemoveWaitsForALateKernelRemove(t *testing.T) {
-	tr, m, k, ins := twoForVM1(t)
+	tr, dir, m, k, ins := twoForVM1(t)
 	ctx := context.Background()
 	k.LateMdevRemove = 50 * time.Millisecond
 	rm, err := m.RemoveOwner(ctx, "vm1", RemoveOptions{})
@@ -39,12 +40,19 @@ func TestRemoveWaitsForALateKernelRemove(t *testing.T) {
 			t.Fatalf("RemoveOwner returned while %s was still there", in.UUID)
 		}
 	}
+	// The emulated removal finishes (available_instances back to 8) before the tree goes.
+	for deadline := time.Now().Add(5 * time.Second); avail(t, tr, dir, "mbochs-small") != "8"; {
+		if time.Now().After(deadline) {
+			t.Fatal("available_instances never came back to 8")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // An instance that goes between Remove's read and its remove write (its remove attribute is
 // gone: ENOENT) is already removed, not an error.
 func TestRemoveInstanceGoneBeforeTheWrite(t *testing.T) {
-	tr, m, k, ins := twoForVM1(t)
+	tr, _, m, k, ins := twoForVM1(t)
 	ctx := context.Background()
 	gone := ins[0].UUID
 	other := false
