@@ -44,19 +44,39 @@ func (s *scanner) mdevParents() ([]MdevParent, error) {
 	}
 	out := []MdevParent{}
 	for _, e := range ents {
-		p := MdevParent{Parent: e.Name(), Types: []MdevType{}}
-		if a, err := ParseAddress(e.Name()); err == nil {
-			p.Address = &a
-		}
-		types, err := s.mdevTypes(e.Name(), filepath.Join(dir, e.Name(), "mdev_supported_types"))
-		if err != nil {
-			s.warn("%v", err)
-		}
-		p.Types = types
-		out = append(out, p)
+		out = append(out, s.mdevParent(dir, e.Name()))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Parent < out[j].Parent })
 	return out, nil
+}
+
+// mdevParent reads parent name under dir (ROOT/sys/class/mdev_bus).
+func (s *scanner) mdevParent(dir, name string) MdevParent {
+	p := MdevParent{Parent: name, Types: []MdevType{}}
+	if a, err := ParseAddress(name); err == nil {
+		p.Address = &a
+	}
+	types, err := s.mdevTypes(name, filepath.Join(dir, name, "mdev_supported_types"))
+	if err != nil {
+		s.warn("%v", err)
+	}
+	p.Types = types
+	return p
+}
+
+// MdevParentNamed is the one parent of MdevParents named name (a PCI address as the kernel
+// writes it, or a virtual parent's name such as "mbochs"), read alone: a command that names
+// its parent need not read every other parent's types. ok is false when ROOT/sys/class/
+// mdev_bus has no such entry.
+func MdevParentNamed(root Root, name string) (p MdevParent, ok bool) {
+	dir := root.Sys("class", "mdev_bus")
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return MdevParent{}, false
+	}
+	if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+		return MdevParent{}, false
+	}
+	return newScanner(root).mdevParent(dir, name), true
 }
 
 // mdevTypes reads every type directory of one parent.

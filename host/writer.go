@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,18 +38,7 @@ type SysfsWriter struct {
 // abandoned and reported with ErrWriteTimeout; the kernel may still complete it later.
 func (w SysfsWriter) Write(ctx context.Context, path, value string) error {
 	done := make(chan error, 1)
-	go func() {
-		f, err := OpenInRoot(w.Root.Dir(), path, os.O_WRONLY, 0)
-		if err != nil {
-			done <- err
-			return
-		}
-		_, err = io.WriteString(f, value)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		done <- err
-	}()
+	go func() { done <- writeAttr(w.Root.Dir(), path, value) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -107,19 +95,23 @@ func (r *Recorder) Writes() []RecordedWrite {
 // The kernel binds drivers asynchronously to some writes (drivers_probe, sriov_numvfs): callers
 // wait for the visible result (the driver link, the virtfn links) rather than sleeping.
 func WaitFor(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	// Most waits end at the first look (the kernel completed the write synchronously): no
+	// deadline or ticker for those, timers the runtime must arm and stop (issue 19).
+	if ok, err := cond(); err != nil || ok {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ok, err := cond()
-		if err != nil || ok {
-			return err
-		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waited %s: %w", timeout, ErrWriteTimeout)
 		case <-tick.C:
+		}
+		if ok, err := cond(); err != nil || ok {
+			return err
 		}
 	}
 }

@@ -141,7 +141,7 @@ func (m *Manager) Remove(ctx context.Context, ids []string, opts RemoveOptions) 
 	if err != nil {
 		return nil, err
 	}
-	all, err := m.instances(st)
+	all, err := m.instancesOf(st, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,14 @@ func (m *Manager) RemoveOwner(ctx context.Context, owner string, opts RemoveOpti
 	if err != nil {
 		return nil, err
 	}
-	all, err := m.instances(st)
+	// Only the state file records owners, so the owner's instances are among its entries.
+	var recorded []string
+	for _, e := range st.Instances {
+		if e.Owner == owner {
+			recorded = append(recorded, e.id())
+		}
+	}
+	all, err := m.instancesOf(st, recorded)
 	if err != nil {
 		return nil, err
 	}

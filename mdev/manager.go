@@ -143,17 +143,26 @@ func (m *Manager) Parents() ([]Parent, error) {
 
 // Parent returns the named parent (a PCI address, or a virtual parent's name such as "mbochs").
 // A VF's address names the vendor-VFIO parent it belongs to.
+//
+// A name that is an mdev parent itself (not a VF) is read alone (host.MdevParentNamed), not
+// with every parent of both backends: a vendor-VFIO parent is a PF without the mdev bus.
 func (m *Manager) Parent(name string) (Parent, error) {
-	ps, err := m.Parents()
-	if err != nil {
-		return Parent{}, err
-	}
 	key := name
+	vf := false
 	if a, err := host.ParseAddress(name); err == nil {
 		key = a.String()
 		if pf, ok := m.physfn(a); ok {
-			key = pf.String()
+			key, vf = pf.String(), true
 		}
+	}
+	if !vf {
+		if hp, ok := host.MdevParentNamed(m.Root, key); ok {
+			return m.mdevParent(hp), nil
+		}
+	}
+	ps, err := m.Parents()
+	if err != nil {
+		return Parent{}, err
 	}
 	var names []string
 	for _, p := range ps {
@@ -182,7 +191,7 @@ func (m *Manager) Instances() ([]Instance, error) {
 
 // instances is Instances over a state the caller read.
 func (m *Manager) instances(st *state) ([]Instance, error) {
-	out, err := m.mdevInstances(st)
+	out, err := m.mdevInstances(st, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -191,12 +200,37 @@ func (m *Manager) instances(st *state) ([]Instance, error) {
 		return nil, err
 	}
 	out = append(out, vs...)
+	sortInstances(out)
+	return out, nil
+}
+
+// sortInstances sorts by parent, then identifier (Instances' order).
+func sortInstances(out []Instance) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Parent != out[j].Parent {
 			return out[i].Parent < out[j].Parent
 		}
 		return out[i].ID() < out[j].ID()
 	})
+}
+
+// instancesOf is instances narrowed to ids (as Remove names them): when every id is an mdev
+// UUID only those instances are read, in instances' order; otherwise (a VF address names a
+// vendor-VFIO instance) every instance is, and removeFrom picks the named ones.
+func (m *Manager) instancesOf(st *state, ids []string) ([]Instance, error) {
+	uuids := make([]string, 0, len(ids))
+	for _, raw := range ids {
+		u, err := ParseUUID(strings.TrimSpace(raw))
+		if err != nil {
+			return m.instances(st)
+		}
+		uuids = append(uuids, u)
+	}
+	out, err := m.mdevInstances(st, uuids)
+	if err != nil {
+		return nil, err
+	}
+	sortInstances(out)
 	return out, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 )
@@ -37,6 +38,10 @@ type Kernel struct {
 	// FailWrite, when set, is consulted before each write; a non-nil error is returned as the
 	// kernel's answer (to test reverts of half-done operations).
 	FailWrite func(path, value string) error
+	// LateMdevRemove, when set, makes a write to an mdev instance's remove return at once and
+	// the instance go LateMdevRemove later: the kernel's answer when another remover's removal
+	// of the instance is in progress (remove_store: device_remove_file_self lost the race).
+	LateMdevRemove time.Duration
 }
 
 // NewKernel returns a Kernel for t.
@@ -181,6 +186,15 @@ func (k *Kernel) write(ctx context.Context, rel, v string) error {
 	case base == "remove" && strings.Contains(realRel, "mdev_supported_types") == false && isMdevDir(dirReal):
 		if v != "1" {
 			return syscall.EINVAL
+		}
+		if d := k.LateMdevRemove; d > 0 {
+			go func() {
+				time.Sleep(d)
+				k.kmu.Lock()
+				defer k.kmu.Unlock()
+				t.removeMdev(dirReal)
+			}()
+			return nil
 		}
 		return t.removeMdev(dirReal)
 	case base == "current_vgpu_type" && parent == "nvidia":
