@@ -35,6 +35,14 @@ type MdevInstance struct {
 	IOMMUGroup int `json:"iommu_group"`
 }
 
+// MdevInstanceExists reports whether the mdev instance uuid (lowercase, as the kernel names
+// it) is on the bus: one lstat of ROOT/sys/bus/mdev/devices/UUID, for a caller that only waits
+// for a removal to finish and needs none of ReadMdevInstance's reads.
+func MdevInstanceExists(root Root, uuid string) bool {
+	_, err := os.Lstat(root.Sys("bus", "mdev", "devices", uuid))
+	return err == nil
+}
+
 // ReadMdevInstance reads the mdev instance uuid (any case; the kernel names instances in
 // lowercase) from ROOT/sys/bus/mdev/devices. It returns an error satisfying
 // errors.Is(err, ErrNotFound) when no such instance exists, and ErrInvalid when uuid is not a

@@ -270,5 +270,5 @@ func (m *Manager) removeMdev(ctx context.Context, id string) error {
 		}
 		return fmt.Errorf("remove mdev %s via %s: %w", id, path, err)
 	}
-	return m.wait(ctx, func() (bool, error) { return !host.Exists(link), nil })
+	return m.wait(ctx, func() (bool, error) { return !host.MdevInstanceExists(m.Root, id), nil })
 }
