@@ -45,9 +45,12 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$bin" ./cmd/vgpu-host
-CGO_ENABLED=0 go build -tags urfave_cli_no_template,agent -o "$work/vgpu-host-agent" ./cmd/vgpu-host # `vgpu-host agent` runs it
-go build -o "$work/vgpu-host-libvirt" ./cmd/vgpu-host-libvirt # found beside vgpu-host
+mkdir "$work/build"
+CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$work/build/vgpu-host" ./cmd/vgpu-host
+CGO_ENABLED=0 go build -tags urfave_cli_no_template,agent -o "$work/build/vgpu-host-agent" ./cmd/vgpu-host # `vgpu-host agent` runs it
+go build -o "$work/build/vgpu-host-libvirt" ./cmd/vgpu-host-libvirt # found beside vgpu-host
+. bench/lib.sh
+for b in "$work"/build/*; do installed "$b" "$work" >/dev/null; done # as a host has them (lib.sh)
 root=$work/root
 mkdir -p "$root" "$work/specs" "$work/xml"
 qemu-img create -q -f qcow2 "$work/disk.qcow2" 64M
@@ -104,7 +107,6 @@ awk -v a="$a" -v v="$v" -v d="$p" -v g="$g" -v h="$h" -v n="$N" -v p=$((t6 - t5)
 	printf "apply through the agent: %.1f ms/VM, virsh define: %.1f ms/VM, agent ratio %.2f (goal <= 1.1)\n", gm, dm, gm / dm
 	printf "plan: %.0f ms for 100 specs\n", p / 1e6
 }' | tee "$work/out.txt"
-. bench/lib.sh
 goal apply-vs-virsh-define "$(sed -nE 's/^apply: .*ratio ([0-9.]+) \(goal.*/\1/p' "$work/out.txt")" "<=" 1.1 || fail=1
 goal apply-through-agent-vs-virsh-define "$(sed -nE 's/.*agent ratio ([0-9.]+) \(goal.*/\1/p' "$work/out.txt")" "<=" 1.1 || fail=1
 [ -z "${fail:-}" ]

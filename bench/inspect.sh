@@ -17,6 +17,8 @@ BIN=${VGPU_HOST_BIN:-$work/vgpu-host}
 [ -n "${VGPU_HOST_BIN:-}" ] || CGO_ENABLED=0 $GO build -o "$BIN" ./cmd/vgpu-host
 
 . bench/lib.sh
+mkdir "$work/inst"
+BIN=$(installed "$BIN" "$work/inst") # as a host has it (lib.sh); lspci is installed by dpkg
 fail=0
 for size in small big; do
 	dir="$work/$size"

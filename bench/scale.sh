@@ -25,6 +25,9 @@ ROUNDS=${SCALE_ROUNDS:-5}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+. bench/lib.sh
+mkdir "$work/inst"
+BIN=$(installed "$BIN" "$work/inst") # as a host has it (lib.sh)
 $GO build -o "$work/gen-fakehost" ./cmd/gen-fakehost
 dir=$work/gpu64
 n=$("$work/gen-fakehost" -size gpu64 "$dir")
@@ -78,7 +81,6 @@ done
 x() { awk -v a="$1" -v b="$op10" 'BEGIN{printf "%.2f", a/b}'; }
 growth=$(x "$op1000")
 echo "scale apply+destroy: $op10 ms at 10 VMs, $op100 at 100 ($(x "$op100")x), $op1000 at 1,000 (${growth}x), $op10000 at 10,000 ($(x "$op10000")x); goal <= 1.5x at 1,000 or <= 1 ms at 10,000 (load:$(uptime | sed 's/.*load average://'))"
-. bench/lib.sh
 fail=0
 goal inspect-vs-lspci-gpu64 "$ratio" "<=" 0.5 || fail=1
 # The ledger goal is one of two: flat growth, or under 1 ms at 10,000 VMs.

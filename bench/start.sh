@@ -38,6 +38,11 @@ mkdir "$work/deps"
 CGO_ENABLED=0 $GO build -trimpath -o "$work/deps-go" "$work/deps/main.go"
 
 . bench/lib.sh
+# Each binary as a host has it, installed (lib.sh: installed).
+mkdir "$work/inst"
+bare=$(installed "$work/bare-go" "$work/inst")
+deps=$(installed "$work/deps-go" "$work/inst")
+BIN=$(installed "$BIN" "$work/inst")
 ms() { awk -v a="$1" 'BEGIN{printf "%.2f", a*1000}'; }
 
 # rounds NAME CMD... : ROUNDS hyperfine runs of the commands (named c0, c1, ...) one after the
@@ -60,7 +65,7 @@ rounds() {
 		printf "%s %.6f %s %.6f %s\n", c, median(v, n), (c == "c0" ? "1" : sprintf("%.2f", median(q, m))), median(w, n), (c == "c0" ? "1" : sprintf("%.2f", median(r, m))) } }' "$work/$name".*.csv | sort
 }
 
-rounds start "$work/bare-go" "$BIN --version" "$BIN --help" "$work/deps-go" >"$work/start.txt"
+rounds start "$bare" "$BIN --version" "$BIN --help" "$deps" >"$work/start.txt"
 read -r _ t_bare _ u_bare _ < <(grep '^c0 ' "$work/start.txt")
 read -r _ t_deps _ u_deps dratio < <(grep '^c3 ' "$work/start.txt")
 printf 'start-floor    a bare Go binary importing only the libraries vgpu-host links (%d packages): CPU %s ms, ratio %s to the bare binary (what no change to vgpu-host'"'"'s own code goes below)\n' \
