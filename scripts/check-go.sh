@@ -7,6 +7,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 go=${1:-go}
 want=$(sed -n 's/^go \([0-9.]*\).*/\1/p' go.mod)
+# The Makefile puts /usr/local/go/bin first in PATH for its recipes, but GNU make 4.3 (Debian
+# 12's) runs $(shell ...), and so this script, with make's own PATH: look there too.
+if ! command -v "$go" >/dev/null 2>&1 && [ "$go" = go ] && [ -x /usr/local/go/bin/go ]; then
+	go=/usr/local/go/bin/go
+fi
 path=$(command -v "$go" 2>/dev/null) || {
 	echo "Go $want or newer is needed to build vgpu-host (go.mod says so), and '$go' is not in PATH (nor in /usr/local/go/bin)." \
 		"Install the Go toolchain $want (see 'Install' in README.md) and put its bin directory in PATH; to only use vgpu-host, install its Debian package instead"
