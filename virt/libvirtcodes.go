@@ -15,19 +15,28 @@ import (
 
 // libvirt's virErrorNumber values that vgpu-host tells apart.
 const (
-	libvirtErrNoConnect       = 5  // VIR_ERR_NO_CONNECT
-	libvirtErrInvalidConn     = 6  // VIR_ERR_INVALID_CONN
-	libvirtErrNoDomain        = 42 // VIR_ERR_NO_DOMAIN
-	libvirtErrNoStoragePool   = 49 // VIR_ERR_NO_STORAGE_POOL
-	libvirtErrNoStorageVol    = 50 // VIR_ERR_NO_STORAGE_VOL
-	libvirtErrOperationInvald = 55 // VIR_ERR_OPERATION_INVALID
-	libvirtErrStorageVolExist = 90 // VIR_ERR_STORAGE_VOL_EXIST
+	libvirtErrNoConnect        = 5  // VIR_ERR_NO_CONNECT
+	libvirtErrInvalidConn      = 6  // VIR_ERR_INVALID_CONN
+	libvirtErrNoDomain         = 42 // VIR_ERR_NO_DOMAIN
+	libvirtErrNoStoragePool    = 49 // VIR_ERR_NO_STORAGE_POOL
+	libvirtErrNoStorageVol     = 50 // VIR_ERR_NO_STORAGE_VOL
+	libvirtErrOperationInvalid = 55 // VIR_ERR_OPERATION_INVALID
+	libvirtErrStorageVolExist  = 90 // VIR_ERR_STORAGE_VOL_EXIST
 )
 
 // SwtpmHint is what to do when starting a domain with a TPM fails in swtpm_setup. The
 // commonest cause on a fresh host: swtpm ran once as root (libvirtd started before
 // swtpm-tools created its tss user) and left its local CA root-owned.
 const SwtpmHint = `if that log says "Need read/write rights on /var/lib/swtpm-localca", run: chown -R tss:root /var/lib/swtpm-localca`
+
+// WithSwtpmHint adds SwtpmHint to an error starting a domain that failed in swtpm_setup; any
+// other error, or nil, is returned as it is. Both adapters' Start use it.
+func WithSwtpmHint(err error) error {
+	if err != nil && strings.Contains(err.Error(), "swtpm_setup") {
+		return fmt.Errorf("%w (%s)", err, SwtpmHint)
+	}
+	return err
+}
 
 // LibvirtError is a failed libvirt call as vgpu-host reports it: what names the call (the
 // object and the action), libvirt's message, and for the errors callers tell apart
@@ -106,7 +115,7 @@ func DeleteAllocating(ctx context.Context, del func() (code int, msg string, err
 	deadline := time.Now().Add(time.Minute)
 	for {
 		code, msg, err := del()
-		if err == nil || code != libvirtErrOperationInvald || !strings.Contains(msg, "being allocated") || time.Now().After(deadline) {
+		if err == nil || code != libvirtErrOperationInvalid || !strings.Contains(msg, "being allocated") || time.Now().After(deadline) {
 			return err
 		}
 		select {

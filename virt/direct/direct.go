@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -213,11 +212,7 @@ func (c *Conn) Start(_ context.Context, name string) error {
 	if active, err := c.l.DomainIsActive(d); err == nil && active == 1 && !c.lost.Load() {
 		return nil
 	}
-	err = c.err(c.l.DomainCreate(d), "start domain "+name)
-	if err != nil && strings.Contains(err.Error(), "swtpm_setup") {
-		return fmt.Errorf("%w (%s)", err, virt.SwtpmHint)
-	}
-	return err
+	return virt.WithSwtpmHint(c.err(c.l.DomainCreate(d), "start domain "+name))
 }
 
 // Shutdown asks the guest to power off.

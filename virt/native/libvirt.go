@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"libvirt.org/go/libvirt"
@@ -128,11 +127,7 @@ func (l *Libvirt) Start(ctx context.Context, name string) error {
 	if active, err := d.IsActive(); err == nil && active {
 		return nil
 	}
-	err = lverr(d.Create(), "start domain "+name)
-	if err != nil && strings.Contains(err.Error(), "swtpm_setup") {
-		return fmt.Errorf("%w (%s)", err, virt.SwtpmHint)
-	}
-	return err
+	return virt.WithSwtpmHint(lverr(d.Create(), "start domain "+name))
 }
 
 // Shutdown asks the guest to power off.
