@@ -1,10 +1,12 @@
 // Package agent is vgpu-host's long-running host agent: one process that owns the host and
 // serves a versioned JSON API over a unix socket (docs/agent.md).
 //
-// The agent does not reimplement any operation. Every request, typed (POST /v1/vms) or not
-// (POST /v1/exec), becomes a command line of vgpu-host's own command tree, run in-process by a
-// Runner (cmd/vgpu-host provides it), so the CLI and the agent answer the same: one
-// implementation of every operation, two transports. Mutations run one at a time, in arrival
+// The agent does not reimplement any operation. Every request (POST /v1/vms, POST /v1/exec, …)
+// is a typed request for one command of vgpu-host's own command tree (agentapi.ExecRequest:
+// the command, its flags with typed values, its operands), checked and classified on those
+// values and run in-process by a Runner (cmd/vgpu-host provides it), so the CLI and the agent
+// answer the same: one implementation of every operation, two transports. No caller sends a
+// command line: the agent never decides on text that something else parses again. Mutations run one at a time, in arrival
 // order, on one worker; reads run concurrently.
 //
 // What the CLI shares with the agent (the API's bodies, Job and Runner, the defaults, the
@@ -34,7 +36,6 @@ const (
 // The API's types and errors, defined in agentapi.
 type (
 	Class       = agentapi.Class
-	FileRef     = agentapi.FileRef
 	Job         = agentapi.Job
 	Peer        = agentapi.Peer
 	RunEnv      = agentapi.RunEnv

@@ -20,39 +20,37 @@ func (s *Server) routes(mux *http.ServeMux) {
 	v := "/" + APIVersion
 	mux.HandleFunc("GET "+v+"/version", s.version)
 	mux.HandleFunc("GET "+v+"/health", s.health)
-	mux.HandleFunc("GET "+v+"/inventory", s.typed(func(*http.Request, []byte) ([]string, map[string]string, error) {
-		return []string{"inspect"}, nil, nil
-	}))
-	mux.HandleFunc("GET "+v+"/check", s.typed(func(*http.Request, []byte) ([]string, map[string]string, error) {
-		return []string{"check"}, nil, nil
-	}, 3))
-	mux.HandleFunc("GET "+v+"/status", s.typed(func(*http.Request, []byte) ([]string, map[string]string, error) {
-		return []string{"status"}, nil, nil
-	}))
-	mux.HandleFunc("POST "+v+"/vms", s.typed(specArgs("apply")))
-	mux.HandleFunc("POST "+v+"/plan", s.typed(specArgs("plan")))
-	mux.HandleFunc("DELETE "+v+"/vms/{name}", s.typed(func(r *http.Request, _ []byte) ([]string, map[string]string, error) {
+	mux.HandleFunc("GET "+v+"/inventory", s.typed(command("inspect")))
+	mux.HandleFunc("GET "+v+"/check", s.typed(command("check"), 3))
+	mux.HandleFunc("GET "+v+"/status", s.typed(command("status")))
+	mux.HandleFunc("POST "+v+"/vms", s.typed(specRequest("apply")))
+	mux.HandleFunc("POST "+v+"/plan", s.typed(specRequest("plan")))
+	mux.HandleFunc("DELETE "+v+"/vms/{name}", s.typed(func(r *http.Request, _ []byte) (ExecRequest, error) {
 		n, err := operand("VM name", r.PathValue("name"))
-		return []string{"destroy", n}, nil, err
+		return ExecRequest{Command: "destroy", Operands: []string{n}}, err
 	}))
-	mux.HandleFunc("POST "+v+"/mdevs", s.typed(mdevCreateArgs))
-	mux.HandleFunc("DELETE "+v+"/mdevs/{uuid}", s.typed(func(r *http.Request, _ []byte) ([]string, map[string]string, error) {
+	mux.HandleFunc("POST "+v+"/mdevs", s.typed(mdevCreateRequest))
+	mux.HandleFunc("DELETE "+v+"/mdevs/{uuid}", s.typed(func(r *http.Request, _ []byte) (ExecRequest, error) {
 		u, err := operand("mdev UUID", r.PathValue("uuid"))
-		args := []string{"mdev", "remove"}
-		args = appendBoolQuery(args, r, "force", "undefine")
-		return append(args, u), nil, err
+		req := ExecRequest{Command: "mdev remove", Flags: flags{}, Operands: []string{u}}
+		for _, n := range []string{"force", "undefine"} {
+			if b, _ := strconv.ParseBool(r.URL.Query().Get(n)); b {
+				flags(req.Flags).set(n, true)
+			}
+		}
+		return req, err
 	}))
-	mux.HandleFunc("POST "+v+"/vfs", s.typed(vfArgs))
-	mux.HandleFunc("POST "+v+"/bind", s.typed(bindArgs("bind")))
-	mux.HandleFunc("POST "+v+"/unbind", s.typed(bindArgs("unbind")))
-	mux.HandleFunc("POST "+v+"/host/restore", s.typed(func(r *http.Request, body []byte) ([]string, map[string]string, error) {
+	mux.HandleFunc("POST "+v+"/vfs", s.typed(vfRequest))
+	mux.HandleFunc("POST "+v+"/bind", s.typed(bindRequest("bind")))
+	mux.HandleFunc("POST "+v+"/unbind", s.typed(bindRequest("unbind")))
+	mux.HandleFunc("POST "+v+"/host/restore", s.typed(func(r *http.Request, body []byte) (ExecRequest, error) {
 		var b struct {
 			DryRun bool `json:"dry_run"`
 		}
 		if err := decodeStrict(body, &b); err != nil {
-			return nil, nil, err
+			return ExecRequest{}, err
 		}
-		return flagIf([]string{"host", "restore"}, b.DryRun, "--dry-run"), nil, nil
+		return ExecRequest{Command: "host restore", Flags: flags{}.setIf("dry-run", b.DryRun)}, nil
 	}))
 	mux.HandleFunc("POST "+v+"/exec", s.exec)
 	mux.HandleFunc("GET "+v+"/drift", func(w http.ResponseWriter, r *http.Request) {
@@ -129,8 +127,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 	return b, true
 }
 
-// exec is POST /v1/exec: any command line, answered with what it printed and its exit code
-// (status 200 whenever the command ran; the exit code says how it went).
+// exec is POST /v1/exec: one typed command request (agentapi.ExecRequest), answered with what
+// it printed and its exit code (status 200 whenever the command ran; the exit code says how it
+// went). A command line ({"args": [...]}) is refused: the agent takes none.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r)
 	if !ok {
@@ -138,7 +137,11 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	}
 	var req ExecRequest
 	if err := decodeStrict(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, 2, "exec request: %v", err)
+		writeError(w, http.StatusBadRequest, 2, "exec request: %v (the body is {\"command\", \"flags\", \"operands\", \"files\"}: docs/agent.md)", err)
+		return
+	}
+	if req.Command == "" {
+		writeError(w, http.StatusBadRequest, 2, "exec request: name the command: {\"command\": \"inspect\"} (docs/agent.md)")
 		return
 	}
 	out := s.execute(r.Context(), req)
@@ -157,25 +160,55 @@ func exitOfStatus(status int) int {
 	return 1
 }
 
-// argsFunc builds a typed endpoint's command line (before the global "-o json") and files.
-type argsFunc func(r *http.Request, body []byte) ([]string, map[string]string, error)
+// requestFunc builds a typed endpoint's request (the endpoint adds --output json).
+type requestFunc func(r *http.Request, body []byte) (ExecRequest, error)
 
-// typed serves an endpoint as its command line with --output json: the command's JSON on
+// command is the request of an endpoint that runs cmd with no flags, operands or body.
+func command(cmd string) requestFunc {
+	return func(*http.Request, []byte) (ExecRequest, error) { return ExecRequest{Command: cmd}, nil }
+}
+
+// flags are a request's typed flag values.
+type flags map[string]json.RawMessage
+
+// set sets flag name to v, a bool, int, string or []string.
+func (f flags) set(name string, v any) flags {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("flag %s: %v", name, err)) // only the endpoints' own values reach here
+	}
+	f[name] = b
+	return f
+}
+
+// setIf sets boolean flag name when on.
+func (f flags) setIf(name string, on bool) flags {
+	if on {
+		f.set(name, true)
+	}
+	return f
+}
+
+// typed serves an endpoint as its command with --output json: the command's JSON on
 // success, an ErrorBody (with the command's JSON output, if any) and StatusOf(exit) when it
 // fails. Exit codes listed in okCodes answer 200 with the output (check's 3: the report is
 // the answer).
-func (s *Server) typed(build argsFunc, okCodes ...int) http.HandlerFunc {
+func (s *Server) typed(build requestFunc, okCodes ...int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, ok := s.readBody(w, r)
 		if !ok {
 			return
 		}
-		args, files, err := build(r, body)
+		req, err := build(r, body)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, 2, "%v", err)
 			return
 		}
-		out := s.execute(r.Context(), ExecRequest{Args: append([]string{"--output", "json"}, args...), Files: files})
+		if req.Flags == nil {
+			req.Flags = flags{}
+		}
+		flags(req.Flags).set("output", "json")
+		out := s.execute(r.Context(), req)
 		if out.status != http.StatusOK {
 			writeError(w, out.status, exitOfStatus(out.status), "%s", out.err)
 			return
@@ -232,47 +265,30 @@ func operand(what, v string) (string, error) {
 	return v, nil
 }
 
-func flagIf(args []string, on bool, flag string) []string {
-	if on {
-		return append(args, flag)
-	}
-	return args
-}
-
-// appendBoolQuery adds --NAME for each query parameter NAME that is true.
-func appendBoolQuery(args []string, r *http.Request, names ...string) []string {
-	for _, n := range names {
-		if b, _ := strconv.ParseBool(r.URL.Query().Get(n)); b {
-			args = append(args, "--"+n)
-		}
-	}
-	return args
-}
-
-// specArgs is POST /v1/vms (apply) and /v1/plan: the body is the spec (YAML or JSON); query
+// specRequest is POST /v1/vms (apply) and /v1/plan: the body is the spec (YAML or JSON); query
 // parameters no_start=true, force=CHECK (repeatable), virt_type=kvm|qemu.
-func specArgs(command string) argsFunc {
-	return func(r *http.Request, body []byte) ([]string, map[string]string, error) {
+func specRequest(cmd string) requestFunc {
+	return func(r *http.Request, body []byte) (ExecRequest, error) {
 		if len(bytes.TrimSpace(body)) == 0 {
-			return nil, nil, errors.New("the request body must be a VM spec (YAML or JSON, docs/spec.md)")
+			return ExecRequest{}, errors.New("the request body must be a VM spec (YAML or JSON, docs/spec.md)")
 		}
-		args := []string{command}
-		args = appendBoolQuery(args, r, "no_start")
-		for i, a := range args {
-			args[i] = strings.ReplaceAll(a, "_", "-")
+		q := r.URL.Query()
+		f := flags{}
+		if b, _ := strconv.ParseBool(q.Get("no_start")); b {
+			f.set("no-start", true)
 		}
-		for _, f := range r.URL.Query()["force"] {
-			args = append(args, "--force="+f)
+		if force := q["force"]; len(force) > 0 {
+			f.set("force", force)
 		}
-		if vt := r.URL.Query().Get("virt_type"); vt != "" {
-			args = append(args, "--virt-type="+vt)
+		if vt := q.Get("virt_type"); vt != "" {
+			f.set("virt-type", vt)
 		}
-		return append(args, "spec.yaml"), map[string]string{"spec.yaml": string(body)}, nil
+		return ExecRequest{Command: cmd, Flags: f, Operands: []string{"spec.yaml"}, Files: map[string]string{"spec.yaml": string(body)}}, nil
 	}
 }
 
-// mdevCreateArgs is POST /v1/mdevs.
-func mdevCreateArgs(r *http.Request, body []byte) ([]string, map[string]string, error) {
+// mdevCreateRequest is POST /v1/mdevs.
+func mdevCreateRequest(r *http.Request, body []byte) (ExecRequest, error) {
 	var b struct {
 		Parent     string   `json:"parent"`
 		Type       string   `json:"type"`
@@ -284,27 +300,27 @@ func mdevCreateArgs(r *http.Request, body []byte) ([]string, map[string]string, 
 		DryRun     bool     `json:"dry_run"`
 	}
 	if err := decodeStrict(body, &b); err != nil {
-		return nil, nil, err
+		return ExecRequest{}, err
 	}
-	args := []string{"mdev", "create", "--parent=" + b.Parent, "--type=" + b.Type}
+	f := flags{}.set("parent", b.Parent).set("type", b.Type)
 	if b.Count != 0 {
-		args = append(args, "--count="+strconv.Itoa(b.Count))
+		f.set("count", b.Count)
 	}
-	for _, u := range b.UUIDs {
-		args = append(args, "--uuid="+u)
+	if len(b.UUIDs) > 0 {
+		f.set("uuid", b.UUIDs)
 	}
 	if b.Name != "" {
-		args = append(args, "--name="+b.Name)
+		f.set("name", b.Name)
 	}
 	if b.FirstIndex != 0 {
-		args = append(args, "--first-index="+strconv.Itoa(b.FirstIndex))
+		f.set("first-index", b.FirstIndex)
 	}
-	args = flagIf(args, b.Define, "--define")
-	return flagIf(args, b.DryRun, "--dry-run"), nil, nil
+	f.setIf("define", b.Define).setIf("dry-run", b.DryRun)
+	return ExecRequest{Command: "mdev create", Flags: f}, nil
 }
 
-// vfArgs is POST /v1/vfs: {"pf", "action": "enable"|"disable", "count", "driver", "persist", "force", "dry_run"}.
-func vfArgs(r *http.Request, body []byte) ([]string, map[string]string, error) {
+// vfRequest is POST /v1/vfs: {"pf", "action": "enable"|"disable", "count", "driver", "persist", "force", "dry_run"}.
+func vfRequest(r *http.Request, body []byte) (ExecRequest, error) {
 	var b struct {
 		PF      string `json:"pf"`
 		Action  string `json:"action"`
@@ -315,33 +331,32 @@ func vfArgs(r *http.Request, body []byte) ([]string, map[string]string, error) {
 		DryRun  bool   `json:"dry_run"`
 	}
 	if err := decodeStrict(body, &b); err != nil {
-		return nil, nil, err
+		return ExecRequest{}, err
 	}
 	pf, err := operand("PF address", b.PF)
 	if err != nil {
-		return nil, nil, err
+		return ExecRequest{}, err
 	}
-	var args []string
+	req := ExecRequest{Flags: flags{}, Operands: []string{pf}}
 	switch b.Action {
 	case "enable":
-		args = []string{"vf", "enable", "--count=" + strconv.Itoa(b.Count)}
+		req.Command = "vf enable"
+		flags(req.Flags).set("count", b.Count)
 		if b.Driver != "" {
-			args = append(args, "--driver="+b.Driver)
+			flags(req.Flags).set("driver", b.Driver)
 		}
 	case "disable":
-		args = []string{"vf", "disable"}
+		req.Command = "vf disable"
 	default:
-		return nil, nil, fmt.Errorf("action %q: use enable or disable", b.Action)
+		return ExecRequest{}, fmt.Errorf("action %q: use enable or disable", b.Action)
 	}
-	args = flagIf(args, b.Persist, "--persist")
-	args = flagIf(args, b.Force, "--force")
-	args = flagIf(args, b.DryRun, "--dry-run")
-	return append(args, pf), nil, nil
+	flags(req.Flags).setIf("persist", b.Persist).setIf("force", b.Force).setIf("dry-run", b.DryRun)
+	return req, nil
 }
 
-// bindArgs is POST /v1/bind and /v1/unbind: {"addresses": [...], "force", "persist", "dry_run"}.
-func bindArgs(command string) argsFunc {
-	return func(r *http.Request, body []byte) ([]string, map[string]string, error) {
+// bindRequest is POST /v1/bind and /v1/unbind: {"addresses": [...], "force", "persist", "dry_run"}.
+func bindRequest(cmd string) requestFunc {
+	return func(r *http.Request, body []byte) (ExecRequest, error) {
 		var b struct {
 			Addresses []string `json:"addresses"`
 			Force     bool     `json:"force"`
@@ -349,22 +364,19 @@ func bindArgs(command string) argsFunc {
 			DryRun    bool     `json:"dry_run"`
 		}
 		if err := decodeStrict(body, &b); err != nil {
-			return nil, nil, err
+			return ExecRequest{}, err
 		}
 		if len(b.Addresses) == 0 {
-			return nil, nil, errors.New(`name the devices: {"addresses": ["0000:01:00.0"]}`)
+			return ExecRequest{}, errors.New(`name the devices: {"addresses": ["0000:01:00.0"]}`)
 		}
-		args := []string{command}
-		args = flagIf(args, b.Force, "--force")
-		args = flagIf(args, b.Persist, "--persist")
-		args = flagIf(args, b.DryRun, "--dry-run")
+		req := ExecRequest{Command: cmd, Flags: flags{}.setIf("force", b.Force).setIf("persist", b.Persist).setIf("dry-run", b.DryRun)}
 		for _, a := range b.Addresses {
 			a, err := operand("PCI address", a)
 			if err != nil {
-				return nil, nil, err
+				return ExecRequest{}, err
 			}
-			args = append(args, a)
+			req.Operands = append(req.Operands, a)
 		}
-		return args, nil, nil
+		return req, nil
 	}
 }

@@ -19,15 +19,15 @@ type outcome struct {
 	err    string
 }
 
-// execute runs one command line for the caller in ctx: Prepare, the permission check, the
-// caller's files, then the Runner, on the worker for mutations. Every operation of the API
-// goes through here.
+// execute runs one typed request for the caller in ctx: Prepare (the request checked and
+// classified on its typed values), the permission check on that class, the caller's files,
+// then the Runner, on the worker for mutations. Every operation of the API goes through here.
 func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 	peer, ok := PeerOf(ctx)
 	if !ok {
 		return outcome{status: http.StatusForbidden, err: "no peer credentials on this connection"}
 	}
-	job, err := s.Runner.Prepare(req.Args, req.Env)
+	job, err := s.Runner.Prepare(req)
 	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
 	if info == nil {
 		info = &reqInfo{}
@@ -37,14 +37,14 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
 	}
 	if err := authorize(peer, job.Class, s.GID, s.GroupName, s.ProcRoot); err != nil {
-		s.log().Warn("refused", "op", job.Op, "args", job.Args, "uid", peer.UID, "pid", peer.PID, "err", err)
+		s.log().Warn("refused", "op", job.Op, "class", job.Class.String(), "uid", peer.UID, "pid", peer.PID, "err", err)
 		return outcome{status: http.StatusForbidden, err: err.Error()}
 	}
-	tmp, restore, err := s.materialize(&job, req.Files, peer)
+	tmp, paths, restore, err := materialize(job, req.Files)
 	if err != nil {
 		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
 	}
-	env := RunEnv{Env: req.Env, Stdin: []byte(req.Stdin), Peer: peer}
+	env := RunEnv{Paths: paths, Peer: peer}
 	if s.OpenConn != nil {
 		env.Conn = s.sharedConn
 	}
@@ -63,8 +63,8 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 			s.Observe(job.Op, d, oerr)
 		}
 		if job.Class != Read {
-			s.log().Info("operation", "op", job.Op, "args", req.Args, "uid", peer.UID, "pid", peer.PID,
-				"duration_ms", ms(d), "exit_code", res.ExitCode)
+			s.log().Info("operation", "op", job.Op, "flags", flagsOf(job.Request), "operands", job.Request.Operands,
+				"uid", peer.UID, "pid", peer.PID, "duration_ms", ms(d), "exit_code", res.ExitCode)
 		}
 		return res
 	}
@@ -102,6 +102,15 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 	}
 }
 
+// flagsOf is a request's flags for the log: each name with its JSON value.
+func flagsOf(req ExecRequest) map[string]string {
+	m := make(map[string]string, len(req.Flags))
+	for k, v := range req.Flags {
+		m[k] = string(v)
+	}
+	return m
+}
+
 // replacer maps the private copies of the caller's files back to the names the caller gave,
 // so that messages name the caller's files.
 type replacer [][2]string
@@ -114,34 +123,31 @@ func (r replacer) Replace(s string) string {
 	return s
 }
 
-// materialize writes the caller's files into a private directory and points the job's file
-// arguments at them. A file argument the caller did not send is read by the agent itself
-// only for root; anyone else must send its content (the agent never reads a path as root on
-// behalf of a caller that may not read it).
-func (s *Server) materialize(job *Job, files map[string]string, peer Peer) (string, replacer, error) {
+// materialize writes the caller's files into a private directory and returns where each of
+// the job's file arguments now is. Every file argument must come with its content: the agent
+// opens no path a caller names, root's included (the CLI reads them as the caller).
+func materialize(job Job, files map[string]string) (string, map[string]string, replacer, error) {
 	if len(job.Files) == 0 {
 		if len(files) > 0 {
-			return "", nil, fmt.Errorf("files were sent but %s reads none", job.Op)
+			return "", nil, nil, fmt.Errorf("files were sent but %s reads none", job.Op)
 		}
-		return "", nil, nil
+		return "", nil, nil, nil
 	}
 	tmp, err := os.MkdirTemp("", "vgpu-host-agent-")
 	if err != nil {
-		return "", nil, fmt.Errorf("make a private directory for the request's files: %w", err)
+		return "", nil, nil, fmt.Errorf("make a private directory for the request's files: %w", err)
 	}
 	var rep replacer
-	used := map[string]bool{}
-	for i, f := range job.Files {
-		orig := strings.TrimPrefix(job.Args[f.Index], f.Prefix)
+	paths := map[string]string{}
+	for i, orig := range job.Files {
+		if _, done := paths[orig]; done {
+			continue
+		}
 		content, ok := files[orig]
 		if !ok {
-			if peer.UID == 0 {
-				continue
-			}
 			os.RemoveAll(tmp)
-			return "", nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent reads files only for root)", job.Op, orig)
+			return "", nil, nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", job.Op, orig)
 		}
-		used[orig] = true
 		dir := filepath.Join(tmp, strconv.Itoa(i))
 		base := filepath.Base(orig)
 		if base == "/" || base == "." || base == ".." {
@@ -153,31 +159,32 @@ func (s *Server) materialize(job *Job, files map[string]string, peer Peer) (stri
 		}
 		if err != nil {
 			os.RemoveAll(tmp)
-			return "", nil, fmt.Errorf("write the caller's %s to %s: %w", orig, p, err)
+			return "", nil, nil, fmt.Errorf("write the caller's %s to %s: %w", orig, p, err)
 		}
-		job.Args[f.Index] = f.Prefix + p
+		paths[orig] = p
 		rep = append(rep, [2]string{p, orig})
 	}
 	for name := range files {
-		if !used[name] {
+		if _, ok := paths[name]; !ok {
 			os.RemoveAll(tmp)
-			return "", nil, fmt.Errorf("file %q was sent but is not a file argument of %s", name, job.Op)
+			return "", nil, nil, fmt.Errorf("file %q was sent but is not a file argument of %s", name, job.Op)
 		}
 	}
-	return tmp, rep, nil
+	return tmp, paths, rep, nil
 }
 
-// Internal runs a command line as the agent itself (uid 0) through the same path and the same
+// Internal runs a request as the agent itself (uid 0) through the same path and the same
 // queue as a caller's: the drift watcher's releases use it, so they never interleave with a
 // caller's change. A non-zero exit is an error with the command's message.
-func (s *Server) Internal(ctx context.Context, args ...string) (ExecResult, error) {
+func (s *Server) Internal(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	ctx = context.WithValue(ctx, peerKey{}, Peer{UID: 0, GID: 0, PID: int32(os.Getpid())})
-	o := s.execute(ctx, ExecRequest{Args: args})
+	what := strings.TrimSpace(req.Command + " " + strings.Join(req.Operands, " "))
+	o := s.execute(ctx, req)
 	if o.err != "" {
-		return o.res, fmt.Errorf("%s: %s", strings.Join(args, " "), o.err)
+		return o.res, fmt.Errorf("%s: %s", what, o.err)
 	}
 	if o.res.ExitCode != 0 {
-		return o.res, fmt.Errorf("%s: exit %d: %s", strings.Join(args, " "), o.res.ExitCode, errorText(o.res.Stderr))
+		return o.res, fmt.Errorf("%s: exit %d: %s", what, o.res.ExitCode, errorText(o.res.Stderr))
 	}
 	return o.res, nil
 }

@@ -38,28 +38,29 @@ type scriptRunner struct {
 	ctxErrs       []error
 }
 
-func (r *scriptRunner) Prepare(args []string, _ map[string]string) (Job, error) {
-	if len(args) != 2 {
-		return Job{}, fmt.Errorf("want VERB NAME, got %q", args)
+func (r *scriptRunner) Prepare(req ExecRequest) (Job, error) {
+	if len(req.Operands) != 1 {
+		return Job{}, fmt.Errorf("want VERB NAME, got %q %q", req.Command, req.Operands)
 	}
-	j := Job{Args: append([]string(nil), args...), Op: args[0]}
-	switch args[0] {
+	j := Job{Request: req, Op: req.Command}
+	switch req.Command {
 	case "read":
 	case "change", "slow":
 		j.Class = Mutation
 	case "root":
 		j.Class = RootMutation
 	case "file":
-		j.Files = []FileRef{{Index: 1}}
+		j.Files = []string{req.Operands[0]}
 	default:
-		return Job{}, fmt.Errorf("%s cannot run through the agent", args[0])
+		return Job{}, fmt.Errorf("%s cannot run through the agent", req.Command)
 	}
 	return j, nil
 }
 
-func (r *scriptRunner) Run(ctx context.Context, j Job, _ RunEnv) ExecResult {
+func (r *scriptRunner) Run(ctx context.Context, j Job, env RunEnv) ExecResult {
+	name := j.Request.Operands[0]
 	if r.started != nil {
-		r.started <- j.Args[1]
+		r.started <- name
 	}
 	n := r.running.Add(1)
 	defer r.running.Add(-1)
@@ -72,23 +73,23 @@ func (r *scriptRunner) Run(ctx context.Context, j Job, _ RunEnv) ExecResult {
 		}
 	}
 	out := ""
-	switch j.Args[0] {
+	switch j.Request.Command {
 	case "slow":
 		<-r.release
 	case "read", "change":
 		time.Sleep(20 * time.Millisecond)
 	case "file":
-		b, err := os.ReadFile(j.Args[1])
+		b, err := os.ReadFile(env.Paths[name])
 		if err != nil {
 			return ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 1}
 		}
 		out = string(b)
 	}
 	r.mu.Lock()
-	r.finished = append(r.finished, j.Args[1])
+	r.finished = append(r.finished, name)
 	r.ctxErrs = append(r.ctxErrs, ctx.Err())
 	r.mu.Unlock()
-	return ExecResult{Stdout: out + j.Args[1] + " done\n"}
+	return ExecResult{Stdout: out + name + " done\n"}
 }
 
 // serve starts a Server on a socket in a new directory and returns it with its stop function
@@ -134,11 +135,16 @@ func socketHTTP(socket string) *http.Client {
 	}}
 }
 
+// cmdReq is the request for a scriptRunner command: VERB NAME.
+func cmdReq(args ...string) ExecRequest {
+	return ExecRequest{Command: args[0], Operands: args[1:]}
+}
+
 func discardLogger() *slog.Logger { l, _ := NewLogger(io.Discard, "debug", false); return l }
 
 func execArgs(t *testing.T, s *Server, args ...string) ExecResult {
 	t.Helper()
-	res, err := Client{Socket: s.Socket}.Exec(context.Background(), ExecRequest{Args: args})
+	res, err := Client{Socket: s.Socket}.Exec(context.Background(), cmdReq(args...))
 	if err != nil {
 		t.Fatalf("exec %v: %v", args, err)
 	}
@@ -223,12 +229,12 @@ func TestCallerLeavingDoesNotStopAChange(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 2)
 	go func() {
-		_, err := Client{Socket: s.Socket}.Exec(ctx, ExecRequest{Args: []string{"slow", "running"}})
+		_, err := Client{Socket: s.Socket}.Exec(ctx, cmdReq("slow", "running"))
 		errc <- err
 	}()
 	<-r.started
 	go func() {
-		_, err := Client{Socket: s.Socket}.Exec(ctx, ExecRequest{Args: []string{"change", "queued"}})
+		_, err := Client{Socket: s.Socket}.Exec(ctx, cmdReq("change", "queued"))
 		errc <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // "queued" waits behind "running"
@@ -260,7 +266,7 @@ func TestCallerLeavingDoesNotStopAChange(t *testing.T) {
 // TestBodyLimit: a body over MaxBody is refused with 413 and a JSON error.
 func TestBodyLimit(t *testing.T) {
 	s, _ := serve(t, &scriptRunner{}, func(s *Server) { s.MaxBody = 1024 })
-	_, err := Client{Socket: s.Socket}.Exec(context.Background(), ExecRequest{Args: []string{"read", strings.Repeat("x", 2000)}})
+	_, err := Client{Socket: s.Socket}.Exec(context.Background(), cmdReq("read", strings.Repeat("x", 2000)))
 	var se *StatusError
 	if !errors.As(err, &se) || se.Status != http.StatusRequestEntityTooLarge || !strings.Contains(se.Body.Error, "1024") {
 		t.Fatalf("over the limit: %v", err)
@@ -358,10 +364,10 @@ func clientMain(sock string) int {
 	c := Client{Socket: sock}
 	enc := json.NewEncoder(os.Stdout)
 	for _, req := range []ExecRequest{
-		{Args: []string{"read", "r"}},
-		{Args: []string{"change", "c"}},
-		{Args: []string{"file", os.Getenv("SECRET")}},
-		{Args: []string{"file", "mine.yaml"}, Files: map[string]string{"mine.yaml": "uploaded "}},
+		cmdReq("read", "r"),
+		cmdReq("change", "c"),
+		cmdReq("file", os.Getenv("SECRET")),
+		{Command: "file", Operands: []string{"mine.yaml"}, Files: map[string]string{"mine.yaml": "uploaded "}},
 	} {
 		res, err := c.Exec(context.Background(), req)
 		var se *StatusError

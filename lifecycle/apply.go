@@ -481,7 +481,7 @@ func (e *stepEnv) Host(what string) (step.HostPrep, error) {
 }
 
 func (e *stepEnv) SeedISO() ([]byte, error) {
-	s, err := seedOf(e.spec)
+	s, err := e.l.seedOf(e.spec)
 	if err != nil {
 		return nil, err
 	}

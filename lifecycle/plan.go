@@ -88,7 +88,14 @@ type Options struct {
 	CrashBefore bool
 	// Crash ends the process (os.Exit(137) in the CLI); tests pass runtime.Goexit.
 	Crash func()
+	// ReadKey reads a public key file a spec names (spec.cloudInit.sshAuthorizedKeys), at
+	// most limit bytes; nil reads it from the filesystem. The agent passes the contents its
+	// caller sent: it opens no path a caller names.
+	ReadKey func(path string, limit int64) ([]byte, error)
 }
+
+// MaxKeyFileSize bounds a public key file a spec names.
+const MaxKeyFileSize = 64 << 10
 
 // Lifecycle runs plan, apply, destroy, status and verify.
 type Lifecycle struct {
@@ -482,7 +489,7 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 		out = append(out, step.CreateOverlay{Volume: filepath.Base(f.Path), Pool: l.o.Pool, Backing: f.Backing, BackingFormat: f.BackingFormat, Size: f.Size, Path: f.Path})
 	}
 	if seed != "" {
-		if _, err := seedOf(vm); err != nil {
+		if _, err := l.seedOf(vm); err != nil {
 			return nil, fmt.Errorf("cloud-init seed of %s: %w", vm.Metadata.Name, err)
 		}
 		out = append(out, step.WriteSeed{Volume: filepath.Base(seed), Pool: l.o.Pool, Path: seed})
@@ -561,7 +568,11 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 // seedOf returns the NoCloud seed of vm, with meta-data defaulted to its name and the
 // sshAuthorizedKeys (lines, or files read now) added to user-data. Plan calls it too, so a
 // missing or wrong key file is found before anything changes.
-func seedOf(vm *domains.VM) (cloudinit.Seed, error) {
+func (l *Lifecycle) seedOf(vm *domains.VM) (cloudinit.Seed, error) {
+	readKey := l.o.ReadKey
+	if readKey == nil {
+		readKey = host.ReadFileLimit
+	}
 	ci := vm.Spec.CloudInit
 	s := cloudinit.Seed{UserData: ci.UserData, MetaData: ci.MetaData, NetworkConfig: ci.NetworkConfig}
 	if s.MetaData == "" {
@@ -574,7 +585,7 @@ func seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 			continue
 		}
 		field := fmt.Sprintf("spec.cloudInit.sshAuthorizedKeys[%d]", i)
-		data, err := host.ReadFileLimit(k, 64<<10)
+		data, err := readKey(k, MaxKeyFileSize)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			return s, fmt.Errorf("%s: %s does not exist: %w", field, k, host.ErrNotFound)

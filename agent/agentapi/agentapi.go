@@ -7,6 +7,7 @@ package agentapi
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -45,23 +46,18 @@ func (c Class) String() string {
 	return [...]string{"read", "mutation", "root-mutation"}[c]
 }
 
-// FileRef names an argument that is a file the command reads: Args[Index] is Prefix+PATH
-// (Prefix is "--config=" for a flag given with =, else "").
-type FileRef struct {
-	Index  int
-	Prefix string
-}
-
-// Job is a command line the Runner has looked at, before it runs.
+// Job is a request the Runner has checked, before it runs: the command, how it runs (decided
+// on the request's typed values) and which of its values name files the command reads.
 type Job struct {
-	// Args is the command line after the program name.
-	Args []string
+	// Request is the checked request.
+	Request ExecRequest
 	// Op names the command ("apply", "mdev create"), for logs and metrics.
 	Op string
 	// Class is how it runs.
 	Class Class
-	// Files are the arguments that name files the command reads.
-	Files []FileRef
+	// Files are the operands and flag values (as the caller gave them) that name files the
+	// command reads: each must come with its content in Request.Files.
+	Files []string
 }
 
 // Peer is the process at the other end of a connection, as the kernel saw it when it
@@ -72,13 +68,10 @@ type Peer struct {
 	PID int32  `json:"pid"`
 }
 
-// RunEnv is what one run gets from the agent besides its command line.
+// RunEnv is what one run gets from the agent besides its request.
 type RunEnv struct {
-	// Env holds the caller's values of the environment variables the command tree reads
-	// (VGPU_HOST_OUTPUT, …); the agent's own environment is never consulted for them.
-	Env map[string]string
-	// Stdin is the caller's standard input.
-	Stdin []byte
+	// Paths maps each of the job's Files to the private copy of its content the agent wrote.
+	Paths map[string]string
 	// Peer is the caller.
 	Peer Peer
 	// Conn, when set, returns the agent's one libvirt connection: commands use it instead of
@@ -88,27 +81,46 @@ type RunEnv struct {
 
 // Runner runs vgpu-host's command tree in-process.
 type Runner interface {
-	// Prepare looks at a command line without running it: which command, its class, which
-	// arguments name files. An error refuses the command line (commands that cannot run over
-	// the agent, flags that would change the agent's host root or libvirt); it is reported
-	// with exit code 2.
-	Prepare(args []string, env map[string]string) (Job, error)
+	// Prepare checks a request without running it: the command exists and may run through
+	// the agent, every flag is one of its flags with a value of the flag's type, and from
+	// those typed values its class and file arguments. An error refuses the request (exit
+	// code 2).
+	Prepare(req ExecRequest) (Job, error)
 	// Run runs the job and returns what it printed and its exit code.
 	Run(ctx context.Context, job Job, env RunEnv) ExecResult
 }
 
-// ExecRequest is the body of POST /v1/exec.
+// ExecRequest is the body of POST /v1/exec: one command of vgpu-host's tree, typed. There is
+// no command line: the agent decides who may run it on these values, and runs exactly them.
+//
+//	{"command": "mdev create", "flags": {"parent": "0000:01:00.0", "type": "nvidia-1", "count": 2, "dry-run": true}}
 type ExecRequest struct {
-	// Args is the command line after the program name.
-	Args []string `json:"args"`
-	// Files maps a file argument, exactly as it appears in Args, to the file's content: the
-	// agent writes it to a private directory and runs the command on that copy, so that it
-	// never reads a path as root on behalf of its caller.
+	// Command is the command's full name below the root ("apply", "mdev create").
+	Command string `json:"command"`
+	// Flags maps a flag's long name (no dashes) to its value, typed as the flag is: a JSON
+	// boolean, integer, string, duration string ("2m") or array of strings.
+	Flags map[string]json.RawMessage `json:"flags,omitempty"`
+	// Operands are the command's operands, never read as flags.
+	Operands []string `json:"operands,omitempty"`
+	// Files maps an operand or flag value that names a file the command reads (a spec, a
+	// --config) to the file's content: the CLI reads it as the caller, and the agent runs the
+	// command on a private copy. The agent opens no path a caller names.
 	Files map[string]string `json:"files,omitempty"`
-	// Env holds the caller's values of the environment variables the command tree reads.
-	Env map[string]string `json:"env,omitempty"`
-	// Stdin is the caller's standard input, if the command reads it.
-	Stdin string `json:"stdin,omitempty"`
+	// KeyFiles maps the paths of public key files the specs name (spec.cloudInit.
+	// sshAuthorizedKeys) to their content, read by the CLI as the caller.
+	KeyFiles map[string]string `json:"key_files,omitempty"`
+}
+
+// Bool returns the boolean value of flag name in r, and whether r sets it as a boolean.
+func (r ExecRequest) Bool(name string) (v, ok bool) {
+	raw, set := r.Flags[name]
+	if !set {
+		return false, false
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return false, false
+	}
+	return v, true
 }
 
 // ExecResult is the answer of POST /v1/exec: what the command printed and its exit code.

@@ -47,7 +47,7 @@ func TestClientAgainstNetHTTP(t *testing.T) {
 				http.Error(w, err.Error(), 400)
 				return
 			}
-			out := req.Args[0]
+			out := req.Command
 			if out == "big" {
 				out = big
 			}
@@ -68,7 +68,7 @@ func TestClientAgainstNetHTTP(t *testing.T) {
 	c := Client{Socket: sock}
 	ctx := context.Background()
 	for _, arg := range []string{"small", "big"} {
-		res, err := c.Exec(ctx, ExecRequest{Args: []string{arg}, Files: map[string]string{"f": "naïve\n"}})
+		res, err := c.Exec(ctx, ExecRequest{Command: arg, Files: map[string]string{"f": "naïve\n"}})
 		want := arg
 		if arg == "big" {
 			want = big

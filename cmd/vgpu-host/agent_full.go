@@ -76,7 +76,7 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 	}
 	watcher = &drift.Watcher{Conn: warm, Ledger: ledger.Open(root), Root: root, Metrics: m, Log: log,
 		Release: func(ctx context.Context, d drift.Drift) error {
-			_, err := srv.Internal(ctx, "destroy", d.VM)
+			_, err := srv.Internal(ctx, agent.ExecRequest{Command: "destroy", Operands: []string{d.VM}})
 			return err
 		}}
 	srv.Drifts = func() []any {

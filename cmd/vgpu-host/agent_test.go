@@ -49,6 +49,12 @@ func (l *lockedBuffer) String() string {
 // --connect URI` would), until the test ends. It returns the URI and the agent's log.
 func startAgent(t *testing.T, dir string) (uri string, logs *lockedBuffer) {
 	t.Helper()
+	return startAgentWith(t, dir, nil)
+}
+
+// startAgentWith is startAgent with the server's settings changed by mod before it listens.
+func startAgentWith(t *testing.T, dir string, mod func(*agent.Server)) (uri string, logs *lockedBuffer) {
+	t.Helper()
 	root, err := host.NewRoot(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +68,9 @@ func startAgent(t *testing.T, dir string) (uri string, logs *lockedBuffer) {
 	procRoot, _ := host.NewRoot("/")
 	srv := &agent.Server{Root: root, Socket: agentSocketUnder(root), GID: -1, ProcRoot: procRoot,
 		Runner: &cliRunner{root: root, uri: uri, log: log}, Log: log, URI: uri, OpenConn: openConnWait}
+	if mod != nil {
+		mod(srv)
+	}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +95,10 @@ func runVia(t *testing.T, mode string, args ...string) (string, string, int) {
 	pruneUnnamed(app, argv)
 	var out, errw bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errw
-	if mode != agentNever {
-		code, done := forward(app, argv, &out, &errw)
-		if !done {
-			t.Fatalf("%v: not sent to the agent", args)
-		}
-		return out.String(), errw.String(), code
-	}
 	code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+	if sent, _ := app.Metadata[forwardedKey].(bool); sent != (mode != agentNever) {
+		t.Fatalf("%v: sent to the agent: %v", argv, sent)
+	}
 	return out.String(), errw.String(), code
 }
 
@@ -395,36 +400,38 @@ func TestAgentEndpoints(t *testing.T) {
 		{"POST", "/v1/vfs", map[string]any{"pf": "0000:00:0a.0", "action": "disable"}, 200, nil},
 		{"POST", "/v1/vfs", map[string]any{"pf": "0000:00:0a.0", "action": "toggle"}, 400, nil},
 		{"POST", "/v1/host/restore", nil, 200, nil},
-		{"POST", "/v1/exec", agent.ExecRequest{Args: []string{"mdev", "types", "-o", "json"}}, 200, func(v any) string {
+		{"POST", "/v1/exec", agent.ExecRequest{Command: "mdev types", Flags: jsonFlags("output", "json")}, 200, func(v any) string {
 			if field(v, "exit_code") != 0.0 || !strings.Contains(fmt.Sprint(field(v, "stdout")), "mbochs-medium") {
 				return "exec did not run mdev types"
 			}
 			return ""
 		}},
-		{"POST", "/v1/exec", agent.ExecRequest{Args: []string{"--host-root", "/", "inspect"}}, 200, func(v any) string {
+		{"POST", "/v1/exec", agent.ExecRequest{Command: "inspect", Flags: jsonFlags("host-root", "/")}, 200, func(v any) string {
 			if field(v, "exit_code") != 2.0 || !strings.Contains(fmt.Sprint(field(v, "stderr")), "this agent serves "+dir) {
 				return "another --host-root was not refused"
 			}
 			return ""
 		}},
-		{"POST", "/v1/exec", agent.ExecRequest{Args: []string{"status", "--connect", "test:///default"}}, 200, func(v any) string {
+		{"POST", "/v1/exec", agent.ExecRequest{Command: "status", Flags: jsonFlags("connect", "test:///default")}, 200, func(v any) string {
 			if field(v, "exit_code") != 2.0 || !strings.Contains(fmt.Sprint(field(v, "stderr")), "this agent uses") {
 				return "another --connect was not refused"
 			}
 			return ""
 		}},
-		{"POST", "/v1/exec", agent.ExecRequest{Args: []string{"agent"}}, 200, func(v any) string {
+		{"POST", "/v1/exec", agent.ExecRequest{Command: "agent"}, 200, func(v any) string {
 			if field(v, "exit_code") != 2.0 || !strings.Contains(fmt.Sprint(field(v, "stderr")), "cannot run through the agent") {
 				return "agent over exec was not refused"
 			}
 			return ""
 		}},
-		{"POST", "/v1/exec", agent.ExecRequest{Args: []string{"render", "/etc/shadow.yaml"}, Files: map[string]string{"other.yaml": "x"}}, 200, func(v any) string {
-			if field(v, "exit_code") != 2.0 {
-				return "a file that is not an argument was accepted"
+		{"POST", "/v1/exec", agent.ExecRequest{Command: "render", Operands: []string{"/etc/shadow.yaml"}, Files: map[string]string{"other.yaml": "x"}}, 200, func(v any) string {
+			if field(v, "exit_code") != 2.0 || !strings.Contains(fmt.Sprint(field(v, "stderr")), "send its content") {
+				return "a file that is not an argument was accepted, or a path was opened"
 			}
 			return ""
 		}},
+		// A command line is no request: the agent takes none.
+		{"POST", "/v1/exec", `{"args": ["inspect"]}`, 400, nil},
 		{"POST", "/v1/exec", `{"args": ["inspect"], "bogus": 1}`, 400, nil},
 		{"POST", "/v1/exec", strings.Repeat("x", agent.DefaultMaxBody+1), 413, nil},
 		{"GET", "/v2/inventory", nil, 404, nil},
@@ -586,52 +593,78 @@ func TestAgentProcessCrashRestartSIGTERM(t *testing.T) {
 	}
 }
 
-// TestPrepareJob: how the agent classifies command lines, and which arguments it takes for
-// the caller's files.
-func TestPrepareJob(t *testing.T) {
+// jsonFlags makes a request's flags from name, value pairs.
+func jsonFlags(kv ...any) map[string]json.RawMessage {
+	m := map[string]json.RawMessage{}
+	for i := 0; i < len(kv); i += 2 {
+		b, err := json.Marshal(kv[i+1])
+		if err != nil {
+			panic(err)
+		}
+		m[kv[i].(string)] = b
+	}
+	return m
+}
+
+// TestPrepareRequest: how the agent checks and classifies typed requests, and which of their
+// values it takes for the caller's files.
+func TestPrepareRequest(t *testing.T) {
 	for _, c := range []struct {
-		args  []string
+		req   agent.ExecRequest
 		class agent.Class
-		files []int
-		err   bool
+		files []string
+		err   string
 	}{
-		{[]string{"inspect", "-o", "json"}, agent.Read, nil, false},
-		{[]string{"--host-root", "/x", "bind", "--timeout", "2s", "0000:01:00.0"}, agent.Mutation, nil, false},
-		{[]string{"bind", "--dry-run", "0000:01:00.0"}, agent.Read, nil, false},
-		{[]string{"bind", "--dry-run=false", "0000:01:00.0"}, agent.Mutation, nil, false},
-		{[]string{"vf", "enable", "0000:00:0a.0", "-n", "2"}, agent.Mutation, nil, false},
-		{[]string{"mdev", "create", "-p", "mbochs", "-t", "small"}, agent.Mutation, nil, false},
-		{[]string{"-o", "json", "apply", "--force", "boot-vga", "a.yaml", "b.yml"}, agent.Mutation, []int{5, 6}, false},
-		{[]string{"render", "--offline", "a.yaml"}, agent.Read, []int{2}, false},
-		{[]string{"destroy", "vm1", "vm2.yaml"}, agent.Mutation, []int{2}, false},
-		{[]string{"kubevirt", "vm", "--config=k.yaml", "s.yaml"}, agent.Read, []int{3, 2}, false},
-		{[]string{"kubevirt", "labels", "--write"}, agent.Mutation, nil, false},
-		{[]string{"image", "export", "vm", "--to", "x.qcow2"}, agent.RootMutation, nil, false},
-		{[]string{"-o", "json", "image", "export", "--seal", "vm", "--to=x.raw", "--dry-run"}, agent.Read, nil, false},
-		{[]string{"host", "install-unit"}, agent.RootMutation, nil, false},
-		{[]string{"bind", "--forse", "0000:01:00.0"}, agent.Mutation, nil, false}, // unknown flag
-		{[]string{"bind", "--help"}, agent.Read, nil, false},
-		{[]string{"mdev"}, agent.Read, nil, false},
-		{[]string{"frobnicate"}, agent.Read, nil, false},
-		{[]string{"agent"}, 0, nil, true},
-		{[]string{"completion", "bash"}, 0, nil, true},
-		{[]string{"device-plugin"}, 0, nil, true},
-		{[]string{"__man", "/tmp/x"}, 0, nil, true},
+		{agent.ExecRequest{Command: "inspect", Flags: jsonFlags("output", "json")}, agent.Read, nil, ""},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("host-root", "/x", "timeout", "2s"), Operands: []string{"0000:01:00.0"}}, agent.Mutation, nil, ""},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("dry-run", true), Operands: []string{"0000:01:00.0"}}, agent.Read, nil, ""},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("dry-run", false), Operands: []string{"0000:01:00.0"}}, agent.Mutation, nil, ""},
+		{agent.ExecRequest{Command: "mdev create", Flags: jsonFlags("parent", "mbochs", "type", "small", "count", 2)}, agent.Mutation, nil, ""},
+		{agent.ExecRequest{Command: "apply", Flags: jsonFlags("output", "json", "force", []string{"boot-vga"}), Operands: []string{"a.yaml", "b.yml"}}, agent.Mutation, []string{"a.yaml", "b.yml"}, ""},
+		{agent.ExecRequest{Command: "render", Flags: jsonFlags("offline", true), Operands: []string{"a.yaml"}}, agent.Read, []string{"a.yaml"}, ""},
+		{agent.ExecRequest{Command: "destroy", Operands: []string{"vm1", "vm2.yaml"}}, agent.Mutation, []string{"vm2.yaml"}, ""},
+		{agent.ExecRequest{Command: "kubevirt vm", Flags: jsonFlags("config", "k.yaml"), Operands: []string{"s.yaml"}}, agent.Read, []string{"s.yaml", "k.yaml"}, ""},
+		{agent.ExecRequest{Command: "kubevirt labels", Flags: jsonFlags("write", true)}, agent.Mutation, nil, ""},
+		{agent.ExecRequest{Command: "kubevirt labels"}, agent.Read, nil, ""},
+		{agent.ExecRequest{Command: "image export", Flags: jsonFlags("to", "/x.qcow2"), Operands: []string{"vm"}}, agent.RootMutation, nil, ""},
+		{agent.ExecRequest{Command: "image export", Flags: jsonFlags("seal", true, "to", "/x.raw", "dry-run", true), Operands: []string{"vm"}}, agent.Read, nil, ""},
+		{agent.ExecRequest{Command: "host install-unit"}, agent.RootMutation, nil, ""},
+		// Every value is typed: no spelling of a flag hides in text.
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("forse", true)}, 0, nil, `flag "forse": bind has no such flag`},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("help", false)}, 0, nil, `flag "help": bind has no such flag`},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("h", false)}, 0, nil, `flag "h": bind has no such flag`},
+		{agent.ExecRequest{Command: "host install-unit", Flags: jsonFlags("help", false, "exec", "/tmp/evil")}, 0, nil, `flag "help"`},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("dry-run", "true")}, 0, nil, `flag "dry-run": "true" is not a JSON boolean`},
+		{agent.ExecRequest{Command: "kubevirt labels", Flags: jsonFlags("write", 1)}, 0, nil, `flag "write": 1 is not a JSON boolean`},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("timeout", 5)}, 0, nil, `is not a duration string`},
+		{agent.ExecRequest{Command: "mdev create", Flags: jsonFlags("count", "2")}, 0, nil, `is not a JSON integer`},
+		{agent.ExecRequest{Command: "mdev create", Flags: jsonFlags("count", 2.5)}, 0, nil, `is not a JSON integer`},
+		{agent.ExecRequest{Command: "apply", Flags: jsonFlags("force", "boot-vga")}, 0, nil, `is not a JSON array of strings`},
+		{agent.ExecRequest{Command: "apply", Flags: jsonFlags("force", []string{"a,b"})}, 0, nil, `without commas`},
+		{agent.ExecRequest{Command: "mdev create", Flags: jsonFlags("o", "json")}, 0, nil, `flag "o"`},
+		{agent.ExecRequest{Command: "bind", Flags: jsonFlags("agent", "never")}, 0, nil, `flag "agent"`},
+		{agent.ExecRequest{Command: "bind", Operands: []string{"a\x00b"}}, 0, nil, "NUL"},
+		{agent.ExecRequest{Command: "bind --dry-run"}, 0, nil, "not a command the agent runs"},
+		{agent.ExecRequest{Command: "mdev"}, 0, nil, "not a command the agent runs"},
+		{agent.ExecRequest{Command: "frobnicate"}, 0, nil, "not a command the agent runs"},
+		{agent.ExecRequest{Command: "agent"}, 0, nil, "cannot run through the agent"},
+		{agent.ExecRequest{Command: "completion"}, 0, nil, "cannot run through the agent"},
+		{agent.ExecRequest{Command: "device-plugin"}, 0, nil, "not a command the agent runs"},
+		{agent.ExecRequest{Command: "__man"}, 0, nil, "not a command the agent runs"},
 	} {
-		job, err := prepareJob(c.args)
-		if (err != nil) != c.err {
-			t.Errorf("%v: %v, want error %v", c.args, err, c.err)
+		job, err := (&cliRunner{}).Prepare(c.req)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v: %v, want an error with %q", c.req, err, c.err)
+			}
 			continue
 		}
 		if err != nil {
+			t.Errorf("%+v: %v", c.req, err)
 			continue
 		}
-		var files []int
-		for _, f := range job.Files {
-			files = append(files, f.Index)
-		}
-		if job.Class != c.class || fmt.Sprint(files) != fmt.Sprint(c.files) {
-			t.Errorf("%v: class %s, files %v; want %s, %v", c.args, job.Class, files, c.class, c.files)
+		if job.Class != c.class || fmt.Sprint(job.Files) != fmt.Sprint(c.files) {
+			t.Errorf("%+v: class %s, files %v; want %s, %v", c.req, job.Class, job.Files, c.class, c.files)
 		}
 	}
 }
@@ -672,13 +705,9 @@ func TestAgentOfAnotherRootRefuses(t *testing.T) {
 	tr := agentHost(t)
 	startAgent(t, tr.Dir())
 	socket := agentClient(t, tr.Dir()).Socket
-	var out, errw bytes.Buffer
-	args := []string{"--agent", "always", "--agent-socket", socket, "bind", "0000:01:00.0"}
-	app := newApp()
-	pruneUnnamed(app, args)
-	code, done := forward(app, args, &out, &errw)
-	if !done || code != exitUsage || !strings.Contains(errw.String(), "this agent serves "+tr.Dir()) {
-		t.Fatalf("exit %d (sent: %v):\n%s%s", code, done, out.String(), errw.String())
+	out, errw, code := runVia(t, agentAlways, "--agent-socket", socket, "bind", "0000:01:00.0")
+	if code != exitUsage || !strings.Contains(errw, "this agent serves "+tr.Dir()) {
+		t.Fatalf("exit %d:\n%s%s", code, out, errw)
 	}
 	if tr.Driver(host.MustParseAddress("0000:01:00.0")) != "nouveau" {
 		t.Fatal("the agent bound the GPU of its own root")

@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -29,6 +33,8 @@ type runEnv struct {
 	conn func() (virt.Conn, error) // nil: open one per run
 	log  *slog.Logger
 	peer agentapi.Peer
+	// keys are the contents of the key files the caller's specs name, read by the CLI.
+	keys map[string]string
 }
 
 const runEnvKey = "vgpu-host-agent-run"
@@ -37,6 +43,19 @@ const runEnvKey = "vgpu-host-agent-run"
 func runEnvOf(cmd *cli.Command) *runEnv {
 	rv, _ := cmd.Root().Metadata[runEnvKey].(*runEnv)
 	return rv
+}
+
+// readKey is lifecycle's ReadKey in the agent: the key files the caller's CLI read and sent,
+// and no other (the agent opens no path a caller names).
+func (rv *runEnv) readKey(path string, limit int64) ([]byte, error) {
+	k, ok := rv.keys[path]
+	if !ok {
+		return nil, fmt.Errorf("the agent opens no file a caller names and %s was not sent with the request: run the command with the vgpu-host CLI, which sends the key files it can read, or give the key itself (ssh-ed25519 AAAA…): %w", path, host.ErrInvalid)
+	}
+	if int64(len(k)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes: %w", path, limit, host.ErrTooLarge)
+	}
+	return []byte(k), nil
 }
 
 // borrowedConn is the agent's connection lent to one command: the command's Close is a no-op.
@@ -151,26 +170,49 @@ type cliRunner struct {
 	log  *slog.Logger
 }
 
-// Prepare classifies a command line (see agentRules).
-func (r *cliRunner) Prepare(args []string, env map[string]string) (agentapi.Job, error) {
-	return prepareJob(args)
+// Prepare checks a typed request against the command tree (see prepareRequest).
+func (r *cliRunner) Prepare(req agentapi.ExecRequest) (agentapi.Job, error) {
+	app := newApp()
+	pruneUnnamed(app, strings.Fields(req.Command))
+	j, _, err := prepareRequest(app, req)
+	return j, err
 }
 
-// Run runs the job on a fresh command tree whose output is captured.
+// Run runs the job on a fresh command tree whose output is captured. The tree is given the
+// job's typed values as its canonical command line (every flag --NAME=VALUE, every operand
+// after --), and before the command's action runs, the command the tree parsed and its class
+// from the parsed typed values must be the job's: what runs is what was authorized.
 func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
 	app := newApp()
-	pruneUnnamed(app, job.Args)
+	pruneUnnamed(app, strings.Fields(job.Op))
 	var out, errw bytes.Buffer
-	app.Writer, app.ErrWriter, app.Reader = &out, &errw, bytes.NewReader(env.Stdin)
-	app.Metadata = map[string]any{runEnvKey: &runEnv{root: r.root, uri: r.uri, conn: env.Conn, log: r.log, peer: env.Peer}}
-	e := env.Env
-	if e == nil {
-		e = map[string]string{}
+	app.Writer, app.ErrWriter, app.Reader = &out, &errw, bytes.NewReader(nil)
+	app.Metadata = map[string]any{runEnvKey: &runEnv{root: r.root, uri: r.uri, conn: env.Conn, log: r.log, peer: env.Peer, keys: job.Request.KeyFiles}}
+	// Flags read no environment in the agent: the caller's values came typed in the request.
+	useEnv(app, map[string]string{})
+	fail := func(err error) agentapi.ExecResult {
+		return agentapi.ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: exitUsage}
 	}
-	useEnv(app, e)
+	_, cl, err := prepareRequest(app, job.Request)
+	if err != nil {
+		return fail(err)
+	}
+	args, err := cl.argv(env.Paths)
+	if err != nil {
+		return fail(err)
+	}
+	leaf := cl.path[len(cl.path)-1]
+	action := leaf.Action
+	leaf.Action = func(ctx context.Context, cmd *cli.Command) error {
+		if op := opName(cmd); op != job.Op || classOf(op, cmd.Bool) != job.Class {
+			return fmt.Errorf("internal error: the agent authorized %s as a %s and the command tree parsed %s as a %s: not run (a bug in vgpu-host, please report it)",
+				job.Op, job.Class, op, classOf(op, cmd.Bool))
+		}
+		return action(ctx, cmd)
+	}
 	ctx, cancel := withoutValues(ctx)
 	defer cancel()
-	code := executeCtx(ctx, app, append([]string{app.Name}, job.Args...), &errw)
+	code := executeCtx(ctx, app, append([]string{app.Name}, args...), &errw)
 	return agentapi.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: code}
 }
 
@@ -194,146 +236,39 @@ func agentConnURI(cmd *cli.Command, rv *runEnv) (string, error) {
 	return rv.uri, nil
 }
 
-// parsedArgs is a command line looked at without running it.
-type parsedArgs struct {
-	path       []*cli.Command // root first
-	positional []int          // indexes of operands
-	flags      map[string]valueRef
-	help       bool // -h, --help, help, --version: always answered in-process
-	unknown    bool // a flag the tree does not know: the run reports it
-}
-
-// valueRef is where a flag's value is: args[index] is prefix+value.
-type valueRef struct {
-	index  int
-	prefix string
-	set    bool // a bool flag given (no value)
-}
-
-// name is the command's full name below the root ("mdev create").
-func (p parsedArgs) name() string {
-	var n []string
-	for _, c := range p.path[1:] {
-		n = append(n, c.Name)
-	}
-	return strings.Join(n, " ")
-}
-
-func (p parsedArgs) value(args []string, flag string) (string, bool) {
-	v, ok := p.flags[flag]
-	if !ok {
-		return "", false
-	}
-	if v.set {
-		return "true", true
-	}
-	return strings.TrimPrefix(args[v.index], v.prefix), true
-}
-
-// parseArgv walks a command line as the command tree would parse it: subcommands, flags
-// (of the command and its parents) with or without a value, operands.
-func parseArgv(app *cli.Command, args []string) parsedArgs {
-	p := parsedArgs{path: []*cli.Command{app}, flags: map[string]valueRef{}}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			for j := i + 1; j < len(args); j++ {
-				p.positional = append(p.positional, j)
-			}
-			break
-		}
-		if strings.HasPrefix(a, "-") && a != "-" {
-			name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			if name == "h" || name == "help" || (len(p.path) == 1 && (name == "v" || name == "version")) {
-				p.help = true
-				continue
-			}
-			f := lookupFlag(p.path, name)
-			if f == nil {
-				p.unknown = true
-				continue
-			}
-			canon := f.Names()[0]
-			_, isBool := f.(*cli.BoolFlag)
-			switch {
-			case hasVal:
-				p.flags[canon] = valueRef{index: i, prefix: a[:strings.Index(a, "=")+1]}
-			case isBool:
-				p.flags[canon] = valueRef{index: i, set: true}
-			case i+1 < len(args):
-				p.flags[canon] = valueRef{index: i + 1}
-				i++
-			}
-			continue
-		}
-		cur := p.path[len(p.path)-1]
-		if len(p.positional) == 0 {
-			if a == "help" && len(cur.Commands) > 0 {
-				p.help = true
-				continue
-			}
-			if sub := cur.Command(a); sub != nil {
-				p.path = append(p.path, sub)
-				continue
-			}
-		}
-		p.positional = append(p.positional, i)
-	}
-	return p
-}
-
-// lookupFlag finds a flag by name on the command or its parents.
-func lookupFlag(path []*cli.Command, name string) cli.Flag {
-	for i := len(path) - 1; i >= 0; i-- {
-		for _, f := range path[i].Flags {
-			if slices.Contains(f.Names(), name) {
-				return f
-			}
-		}
-	}
-	return nil
-}
-
 // agentRule says how a command runs in the agent.
 type agentRule struct {
 	class agentapi.Class
-	// files lists the arguments naming files the command reads (the CLI sends their content).
-	files func(p parsedArgs, args []string) []agentapi.FileRef
+	// fileOperands picks the operands that name files the command reads (the CLI sends
+	// their content); nil: none.
+	fileOperands func(operands []string) []int
+	// fileFlags are flags whose value names a file the command reads.
+	fileFlags []string
+	// specs: the file operands are VM specs, whose sshAuthorizedKeys files the CLI sends too.
+	specs bool
 	// absFlags are flags naming paths the command writes or runs: the CLI makes them
 	// absolute, as the agent does not share its working directory.
 	absFlags []string
 }
 
-// operandFiles: every operand is a file (SPEC...).
-func operandFiles(p parsedArgs, args []string) []agentapi.FileRef {
-	var out []agentapi.FileRef
-	for _, i := range p.positional {
-		out = append(out, agentapi.FileRef{Index: i})
+// allOperands: every operand is a file (SPEC...).
+func allOperands(operands []string) []int {
+	out := make([]int, len(operands))
+	for i := range operands {
+		out[i] = i
 	}
 	return out
 }
 
 // specOperands: operands that destroy reads as spec files (vmName's rule: a .yaml/.yml name).
-func specOperands(p parsedArgs, args []string) []agentapi.FileRef {
-	var out []agentapi.FileRef
-	for _, i := range p.positional {
-		if strings.HasSuffix(args[i], ".yaml") || strings.HasSuffix(args[i], ".yml") {
-			out = append(out, agentapi.FileRef{Index: i})
+func specOperands(operands []string) []int {
+	var out []int
+	for i, o := range operands {
+		if strings.HasSuffix(o, ".yaml") || strings.HasSuffix(o, ".yml") {
+			out = append(out, i)
 		}
 	}
 	return out
-}
-
-// configFile: --config FILE of the Kubernetes commands.
-func configFile(p parsedArgs, args []string) []agentapi.FileRef {
-	if v, ok := p.flags["config"]; ok && !v.set {
-		return []agentapi.FileRef{{Index: v.index, Prefix: v.prefix}}
-	}
-	return nil
-}
-
-func both(a, b func(parsedArgs, []string) []agentapi.FileRef) func(parsedArgs, []string) []agentapi.FileRef {
-	return func(p parsedArgs, args []string) []agentapi.FileRef { return append(a(p, args), b(p, args)...) }
 }
 
 // agentRules lists every command the agent runs, how, and which arguments are files. A
@@ -356,66 +291,238 @@ var agentRules = map[string]agentRule{
 	"mdev undefine":     {class: agentapi.Mutation},
 	"host restore":      {class: agentapi.Mutation},
 	"host install-unit": {class: agentapi.RootMutation, absFlags: []string{"exec"}},
-	"render":            {class: agentapi.Read, files: operandFiles},
-	"plan":              {class: agentapi.Read, files: operandFiles},
-	"apply":             {class: agentapi.Mutation, files: operandFiles},
-	"destroy":           {class: agentapi.Mutation, files: specOperands},
+	"render":            {class: agentapi.Read, fileOperands: allOperands, specs: true},
+	"plan":              {class: agentapi.Read, fileOperands: allOperands, specs: true},
+	"apply":             {class: agentapi.Mutation, fileOperands: allOperands, specs: true},
+	"destroy":           {class: agentapi.Mutation, fileOperands: specOperands},
 	"status":            {class: agentapi.Read},
 	"verify":            {class: agentapi.Read},
 	"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},
-	"kubevirt config":   {class: agentapi.Read, files: configFile},
-	"kubevirt vm":       {class: agentapi.Read, files: both(operandFiles, configFile)},
-	"kubevirt labels":   {class: agentapi.Read, files: configFile},
+	"kubevirt config":   {class: agentapi.Read, fileFlags: []string{"config"}},
+	"kubevirt vm":       {class: agentapi.Read, fileOperands: allOperands, fileFlags: []string{"config"}},
+	"kubevirt labels":   {class: agentapi.Read, fileFlags: []string{"config"}},
 	"mig show":          {class: agentapi.Read},
 	"mig plan":          {class: agentapi.Read},
 	"mig apply":         {class: agentapi.Mutation},
-	"host layout plan":  {class: agentapi.Read, files: operandFiles},
-	"host layout apply": {class: agentapi.Mutation, files: operandFiles},
+	"host layout plan":  {class: agentapi.Read, fileOperands: allOperands},
+	"host layout apply": {class: agentapi.Mutation, fileOperands: allOperands},
 	"host layout show":  {class: agentapi.Read},
 }
 
-// prepareJob looks at a command line for the agent: its rule, class and file arguments. Help
-// and an unknown command are reads (running them prints what the CLI would); a command line
-// with a flag this parser does not know is a change (the run then prints the usage error).
-func prepareJob(args []string) (agentapi.Job, error) {
-	app := newApp()
-	pruneUnnamed(app, args)
-	return jobOf(parseArgv(app, args), args)
+// cliOnlyFlags are flags of the tree that never travel to the agent: how the CLI reaches it,
+// and what the CLI answers itself.
+var cliOnlyFlags = map[string]bool{"agent": true, "agent-socket": true, "help": true, "version": true}
+
+// classOf is how command op runs, decided on typed values: its rule's class, a read with
+// --dry-run, a change with `kubevirt labels --write`. boolFlag is a boolean flag's value (the
+// request's, or the parsed command's when the agent checks what it is about to run). One
+// function for both, so the class the agent authorizes is the class of what runs.
+func classOf(op string, boolFlag func(name string) bool) agentapi.Class {
+	c := agentRules[op].class
+	if op == "kubevirt labels" && boolFlag("write") {
+		c = agentapi.Mutation
+	}
+	if boolFlag("dry-run") {
+		c = agentapi.Read
+	}
+	return c
 }
 
-// jobOf is prepareJob of a parsed command line.
-func jobOf(p parsedArgs, args []string) (agentapi.Job, error) {
-	job := agentapi.Job{Args: slices.Clone(args), Op: p.name(), Class: agentapi.Read}
-	if job.Op == "" {
-		job.Op = "vgpu-host"
+// opName is a command's full name below the root ("mdev create").
+func opName(cmd *cli.Command) string {
+	p := cmd.Path()
+	return strings.Join(p[1:], " ")
+}
+
+// typedFlag is one checked flag of a request: its canonical name and its value as the flag's
+// own command-line text(s).
+type typedFlag struct {
+	name   string
+	values []string
+	b      bool // a boolean flag's value
+}
+
+// commandLine is a checked request as the tree takes it.
+type commandLine struct {
+	path     []*cli.Command // root first
+	flags    []typedFlag
+	operands []string
+	rule     agentRule
+}
+
+// argv is the canonical command line of a checked request: the command's path, each flag as
+// --NAME=VALUE, then "--" and the operands (never read as flags). Files named by the request
+// are replaced by the private copies in paths.
+func (c commandLine) argv(paths map[string]string) ([]string, error) {
+	var args []string
+	for _, p := range c.path[1:] {
+		args = append(args, p.Name)
 	}
-	if len(p.path) == 1 && len(p.positional) > 0 && args[p.positional[0]] == "completion" {
-		return job, fmt.Errorf("completion cannot run through the agent: run it with --agent never")
+	sub := func(v string) (string, error) {
+		p, ok := paths[v]
+		if !ok {
+			return "", fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", opName(c.path[len(c.path)-1]), v)
+		}
+		return p, nil
 	}
-	rule, ok := agentRules[p.name()]
-	if p.help || len(p.path) == 1 || (!ok && len(p.path[len(p.path)-1].Commands) > 0) {
-		return job, nil // help, unknown commands and command groups print the same as in the CLI
+	for _, f := range c.flags {
+		for _, v := range f.values {
+			if slices.Contains(c.rule.fileFlags, f.name) {
+				var err error
+				if v, err = sub(v); err != nil {
+					return nil, err
+				}
+			}
+			args = append(args, "--"+f.name+"="+v)
+		}
 	}
-	if p.unknown {
-		// A flag this parser does not know: the run reports it as a usage error. Were the
-		// tree to accept it after all, the command must not have run as a read.
-		job.Class = agentapi.Mutation
-		return job, nil
+	if len(c.operands) > 0 {
+		ops := slices.Clone(c.operands)
+		if c.rule.fileOperands != nil {
+			for _, i := range c.rule.fileOperands(ops) {
+				var err error
+				if ops[i], err = sub(ops[i]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		args = append(append(args, "--"), ops...)
 	}
+	return args, nil
+}
+
+// prepareRequest checks a typed request against the command tree app: the command is one
+// the agent runs, every flag is a flag of it (or of a command above it) named by its long
+// name, with a value of the flag's type, and no value holds a NUL. From those typed values it
+// decides the job's class (classOf) and which values name files. Nothing in a request is
+// ever parsed as a command line: there is no text for a flag to hide in.
+func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, commandLine, error) {
+	job := agentapi.Job{Request: req, Op: req.Command}
+	var cl commandLine
+	if req.Command == "completion" || req.Command == "agent" {
+		return job, cl, fmt.Errorf("%s cannot run through the agent: run it with --agent never", req.Command)
+	}
+	rule, ok := agentRules[req.Command]
 	if !ok {
-		return job, fmt.Errorf("%s cannot run through the agent: run it with --agent never", p.name())
+		return job, cl, fmt.Errorf("%q is not a command the agent runs (%s): run it with --agent never", req.Command, "docs/agent.md lists them")
 	}
-	job.Class = rule.class
-	if v, _ := p.value(args, "dry-run"); v == "true" {
-		job.Class = agentapi.Read
+	cl.rule = rule
+	cl.path = []*cli.Command{app}
+	for _, name := range strings.Fields(req.Command) {
+		sub := cl.path[len(cl.path)-1].Command(name)
+		if sub == nil {
+			return job, cl, fmt.Errorf("%q is not a command of this vgpu-host", req.Command)
+		}
+		cl.path = append(cl.path, sub)
 	}
-	if v, _ := p.value(args, "write"); p.name() == "kubevirt labels" && v == "true" {
-		job.Class = agentapi.Mutation
+	known := map[string]cli.Flag{}
+	for _, c := range cl.path {
+		for _, f := range c.Flags {
+			if n := f.Names()[0]; !cliOnlyFlags[n] {
+				known[n] = f
+			}
+		}
 	}
-	if rule.files != nil {
-		job.Files = rule.files(p, args)
+	bools := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(req.Flags)) {
+		f, ok := known[name]
+		if !ok {
+			return job, cl, fmt.Errorf("flag %q: %s has no such flag (flags are named by their long name, without dashes: %s)", name, req.Command, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+		}
+		tf, err := typedValue(f, name, req.Flags[name])
+		if err != nil {
+			return job, cl, err
+		}
+		cl.flags = append(cl.flags, tf)
+		if _, isBool := f.(*cli.BoolFlag); isBool {
+			bools[name] = tf.b
+		}
 	}
-	return job, nil
+	for i, o := range req.Operands {
+		if strings.ContainsRune(o, 0) {
+			return job, cl, fmt.Errorf("operand %d: contains a NUL byte", i+1)
+		}
+	}
+	cl.operands = req.Operands
+	boolFlag := func(name string) bool {
+		if v, ok := bools[name]; ok {
+			return v
+		}
+		if f, ok := known[name].(*cli.BoolFlag); ok {
+			return f.Value // the flag's default: the agent's flags read no environment
+		}
+		return false
+	}
+	job.Class = classOf(req.Command, boolFlag)
+	if rule.fileOperands != nil {
+		for _, i := range rule.fileOperands(req.Operands) {
+			job.Files = append(job.Files, req.Operands[i])
+		}
+	}
+	for _, tf := range cl.flags {
+		if slices.Contains(rule.fileFlags, tf.name) {
+			job.Files = append(job.Files, tf.values...)
+		}
+	}
+	return job, cl, nil
+}
+
+// typedValue checks a request's flag value against the flag's type and returns it as the
+// text(s) the flag parses back to exactly that value.
+func typedValue(f cli.Flag, name string, raw json.RawMessage) (typedFlag, error) {
+	tf := typedFlag{name: name}
+	bad := func(want string) (typedFlag, error) {
+		return tf, fmt.Errorf("flag %q: %s is not %s", name, host.Clip(string(raw), 40), want)
+	}
+	dec := func(v any) bool {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		return d.Decode(v) == nil && !d.More()
+	}
+	noNUL := func(s string) bool { return !strings.ContainsRune(s, 0) }
+	switch f.(type) {
+	case *cli.BoolFlag:
+		if !dec(&tf.b) {
+			return bad("a JSON boolean")
+		}
+		tf.values = []string{strconv.FormatBool(tf.b)}
+	case *cli.IntFlag:
+		var i int64
+		if !dec(&i) {
+			return bad("a JSON integer")
+		}
+		tf.values = []string{strconv.FormatInt(i, 10)}
+	case *cli.StringFlag:
+		var s string
+		if !dec(&s) || !noNUL(s) {
+			return bad("a JSON string")
+		}
+		tf.values = []string{s}
+	case *cli.DurationFlag:
+		var s string
+		if !dec(&s) {
+			return bad(`a duration string ("90s")`)
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return bad(`a duration string ("90s")`)
+		}
+		tf.values = []string{d.String()}
+	case *cli.StringSliceFlag:
+		var ss []string
+		if !dec(&ss) {
+			return bad("a JSON array of strings")
+		}
+		for _, s := range ss {
+			// The flag splits its text at commas: a value holding one would come back as two.
+			if !noNUL(s) || strings.Contains(s, ",") {
+				return bad("an array of strings without commas")
+			}
+		}
+		tf.values = ss
+	default:
+		return tf, fmt.Errorf("flag %q: a %T cannot be sent to the agent", name, f)
+	}
+	return tf, nil
 }
 
 // withoutValues returns a context with ctx's deadline and cancellation but none of its values.

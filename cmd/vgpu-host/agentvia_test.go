@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -34,39 +35,40 @@ type viaAgent struct {
 // message and exit code the agent's run printed).
 func runInTest(t *testing.T, args []string, out, errw io.Writer) error {
 	t.Helper()
-	if via != nil {
-		if err, ok := via.run(t, args, out, errw); ok {
-			return err
-		}
-	}
 	app := newApp()
 	app.Writer, app.ErrWriter = out, errw
-	return app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	if via == nil {
+		return app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+	}
+	var agentErr strings.Builder
+	app.ErrWriter = &agentErr
+	app.Metadata = map[string]any{agentSocketKey: func(cmd *cli.Command) (string, bool) { return via.socket(t, cmd) }}
+	err := app.Run(context.Background(), append([]string{"vgpu-host", "--agent", "always"}, args...))
+	stderr := agentErr.String()
+	var code agentExit
+	if !errors.As(err, &code) {
+		io.WriteString(errw, stderr)
+		return err
+	}
+	// main printed the error last: "vgpu-host: MESSAGE\n".
+	i := strings.LastIndex("\n"+stderr, "\nvgpu-host: ")
+	if i < 0 {
+		t.Fatalf("exit %d without an error line:\n%s", code, stderr)
+	}
+	io.WriteString(errw, stderr[:i])
+	msg := strings.TrimSuffix(stderr[i+len("vgpu-host: "):], "\n")
+	return cli.Exit(msg, int(code))
 }
 
-// run sends args to the agent for its host root and URI (starting it on first use); ok is
-// false when the CLI would run the command itself (help, usage errors, local commands).
-func (v *viaAgent) run(t *testing.T, args []string, out, errw io.Writer) (error, bool) {
+// socket is the socket of the agent for the command's host root and URI (started on first
+// use); ok is false when the CLI is to run the command itself (the real root).
+func (v *viaAgent) socket(t *testing.T, cmd *cli.Command) (string, bool) {
 	t.Helper()
-	app := newApp()
-	pruneUnnamed(app, args)
-	p := parseArgv(app, args)
-	if p.help || p.unknown || len(p.path) == 1 {
-		return nil, false
-	}
-	job, err := jobOf(p, args)
-	if err != nil {
-		return nil, false
-	}
-	dir, ok := p.value(args, "host-root")
-	if !ok {
-		dir = os.Getenv("VGPU_HOST_ROOT")
-	}
-	root, err := host.NewRoot(dir)
+	root, err := host.NewRoot(cmd.String("host-root"))
 	if err != nil || root.IsReal() {
-		return nil, false
+		return "", false
 	}
-	uri, ok := p.value(args, "connect")
+	uri, ok := cmd.String("connect"), cmd.IsSet("connect")
 	for _, env := range []string{"VGPU_HOST_CONNECT", "LIBVIRT_DEFAULT_URI"} {
 		if !ok {
 			uri, ok = os.LookupEnv(env)
@@ -75,36 +77,16 @@ func (v *viaAgent) run(t *testing.T, args []string, out, errw io.Writer) (error,
 	if !ok {
 		uri = "test:///default"
 	}
-	req, _, ok := agentRequest(p, job, args)
-	if !ok {
-		return nil, false
-	}
 	key := root.Dir() + " " + uri
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	socket, ok := v.agents[key]
 	if !ok {
 		socket = v.start(t, root, uri)
 		v.agents[key] = socket
 	}
 	v.forwarded++
-	v.mu.Unlock()
-	res, err := agent.Client{Socket: socket}.Exec(context.Background(), req)
-	if err != nil {
-		t.Fatalf("through the agent: %v", err)
-	}
-	io.WriteString(out, res.Stdout)
-	if res.ExitCode == 0 {
-		io.WriteString(errw, res.Stderr)
-		return nil, true
-	}
-	// main printed the error last: "vgpu-host: MESSAGE\n".
-	i := strings.LastIndex("\n"+res.Stderr, "\nvgpu-host: ")
-	if i < 0 {
-		t.Fatalf("exit %d without an error line:\n%s", res.ExitCode, res.Stderr)
-	}
-	io.WriteString(errw, res.Stderr[:i])
-	msg := strings.TrimSuffix(res.Stderr[i+len("vgpu-host: "):], "\n")
-	return cli.Exit(msg, res.ExitCode), true
+	return socket, true
 }
 
 // start serves an agent for root and uri on a socket outside the root, until the test ends.

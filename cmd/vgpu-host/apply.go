@@ -165,6 +165,9 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if cmd.IsSet("no-start") {
 		o.NoStart = cmd.Bool("no-start")
 	}
+	if rv := runEnvOf(cmd); rv != nil {
+		o.ReadKey = rv.readKey
+	}
 	if out == "table" {
 		o.Progress = cmd.Root().ErrWriter
 	}

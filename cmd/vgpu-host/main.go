@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -102,7 +103,7 @@ func newAppOf(build func(name string) bool) *cli.Command {
 			cmds[i] = &cli.Command{Name: c.name, HideHelp: true}
 		}
 	}
-	return &cli.Command{
+	app := &cli.Command{
 		Name:    appName,
 		Usage:   "inspect, prepare and attach GPUs on libvirt/KVM hosts",
 		Version: buildinfo.Version(),
@@ -114,6 +115,8 @@ func newAppOf(build func(name string) bool) *cli.Command {
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 	}
+	wireAgent(app)
+	return app
 }
 
 func main() {
@@ -134,9 +137,6 @@ func main() {
 		os.Exit(code)
 	}
 	app := newAppFor(os.Args[1:])
-	if code, done := forward(app, os.Args[1:], os.Stdout, os.Stderr); done {
-		os.Exit(code)
-	}
 	os.Exit(execute(app, os.Args, os.Stderr))
 }
 
@@ -195,7 +195,8 @@ func executeCtx(ctx context.Context, app *cli.Command, args []string, stderr io.
 	if err == nil {
 		err = notFound
 	}
-	if err != nil {
+	var forwarded agentExit
+	if err != nil && !errors.As(err, &forwarded) {
 		fmt.Fprintf(stderr, "vgpu-host: %v\n", err)
 	}
 	return exitCode(err)
