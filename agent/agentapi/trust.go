@@ -31,18 +31,24 @@ type UntrustedSocketError struct {
 	// Problem is what is wrong with Path ("is owned by uid 65534", "is writable by group or
 	// others"); Fix is what to do about it.
 	Problem, Fix string
+
+	dirOnly bool // Socket is the directory the agent would bind its socket in
 }
 
 func (e *UntrustedSocketError) Error() string {
-	what := "its directory " + e.Path
+	what, of := "its directory "+e.Path, "agent socket"
 	switch {
+	case e.dirOnly && e.Path == e.Socket:
+		what, of = "it", "agent socket directory"
+	case e.dirOnly:
+		what, of = e.Path+", above it,", "agent socket directory"
 	case e.Path == e.Socket:
 		what = "the socket"
 	case e.Path != filepath.Dir(e.Socket):
 		what = e.Path + ", above it,"
 	}
-	return fmt.Sprintf("%s %s: %s %s (owner uid %d, mode %s): whoever controls it can answer in the agent's place and receive your commands and files; %s",
-		ErrUntrustedSocket, e.Socket, what, e.Problem, e.UID, e.Mode, e.Fix)
+	return fmt.Sprintf("untrusted %s %s: %s %s (owner uid %d, mode %s): whoever controls it can answer in the agent's place and receive its callers' commands and files; %s",
+		of, e.Socket, what, e.Problem, e.UID, e.Mode, e.Fix)
 }
 
 // Unwrap returns ErrUntrustedSocket.
@@ -135,7 +141,12 @@ func CheckSocketDirTrusted(dir string, wantUIDs ...uint32) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("agent socket directory %q: want an absolute path", dir)
 	}
-	return checkDir(filepath.Join(dir, "*"), dir, trustedOwners(wantUIDs))
+	err := checkDir(dir, dir, trustedOwners(wantUIDs))
+	var ue *UntrustedSocketError
+	if errors.As(err, &ue) {
+		ue.dirOnly = true
+	}
+	return err
 }
 
 // checkDir checks the socket's own directory, then the path to it.
@@ -148,7 +159,7 @@ func checkDir(socket, dir string, owners []uint32) error {
 	bad := func(problem, fix string) error {
 		return &UntrustedSocketError{Socket: socket, Path: dir, UID: uid, Mode: st.Mode(), Problem: problem, Fix: fix}
 	}
-	fixDir := fmt.Sprintf("if it is yours, make it root's and not writable by others (chown root %s; chmod go-w %s), or remove it and let the agent create it; or choose another socket", dir, dir)
+	fixDir := fmt.Sprintf("if you made it, make it root's and not writable by others (chown root %s; chmod go-w %s), or remove it and let the agent create it; or choose another socket", dir, dir)
 	switch {
 	case st.Mode()&os.ModeSymlink != 0:
 		return bad("is a symbolic link", fmt.Sprintf("make it a directory (rm %s; the agent creates it), or name the real path", dir))
