@@ -5,10 +5,12 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
@@ -82,5 +84,47 @@ func TestAgentSocketRefusal(t *testing.T) {
 	}
 	if _, _, ok := agentSocketRefusal(agentapi.ErrUnreachable, agentAlways, &bytes.Buffer{}); ok {
 		t.Error("no agent is not a refusal of the socket")
+	}
+}
+
+// TestCLINeverTalksToHijackedSocket: a socket in a run/vgpu-host that nobody owns (where
+// anyone could have put it) gets nothing from the CLI, in either mode; the message says what
+// is wrong. (With forward calling agentSocketRefusal: exit 4 with always, in-process in auto.)
+func TestCLINeverTalksToHijackedSocket(t *testing.T) {
+	testenv.RequireRoot(t)
+	tr := hosttest.New(t)
+	socket := agentSocketUnder(tr.Root)
+	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Chown(filepath.Dir(socket), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			got <- struct{}{}
+			c.Close()
+		}
+	}()
+	for _, mode := range []string{agentAlways, agentAuto} {
+		var out, errw bytes.Buffer
+		args := []string{"--agent", mode, "--host-root", tr.Dir(), "inspect"}
+		app := newApp()
+		pruneUnnamed(app, args)
+		code, done := forward(app, args, &out, &errw)
+		if done && (code == 0 || !strings.Contains(errw.String(), "untrusted agent socket "+socket)) {
+			t.Errorf("--agent %s: exit %d:\n%s", mode, code, errw.String())
+		}
+	}
+	select {
+	case <-got:
+		t.Error("the CLI connected to the hijacked socket")
+	case <-time.After(200 * time.Millisecond):
 	}
 }
