@@ -15,14 +15,35 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
 // DefaultSocketMode is the socket's mode unless Server.SocketMode says otherwise (the other
-// defaults of the Server's limits are agentapi's).
+// defaults of the Server's limits are agentapi's, but for those of connections below).
 const DefaultSocketMode = 0o660
+
+// Limits on connections (docs/agent.md, Limits), which keep one local user from exhausting
+// the agent's file descriptors and memory with connections that send nothing, or a body a
+// byte at a time. Root's connections are never counted nor refused: root can always reach
+// /v1/health.
+const (
+	// DefaultMaxConnsPerUID bounds the open connections of one non-root uid.
+	DefaultMaxConnsPerUID = 32
+	// DefaultMaxConns bounds the open connections of all non-root uids together.
+	DefaultMaxConns = 256
+	// DefaultBodyTimeout bounds the reading of a request's body, from the end of its headers
+	// (read within HeaderTimeout).
+	DefaultBodyTimeout = 30 * time.Second
+	// HeaderTimeout bounds the reading of a request's headers.
+	HeaderTimeout = 10 * time.Second
+	// IdleTimeout closes a connection that sends no new request for this long.
+	IdleTimeout = time.Minute
+	// MaxHeaderBytes bounds a request's headers.
+	MaxHeaderBytes = 64 << 10
+)
 
 // Server is the agent: it owns the socket, checks every caller, queues mutations and runs
 // every operation through its Runner. Set the fields, then call Listen and Serve.
@@ -51,6 +72,12 @@ type Server struct {
 	// ShutdownTimeout bounds how long a stopping agent waits for the operation in flight
 	// (DefaultShutdownTimeout when 0).
 	ShutdownTimeout time.Duration
+	// BodyTimeout bounds the reading of a request's body (DefaultBodyTimeout when 0).
+	BodyTimeout time.Duration
+	// MaxConnsPerUID and MaxConns bound the open connections of one non-root uid and of all
+	// non-root uids together (DefaultMaxConnsPerUID, DefaultMaxConns when 0); a connection
+	// over either is answered 503 and closed at once.
+	MaxConnsPerUID, MaxConns int
 
 	// URI is the libvirt URI the agent's commands use.
 	URI string
@@ -71,6 +98,7 @@ type Server struct {
 	Drifts func() []any
 
 	ln      *net.UnixListener
+	conns   *capListener
 	http    *http.Server
 	started time.Time
 
@@ -105,13 +133,28 @@ func (s *Server) log() *slog.Logger {
 // Listen creates the socket. A socket file nobody answers on is stale (left by a killed
 // agent) and is replaced; one another agent answers on is not touched, and the error (wrapping
 // host.ErrBusy) names that agent's pid. Anything else at the path is refused.
+//
+// The socket's directory is created if need be, never through a link out of the host root
+// (ROOT/run -> /elsewhere), and must be trusted (agentapi.CheckSocketDirTrusted: root's or
+// the agent's own, not writable by group or others, nor any directory above it): otherwise
+// whoever controls it could swap in a socket of their own and receive the callers' commands.
+// Both refusals wrap host.ErrRefused.
 func (s *Server) Listen() error {
 	if !filepath.IsAbs(s.Socket) {
 		return fmt.Errorf("agent socket %q: want an absolute path: %w", s.Socket, host.ErrInvalid)
 	}
 	dir := filepath.Dir(s.Socket)
+	if err := s.checkInRoot(dir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create the agent socket's directory %s: %w", dir, err)
+	}
+	if err := s.checkInRoot(dir); err != nil {
+		return err
+	}
+	if err := agentapi.CheckSocketDirTrusted(dir, s.trustedUIDs()...); err != nil {
+		return refused{fmt.Errorf("refuse to serve: %w", err)}
 	}
 	if err := s.removeStale(); err != nil {
 		return err
@@ -147,6 +190,47 @@ func (s *Server) Listen() error {
 	}
 	s.ln = ln
 	return nil
+}
+
+// checkInRoot refuses a socket directory under the host root that symlinks lead out of it:
+// a fake tree's run -> /run would otherwise have the agent create and serve a socket on the
+// real host (host.Root.CheckInside). A socket named outside the root (--socket) is the
+// operator's choice, and only checked for trust.
+func (s *Server) checkInRoot(dir string) error {
+	if s.Root.IsReal() {
+		return nil
+	}
+	rel, err := filepath.Rel(s.Root.Dir(), dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil
+	}
+	if err := s.Root.CheckInside(dir); err != nil {
+		return fmt.Errorf("agent socket %s: %w", s.Socket, err)
+	}
+	return nil
+}
+
+// trustedUIDs may own the socket's directory: root, and the agent's own uid.
+func (s *Server) trustedUIDs() []uint32 { return []uint32{0, uint32(os.Geteuid())} }
+
+// refused is a refusal by a safety check (exit 4) whose text is its own.
+type refused struct{ error }
+
+func (e refused) Unwrap() error        { return e.error }
+func (e refused) Is(target error) bool { return target == host.ErrRefused }
+
+// Close removes the socket Listen created, for an agent that stops before Serve (Serve
+// removes it itself).
+func (s *Server) Close() error {
+	if s.ln == nil {
+		return nil
+	}
+	err := s.ln.Close()
+	s.ln = nil
+	if rerr := os.Remove(s.Socket); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return fmt.Errorf("remove the agent socket %s: %w", s.Socket, rerr)
+	}
+	return err
 }
 
 // removeStale removes a socket left by an agent that is gone.
@@ -197,15 +281,17 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.started = time.Now()
 	s.queue = make(chan *task, 1024)
+	perUID, total := s.connCaps()
+	s.conns = newCapListener(s.ln, perUID, total, s.log())
 	s.http = &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       time.Minute,
+		Handler:           s.boundBodies(s.Handler()),
+		ReadHeaderTimeout: HeaderTimeout,
+		IdleTimeout:       IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			p, err := peerCred(c)
-			if err != nil {
-				s.log().Warn("no peer credentials: the connection is treated as an unknown non-root caller", "err", err)
-				p = Peer{UID: ^uint32(0), GID: ^uint32(0), PID: -1}
+			p := unknownPeer
+			if pc, ok := c.(*peerConn); ok {
+				p = pc.peer
 			}
 			return context.WithValue(ctx, peerKey{}, p)
 		},
@@ -217,7 +303,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.worker.Add(1)
 	go s.work(ctx)
 	errc := make(chan error, 1)
-	go func() { errc <- s.http.Serve(s.ln) }()
+	go func() { errc <- s.http.Serve(s.conns) }()
 	s.log().Info("agent serving", "socket", s.Socket, "root", s.Root.Dir(), "group", s.GroupName, "version", buildinfo.Version())
 
 	var serveErr error

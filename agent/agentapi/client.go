@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,18 +36,57 @@ func (e *StatusError) Error() string {
 // Client talks to the agent over its socket: one HTTP/1.1 request per connection, written
 // and read here with net and bufio (net/http's client, and the crypto/tls it links, would
 // cost every vgpu-host start its package initialisation for a local socket).
+//
+// Before it connects, the Client checks that the socket can be trusted (CheckSocketTrusted):
+// a socket, or a directory on its path, that someone other than root or the caller could have
+// put there is refused with an *UntrustedSocketError, so that nobody can listen in the
+// agent's place and receive a root caller's commands and files.
 type Client struct {
 	// Socket is the agent's socket.
 	Socket string
+	// TrustUIDs are who may own the socket and its directories (CheckSocketTrusted's default
+	// when empty: root and this process's effective uid).
+	TrustUIDs []uint32
 }
 
 // Dial reports whether an agent accepts connections on the socket (it does not send a request).
 func (c Client) Dial() error {
-	conn, err := net.DialTimeout("unix", c.Socket, time.Second)
+	conn, err := c.dial(context.Background(), time.Second)
 	if err != nil {
-		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.Socket, err)
+		return err
 	}
 	return conn.Close()
+}
+
+// dial checks the socket's trust, then connects: no socket, or a connection refused, is
+// ErrUnreachable; a socket this caller may not connect to is a *SocketPermissionError.
+func (c Client) dial(ctx context.Context, timeout time.Duration) (net.Conn, error) {
+	if err := CheckSocketTrusted(c.Socket, c.TrustUIDs...); err != nil {
+		var ue *UntrustedSocketError
+		if errors.As(err, &ue) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w at %s", ErrUnreachable, c.Socket)
+	}
+	d := net.Dialer{Timeout: timeout}
+	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	if err == nil {
+		return conn, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("agent at %s: %w", c.Socket, ctx.Err())
+	}
+	if errors.Is(err, syscall.EACCES) {
+		pe := &SocketPermissionError{Socket: c.Socket}
+		if st, serr := os.Lstat(c.Socket); serr == nil {
+			pe.Mode = st.Mode()
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				pe.UID, pe.GID = sys.Uid, sys.Gid
+			}
+		}
+		return nil, pe
+	}
+	return nil, fmt.Errorf("%w at %s", ErrUnreachable, c.Socket)
 }
 
 // Exec sends a command line to POST /v1/exec and returns what it printed and its exit code.
@@ -57,7 +98,8 @@ func (c Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 }
 
 // Do sends a request with body (JSON-encoded unless it is []byte) and decodes a 200 answer
-// into out. When ctx ends the connection is closed (the agent sees its caller leave) and the
+// into out. An untrusted socket is an *UntrustedSocketError, one the caller may not connect
+// to a *SocketPermissionError (which is ErrUnreachable too), no agent ErrUnreachable. When ctx ends the connection is closed (the agent sees its caller leave) and the
 // error wraps ctx's.
 func (c Client) Do(ctx context.Context, method, path string, body, out any) error {
 	var payload []byte
@@ -72,13 +114,9 @@ func (c Client) Do(ctx context.Context, method, path string, body, out any) erro
 		}
 		payload = j
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.Socket)
+	conn, err := c.dial(ctx, 0)
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("agent at %s: %w", c.Socket, ctx.Err())
-		}
-		return fmt.Errorf("%w at %s", ErrUnreachable, c.Socket)
+		return err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })

@@ -18,7 +18,8 @@ func agentCommand() *cli.Command {
 			"connect; changes need root or the group, run one at a time in arrival order, and are\n" +
 			"logged with the caller's uid and pid. The CLI uses the agent when one answers (--agent).\n" +
 			"SIGTERM finishes the operation in flight, removes the socket and exits 0. Exit codes:\n" +
-			"0 stopped, 1 failed, 2 usage, 5 another agent answers on the socket.",
+			"0 stopped, 1 failed, 2 usage, 4 the socket's directory is not trusted (not root's, or writable by\n" +
+			"others, or a link out of --host-root), 5 another agent answers on the socket.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Usage: "the socket `PATH` (default " + agentapi.DefaultSocket + " under --host-root)"},
 			&cli.StringFlag{Name: "group", Value: agentapi.DefaultGroup, Usage: "the `GROUP` that owns the socket and may change the host (the default is used only if it exists; empty: root only)"},

@@ -149,6 +149,11 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 	if srv.RequestTimeout <= 0 || srv.ShutdownTimeout <= 0 {
 		return usageErr("--request-timeout and --shutdown-timeout must be positive")
 	}
+	if addr := cmd.String("metrics-listen"); addr != "" {
+		if err := checkListenAddr(addr); err != nil {
+			return usageErr("--metrics-listen %q: %v (want host:port, e.g. 127.0.0.1:9400)", addr, err)
+		}
+	}
 	if err := srv.Listen(); err != nil {
 		if errors.Is(err, host.ErrBusy) {
 			return err
@@ -159,6 +164,9 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 	defer stop()
 	watcher, ready, err := agentParts(cmd, srv)
 	if err != nil {
+		if cerr := srv.Close(); cerr != nil {
+			srv.Log.Warn("agent not started", "err", cerr)
+		}
 		return err
 	}
 	go func() {
@@ -169,4 +177,17 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 		}
 	}()
 	return srv.Serve(ctx)
+}
+
+// checkListenAddr says what is wrong with a TCP address to listen on (host:port, the host
+// optional), before the agent creates its socket: a usage error leaves nothing behind.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return err
+	}
+	return nil
 }
