@@ -147,7 +147,7 @@ func TestClientRefusesUntrustedSocket(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = dir
-			err := Client{Socket: s.Socket}.Do(context.Background(), "POST", "/v1/exec", ExecRequest{Args: []string{"change", "x"}}, nil)
+			err := Client{Socket: s.Socket}.Do(context.Background(), "POST", "/v1/exec", cmdReq("change", "x"), nil)
 			t.Log(err)
 			if !errors.Is(err, agentapi.ErrUntrustedSocket) || errors.Is(err, ErrUnreachable) {
 				t.Errorf("error %v: want ErrUntrustedSocket (and not ErrUnreachable)", err)

@@ -115,6 +115,12 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 	}
 	cmd.Root().Metadata[forwardedKey] = true
 	res, err := agentapi.Client{Socket: socket}.Exec(ctx, req)
+	if code, done, ok := agentSocketRefusal(err, mode, stderr); ok {
+		if !done {
+			delete(cmd.Root().Metadata, forwardedKey)
+		}
+		return code, done
+	}
 	var se *agentapi.StatusError
 	switch {
 	case err == nil:

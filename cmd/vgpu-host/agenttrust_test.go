@@ -113,13 +113,17 @@ func TestCLINeverTalksToHijackedSocket(t *testing.T) {
 		}
 	}()
 	for _, mode := range []string{agentAlways, agentAuto} {
-		var out, errw bytes.Buffer
 		args := []string{"--agent", mode, "--host-root", tr.Dir(), "inspect"}
 		app := newApp()
 		pruneUnnamed(app, args)
-		code, done := forward(app, args, &out, &errw)
-		if done && (code == 0 || !strings.Contains(errw.String(), "untrusted agent socket "+socket)) {
-			t.Errorf("--agent %s: exit %d:\n%s", mode, code, errw.String())
+		var out, errw bytes.Buffer
+		app.Writer, app.ErrWriter = &out, &errw
+		code := execute(app, append([]string{"vgpu-host"}, args...), &errw)
+		switch {
+		case mode == agentAlways && (code != exitRefused || !strings.Contains(errw.String(), "untrusted agent socket "+socket)):
+			t.Errorf("--agent always: exit %d, want 4 naming the socket:\n%s", code, errw.String())
+		case mode == agentAuto && (code != 0 || !strings.Contains(errw.String(), "warning: not using the agent")):
+			t.Errorf("--agent auto: exit %d, want the in-process run after a warning:\n%s", code, errw.String())
 		}
 	}
 	select {
