@@ -18,6 +18,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // h200 is the replay of a real H200's NVML answers (../shared/fixtures/nvidia-h200), MIG off
@@ -286,5 +287,41 @@ func TestH200ReplayRules(t *testing.T) {
 	}
 	if fmt.Sprint(s2.State()) != fmt.Sprint(s.State()) {
 		t.Errorf("restored %v, saved %v", s2.State(), s.State())
+	}
+}
+
+// Without NVML (mdev place on a MIG-backed vGPU type read from sysfs) placement uses NVIDIA's
+// documented geometry: on the H200 it gives what the real GPU reports, and the types NVIDIA
+// names for it (H200X-3-71C, H200X-1-18CME) find their profiles.
+func TestH200DocumentedGeometryAndVGPUTypes(t *testing.T) {
+	_, b := h200(t)
+	st, err := b.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := st.GPUs[0]
+	var names []string
+	for _, p := range g.Profiles {
+		names = append(names, p.Name)
+	}
+	doc, err := mig.DocumentedGPU(g.Address, 7, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range g.Profiles {
+		d, err := doc.LookupProfile(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Max != p.Max || fmt.Sprint(d.Placements) != fmt.Sprint(p.Placements) || d.ComputeSlices != p.ComputeSlices || d.MemorySlices != p.MemorySlices {
+			t.Errorf("%s: documented %+v; NVML %+v", p.Name, d, p)
+		}
+	}
+	for typ, want := range map[string]string{"NVIDIA H200X-3-71C": "3g.71gb", "H200X-1-18CME": "1g.18gb+me", "H200X-1-35C": "1g.35gb", "H200X-7-141C": "7g.141gb"} {
+		prof, _, ok := vgpu.MIGBacking(typ)
+		p, err := g.LookupProfile(prof)
+		if !ok || err != nil || p.Name != want {
+			t.Errorf("%s: profile %q (%v), %s, %v; want %s", typ, prof, ok, p.Name, err, want)
+		}
 	}
 }
