@@ -19,6 +19,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/mig"
 )
 
 // APIVersion and Kind identify a host layout file.
@@ -222,7 +223,6 @@ func (e *ValidationError) Unwrap() error { return host.ErrInvalid }
 var (
 	configNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 	pciIDRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-fA-F]{4}$`) })
-	migProfileRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[1-8]g\.[0-9]+gb(\+[a-z0-9]+)*$`) })
 )
 
 type validator struct {
@@ -444,10 +444,13 @@ func (v *validator) profiles(p string, ps []ProfileCount) {
 	slices := 0
 	for i, pc := range ps {
 		pp := fmt.Sprintf("%s[%d]", p, i)
-		if !migProfileRE().MatchString(pc.Profile) {
-			v.add(pp+".profile", "%q: want a MIG profile name like 1g.10gb, 3g.40gb or 1g.10gb+me", pc.Profile)
+		// mig.ParseProfile is the one parser of profile names: what nvidia-smi prints
+		// ("3g.40gb", "MIG 1g.18gb", "1g.18gb+me") or a profile ID ("9"), whose slices only the
+		// GPU knows (the plan checks them).
+		if ref, err := mig.ParseProfile(pc.Profile); err != nil {
+			v.add(pp+".profile", "%q: want a MIG profile as nvidia-smi prints it (1g.10gb, 3g.40gb, 1g.10gb+me, MIG 2g.35gb) or its profile ID (9)", pc.Profile)
 		} else {
-			slices += int(pc.Profile[0]-'0') * max(pc.Count, 0)
+			slices += ref.ComputeSlices * max(pc.Count, 0)
 		}
 		if pc.Count < 1 || pc.Count > 7 {
 			v.add(pp+".count", "%d: want 1..7 (a GPU has at most 7 MIG slices)", pc.Count)

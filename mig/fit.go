@@ -17,12 +17,18 @@ func (g GPU) Where() string {
 	return "GPU " + g.Address
 }
 
-// LookupProfile returns the profile of g that name names ("3g.20gb", "1c.1g.5gb", any case).
-// An unknown name is an error wrapping host.ErrNotFound with a did-you-mean listing g's profiles.
+// LookupProfile returns the profile of g that name names, by ParseProfile's rules: a name as
+// NVIDIA prints it ("3g.40gb", "MIG 1g.18gb", "1c.1g.5gb", any case) or the profile ID
+// nvidia-smi prints ("9"). An unknown name is an error wrapping host.ErrNotFound with a
+// did-you-mean listing g's profiles.
 func (g GPU) LookupProfile(name string) (Profile, error) {
-	want := normName(name)
+	ref, perr := ParseProfile(name)
 	for _, p := range g.Profiles {
-		if normName(p.Name) == want {
+		switch {
+		case perr != nil:
+		case ref.Name == "" && p.ID == ref.ID:
+			return p, nil
+		case ref.Name != "" && normName(p.Name) == ref.Name:
 			return p, nil
 		}
 	}
@@ -108,12 +114,19 @@ func FitWith(g GPU, keep []Instance, want []string) ([]Placement, error) {
 		used |= in.Placement.mask()
 		holders = append(holders, holder{in.Profile, in.Placement})
 	}
-	// Biggest first; ties keep the caller's order (stable), so the result is deterministic.
+	// Biggest first (memory slices, then compute slices: a 1g.35gb takes two memory slices);
+	// ties keep the caller's order (stable), so the result is deterministic.
 	order := make([]int, len(profs))
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool { return profs[order[a]].Slices > profs[order[b]].Slices })
+	sort.SliceStable(order, func(a, b int) bool {
+		pa, pb := profs[order[a]], profs[order[b]]
+		if pa.MemorySlices != pb.MemorySlices {
+			return pa.MemorySlices > pb.MemorySlices
+		}
+		return pa.ComputeSlices > pb.ComputeSlices
+	})
 	out := make([]Placement, len(profs))
 	if s := search(profs, order, 0, used, out); s {
 		return out, nil

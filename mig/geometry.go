@@ -10,22 +10,18 @@ import (
 )
 
 // parseName splits a profile name "1g.10gb+me" into its compute slices, memory in GB and
-// attribute suffix ("+me", "-me", "+gfx", "").
+// attribute suffix ("+me", "-me", "+gfx", "+me.all", ""), through ParseProfile.
 func parseName(name string) (g, gb int, suffix string, ok bool) {
-	n := normName(name)
-	if i := strings.IndexAny(n, "+-"); i >= 0 {
-		n, suffix = n[:i], n[i:]
-	}
-	gs, mem, found := strings.Cut(n, "g.")
-	if !found || !strings.HasSuffix(mem, "gb") {
+	r, err := ParseProfile(name)
+	if err != nil || r.Name == "" {
 		return 0, 0, "", false
 	}
-	g, err1 := strconv.Atoi(gs)
-	gb, err2 := strconv.Atoi(strings.TrimSuffix(mem, "gb"))
-	if err1 != nil || err2 != nil || g < 1 || gb < 1 {
+	m := profileNameRE().FindStringSubmatch(r.Name)
+	gb, err = strconv.Atoi(m[2])
+	if err != nil || gb < 1 {
 		return 0, 0, "", false
 	}
-	return g, gb, suffix, true
+	return r.ComputeSlices, gb, m[3], true
 }
 
 // DocumentedGPU is the MIG geometry NVIDIA's MIG user guide documents for a GPU with compute
@@ -39,9 +35,9 @@ func DocumentedGPU(address string, compute int, profiles []string) (GPU, error) 
 	if compute != 7 && compute != 4 {
 		return GPU{}, fmt.Errorf("MIG geometry of a %d-slice GPU: %w: vgpu-host knows 7-slice (A100, H100, H200) and 4-slice (A30) GPUs", compute, host.ErrUnsupported)
 	}
-	g := GPU{Address: address, Capable: true, Enabled: true, Slices: 8}
+	g := GPU{Address: address, Capable: true, Enabled: true, ComputeSlices: compute, MemorySlices: 8}
 	if compute == 4 {
-		g.Slices = 4
+		g.MemorySlices = 4
 	}
 	smallest1g := 0
 	for _, name := range profiles {
@@ -53,13 +49,13 @@ func DocumentedGPU(address string, compute int, profiles []string) (GPU, error) 
 	for _, name := range profiles {
 		sg, gb, suffix, ok := parseName(name)
 		if !ok {
-			return GPU{}, fmt.Errorf("MIG profile %q: %w: not NAME like 3g.40gb", name, host.ErrInvalid)
+			return GPU{}, fmt.Errorf("MIG profile %q: %w: not a name like 3g.40gb", name, host.ErrInvalid)
 		}
 		if seen[normName(name)] {
 			continue
 		}
 		seen[normName(name)] = true
-		p := Profile{Name: normName(name), ID: -1, Slices: sg}
+		p := Profile{Name: normName(name), ID: -1, Index: -1, ComputeSlices: sg}
 		span, starts := sg, []int{}
 		switch {
 		case sg == 1 && suffix == "" && gb > smallest1g: // the double-memory 1g (REV2)
@@ -73,7 +69,7 @@ func DocumentedGPU(address string, compute int, profiles []string) (GPU, error) 
 		// profiles whose memory spans more (3g, 7g, the double-memory 1g), which may reach the end.
 		limit := compute
 		if span != sg {
-			limit = g.Slices
+			limit = g.MemorySlices
 		}
 		for s := 0; s+span <= limit; s += span {
 			starts = append(starts, s)
@@ -84,13 +80,14 @@ func DocumentedGPU(address string, compute int, profiles []string) (GPU, error) 
 		for _, s := range starts {
 			p.Placements = append(p.Placements, Placement{Start: s, Size: span})
 		}
+		p.MemorySlices = span
 		p.Max = len(starts)
 		if strings.HasPrefix(suffix, "+me") {
 			p.Max = 1
 		}
 		g.Profiles = append(g.Profiles, p)
 	}
-	sort.SliceStable(g.Profiles, func(i, j int) bool { return g.Profiles[i].Slices < g.Profiles[j].Slices })
+	sort.SliceStable(g.Profiles, func(i, j int) bool { return g.Profiles[i].ComputeSlices < g.Profiles[j].ComputeSlices })
 	return g, nil
 }
 

@@ -11,24 +11,34 @@ package mig
 import "context"
 
 // Profile is one GPU-instance profile a GPU offers, named the way nvidia-smi and NVIDIA's
-// operators name it ("1g.5gb", "3g.40gb", "1g.10gb+me").
+// operators name it ("1g.18gb", "3g.71gb", "1g.18gb+me").
+//
+// A profile counts two kinds of slices, kept apart: its name's "<g>g" is compute slices (7 for
+// the whole GPU), its placements are in memory slices (8 on an A100, H100 or H200: the whole
+// GPU is placement {0}:8, a 3g instance takes four).
 type Profile struct {
 	// Name is the profile's name, e.g. "3g.40gb".
 	Name string `json:"name"`
-	// ID is NVML's GPU-instance profile id (nvml.GPU_INSTANCE_PROFILE_*).
+	// ID is the profile's ID as NVML reports it (GpuInstanceProfileInfo.Id): what nvidia-smi
+	// mig -lgip prints as ID and nvidia-smi mig -cgi takes (19 for 1g.18gb on an H200).
 	ID int `json:"id"`
-	// Slices is how many of the GPU's memory slices one instance occupies.
-	Slices int `json:"slices"`
+	// Index is NVML's profile index (nvml.GPU_INSTANCE_PROFILE_*, the argument of
+	// GetGpuInstanceProfileInfo), which says the profile's kind; -1 when not read from NVML.
+	Index int `json:"index"`
+	// ComputeSlices is how many compute slices ("g") one instance has.
+	ComputeSlices int `json:"compute_slices"`
+	// MemorySlices is how many memory slices one instance occupies (its placements' size).
+	MemorySlices int `json:"memory_slices"`
 	// MemoryMiB is one instance's memory.
 	MemoryMiB uint64 `json:"memory_mib"`
 	// Max is how many instances of this profile alone fit on an empty GPU.
 	Max int `json:"max"`
-	// Placements are the slice ranges an instance of this profile may start at (NVML's
+	// Placements are the memory-slice ranges an instance of this profile may occupy (NVML's
 	// possible placements): profiles occupy fixed slices, so free capacity is not just a sum.
 	Placements []Placement `json:"placements"`
 }
 
-// Placement is a range of memory slices [Start, Start+Size).
+// Placement is a range of memory slices [Start, Start+Size); nvidia-smi writes it {Start}:Size.
 type Placement struct {
 	Start int `json:"start"`
 	Size  int `json:"size"`
@@ -40,7 +50,7 @@ type Instance struct {
 	ID int `json:"id"`
 	// Profile is its profile's name.
 	Profile string `json:"profile"`
-	// Placement is the slices it occupies.
+	// Placement is the memory slices it occupies.
 	Placement Placement `json:"placement"`
 	// ComputeInstances counts the compute instances inside it.
 	ComputeInstances int `json:"compute_instances"`
@@ -61,10 +71,14 @@ type GPU struct {
 	// Enabled is the current MIG mode; Pending the mode after the next GPU reset, when they differ.
 	Enabled bool `json:"mig_enabled"`
 	Pending bool `json:"mig_pending"`
-	// Slices is the number of slice positions the GPU's placements span: 8 on an A100, whose
-	// seven compute slices sit on eight memory slices (a 3g instance occupies four, 0-3 or 4-7;
-	// slice 7 takes no 1g instance). Computed from NVML's possible placements.
-	Slices int `json:"slices"`
+	// ComputeSlices is the GPU's compute slices: the most any of its profiles has (7 on an
+	// A100, H100 or H200; 4 on an A30).
+	ComputeSlices int `json:"compute_slices"`
+	// MemorySlices is the number of memory-slice positions the GPU's placements span: 8 on an
+	// A100, H100 or H200, whose seven compute slices sit on eight memory slices (a 3g instance
+	// occupies four, 0-3 or 4-7; slice 7 takes no 1g instance). Computed from NVML's possible
+	// placements.
+	MemorySlices int `json:"memory_slices"`
 	// Profiles are the GPU-instance profiles the GPU offers (empty unless Capable).
 	Profiles []Profile `json:"profiles,omitempty"`
 	// Instances are the GPU instances that exist now.

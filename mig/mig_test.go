@@ -2,6 +2,7 @@ package mig
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -13,8 +14,10 @@ import (
 func TestProfileNameAsNVIDIA(t *testing.T) {
 	const a100_80 = 81920 << 20
 	const a100_40 = 40960 << 20
+	const h200 = 150754820096
+	const h100 = 81559 << 20
 	for _, tc := range []struct {
-		id       int
+		index    int
 		mib, dev uint64
 		want     string
 	}{
@@ -30,14 +33,72 @@ func TestProfileNameAsNVIDIA(t *testing.T) {
 		{Profile1SliceNoME, 9728, a100_80, "1g.10gb-me"},
 		{Profile1SliceAllME, 9728, a100_80, "1g.10gb+me.all"},
 		{Profile2SliceGfx, 19968, a100_80, "2g.20gb+gfx"},
+		// A real H200 (../shared/fixtures/nvidia-h200: memory_total and MemorySizeMB as NVML
+		// reported them, names as nvidia-smi mig -lgip printed them).
+		{Profile1Slice, 16384, h200, "1g.18gb"},
+		{Profile1SliceRev1, 16384, h200, "1g.18gb+me"},
+		{Profile1SliceRev2, 33280, h200, "1g.35gb"},
+		{Profile2Slice, 33280, h200, "2g.35gb"},
+		{Profile3Slice, 71424, h200, "3g.71gb"},
+		{Profile4Slice, 71424, h200, "4g.71gb"},
+		{Profile7Slice, 143360, h200, "7g.141gb"},
+		// An H100 80GB HBM3 (81559 MiB; nvidia-smi mig -lgip prints 9.75, 19.62 and 39.50 GiB
+		// for 1g.10gb, 1g.20gb and 3g.40gb; the 7g's size is assumed just under the total).
+		{Profile1Slice, 9984, h100, "1g.10gb"},
+		{Profile1SliceRev1, 9984, h100, "1g.10gb+me"},
+		{Profile1SliceRev2, 20096, h100, "1g.20gb"},
+		{Profile2Slice, 20096, h100, "2g.20gb"},
+		{Profile3Slice, 40448, h100, "3g.40gb"},
+		{Profile4Slice, 40448, h100, "4g.40gb"},
+		{Profile7Slice, 80896, h100, "7g.80gb"},
 	} {
-		got, err := ProfileName(tc.id, tc.mib, tc.dev)
+		got, err := ProfileName(tc.index, tc.mib, tc.dev)
 		if err != nil || got != tc.want {
-			t.Errorf("ProfileName(%d, %d MiB) = %q, %v; want %q", tc.id, tc.mib, got, err, tc.want)
+			t.Errorf("ProfileName(%d, %d MiB) = %q, %v; want %q", tc.index, tc.mib, got, err, tc.want)
 		}
 	}
 	if _, err := ProfileName(99, 1, 1); err == nil {
-		t.Error("unknown profile id named")
+		t.Error("unknown profile index named")
+	}
+}
+
+// ParseProfile, the one parser of profile names, takes what NVIDIA's tools and documents
+// print, and LookupProfile finds a GPU's profile by it: by name or by the profile ID.
+func TestParseAndLookupProfile(t *testing.T) {
+	for in, want := range map[string]string{
+		"3g.40gb": "3g.40gb", "MIG 3g.40gb": "3g.40gb", " mig 1g.10gb ": "1g.10gb", "1C.1G.10GB": "1g.10gb",
+		"1g.18gb+me": "1g.18gb+me", "1g.10gb+me.all": "1g.10gb+me.all", "2g.20gb-me": "2g.20gb-me",
+		"2g.20gb+gfx": "2g.20gb+gfx", "7g.141gb": "7g.141gb", "9": "#9", "MIG 0": "#0",
+	} {
+		r, err := ParseProfile(in)
+		got := r.Name
+		if r.Name == "" {
+			got = fmt.Sprintf("#%d", r.ID)
+		}
+		if err != nil || got != want {
+			t.Errorf("ParseProfile(%q) = %+v, %v; want %s", in, r, err, want)
+		}
+	}
+	for _, bad := range []string{"", "3g", "3g.40", "9g.40gb", "2c.1g.10gb", "-1", "1g.10gb+", "A100-3-40C"} {
+		if r, err := ParseProfile(bad); !errors.Is(err, host.ErrInvalid) {
+			t.Errorf("ParseProfile(%q) = %+v, %v; want an error wrapping ErrInvalid", bad, r, err)
+		}
+	}
+	g := a100()
+	for in, want := range map[string]string{"9": "3g.40gb", "MIG 3g.40gb": "3g.40gb", "0": "7g.80gb", "19": "1g.10gb", "1c.1g.10gb": "1g.10gb"} {
+		if p, err := g.LookupProfile(in); err != nil || p.Name != want {
+			t.Errorf("LookupProfile(%q) = %s, %v; want %s", in, p.Name, err, want)
+		}
+	}
+	for _, bad := range []string{"4", "1g.5gb", "MIG x"} {
+		if _, err := g.LookupProfile(bad); !errors.Is(err, host.ErrNotFound) {
+			t.Errorf("LookupProfile(%q): %v; want not found", bad, err)
+		}
+	}
+	// Plan takes the same names and IDs, and plans in canonical names.
+	c, err := Plan(State{GPUs: []GPU{g}}, map[string][]string{g.Address: {"MIG 4g.40gb", "9"}})
+	if err != nil || len(c.Steps) != 2 || c.Steps[0].Profile != "4g.40gb" || c.Steps[1].Profile != "3g.40gb" {
+		t.Errorf("plan MIG 4g.40gb, 9: %+v, %v", c, err)
 	}
 }
 
@@ -50,12 +111,12 @@ func a100() GPU {
 		}
 		return out
 	}
-	return GPU{Address: "0000:41:00.0", Capable: true, Enabled: true, Slices: 8, Profiles: []Profile{
-		{Name: "1g.10gb", ID: Profile1Slice, Slices: 1, Max: 7, Placements: pl(1, 0, 1, 2, 3, 4, 5, 6)},
-		{Name: "2g.20gb", ID: Profile2Slice, Slices: 2, Max: 3, Placements: pl(2, 0, 2, 4)},
-		{Name: "3g.40gb", ID: Profile3Slice, Slices: 3, Max: 2, Placements: pl(4, 0, 4)},
-		{Name: "4g.40gb", ID: Profile4Slice, Slices: 4, Max: 1, Placements: pl(4, 0)},
-		{Name: "7g.80gb", ID: Profile7Slice, Slices: 7, Max: 1, Placements: pl(8, 0)},
+	return GPU{Address: "0000:41:00.0", Capable: true, Enabled: true, ComputeSlices: 7, MemorySlices: 8, Profiles: []Profile{
+		{Name: "1g.10gb", ID: 19, Index: Profile1Slice, ComputeSlices: 1, MemorySlices: 1, Max: 7, Placements: pl(1, 0, 1, 2, 3, 4, 5, 6)},
+		{Name: "2g.20gb", ID: 14, Index: Profile2Slice, ComputeSlices: 2, MemorySlices: 2, Max: 3, Placements: pl(2, 0, 2, 4)},
+		{Name: "3g.40gb", ID: 9, Index: Profile3Slice, ComputeSlices: 3, MemorySlices: 4, Max: 2, Placements: pl(4, 0, 4)},
+		{Name: "4g.40gb", ID: 5, Index: Profile4Slice, ComputeSlices: 4, MemorySlices: 4, Max: 1, Placements: pl(4, 0)},
+		{Name: "7g.80gb", ID: 0, Index: Profile7Slice, ComputeSlices: 7, MemorySlices: 8, Max: 1, Placements: pl(8, 0)},
 	}}
 }
 

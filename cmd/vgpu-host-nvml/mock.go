@@ -17,12 +17,24 @@ import (
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
 )
 
-// The test build (go build -tags nvmlmock) serves a mock NVML when the environment asks:
-// EnvMock=dgxa100 serves go-nvml's DGX A100 mock. With EnvMockState naming a file, the mock's
-// MIG modes and GPU instances are read from it at start and written back after every change,
-// so that state carries from one vgpu-host command (one helper process) to the next. Release
-// builds (make build) do not contain this file.
+// The test build (go build -tags nvmlmock) serves a stand-in for NVML when the environment asks:
+//
+//   - EnvFacts=FILE replays a capture of a real machine's NVML answers (mocknvml.Facts, the
+//     format of ../shared/fixtures/nvidia-h200/nvml-facts.json; docs/mig.md), with MIG mode and
+//     GPU instances kept on top of it by NVIDIA's placement rules. A capture wins over a mock:
+//     with both set, the facts are served.
+//   - EnvMock=dgxa100 serves go-nvml's DGX A100 mock (corrected to real profile IDs).
+//
+// Each helper process is one vgpu-host command, so by default every command starts from the
+// capture's (or the mock's) own state. With EnvMockState naming a file, the MIG modes and GPU
+// instances are read from it at start and written back after every change, so that state
+// carries from one command to the next (mig apply, then mig plan has nothing to do). The state
+// is a file of its own, not one beside the facts: captures are shared, read-only fixtures
+// (CI mounts shared/ read-only), and two tests replaying one capture must not see each
+// other's instances. Release builds (make build) contain none of this: the helper a host
+// runs as root answers only from the driver.
 const (
+	EnvFacts     = "VGPU_HOST_NVML_FACTS"
 	EnvMock      = "VGPU_HOST_NVML_MOCK"
 	EnvMockState = "VGPU_HOST_NVML_MOCK_STATE"
 )
@@ -48,6 +60,9 @@ type mockInstance struct {
 
 func init() {
 	mockLib = func() nvml.Interface {
+		if path := os.Getenv(EnvFacts); path != "" {
+			return factsLib(path)
+		}
 		if os.Getenv(EnvMock) != "dgxa100" {
 			return nil
 		}
@@ -61,6 +76,25 @@ func init() {
 		}
 		return s
 	}
+}
+
+// factsLib is the replay of the capture at path, with its state from EnvMockState if set. A
+// capture that cannot be read ends the helper (exit 1), as the mock's state does.
+func factsLib(path string) nvml.Interface {
+	f, err := mocknvml.LoadFacts(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvFacts, err)
+		os.Exit(1)
+	}
+	s := mocknvml.NewFacts(f)
+	if st := os.Getenv(EnvMockState); st != "" {
+		if err := s.LoadState(st); err != nil {
+			fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvMockState, err)
+			os.Exit(1)
+		}
+		mockSave = func() error { return s.SaveState(st) }
+	}
+	return s
 }
 
 func loadMock(s *dgxa100.Server, path string) error {
@@ -82,12 +116,19 @@ func loadMock(s *dgxa100.Server, path string) error {
 		d := s.Devices[i].(*dgxa100.Device)
 		d.MigMode = g.MigMode
 		for _, in := range g.Instances {
-			info, ret := d.GetGpuInstanceProfileInfo(int(in.ProfileID))
+			index, ok := mocknvml.ProfileIndex(in.ProfileID) // saved is the profile's ID, as NVML reports it
+			if !ok {
+				return fmt.Errorf("GPU %d: no profile has ID %d", i, in.ProfileID)
+			}
+			info, ret := d.GetGpuInstanceProfileInfo(index)
 			if ret != nvml.SUCCESS {
-				return fmt.Errorf("GPU %d: profile %d: %v", i, in.ProfileID, ret)
+				return fmt.Errorf("GPU %d: profile index %d: %v", i, index, ret)
 			}
 			d.GpuInstanceCounter = in.ID // keep the instance's id
-			gi, _ := d.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: in.Start, Size: in.Size})
+			gi, ret := d.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: in.Start, Size: in.Size})
+			if ret != nvml.SUCCESS {
+				return fmt.Errorf("GPU %d: GPU instance %d: %v", i, in.ID, ret)
+			}
 			for c := 0; c < in.ComputeInstances; c++ {
 				id, _ := nvmlmig.CIProfile(int(info.SliceCount))
 				ci, ret := gi.GetComputeInstanceProfileInfo(id, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)

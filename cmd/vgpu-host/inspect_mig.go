@@ -56,7 +56,7 @@ func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory) 
 // nvmlDescribes reports whether NVML describes the host at root: the real root, or any root
 // when the NVML helper is a mock (its test build, VGPU_HOST_NVML_MOCK).
 func nvmlDescribes(root host.Root) bool {
-	return root.IsReal() || os.Getenv("VGPU_HOST_NVML_MOCK") != ""
+	return root.IsReal() || os.Getenv("VGPU_HOST_NVML_MOCK") != "" || os.Getenv("VGPU_HOST_NVML_FACTS") != ""
 }
 
 // readMIGState asks NVML for the MIG state through the helper, within migInventoryTimeout.

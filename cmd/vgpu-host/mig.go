@@ -18,8 +18,9 @@ func migCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "mig",
 		Usage: "show and set NVIDIA MIG GPU instances through NVML (docs/mig.md)",
-		Description: "MIG splits a GPU (A100, H100, ...) into GPU instances of fixed profiles (1g.10gb, 3g.40gb, ...)\n" +
-			"at fixed slices. vgpu-host talks to NVML through its helper vgpu-host-nvml. plan and apply\n" +
+		Description: "MIG splits a GPU (A100, H100, H200, ...) into GPU instances of fixed profiles (1g.10gb, 3g.40gb,\n" +
+			"...; named and numbered as nvidia-smi mig -lgip prints them) at fixed memory slices.\n" +
+			"vgpu-host talks to NVML through its helper vgpu-host-nvml. plan and apply\n" +
 			"bring one GPU to exactly a list of profiles: instances already right are kept, the rest\n" +
 			"destroyed or created; a list that cannot fit is refused before any change. Exit codes:\n" +
 			"0 ok (or nothing to do), 1 failed, 2 usage, 5 the profiles do not fit (or an instance is in\n" +
@@ -134,33 +135,47 @@ func migTable(out io.Writer, gs []MIGGPUView) error {
 	return nil
 }
 
-// migGPUTable prints one MIG-capable GPU's profiles and instances.
+// migGPUTable prints one MIG-capable GPU's profiles and instances, as nvidia-smi mig -lgip and
+// -lgipp name them: the profile's name and ID, its compute slices ("g") and the memory slices
+// one instance occupies, and placements in memory slices ({0,4}:4).
 func migGPUTable(out io.Writer, g MIGGPUView) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "  PROFILE\tID\tMEMORY\tMAX\tFITS NOW\tFREE PLACEMENTS")
+	fmt.Fprintf(w, "  %d compute slices on %d memory slices\n", g.ComputeSlices, g.MemorySlices)
+	fmt.Fprintln(w, "  PROFILE\tID\tCOMPUTE SLICES\tMEMORY SLICES\tMEMORY\tMAX\tFITS NOW\tFREE PLACEMENTS")
 	for j, p := range g.Profiles {
 		f := g.Free[j]
-		var pls []string
-		for _, pl := range f.Placements {
-			pls = append(pls, pl.String())
-		}
-		fmt.Fprintf(w, "  %s\t%d\t%d MiB\t%d\t%d\t%s\n", p.Name, p.ID, p.MemoryMiB, p.Max, f.Fits, dash(strings.Join(pls, " ")))
+		fmt.Fprintf(w, "  %s\t%d\t%d\t%d\t%d MiB\t%d\t%d\t%s\n", p.Name, p.ID, p.ComputeSlices, p.MemorySlices, p.MemoryMiB, p.Max, f.Fits, dash(placementsText(f.Placements)))
 	}
 	if len(g.Instances) == 0 {
 		fmt.Fprintln(w, "  no GPU instances")
 		return w.Flush()
 	}
-	fmt.Fprintln(w, "  INSTANCE\tPROFILE\tSLICES\tCOMPUTE INSTANCES")
+	fmt.Fprintln(w, "  INSTANCE\tPROFILE\tPLACEMENT\tMEMORY SLICES\tCOMPUTE INSTANCES")
 	for _, in := range g.Instances {
-		fmt.Fprintf(w, "  %d\t%s\t%s\t%d\n", in.ID, in.Profile, in.Placement, in.ComputeInstances)
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%d\n", in.ID, in.Profile, placementsText([]mig.Placement{in.Placement}), in.Placement, in.ComputeInstances)
 	}
 	return w.Flush()
+}
+
+// placementsText writes placements as nvidia-smi mig -lgipp does: the starts, then the size in
+// memory slices, "{0,2,4}:2"; placements of different sizes each on their own.
+func placementsText(pls []mig.Placement) string {
+	var parts []string
+	for i := 0; i < len(pls); {
+		j, starts := i, []string{}
+		for ; j < len(pls) && pls[j].Size == pls[i].Size; j++ {
+			starts = append(starts, strconv.Itoa(pls[j].Start))
+		}
+		parts = append(parts, fmt.Sprintf("{%s}:%d", strings.Join(starts, ","), pls[i].Size))
+		i = j
+	}
+	return strings.Join(parts, " ")
 }
 
 func migPlanFlags(apply bool) []cli.Flag {
 	fs := []cli.Flag{
 		&cli.StringFlag{Name: "gpu", Required: true, Usage: "the GPU: PCI `ADDRESS` (0000:41:00.0), NVML index or UUID"},
-		&cli.StringFlag{Name: "profiles", Required: true, Usage: "the GPU instances wanted, comma-separated, NAME*N for N of one (1g.10gb*7, 3g.40gb,4g.40gb); empty for none"},
+		&cli.StringFlag{Name: "profiles", Required: true, Usage: "the GPU instances wanted, comma-separated, each a profile as nvidia-smi mig -lgip names it (3g.40gb, MIG 1g.18gb, 1g.10gb+me) or its profile ID (9); NAME*N for N of one (1g.10gb*7); empty for none"},
 		&cli.BoolFlag{Name: "disable-mig", Usage: "with --profiles '': also turn MIG mode off"},
 	}
 	if apply {

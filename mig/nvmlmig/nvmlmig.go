@@ -1,7 +1,8 @@
 // Package nvmlmig is mig.Backend on NVML, through github.com/NVIDIA/go-nvml. go-nvml is cgo
 // (it dlopens libnvidia-ml.so.1 at Init), so only the NVML helper binary, vgpu-host-nvml,
 // imports this package; vgpu-host talks to it through mig/remote. It is tested against
-// go-nvml's own mock of a DGX A100 (pkg/nvml/mock/dgxa100).
+// a replay of a real H200's NVML answers and go-nvml's own mock of a DGX A100
+// (mig/nvmlmig/mocknvml).
 package nvmlmig
 
 import (
@@ -162,29 +163,38 @@ func readGPU(index int, dev nvml.Device) (*gpu, error) {
 	if err := nvErr(where+": memory size", ret); err != nil {
 		return nil, err
 	}
-	for id := 0; id < nvml.GPU_INSTANCE_PROFILE_COUNT; id++ {
-		info, ret := dev.GetGpuInstanceProfileInfo(id)
+	// Every profile index NVML knows, none skipped: the index says the profile's kind (its
+	// compute slices and attribute), info.Id is its ID as nvidia-smi prints it, and the two
+	// differ on real GPUs (index 0, 1g.18gb on an H200, has ID 19).
+	for index := 0; index < nvml.GPU_INSTANCE_PROFILE_COUNT; index++ {
+		info, ret := dev.GetGpuInstanceProfileInfo(index)
 		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
 			continue // the GPU does not offer this profile
 		}
-		if err := nvErr(fmt.Sprintf("%s: GPU instance profile %d", where, id), ret); err != nil {
+		if err := nvErr(fmt.Sprintf("%s: GPU instance profile index %d", where, index), ret); err != nil {
 			return nil, err
 		}
-		name, err := mig.ProfileName(int(info.Id), info.MemorySizeMB, mem.Total)
+		name, err := mig.ProfileName(index, info.MemorySizeMB, mem.Total)
 		if err != nil {
-			continue // a profile newer than this build: not offered through vgpu-host
+			return nil, fmt.Errorf("%s: GPU instance profile index %d (ID %d): %w", where, index, info.Id, err)
 		}
-		p := mig.Profile{Name: name, ID: int(info.Id), Slices: int(info.SliceCount), MemoryMiB: info.MemorySizeMB, Max: int(info.InstanceCount), Placements: []mig.Placement{}}
+		p := mig.Profile{Name: name, ID: int(info.Id), Index: index, ComputeSlices: int(info.SliceCount), MemoryMiB: info.MemorySizeMB,
+			Max: int(info.InstanceCount), Placements: []mig.Placement{}}
+		g.g.ComputeSlices = max(g.g.ComputeSlices, p.ComputeSlices)
 		pls, ret := dev.GetGpuInstancePossiblePlacements(&info)
 		if err := nvErr(fmt.Sprintf("%s: placements of %s", where, name), ret); err != nil {
 			return nil, err
 		}
 		for _, pl := range pls {
 			p.Placements = append(p.Placements, mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
-			g.g.Slices = max(g.g.Slices, int(pl.Start+pl.Size))
+			p.MemorySlices = max(p.MemorySlices, int(pl.Size))
+			g.g.MemorySlices = max(g.g.MemorySlices, int(pl.Start+pl.Size))
 		}
 		g.g.Profiles = append(g.g.Profiles, p)
 		g.infos[name] = info
+		if !g.g.Enabled {
+			continue // no instances; NVML answers GetGpuInstances with Not Supported
+		}
 		gis, ret := dev.GetGpuInstances(&info)
 		if err := nvErr(fmt.Sprintf("%s: GPU instances of %s", where, name), ret); err != nil {
 			return nil, err
@@ -400,6 +410,9 @@ func (b *Backend) Destroy(ctx context.Context, address string, id int) error {
 	g, err := b.find(ctx, address)
 	if err != nil {
 		return err
+	}
+	if !g.g.Enabled {
+		return nil // MIG off: no GPU instance exists
 	}
 	for name, info := range g.infos {
 		gis, ret := g.dev.GetGpuInstances(&info)

@@ -33,9 +33,13 @@ func nvmlInstances(t *testing.T, s *dgxa100.Server, i int) ([]string, map[string
 	var out []string
 	ids := map[string]uint32{}
 	for gi := range d.GpuInstances {
-		info, _ := d.GetGpuInstanceProfileInfo(int(gi.Info.ProfileId))
+		index, ok := mocknvml.ProfileIndex(gi.Info.ProfileId) // NVML records the profile's ID, not its index
+		if !ok {
+			t.Fatalf("GPU %d: GPU instance %d has profile ID %d, which no profile has", i, gi.Info.Id, gi.Info.ProfileId)
+		}
+		info, _ := d.GetGpuInstanceProfileInfo(index)
 		mem, _ := d.GetMemoryInfo()
-		name, err := mig.ProfileName(int(info.Id), info.MemorySizeMB, mem.Total)
+		name, err := mig.ProfileName(index, info.MemorySizeMB, mem.Total)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +92,8 @@ func TestProfileIDsMatchNVML(t *testing.T) {
 	}
 }
 
-// The mock's profiles carry the names nvidia-smi gives an A100-SXM4-40GB.
+// The mock's profiles carry the names and IDs nvidia-smi gives an A100-SXM4-40GB (the IDs as
+// on real GPUs: go-nvml's mock alone reports each profile's index as its ID).
 func TestStateNamesTheMockProfiles(t *testing.T) {
 	s := newDGXA100(t)
 	st, err := New(s).State(context.Background())
@@ -99,7 +104,7 @@ func TestStateNamesTheMockProfiles(t *testing.T) {
 		t.Fatalf("%d GPUs, want 8", len(st.GPUs))
 	}
 	g := st.GPUs[1]
-	if g.Address != "0000:01:00.0" || !g.Capable || g.Enabled || g.Slices != 8 {
+	if g.Address != "0000:01:00.0" || !g.Capable || g.Enabled || g.MemorySlices != 8 || g.ComputeSlices != 7 {
 		t.Fatalf("GPU 1 = %+v", g)
 	}
 	var names []string
@@ -107,7 +112,7 @@ func TestStateNamesTheMockProfiles(t *testing.T) {
 		names = append(names, fmt.Sprintf("%s(id %d, max %d)", p.Name, p.ID, p.Max))
 	}
 	got := strings.Join(names, " ")
-	want := "1g.5gb(id 0, max 7) 2g.10gb(id 1, max 3) 3g.20gb(id 2, max 2) 4g.20gb(id 3, max 1) 7g.40gb(id 4, max 1) 1g.5gb+me(id 7, max 1) 1g.10gb(id 9, max 4)"
+	want := "1g.5gb(id 19, max 7) 2g.10gb(id 14, max 3) 3g.20gb(id 9, max 2) 4g.20gb(id 5, max 1) 7g.40gb(id 0, max 1) 1g.5gb+me(id 20, max 1) 1g.10gb(id 15, max 4)"
 	if got != want {
 		t.Errorf("profiles:\n got %s\nwant %s", got, want)
 	}
@@ -283,15 +288,15 @@ func TestDocumentedGeometryMatchesNVML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc.Slices != g.Slices {
-		t.Errorf("slices: documented %d, NVML %d", doc.Slices, g.Slices)
+	if doc.MemorySlices != g.MemorySlices || doc.ComputeSlices != g.ComputeSlices {
+		t.Errorf("slices: documented %d/%d, NVML %d/%d", doc.ComputeSlices, doc.MemorySlices, g.ComputeSlices, g.MemorySlices)
 	}
 	for _, p := range g.Profiles {
 		d, err := doc.LookupProfile(p.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Max != p.Max || fmt.Sprint(d.Placements) != fmt.Sprint(p.Placements) {
+		if d.Max != p.Max || fmt.Sprint(d.Placements) != fmt.Sprint(p.Placements) || d.MemorySlices != p.MemorySlices || d.ComputeSlices != p.ComputeSlices {
 			t.Errorf("%s: documented max %d at %v; NVML max %d at %v", p.Name, d.Max, d.Placements, p.Max, p.Placements)
 		}
 	}

@@ -1,0 +1,327 @@
+package nvmlmig
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
+	"github.com/vgpu-host/vgpu-host/vgpu"
+)
+
+// h200 is the replay of a real H200's NVML answers (../shared/fixtures/nvidia-h200), MIG off
+// as captured.
+func h200(t *testing.T) (*mocknvml.FactsServer, mig.Backend) {
+	t.Helper()
+	f, err := mocknvml.LoadFacts(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mocknvml.NewFacts(f)
+	if err := Init(s); err != nil {
+		t.Fatal(err)
+	}
+	return s, New(s)
+}
+
+// smiProfile is one GPU-instance profile as nvidia-smi mig -lgip and -lgipp print it.
+type smiProfile struct {
+	name              string
+	id, free, total   int
+	starts            []int
+	size              int
+	placementsPrinted bool
+}
+
+// nvidiaSMI parses the capture of nvidia-smi mig -lgip / -lgipp on the H200, by profile ID.
+func nvidiaSMI(t *testing.T) map[int]*smiProfile {
+	t.Helper()
+	fh, err := os.Open(hosttest.SharedFixture(t, "nvidia-h200/nvidia-smi-mig.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	// |   0  MIG 1g.18gb         19     7/7        16.00      No     16     1     0   |
+	lgip := regexp.MustCompile(`^\|\s+0\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)/(\d+)\s`)
+	// GPU  0 Profile ID 19 Placements: {0,1,2,3,4,5,6}:1
+	lgipp := regexp.MustCompile(`^GPU\s+0\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]+)\}:(\d+)`)
+	out := map[int]*smiProfile{}
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		if m := lgip.FindStringSubmatch(sc.Text()); m != nil {
+			p := &smiProfile{name: m[1]}
+			p.id, _ = strconv.Atoi(m[2])
+			p.free, _ = strconv.Atoi(m[3])
+			p.total, _ = strconv.Atoi(m[4])
+			out[p.id] = p
+		}
+		if m := lgipp.FindStringSubmatch(sc.Text()); m != nil {
+			id, _ := strconv.Atoi(m[1])
+			p := out[id]
+			if p == nil {
+				t.Fatalf("-lgipp lists profile ID %d that -lgip does not", id)
+			}
+			for _, s := range strings.Split(m[2], ",") {
+				n, _ := strconv.Atoi(s)
+				p.starts = append(p.starts, n)
+			}
+			p.size, _ = strconv.Atoi(m[3])
+			p.placementsPrinted = true
+		}
+	}
+	if len(out) != 7 {
+		t.Fatalf("parsed %d profiles from nvidia-smi-mig.txt, want 7", len(out))
+	}
+	return out
+}
+
+// The replay of the H200 gives exactly what nvidia-smi printed on the same GPU: every profile
+// (none dropped), its name, its ID, its instance count and its placements in memory slices.
+func TestH200ProfilesAsNvidiaSMI(t *testing.T) {
+	_, b := h200(t)
+	st, err := b.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.GPUs) != 1 {
+		t.Fatalf("%d GPUs, want 1", len(st.GPUs))
+	}
+	g := st.GPUs[0]
+	if g.Address != "0000:00:06.0" || g.Name != "NVIDIA H200" || !g.Capable || g.Enabled || g.ComputeSlices != 7 || g.MemorySlices != 8 {
+		t.Errorf("GPU: %+v", g)
+	}
+	smi := nvidiaSMI(t)
+	seen := map[int]bool{}
+	for _, p := range g.Profiles {
+		want := smi[p.ID]
+		if want == nil {
+			t.Errorf("vgpu-host lists %s (ID %d), nvidia-smi does not", p.Name, p.ID)
+			continue
+		}
+		seen[p.ID] = true
+		var starts []int
+		size := 0
+		for _, pl := range p.Placements {
+			starts = append(starts, pl.Start)
+			if size != 0 && pl.Size != size {
+				t.Errorf("%s: placements of different sizes: %v", p.Name, p.Placements)
+			}
+			size = pl.Size
+		}
+		if p.Name != want.name || p.Max != want.total || fmt.Sprint(starts) != fmt.Sprint(want.starts) || size != want.size || p.MemorySlices != want.size {
+			t.Errorf("profile ID %d: vgpu-host %s ×%d at %v:%d (%d memory slices); nvidia-smi %s ×%d at %v:%d",
+				p.ID, p.Name, p.Max, starts, size, p.MemorySlices, want.name, want.total, want.starts, want.size)
+		}
+		if c, _ := strconv.Atoi(strings.SplitN(want.name, "g", 2)[0]); p.ComputeSlices != c {
+			t.Errorf("%s: %d compute slices, want %d", p.Name, p.ComputeSlices, c)
+		}
+		// On the empty GPU every instance nvidia-smi counts free fits (mig show's FITS NOW).
+		if n, _ := mig.Capacity(g, p.Name, nil); n != want.free {
+			t.Errorf("%s: %d fit on the empty GPU, nvidia-smi says %d free", p.Name, n, want.free)
+		}
+	}
+	for id, p := range smi {
+		if !seen[id] {
+			t.Errorf("nvidia-smi lists %s (ID %d), vgpu-host does not", p.name, id)
+		}
+	}
+}
+
+// The IDs the corrected dgxa100 mock reports are the ones the real GPU reports for the same
+// profile index: a capture wins over a mock.
+func TestMockProfileIDsMatchTheCapture(t *testing.T) {
+	f, err := mocknvml.LoadFacts(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mock := mocknvml.DGXA100().Devices[0]
+	for _, p := range f.GPUs[0].Profiles {
+		if p.Info == nil {
+			if _, ok := mocknvml.ProfileIDs[p.Index]; ok {
+				t.Errorf("index %d: the mock has an ID, the H200 does not offer it", p.Index)
+			}
+			continue
+		}
+		if id, ok := mocknvml.ProfileIDs[p.Index]; !ok || id != p.Info.Id {
+			t.Errorf("index %d: mock ID %d (%v), the H200's %d", p.Index, id, ok, p.Info.Id)
+		}
+		if info, ret := mock.GetGpuInstanceProfileInfo(p.Index); ret == nvml.SUCCESS && info.Id != p.Info.Id {
+			t.Errorf("index %d: dgxa100 reports ID %d, the H200 %d", p.Index, info.Id, p.Info.Id)
+		}
+	}
+}
+
+// replayInstances lists the replay's GPU instances as "profile-ID@start:size", sorted.
+func replayInstances(s *mocknvml.FactsServer) string {
+	var out []string
+	for _, in := range s.State().GPUs[0].Instances {
+		out = append(out, fmt.Sprintf("%d@%d:%d", in.ProfileID, in.Start, in.Size))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// Lists that fit on an H200 plan and apply on its replay, at NVIDIA's placements, with a
+// compute instance in each; lists that do not are refused before any change.
+func TestH200PlanAndApply(t *testing.T) {
+	ctx := context.Background()
+	const gpu = "0000:00:06.0"
+	for _, tc := range []struct {
+		want []string
+		got  string // profile ID@start:size as NVML holds them
+	}{
+		{[]string{"3g.71gb", "3g.71gb"}, "9@0:4 9@4:4"},
+		{[]string{"1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb"}, "19@0:1 19@1:1 19@2:1 19@3:1 19@4:1 19@5:1 19@6:1"},
+		{[]string{"2g.35gb", "1g.35gb", "1g.35gb"}, "14@0:2 15@2:2 15@4:2"},
+		{[]string{"MIG 4g.71gb", "9"}, "5@0:4 9@4:4"},
+		{[]string{"7g.141gb"}, "0@0:8"},
+		{[]string{"1g.18gb+me", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb"}, "19@1:1 19@2:1 19@3:1 19@4:1 19@5:1 19@6:1 20@0:1"},
+	} {
+		s, b := h200(t)
+		st, err := b.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := mig.Plan(st, map[string][]string{gpu: tc.want})
+		if err != nil {
+			t.Errorf("plan %v: %v", tc.want, err)
+			continue
+		}
+		if err := mig.Apply(ctx, b, c); err != nil {
+			t.Errorf("apply %v: %v", tc.want, err)
+			continue
+		}
+		if got := replayInstances(s); got != tc.got {
+			t.Errorf("apply %v: NVML holds %s, want %s", tc.want, got, tc.got)
+		}
+		for _, in := range s.State().GPUs[0].Instances {
+			if in.ComputeInstances != 1 {
+				t.Errorf("apply %v: GPU instance %d has %d compute instances", tc.want, in.ID, in.ComputeInstances)
+			}
+		}
+		st, _ = b.State(ctx)
+		if again, err := mig.Plan(st, map[string][]string{gpu: tc.want}); err != nil || !again.Empty() {
+			t.Errorf("plan %v again: %v, %v", tc.want, again.Steps, err)
+		}
+	}
+	_, b := h200(t)
+	st, _ := b.State(ctx)
+	for _, tc := range []struct {
+		want []string
+		msg  string
+	}{
+		{[]string{"4g.71gb", "4g.71gb"}, "2× 4g.71gb do not fit: it holds at most 1"},
+		{[]string{"1g.18gb+me", "1g.18gb+me"}, "2× 1g.18gb+me do not fit: it holds at most 1"},
+		{[]string{"1g.35gb", "1g.35gb", "1g.35gb", "1g.35gb", "1g.18gb"}, "1g.18gb does not fit"},
+		{[]string{"4g.71gb", "3g.71gb", "1g.18gb"}, "does not fit"},
+		{[]string{"3g.40gb"}, "did you mean"},
+	} {
+		if _, err := mig.Plan(st, map[string][]string{gpu: tc.want}); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("plan %v: %v, want an error containing %q", tc.want, err, tc.msg)
+		}
+	}
+}
+
+// The replay keeps NVIDIA's rules when asked to create directly, as NVML does.
+func TestH200ReplayRules(t *testing.T) {
+	s, b := h200(t)
+	ctx := context.Background()
+	d, _ := s.DeviceGetHandleByIndex(0)
+	info3g, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	if _, ret := d.CreateGpuInstanceWithPlacement(&info3g, &nvml.GpuInstancePlacement{Start: 0, Size: 4}); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("create with MIG off: %v", ret)
+	}
+	if _, ret := d.GetGpuInstances(&info3g); ret != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("list instances with MIG off: %v", ret)
+	}
+	if err := b.SetMode(ctx, "0000:00:06.0", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pl   nvml.GpuInstancePlacement
+		want nvml.Return
+	}{
+		{nvml.GpuInstancePlacement{Start: 2, Size: 4}, nvml.ERROR_INVALID_ARGUMENT},
+		{nvml.GpuInstancePlacement{Start: 4, Size: 4}, nvml.SUCCESS},
+		{nvml.GpuInstancePlacement{Start: 4, Size: 4}, nvml.ERROR_INSUFFICIENT_RESOURCES},
+	} {
+		if _, ret := d.CreateGpuInstanceWithPlacement(&info3g, &tc.pl); ret != tc.want {
+			t.Errorf("create 3g.71gb at %+v: %v, want %v", tc.pl, ret, tc.want)
+		}
+	}
+	if n, _ := d.GetGpuInstanceRemainingCapacity(&info3g); n != 1 {
+		t.Errorf("remaining 3g.71gb: %d, want 1", n)
+	}
+	info1g, _ := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	if _, ret := d.CreateGpuInstanceWithPlacement(&info1g, &nvml.GpuInstancePlacement{Start: 5, Size: 1}); ret != nvml.ERROR_INSUFFICIENT_RESOURCES {
+		t.Errorf("1g.18gb over the 3g.71gb: %v", ret)
+	}
+	// Through the backend: a create over a held slice is refused naming the holder.
+	_, err := b.Create(ctx, "0000:00:06.0", "1g.18gb", 4)
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "3g.71gb") {
+		t.Errorf("create 1g.18gb at 4: %v", err)
+	}
+	if err := b.SetMode(ctx, "0000:00:06.0", false); !errors.Is(err, host.ErrBusy) {
+		t.Errorf("disable MIG with an instance: %v", err)
+	}
+	// The state survives a save and a restore, ids and all.
+	path := t.TempDir() + "/state.json"
+	if err := s.SaveState(path); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := h200(t)
+	if err := s2.LoadState(path); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(s2.State()) != fmt.Sprint(s.State()) {
+		t.Errorf("restored %v, saved %v", s2.State(), s.State())
+	}
+}
+
+// Without NVML (mdev place on a MIG-backed vGPU type read from sysfs) placement uses NVIDIA's
+// documented geometry: on the H200 it gives what the real GPU reports, and the types NVIDIA
+// names for it (H200X-3-71C, H200X-1-18CME) find their profiles.
+func TestH200DocumentedGeometryAndVGPUTypes(t *testing.T) {
+	_, b := h200(t)
+	st, err := b.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := st.GPUs[0]
+	var names []string
+	for _, p := range g.Profiles {
+		names = append(names, p.Name)
+	}
+	doc, err := mig.DocumentedGPU(g.Address, 7, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range g.Profiles {
+		d, err := doc.LookupProfile(p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Max != p.Max || fmt.Sprint(d.Placements) != fmt.Sprint(p.Placements) || d.ComputeSlices != p.ComputeSlices || d.MemorySlices != p.MemorySlices {
+			t.Errorf("%s: documented %+v; NVML %+v", p.Name, d, p)
+		}
+	}
+	for typ, want := range map[string]string{"NVIDIA H200X-3-71C": "3g.71gb", "H200X-1-18CME": "1g.18gb+me", "H200X-1-35C": "1g.35gb", "H200X-7-141C": "7g.141gb"} {
+		prof, _, ok := vgpu.MIGBacking(typ)
+		p, err := g.LookupProfile(prof)
+		if !ok || err != nil || p.Name != want {
+			t.Errorf("%s: profile %q (%v), %s, %v; want %s", typ, prof, ok, p.Name, err, want)
+		}
+	}
+}
