@@ -39,7 +39,7 @@ func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error)
 			return f, nil
 		}
 	}
-	resolved, err := walkInRoot(root, rel)
+	resolved, err := walkInRoot(root, rel, flag&syscall.O_NOFOLLOW != 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -76,8 +76,8 @@ func openat2InRoot(root, rel string, flag int, perm os.FileMode) (*os.File, erro
 // walkInRoot resolves rel under root one component at a time, following symlinks as the
 // kernel would if root were "/": an absolute target restarts at root, ".." stops at root.
 // It returns the resolved path (under root); the last component is not followed if it does
-// not exist.
-func walkInRoot(root, rel string) (string, error) {
+// not exist, or if nofollow is set (O_NOFOLLOW: the open that follows then fails with ELOOP).
+func walkInRoot(root, rel string, nofollow bool) (string, error) {
 	todo := strings.Split(rel, "/")
 	var done []string // resolved components below root
 	links := 0
@@ -102,7 +102,7 @@ func walkInRoot(root, rel string) (string, error) {
 			}
 			return "", err
 		}
-		if st.Mode()&os.ModeSymlink == 0 {
+		if st.Mode()&os.ModeSymlink == 0 || (nofollow && len(todo) == 0) {
 			done = append(done, c)
 			continue
 		}

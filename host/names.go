@@ -71,6 +71,11 @@ func ReadFileLimit(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readLimit(f, path, limit)
+}
+
+// readLimit reads f (opened from path) to its end, refusing more than limit bytes.
+func readLimit(f *os.File, path string, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)

@@ -262,6 +262,6 @@ func ApplyConfig(ctx context.Context, h *Host, f *File, name, source string, dat
 	if opts.DryRun {
 		return res, run()
 	}
-	err := filelock.With(h.Root.StateDir("layout.lock"), filelock.Exclusive, filelock.DefaultTimeout, run)
+	err := filelock.WithIn(h.Root, h.Root.StateDir("layout.lock"), filelock.Exclusive, filelock.DefaultTimeout, run)
 	return res, err
 }

@@ -49,7 +49,7 @@ func SaveSelection(root host.Root, s Selection) error {
 // LoadSelection reads the stored selection; nil when none was stored. The stored layout is
 // parsed again, so a damaged file is an error rather than a silent default.
 func LoadSelection(root host.Root) (*Selection, *File, error) {
-	b, err := host.ReadFileLimit(SelectionPath(root), host.MaxStateFileSize)
+	b, err := root.ReadFileLimit(SelectionPath(root), host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}

@@ -63,6 +63,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -154,6 +155,9 @@ type JournalStep struct {
 
 // Ledger is the on-disk ledger.
 type Ledger struct {
+	// root is the host root the ledger is under (the real root for OpenPath): its files and
+	// locks are opened inside it, never through a link or a FIFO (host.Root.OpenFile).
+	root   host.Root
 	legacy string // the old single document (ledger.json), read and migrated
 	dir    string // the ledger directory (ledger/)
 	lock   string
@@ -174,6 +178,7 @@ type Ledger struct {
 // symlinks in the tree lead out of root (Root.CheckInside).
 func Open(root host.Root) *Ledger {
 	l := OpenPath(root.StateDir("ledger.json"))
+	l.root = root
 	l.WriteFile = func(path string, data []byte, perm os.FileMode) error {
 		if err := root.CheckInside(path); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
@@ -204,11 +209,11 @@ func (l *Ledger) locked(mode filelock.Mode, fn func() error) error {
 	if timeout == 0 {
 		timeout = filelock.DefaultTimeout
 	}
-	release, err := filelock.Acquire(l.lock, mode, timeout)
+	lock, err := filelock.AcquireIn(l.root, l.lock, mode, timeout)
 	if err != nil {
 		return fmt.Errorf("ledger %s: %w", l.dir, err)
 	}
-	defer release()
+	defer lock.Release()
 	return fn()
 }
 
@@ -223,7 +228,7 @@ func (l *Ledger) removeStaleTemps() {
 	} {
 		stale, _ := filepath.Glob(pat)
 		for _, f := range stale {
-			_ = os.Remove(f)
+			_ = l.remove(f)
 		}
 	}
 }
@@ -316,23 +321,46 @@ func (l *Ledger) update(fn func(*Book) error, settle bool) error {
 // while the first runs gets host.ErrBusy instead of tearing the first one's half-applied
 // steps down under it. The kernel drops the lock when the process dies (kill -9), so an
 // interrupted apply never blocks the next one. Call the returned function to release it.
+//
+// The lock file is removed on release when the ledger has no file for vm (a VM destroyed, an
+// apply that failed before recording anything, a dry run), so that one file does not stay
+// for every VM name ever tried. Removing it is safe at any time, because the lock is taken
+// with filelock.AcquireIn and removed with Lock.RemoveAndRelease: the file is unlinked only
+// while its flock is held, and a process that had opened it before and gets its flock after
+// finds it no longer linked at the path and starts over on a new file, so two processes never
+// hold one VM's lock at once. A VM whose entry is only in a redo copy or in an old ledger.json
+// may lose its lock file too; the next apply or destroy creates it again.
 func (l *Ledger) LockVM(vm string) (unlock func(), err error) {
 	if err := host.CheckComponent("VM name", vm); err != nil {
 		return nil, fmt.Errorf("lock VM: %w", err)
 	}
 	dir := filepath.Join(filepath.Dir(l.legacy), "vms")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := l.root.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("VM lock directory %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, vm+".lock")
-	release, err := filelock.Acquire(path, filelock.Exclusive, 0)
+	lock, err := filelock.AcquireIn(l.root, path, filelock.Exclusive, 0)
 	if errors.Is(err, filelock.ErrTimeout) {
 		return nil, fmt.Errorf("VM %s is being applied or destroyed by another vgpu-host process: %w; wait for it to finish", vm, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock VM %s: %w", vm, err)
 	}
-	return release, nil
+	return func() {
+		if _, err := os.Lstat(l.VMPath(vm)); errors.Is(err, fs.ErrNotExist) {
+			_ = lock.RemoveAndRelease() // best effort: a lock file left behind is harmless
+			return
+		}
+		lock.Release()
+	}, nil
+}
+
+// remove removes one ledger file with Remove (os.Remove by default).
+func (l *Ledger) remove(path string) error {
+	if l.Remove != nil {
+		return l.Remove(path)
+	}
+	return os.Remove(path)
 }
 
 // Book is the ledger as a transaction (Update), a view (View) or a snapshot (Read) sees it.

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 )
@@ -345,5 +346,104 @@ func TestReadRemovesStaleTemps(t *testing.T) {
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Fatalf("stale temporary ledger file still there after a read: %v", err)
+	}
+}
+
+// TestLockVMFileRemovedWhenVMGone: vms/NAME.lock stayed for every VM name ever tried. The
+// lock file is now removed on unlock when the ledger has no entry for the VM, and kept while
+// it has one.
+func TestLockVMFileRemovedWhenVMGone(t *testing.T) {
+	dir := t.TempDir()
+	l := OpenPath(filepath.Join(dir, "ledger.json"))
+	lockFile := func(vm string) string { return filepath.Join(dir, "vms", vm+".lock") }
+	cycle := func(vm string) {
+		t.Helper()
+		unlock, err := l.LockVM(vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(lockFile(vm)); err != nil {
+			t.Fatalf("no lock file while %s is locked: %v", vm, err)
+		}
+		unlock()
+	}
+	cycle("never-applied")
+	if _, err := os.Stat(lockFile("never-applied")); !os.IsNotExist(err) {
+		t.Errorf("the lock file of a VM the ledger does not know stayed: %v", err)
+	}
+	if err := l.Update(func(b *Book) error { b.Entry("kept"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	cycle("kept")
+	if _, err := os.Stat(lockFile("kept")); err != nil {
+		t.Errorf("the lock file of a VM in the ledger was removed: %v", err)
+	}
+	if err := l.Update(func(b *Book) error { b.Delete("kept"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	cycle("kept")
+	if _, err := os.Stat(lockFile("kept")); !os.IsNotExist(err) {
+		t.Errorf("the lock file of a destroyed VM stayed: %v", err)
+	}
+}
+
+// TestLedgerStateFilesNotFollowed: under a fake host root, a ledger file or lock file that is
+// a symlink to a file outside the root was read (or truncated to the pid), and a FIFO in its
+// place hung the transaction. Each is now an error naming the path, at once.
+func TestLedgerStateFilesNotFollowed(t *testing.T) {
+	for _, file := range []string{"ledger.lock", "ledger.json", "ledger/claims.json", "ledger/vms/vm1.json", "vms/vm1.lock"} {
+		for _, kind := range []string{"symlink", "fifo"} {
+			t.Run(file+"/"+kind, func(t *testing.T) {
+				outside := filepath.Join(t.TempDir(), "shadow")
+				if err := os.WriteFile(outside, []byte(`{"version":2,"claims":{}}`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				root, err := host.NewRoot(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := Open(root)
+				if err := l.Update(func(b *Book) error { b.Entry("vm1"); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				p := root.StateDir(file)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.Remove(p)
+				if kind == "symlink" {
+					err = os.Symlink(outside, p)
+				} else {
+					err = syscall.Mkfifo(p, 0o644)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					if file == "vms/vm1.lock" {
+						unlock, err := l.LockVM("vm1")
+						if err == nil {
+							unlock()
+						}
+						done <- err
+						return
+					}
+					_, err := l.Read()
+					done <- errors.Join(err, l.Update(func(b *Book) error { b.VM("vm1"); return nil }))
+				}()
+				select {
+				case err = <-done:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("hangs on a %s at %s", kind, p)
+				}
+				if !errors.Is(err, host.ErrNotRegular) || !strings.Contains(err.Error(), p) {
+					t.Errorf("a %s at %s: %v", kind, p, err)
+				}
+				if b, _ := os.ReadFile(outside); string(b) != `{"version":2,"claims":{}}` {
+					t.Errorf("the file outside the root was written: %q", b)
+				}
+			})
+		}
 	}
 }

@@ -95,7 +95,7 @@ func (l *Ledger) open() (*Book, error) {
 // loadIndex reads claims.json, or rebuilds it from the VM files when it is missing.
 func (l *Ledger) loadIndex() (*index, error) {
 	path := l.IndexPath()
-	data, err := host.ReadFileLimit(path, host.MaxStateFileSize)
+	data, err := l.root.ReadFileLimit(path, host.MaxStateFileSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return l.rebuildIndex()
 	}
@@ -162,7 +162,7 @@ func (l *Ledger) rebuildIndex() (*index, error) {
 // readVMFile reads name's file: nil, 0 when there is none.
 func (l *Ledger) readVMFile(name string) (e *VM, gen uint64, exists bool, err error) {
 	path := l.VMPath(name)
-	raw, err := host.ReadFileLimit(path, host.MaxStateFileSize)
+	raw, err := l.root.ReadFileLimit(path, host.MaxStateFileSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, false, nil
 	}
@@ -300,11 +300,7 @@ func (l *Ledger) writeVMSettle(name string, e *VM, gen uint64, settle bool) erro
 }
 
 func (l *Ledger) removeVM(name string) error {
-	rm := l.Remove
-	if rm == nil {
-		rm = os.Remove
-	}
-	if err := rm(l.VMPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := l.remove(l.VMPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove ledger entry %s: %w", l.VMPath(name), err)
 	}
 	syncDir(l.vmsDir())
@@ -462,7 +458,7 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 // is none. A document whose VM entries are partly null returns the intact entries with the
 // error.
 func (l *Ledger) readLegacy() (*Book, error) {
-	data, err := host.ReadFileLimit(l.legacy, host.MaxStateFileSize)
+	data, err := l.root.ReadFileLimit(l.legacy, host.MaxStateFileSize)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -80,11 +80,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) ([]Instance, er
 	// the state record form one step, so two runs for one VM converge on the same instances
 	// instead of the second failing (EEXIST) and undoing what the first made.
 	if !m.DryRun {
-		release, err := filelock.Acquire(m.Root.StateDir("vgpu-create.lock"), filelock.Exclusive, filelock.DefaultTimeout)
+		lock, err := filelock.AcquireIn(m.Root, m.Root.StateDir("vgpu-create.lock"), filelock.Exclusive, filelock.DefaultTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("create vGPU instances: %w", err)
 		}
-		defer release()
+		defer lock.Release()
 	}
 	p, t, err := m.ResolveType(req.Parent, req.Profile)
 	if err != nil {

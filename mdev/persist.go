@@ -94,12 +94,14 @@ func (m *Manager) scanDefinitions() (defs []Definition, bad []badFile, err error
 			continue
 		}
 		for _, f := range files {
+			// A directory (or anything else) named as a definition is a bad file, not
+			// skipped: host restore reports it as a failed step naming the path.
 			id, err := ParseUUID(f.Name())
-			if err != nil || f.IsDir() {
+			if err != nil {
 				continue
 			}
 			path := m.mdevctlDir(p.Name(), f.Name())
-			b, err := host.ReadFileLimit(path, host.MaxStateFileSize)
+			b, err := m.Root.ReadFileLimit(path, host.MaxStateFileSize)
 			if err != nil {
 				bad = append(bad, badFile{path, fmt.Errorf("read mdev definition %s: %w", path, err)})
 				continue
@@ -141,7 +143,7 @@ func (m *Manager) Define(d Definition) (Definition, error) {
 // (ROOT/var/lib/vgpu-host/mdevctl.lock: mdevctl.d itself is mdevctl's directory, so the lock
 // file stays out of it).
 func (m *Manager) withDefinitionsLock(fn func() error) error {
-	return filelock.With(m.Root.StateDir("mdevctl.lock"), filelock.Exclusive, filelock.DefaultTimeout, fn)
+	return filelock.WithIn(m.Root, m.Root.StateDir("mdevctl.lock"), filelock.Exclusive, filelock.DefaultTimeout, fn)
 }
 
 func (m *Manager) define(d Definition) (Definition, error) {
@@ -193,7 +195,7 @@ func (m *Manager) define(d Definition) (Definition, error) {
 	if m.DryRun {
 		return d, nil
 	}
-	if old, err := os.ReadFile(d.Path); err == nil && string(old) == string(b) {
+	if old, err := m.Root.ReadFileLimit(d.Path, host.MaxStateFileSize); err == nil && string(old) == string(b) {
 		return d, nil
 	}
 	defs, err := m.Definitions()
@@ -268,7 +270,7 @@ func (m *Manager) SRIOVPath() string { return m.Root.Etc("vgpu-host", "sriov.jso
 
 // PersistedPFs returns the VF counts recorded for boot, sorted by address.
 func (m *Manager) PersistedPFs() ([]PersistedPF, error) {
-	b, err := host.ReadFileLimit(m.SRIOVPath(), host.MaxStateFileSize)
+	b, err := m.Root.ReadFileLimit(m.SRIOVPath(), host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -302,7 +304,7 @@ func (m *Manager) writePersisted(edit func([]PersistedPF) []PersistedPF) error {
 	if err := m.Root.CheckInside(m.SRIOVPath()); err != nil {
 		return fmt.Errorf("persist VF counts: %w", err)
 	}
-	return filelock.With(filelock.Sibling(m.SRIOVPath()), filelock.Exclusive, filelock.DefaultTimeout, func() error {
+	return filelock.WithIn(m.Root, filelock.Sibling(m.SRIOVPath()), filelock.Exclusive, filelock.DefaultTimeout, func() error {
 		return m.editPersisted(edit)
 	})
 }

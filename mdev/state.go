@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/filelock"
@@ -88,7 +87,7 @@ func (m *Manager) statePath() string { return m.Root.StateDir(stateFileName) }
 // readState reads the state file without locking (a missing file is an empty state).
 func (m *Manager) readState() (*state, error) {
 	st := &state{Version: 1}
-	b, err := host.ReadFileLimit(m.statePath(), host.MaxStateFileSize)
+	b, err := m.Root.ReadFileLimit(m.statePath(), host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
 	}
@@ -113,14 +112,14 @@ func (m *Manager) updateState(f func(*state) error) error {
 		return f(st)
 	}
 	dir := m.Root.StateDir()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := m.Root.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create state directory %s: %w", dir, err)
 	}
-	release, err := filelock.Acquire(m.Root.StateDir(stateLockName), filelock.Exclusive, filelock.DefaultTimeout)
+	lock, err := filelock.AcquireIn(m.Root, m.Root.StateDir(stateLockName), filelock.Exclusive, filelock.DefaultTimeout)
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer lock.Release()
 	st, err := m.readState()
 	if err != nil {
 		return err

@@ -66,7 +66,7 @@ func lockPath(root host.Root) string { return root.StateDir("vfio.lock") }
 func LoadLedger(root host.Root) (*Bindings, error) {
 	p := LedgerPath(root)
 	l := &Bindings{Version: LedgerVersion, Devices: map[string]Binding{}, Files: map[string]PersistedFile{}}
-	b, err := host.ReadFileLimit(p, host.MaxStateFileSize)
+	b, err := root.ReadFileLimit(p, host.MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return l, nil
 	}
@@ -134,9 +134,12 @@ func (l *Bindings) save(root host.Root) error {
 // lock takes an exclusive flock on ROOT/var/lib/vgpu-host/vfio.lock, waiting up to timeout for
 // another vgpu-host run to finish. The returned func releases it.
 func lock(root host.Root, timeout time.Duration) (func(), error) {
-	release, err := filelock.Acquire(lockPath(root), filelock.Exclusive, timeout)
+	l, err := filelock.AcquireIn(root, lockPath(root), filelock.Exclusive, timeout)
 	if errors.Is(err, filelock.ErrTimeout) {
 		return nil, fmt.Errorf("another vgpu-host bind/unbind is running: %w", err)
 	}
-	return release, err
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
 }
