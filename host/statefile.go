@@ -128,21 +128,7 @@ func (r Root) MkdirAll(path string, perm os.FileMode) error {
 // notRegular is the error for something other than a regular file where a state or lock file
 // belongs: it says what is there and the fix.
 func notRegular(path string, m fs.FileMode) error {
-	what := "not a regular file (mode " + m.String() + ")"
-	switch {
-	case m&fs.ModeSymlink != 0:
-		what = "a symbolic link"
-	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	case m&fs.ModeCharDevice != 0:
-		what = "a character device"
-	case m&fs.ModeDevice != 0:
-		what = "a block device"
-	case m.IsDir():
-		what = "a directory"
-	}
+	what := fileKind(m)
 	return fmt.Errorf("%s is %s, where vgpu-host keeps one of its state or lock files, which it only ever writes as a regular file; "+
 		"something else put it there, and vgpu-host neither reads nor writes through it: remove it (rm -r %s) and run again: %w", path, what, path, ErrNotRegular)
 }
@@ -164,4 +150,44 @@ func unixMode(m uint32) fs.FileMode {
 		return fs.ModeDir
 	}
 	return 0
+}
+
+// ReadRegularFileLimit reads a file a user names (a public key file a spec lists) like
+// ReadFileLimit, but only a regular file: the open never waits (O_NONBLOCK) and what was opened
+// must be a regular file, so a FIFO, socket, device or directory named there is an error
+// naming it instead of a read that waits for ever. Links are followed: a user's
+// ~/.ssh/id.pub may be one.
+func ReadRegularFileLimit(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a regular file: name the file itself: %w", path, fileKind(st.Mode()), ErrNotRegular)
+	}
+	return readLimit(f, path, limit)
+}
+
+// fileKind says in words what kind of file m is, for messages.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "not a regular file (mode " + m.String() + ")"
 }

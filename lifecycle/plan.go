@@ -571,7 +571,7 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 func (l *Lifecycle) seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 	readKey := l.o.ReadKey
 	if readKey == nil {
-		readKey = host.ReadFileLimit
+		readKey = host.ReadRegularFileLimit
 	}
 	ci := vm.Spec.CloudInit
 	s := cloudinit.Seed{UserData: ci.UserData, MetaData: ci.MetaData, NetworkConfig: ci.NetworkConfig}
@@ -589,7 +589,7 @@ func (l *Lifecycle) seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			return s, fmt.Errorf("%s: %s does not exist: %w", field, k, host.ErrNotFound)
-		case errors.Is(err, host.ErrTooLarge):
+		case errors.Is(err, host.ErrTooLarge), errors.Is(err, host.ErrNotRegular):
 			return s, fmt.Errorf("%s: %w (not a public key file): %w", field, err, host.ErrInvalid)
 		case err != nil:
 			return s, fmt.Errorf("%s: %w", field, err)

@@ -196,8 +196,12 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 	if err != nil {
 		return req, "", false // the in-process run reports it
 	}
-	read := func(name string, limit int64) (string, bool) {
-		b, err := host.ReadFileLimit(name, limit)
+	read := func(name string, limit int64, regular bool) (string, bool) {
+		readFile := host.ReadFileLimit // a spec may be a pipe: apply <(generate-spec)
+		if regular {
+			readFile = host.ReadRegularFileLimit
+		}
+		b, err := readFile(name, limit)
 		return string(b), err == nil
 	}
 	for _, name := range job.Files {
@@ -205,7 +209,7 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 			req.Files = map[string]string{}
 		}
 		var ok bool
-		if req.Files[name], ok = read(name, agentapi.DefaultMaxBody/2); !ok {
+		if req.Files[name], ok = read(name, agentapi.DefaultMaxBody/2, false); !ok {
 			return req, "", false
 		}
 		if !rule.specs {
@@ -223,7 +227,7 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 			if req.KeyFiles == nil {
 				req.KeyFiles = map[string]string{}
 			}
-			if req.KeyFiles[k], ok = read(k, lifecycle.MaxKeyFileSize); !ok {
+			if req.KeyFiles[k], ok = read(k, lifecycle.MaxKeyFileSize, true); !ok {
 				return req, "", false
 			}
 		}
