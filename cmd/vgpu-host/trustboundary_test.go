@@ -39,3 +39,16 @@ func TestMdevCreateFirstIndexRange(t *testing.T) {
 	}
 }
 
+// TestDestroyMalformedNameExits2: destroy ../../etc exited 6 (not found) where the README
+// gives a malformed name 2; and nothing is destroyed when one of the names is malformed.
+func TestDestroyMalformedNameExits2(t *testing.T) {
+	tr := hosttest.New(t)
+	fakeLibvirt(t)
+	for _, args := range [][]string{{"../../etc"}, {"ok", "a/b"}, {".."}} {
+		out, err := runErr(t, append([]string{"--host-root", tr.Dir(), "destroy"}, args...)...)
+		if code := exitCode(err); code != exitUsage || !strings.Contains(err.Error(), "VM name") {
+			t.Errorf("destroy %v: exit %d, want 2 naming the VM name: %v\n%s", args, code, err, out)
+		}
+	}
+}
+
