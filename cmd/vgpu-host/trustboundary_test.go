@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/ledger"
 )
 
 // TestMdevCreateFirstIndexRange: --first-index -3 and 9223372036854775807 were accepted (the
@@ -52,3 +53,37 @@ func TestDestroyMalformedNameExits2(t *testing.T) {
 	}
 }
 
+// TestHostRestoreDamagedStateExits1: host restore exited 2 (bad input) for a damaged state
+// file; docs/security.md and the README give damaged state 1.
+func TestHostRestoreDamagedStateExits1(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	withKernel(t, tr)
+	tr.WriteFile("etc/vgpu-host/sriov.json", `{"version": 1, "pfs": [`)
+	out, err := runErr(t, "--host-root", tr.Dir(), "host", "restore")
+	if code := exitCode(err); code != exitFailure || !strings.Contains(err.Error(), "sriov.json") {
+		t.Fatalf("restore with a damaged sriov.json: exit %d, want 1: %v\n%s", code, err, out)
+	}
+}
+
+// TestStatusStrayOldLedger: a v1 ledger.json beside the v2 ledger hid every VM from status.
+// Now status names both files, lists the ledger directory's VMs, and exits 1.
+func TestStatusStrayOldLedger(t *testing.T) {
+	tr := hosttest.New(t)
+	fakeLibvirt(t)
+	l := ledger.Open(tr.Root)
+	if err := l.Update(func(b *ledger.Book) error {
+		return b.Claim("live", ledger.Claim{Kind: ledger.KindPCI, ID: "0000:41:00.0"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tr.WriteFile("var/lib/vgpu-host/ledger.json", `{"version":1,"vms":{}}`)
+	out, err := runErr(t, "--host-root", tr.Dir(), "-o", "json", "status")
+	if code := exitCode(err); code != exitFailure || !strings.Contains(err.Error(), tr.Root.StateDir("ledger.json")) ||
+		!strings.Contains(err.Error(), l.Path()) {
+		t.Fatalf("status beside a stray ledger.json: exit %d, want 1 naming both: %v", code, err)
+	}
+	if !strings.Contains(out, `"name": "live"`) {
+		t.Errorf("status did not list the live VM:\n%s", out)
+	}
+}
