@@ -383,8 +383,12 @@ func explainDecodeError(err error, lines map[string]int, values map[string]strin
 	if !errors.As(err, &te) {
 		return cleanYAMLError(err)
 	}
-	msgs := make([]string, 0, len(te.Errors))
-	for _, e := range te.Errors {
+	msgs := make([]string, 0, min(len(te.Errors), maxKeyErrors))
+	for i, e := range te.Errors {
+		if i == maxKeyErrors { // each message scans the lines: list a few, count the rest
+			msgs = append(msgs, fmt.Sprintf("and %d more", len(te.Errors)-i))
+			break
+		}
 		if m := unknownFieldRE.FindStringSubmatch(e); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			msgs = append(msgs, fmt.Sprintf("line %s: unknown field %q%s", m[1], m[2], atPath(lines, line, m[2])))

@@ -28,6 +28,10 @@ func DecodeStrict(data []byte, what, one string, v any) (map[string]int, error) 
 	lines, values := map[string]int{}, map[string]string{}
 	if len(root.Content) > 0 {
 		recordLines(root.Content[0], "", lines, values)
+		// Before yaml.v3 sees the document: its own check of repeated keys is quadratic.
+		if p := checkKeys(&root, v); len(p.msgs) > 0 {
+			return nil, fmt.Errorf("parse %s: %s: %w", what, p, host.ErrInvalid)
+		}
 		if err := checkWholeNumbers(&root, v); err != nil {
 			return nil, err
 		}

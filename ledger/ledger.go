@@ -57,7 +57,10 @@
 // A ledger written by an older vgpu-host, one document ROOT/var/lib/vgpu-host/ledger.json, is
 // read as it is (Read, View) and migrated by the first Update: the VM files and the index are
 // written, then ledger.json is renamed to ledger.json.v1 (the backup, and the commit point).
-// A migration killed before that rename is redone from ledger.json by the next Update.
+// A migration killed before that rename is redone from ledger.json by the next Update. A
+// ledger.json beside a ledger directory holding anything that migration did not write (a
+// stray copy) is an error for every reader and writer, naming both and the fix; Read still
+// lists the directory's VMs with it. It is never migrated over them.
 package ledger
 
 import (
@@ -242,6 +245,9 @@ func (l *Ledger) Read() (*Book, error) {
 	err := l.readLocked(func() error {
 		var err error
 		if b, err = l.open(); err != nil {
+			if b != nil && isLegacyConflict(err) {
+				return errors.Join(err, b.loadAll()) // list the directory's VMs with the error
+			}
 			return err // b is the intact part of a damaged old document, or nil
 		}
 		return b.loadAll()

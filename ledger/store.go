@@ -80,10 +80,27 @@ func (l *Ledger) corrupt(why error) error {
 
 // open returns a book over the ledger: the old document when it is still there (only a
 // reader sees it: Update migrates it first), else a lazy book over the index.
+//
+// A document beside a ledger directory it did not write (legacyBeside) is not read: the book
+// is the directory's, returned with the error, so Read can still list its VMs.
 func (l *Ledger) open() (*Book, error) {
-	if b, err := l.readLegacy(); b != nil || err != nil {
+	b, err := l.readLegacy()
+	var conflict error
+	if b != nil {
+		conflict = l.legacyBeside(b)
+	}
+	if conflict == nil && (b != nil || err != nil) {
 		return b, err
 	}
+	b, err = l.openIndexed()
+	if err != nil {
+		return nil, errors.Join(conflict, err)
+	}
+	return b, conflict
+}
+
+// openIndexed returns a lazy book over the index and the VM files.
+func (l *Ledger) openIndexed() (*Book, error) {
 	idx, err := l.loadIndex()
 	if err != nil {
 		return nil, err
@@ -504,9 +521,14 @@ func (l *Ledger) readLegacy() (*Book, error) {
 // migrate turns the old single document into the VM files and the index (under the exclusive
 // lock): every VM file is written, then the index, then ledger.json is renamed to
 // ledger.json.v1, the commit point. Killed before that rename, it is redone from ledger.json.
+// A document beside a ledger directory that holds anything else (legacyBeside) is never
+// migrated: that would drop the entries of VMs that may still run.
 func (l *Ledger) migrate() error {
 	old, err := l.readLegacy()
 	if err != nil || old == nil {
+		return err
+	}
+	if err := l.legacyBeside(old); err != nil {
 		return err
 	}
 	names := sortedKeys(old.vms)
@@ -528,19 +550,6 @@ func (l *Ledger) migrate() error {
 		}
 	}
 	crash("migrate-vms-written")
-	// A VM file the document does not have (none, unless ledger/ was there before) would be
-	// taken for a VM: the document is the ledger until the rename below.
-	stray, err := l.listVMs(&index{})
-	if err != nil {
-		return err
-	}
-	for _, name := range stray {
-		if old.vms[name] == nil {
-			if err := l.removeVM(name); err != nil {
-				return fmt.Errorf("migrate ledger %s: %w", l.legacy, err)
-			}
-		}
-	}
 	if err := l.writeIndex(idx); err != nil {
 		return fmt.Errorf("migrate ledger %s: %w", l.legacy, err)
 	}

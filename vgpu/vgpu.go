@@ -209,6 +209,10 @@ var Namespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/vgpu-
 // domainNamespace is the UUID v5 namespace of domain UUIDs derived from VM names.
 var domainNamespace = uuid.MustParse("8a3f6c1e-2b0d-5e4f-9c7a-6d1b0e2f3a45")
 
+// MaxInstanceIndex is the largest index a VM's instance can have: a spec has at most 16
+// gpus[] entries (domains.MaxGPUCount) of at most 16 instances each, numbered from 0.
+const MaxInstanceIndex = 16*16 - 1
+
 // InstanceUUID is the UUID of instance number index of VM vm: UUID v5 of "VM/INDEX" in
 // Namespace. A VM's mdev instances are numbered from 0 across its whole spec (the second
 // gpus[] entry continues where the first stopped), the same numbering `mdev create --name VM

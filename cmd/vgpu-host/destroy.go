@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/domains"
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
@@ -36,12 +37,26 @@ func vmName(arg string) (string, error) {
 			return vm.Metadata.Name, nil
 		}
 	}
+	// A VM name is a file name in the ledger and a domain name: "../../etc" is a malformed
+	// name (exit 2), not a VM that does not exist (exit 6).
+	if err := host.CheckComponent("VM name", arg); err != nil {
+		return "", err
+	}
 	return arg, nil
 }
 
 func runDestroy(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() == 0 {
 		return usageErr("destroy needs at least one VM name or spec file")
+	}
+	// Every name first: a malformed one is a usage error and nothing is destroyed.
+	var names []string
+	for _, a := range cmd.Args().Slice() {
+		name, err := vmName(a)
+		if err != nil {
+			return err
+		}
+		names = append(names, name)
 	}
 	lc, conn, err := lifecycleOf(cmd)
 	if err != nil {
@@ -52,15 +67,11 @@ func runDestroy(ctx context.Context, cmd *cli.Command) error {
 	// decides the exit code), so a failed destroy is never reported as done.
 	results := []*lifecycle.DestroyResult{}
 	var firstErr error
-	for _, a := range cmd.Args().Slice() {
-		name, err := vmName(a)
+	for _, name := range names {
+		r, err := lc.Destroy(ctx, name)
 		if err == nil {
-			var r *lifecycle.DestroyResult
-			if r, err = lc.Destroy(ctx, name); err == nil {
-				results = append(results, r)
-			}
-		}
-		if err != nil && firstErr == nil {
+			results = append(results, r)
+		} else if firstErr == nil {
 			firstErr = err
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -21,11 +20,13 @@ import (
 // lines going to progress (nil: discarded). Its error keeps its message and sentinels; when ctx
 // ends, the download is stopped with SIGTERM (it removes its partial file).
 func fetchISO(ctx context.Context, url, checksum, dest string, progress io.Writer) error {
-	p, err := remote.FindHelper(AgentBinary, "VGPU_HOST_AGENT_BIN", "downloading an ISO (spec.disks[].url)", errNoAgentBinary)
+	helper, err := remote.OpenHelper(AgentBinary, "VGPU_HOST_AGENT_BIN", "downloading an ISO (spec.disks[].url)", errNoAgentBinary)
 	if err != nil {
 		return fmt.Errorf("fetch %s: %w", url, err)
 	}
-	cmd := exec.CommandContext(ctx, p, fetchISOFlag, url, checksum, dest)
+	defer helper.Close()
+	p := helper.Path
+	cmd := helper.Command(ctx, fetchISOFlag, url, checksum, dest) // runs the file checked, not the path again
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	var stderr bytes.Buffer

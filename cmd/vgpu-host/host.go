@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/agent/reconcile"
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
@@ -52,7 +54,7 @@ func hostCommand() *cli.Command {
 					if err := emit(cmd, steps, func(w io.Writer) error { return restoreTable(w, res) }); err != nil {
 						return err
 					}
-					return rerr
+					return damagedState(rerr)
 				},
 			},
 			{
@@ -125,3 +127,36 @@ func restoreTable(out io.Writer, res reconcile.Result) error {
 	_, err := fmt.Fprintln(out, res.Summary())
 	return err
 }
+
+// damagedState gives an error of a command that reads no input but vgpu-host's own state
+// files (host restore) the exit code docs/security.md promises for a damaged one: 1, not the 2
+// of a bad spec or command line, although the strict decode inside wraps host.ErrInvalid.
+// The other errors joined with it keep their code (5 for a busy device, ...).
+func damagedState(err error) error {
+	if err == nil || !errors.Is(err, host.ErrInvalid) {
+		return err
+	}
+	code := exitFailure
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, host.ErrInvalid) {
+				rest = append(rest, e)
+			}
+		}
+		if c := exitCode(errors.Join(rest...)); c != exitOK {
+			code = c
+		}
+	}
+	return &exitWith{err: err, code: code}
+}
+
+// exitWith is err with a fixed exit code (exitCode takes a cli.ExitCoder's first).
+type exitWith struct {
+	err  error
+	code int
+}
+
+func (e *exitWith) Error() string { return e.err.Error() }
+func (e *exitWith) Unwrap() error { return e.err }
+func (e *exitWith) ExitCode() int { return e.code }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -103,11 +102,12 @@ func devicePluginCommand() *cli.Command {
 // (--host-root, --config, --interval) plus args, so the kubelet's and the DaemonSet's signals
 // go to the plugin.
 func execKubeHelper(cmd *cli.Command, sub []string, args []string) error {
-	path, err := remote.FindHelper(kubeHelperName, kubeHelperEnv, "kubelet plugins", errNoKubeHelper)
+	helper, err := remote.OpenHelper(kubeHelperName, kubeHelperEnv, "kubelet plugins", errNoKubeHelper)
 	if err != nil {
 		return err
 	}
-	argv := []string{path, "--host-root", cmd.String("host-root")}
+	defer helper.Close()
+	argv := []string{helper.Path, "--host-root", cmd.String("host-root")}
 	if c := cmd.String("config"); c != "" {
 		argv = append(argv, "--config", c)
 	}
@@ -115,10 +115,7 @@ func execKubeHelper(cmd *cli.Command, sub []string, args []string) error {
 		argv = append(argv, "--interval", d.String())
 	}
 	argv = append(append(argv, sub...), args...)
-	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
-		return fmt.Errorf("start %s: %w", path, err)
-	}
-	return nil
+	return helper.Exec(argv, os.Environ())
 }
 
 func draPluginCommand() *cli.Command {

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -302,7 +303,7 @@ func mdevCreateCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "uuid", Usage: "explicit mdev `UUID` (repeat for several)"},
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Usage: "number of instances (default 1, or the number of --uuid)"},
 			&cli.StringFlag{Name: "name", Usage: "the `VM` the instances are for: derive UUIDs from it and record it as owner"},
-			&cli.IntFlag{Name: "first-index", Usage: "the VM's index of the first instance (default 0)"},
+			&cli.IntFlag{Name: "first-index", Usage: "the VM's index of the first instance, 0..255 (default 0)"},
 			&cli.BoolFlag{Name: "define", Usage: "also persist the mdev instances (mdevctl format, start=auto)"},
 			dryRunFlag(), timeoutFlag(),
 		},
@@ -321,6 +322,13 @@ func runMdevCreate(ctx context.Context, cmd *cli.Command) error {
 	}
 	if cmd.IsSet("count") && count < 1 {
 		return usageErr("--count must be at least 1")
+	}
+	// --first-index numbers the VM's instances as apply does (vgpu.InstanceUUID): from 0, at
+	// most vgpu.MaxInstanceIndex. A negative or huge one derives UUIDs no apply would, and
+	// FirstIndex+i overflowed.
+	if first := cmd.Int("first-index"); first < 0 || first > vgpu.MaxInstanceIndex || first+max(count, len(uuids), 1)-1 > vgpu.MaxInstanceIndex {
+		return usageErr("--first-index %d: a VM's instances are numbered as apply numbers them, 0..%d (a spec has at most 16 gpus[] entries of 16 instances); the first index plus the count must stay in that range",
+			first, vgpu.MaxInstanceIndex)
 	}
 	if n := cmd.String("name"); n != "" {
 		if err := host.CheckComponent("--name", n); err != nil {

@@ -50,14 +50,16 @@ func versionCommand() *cli.Command {
 
 // probeHelper finds the helper the way virt/remote does and asks it for its --version.
 func probeHelper(ctx context.Context) helperReport {
-	path, err := remote.HelperPath()
+	helper, err := remote.OpenHelper(remote.HelperName, remote.EnvHelper, "libvirt support", remote.ErrNoHelper)
 	if err != nil {
 		return helperReport{Error: err.Error()}
 	}
+	defer helper.Close()
+	path := helper.Path
 	h := helperReport{Found: true, Path: path}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	out, err := helper.Command(ctx, "--version").Output()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && len(ee.Stderr) > 0 {

@@ -46,30 +46,46 @@ func HelperPath() (string, error) {
 // FindHelper finds a helper binary of vgpu-host by the rule every helper follows: the path in
 // the environment variable env when set, then name beside the running executable, then name
 // in PATH. When it is missing the error names what needs it (purpose), where it looked and the
-// fix, and wraps notFound and host.ErrUnsupported.
+// fix, and wraps notFound and host.ErrUnsupported. A path from env must pass trustedHelper;
+// StartHelper checks it again on the descriptor it runs. A caller that runs the path itself
+// runs what the path names by then: use OpenHelper and Helper.Command or Helper.Exec instead.
 func FindHelper(name, env, purpose string, notFound error) (string, error) {
-	if p := os.Getenv(env); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%s=%s: %w: %w", env, p, notFound, host.ErrUnsupported)
-		}
-		if err := trustedHelper(p); err != nil {
+	p, isEnv, err := findHelper(name, env, purpose, notFound)
+	if err != nil {
+		return "", err
+	}
+	if isEnv {
+		f, err := trustedHelper(p, env)
+		if err != nil {
 			return "", err
 		}
-		return p, nil
+		f.Close()
+		fromEnv.Store(p, env)
+	}
+	return p, nil
+}
+
+// findHelper is FindHelper without the trust check; isEnv says p came from env.
+func findHelper(name, env, purpose string, notFound error) (p string, isEnv bool, err error) {
+	if p := os.Getenv(env); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", false, fmt.Errorf("%s=%s: %w: %w", env, p, notFound, host.ErrUnsupported)
+		}
+		return p, true, nil
 	}
 	var tried []string
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), name)
 		if _, err := os.Stat(p); err == nil {
-			return p, nil
+			return p, false, nil
 		}
 		tried = append(tried, p)
 	}
 	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
+		return p, false, nil
 	}
 	tried = append(tried, "PATH")
-	return "", fmt.Errorf("%s: %w (looked in %s); install it beside vgpu-host (make build puts both in bin/) or set %s: %w",
+	return "", false, fmt.Errorf("%s: %w (looked in %s); install it beside vgpu-host (make build puts both in bin/) or set %s: %w",
 		purpose, notFound, strings.Join(tried, ", "), env, host.ErrUnsupported)
 }
 
@@ -107,11 +123,11 @@ func Start(uri string, o OpenOptions) (*Client, error) {
 	if uri == "" {
 		uri = virt.DefaultURI
 	}
-	path, err := HelperPath()
+	h, err := OpenHelper(HelperName, EnvHelper, "libvirt support", ErrNoHelper)
 	if err != nil {
 		return nil, err
 	}
-	rwc, wait, err := StartHelper(path)
+	rwc, wait, err := h.Start()
 	if err != nil {
 		return nil, err
 	}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 )
 
@@ -44,22 +42,16 @@ func (e *ServerError) Error() string { return e.Msg }
 
 // StartHelper starts the helper binary at path with --serve (its stderr is ours) and returns
 // the pipe to it (its stdout to read, its stdin to write; closing it ends the helper's input)
-// and the function that waits for it to exit.
+// and the function that waits for it to exit. path is opened once and that descriptor runs
+// (Helper.Start); a path FindHelper took from the environment is checked again on it.
 func StartHelper(path string) (io.ReadWriteCloser, func() error, error) {
-	cmd := exec.Command(path, "--serve")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	env, _ := fromEnv.Load(path)
+	s, _ := env.(string)
+	h, err := openHelper(path, s)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, fmt.Errorf("start %s: %w", path, err)
-	}
-	return pipe{out, in}, cmd.Wait, nil
+	return h.Start()
 }
 
 // ErrorKind is one class of error that keeps its sentinels across the pipe (mig/remote's; the
