@@ -5,9 +5,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"syscall"
 
 	"github.com/urfave/cli/v3"
 
@@ -19,14 +17,14 @@ var errNoAgentBinary = errors.New(AgentBinary + " not found")
 // execAgent replaces this process with vgpu-host-agent and the same arguments: same pid, so
 // systemd's Type=notify and the socket's peer see one process.
 func execAgent() error {
-	p, err := remote.FindHelper(AgentBinary, "VGPU_HOST_AGENT_BIN", "the host agent", errNoAgentBinary)
+	// Checked and run through one descriptor: a link flipped between the check and the exec
+	// cannot run another file as root.
+	h, err := remote.OpenHelper(AgentBinary, "VGPU_HOST_AGENT_BIN", "the host agent", errNoAgentBinary)
 	if err != nil {
 		return err
 	}
-	if err := syscall.Exec(p, append([]string{p}, os.Args[1:]...), os.Environ()); err != nil {
-		return fmt.Errorf("run %s: %w", p, err)
-	}
-	return nil
+	defer h.Close()
+	return h.Exec(append([]string{h.Path}, os.Args[1:]...), os.Environ())
 }
 
 // runAgent replaces vgpu-host with vgpu-host-agent: this binary stays light to start (no
