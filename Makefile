@@ -96,7 +96,8 @@ FUZZTIME ?= 8s
 FUZZ_TARGETS := \
 	./host:FuzzParseAddress ./host:FuzzParseCreatableVGPUTypes ./host:FuzzMdevSupportedTypes \
 	./mdev:FuzzUUID ./mdev:FuzzMdevctlDefinition ./mdev:FuzzStateFiles \
-	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO
+	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO \
+	./cmd/vgpu-host:FuzzAgentRequest
 
 fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 	@scripts/deps.sh test
