@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/agent"
 	"github.com/vgpu-host/vgpu-host/host"
@@ -314,5 +315,44 @@ func TestAgentOpensNoCallerPath(t *testing.T) {
 	req.KeyFiles = map[string]string{key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyOfRootOnly root@host\n"}
 	if res, err = c.Exec(t.Context(), req); err != nil || res.ExitCode != 0 {
 		t.Errorf("a key file sent: %v exit %d\n%s%s", err, res.ExitCode, res.Stdout, res.Stderr)
+	}
+}
+
+// TestKeyFileFIFO: a FIFO named as a public key file in a spec is refused at once, naming it,
+// in-process and through the agent (it used to hang plan and apply, and the agent's queue,
+// waiting for a writer).
+func TestKeyFileFIFO(t *testing.T) {
+	tr := agentHost(t)
+	dir := tr.Dir()
+	uri, _ := startAgent(t, dir)
+	spec := deviceFreeVM(t, dir, "fifovm")
+	fifo := filepath.Join(dir, "key.pub")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(spec)
+	os.WriteFile(spec, []byte(string(b)+"  cloudInit:\n    sshAuthorizedKeys: ["+fifo+"]\n"), 0o644)
+	for _, mode := range []string{agentNever, agentAlways} {
+		done := make(chan struct{})
+		var out, errw string
+		var code int
+		go func() {
+			defer close(done)
+			// Through the agent the CLI cannot read the key either, so it runs the plan itself.
+			args := []string{"vgpu-host", "--agent", mode, "--host-root", dir, "plan", "--connect", uri, "--virt-type", "qemu", spec}
+			app := newApp()
+			var o, e bytes.Buffer
+			app.Writer, app.ErrWriter = &o, &e
+			code = execute(app, args, &e)
+			out, errw = o.String(), e.String()
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("--agent %s: plan with a FIFO as key file still running after 10 s", mode)
+		}
+		if code != exitUsage || !strings.Contains(errw, fifo) || !strings.Contains(errw, "named pipe") {
+			t.Errorf("--agent %s: exit %d, want 2 naming the FIFO:\n%s%s", mode, code, out, errw)
+		}
 	}
 }
