@@ -2,49 +2,66 @@
 // libnvidia-ml.so.1 when NVML is initialised, so it builds and starts without the NVIDIA
 // driver) and serves mig.Backend over its stdin and stdout (see package mig/remote), so that
 // vgpu-host itself stays static and free of cgo. vgpu-host starts it beside itself for `mig`
-// commands and for inspect's MIG section; it is not meant to be run by hand, except as
-// `vgpu-host-nvml --version`.
+// commands and for inspect's MIG section, and as `vgpu-host-nvml --facts` for `host snapshot`;
+// it is not meant to be run by hand, except as `vgpu-host-nvml --version` or `--facts`.
+//
+//	vgpu-host-nvml --serve    serve mig.Backend on stdin and stdout
+//	vgpu-host-nvml --facts    write what NVML answers (a capture, docs/mig.md) to stdout; change nothing
+//	vgpu-host-nvml --version  print the build
+//
+// With VGPU_HOST_NVML_FACTS=FILE it answers from that capture instead of the driver (facts.go).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig"
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/nvmlfacts"
 	"github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
-// mockLib, set only by the nvmlmock build (mock.go), returns a mock NVML instead of the
-// driver's when the environment asks for one; mockSave, set with it, saves the mock's state
-// after each change.
+// Set only by the nvmlmock build (mock.go): mockLib returns go-nvml's dgxa100 mock when the
+// environment asks for it (nil otherwise); mockSave, set with it or with replayState, saves
+// the stand-in's state after each change; replayState loads a replay's state from the file
+// the environment names.
 var (
-	mockLib  func() nvml.Interface
-	mockSave func() error
+	mockLib     func() nvml.Interface
+	mockSave    func() error
+	replayState func(*nvmlfacts.Server)
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == "--version" {
-		fmt.Println(buildinfo.Get().Line(remote.HelperName))
-		return
+	if len(os.Args) == 2 {
+		switch os.Args[1] {
+		case "--version":
+			fmt.Println(buildinfo.Get().Line(remote.HelperName))
+			return
+		case "--facts":
+			if err := writeFacts(); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", remote.HelperName, err)
+				if errors.Is(err, host.ErrUnsupported) {
+					os.Exit(7) // vgpu-host's exit code for "unsupported": no NVML here
+				}
+				os.Exit(1)
+			}
+			return
+		}
 	}
 	if len(os.Args) != 2 || os.Args[1] != "--serve" {
-		fmt.Fprintf(os.Stderr, "%s: vgpu-host's NVML helper; vgpu-host runs it (with --serve) for MIG\n", remote.HelperName)
+		fmt.Fprintf(os.Stderr, "%s: vgpu-host's NVML helper; vgpu-host runs it (with --serve) for MIG, (with --facts) for host snapshot\n", remote.HelperName)
 		os.Exit(2)
 	}
 	remote.Serve(func() (mig.Backend, error) {
-		var lib nvml.Interface
-		if mockLib != nil {
-			lib = mockLib()
-		}
-		if lib == nil {
-			lib = nvml.New()
-		}
+		lib := openLib()
 		if err := nvmlmig.Init(lib); err != nil {
 			return nil, err
 		}
@@ -56,7 +73,42 @@ func main() {
 	}, stdio{})
 }
 
-// saving saves the mock's state after every call that changes it (nvmlmock build only).
+// openLib is the NVML the helper answers from: the capture VGPU_HOST_NVML_FACTS names, else
+// (test build only) the mock the environment asks for, else the driver's.
+func openLib() nvml.Interface {
+	if path := os.Getenv(EnvFacts); path != "" {
+		return factsLib(path)
+	}
+	if mockLib != nil {
+		if lib := mockLib(); lib != nil {
+			return lib
+		}
+	}
+	return nvml.New()
+}
+
+// writeFacts writes a capture of what NVML answers to stdout: only reads, UUIDs zeroed.
+func writeFacts() error {
+	lib := openLib()
+	if err := nvmlmig.Init(lib); err != nil {
+		return err
+	}
+	defer lib.Shutdown()
+	f, err := nvmlfacts.Capture(lib)
+	if err != nil {
+		return fmt.Errorf("capture nvml facts: %w", err)
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode nvml facts: %w", err)
+	}
+	if _, err := os.Stdout.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write nvml facts: %w", err)
+	}
+	return nil
+}
+
+// saving saves the stand-in's state after every call that changes it (nvmlmock build only).
 type saving struct{ mig.Backend }
 
 func (s saving) SetMode(ctx context.Context, address string, enabled bool) error {

@@ -15,26 +15,25 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/nvmlfacts"
 )
 
-// The test build (go build -tags nvmlmock) serves a stand-in for NVML when the environment asks:
+// The test build (go build -tags nvmlmock) serves, beyond the release build's replay of a
+// capture (EnvFacts, facts.go), a stand-in for NVML when the environment asks:
 //
-//   - EnvFacts=FILE replays a capture of a real machine's NVML answers (mocknvml.Facts, the
-//     format of ../shared/fixtures/nvidia-h200/nvml-facts.json; docs/mig.md), with MIG mode and
-//     GPU instances kept on top of it by NVIDIA's placement rules. A capture wins over a mock:
-//     with both set, the facts are served.
-//   - EnvMock=dgxa100 serves go-nvml's DGX A100 mock (corrected to real profile IDs).
+//   - EnvMock=dgxa100 serves go-nvml's DGX A100 mock (corrected to real profile IDs). A
+//     capture wins over the mock: with both set, the facts are served.
+//   - EnvMockState=FILE reads the MIG modes and GPU instances of the mock or of the replay
+//     from FILE at start and writes them back after every change, so that state carries from
+//     one command to the next (mig apply, then mig plan has nothing to do).
 //
 // Each helper process is one vgpu-host command, so by default every command starts from the
-// capture's (or the mock's) own state. With EnvMockState naming a file, the MIG modes and GPU
-// instances are read from it at start and written back after every change, so that state
-// carries from one command to the next (mig apply, then mig plan has nothing to do). The state
-// is a file of its own, not one beside the facts: captures are shared, read-only fixtures
-// (CI mounts shared/ read-only), and two tests replaying one capture must not see each
-// other's instances. Release builds (make build) contain none of this: the helper a host
-// runs as root answers only from the driver.
+// capture's (or the mock's) own state. The state is a file of its own, not one beside the
+// facts: captures are shared, read-only fixtures (CI mounts shared/ read-only), and two tests
+// replaying one capture must not see each other's instances. Release builds (make build)
+// contain none of this: go-nvml's mock is not linked, and the helper a host runs as root
+// writes no state file an environment variable names.
 const (
-	EnvFacts     = "VGPU_HOST_NVML_FACTS"
 	EnvMock      = "VGPU_HOST_NVML_MOCK"
 	EnvMockState = "VGPU_HOST_NVML_MOCK_STATE"
 )
@@ -60,9 +59,6 @@ type mockInstance struct {
 
 func init() {
 	mockLib = func() nvml.Interface {
-		if path := os.Getenv(EnvFacts); path != "" {
-			return factsLib(path)
-		}
 		if os.Getenv(EnvMock) != "dgxa100" {
 			return nil
 		}
@@ -76,25 +72,17 @@ func init() {
 		}
 		return s
 	}
-}
-
-// factsLib is the replay of the capture at path, with its state from EnvMockState if set. A
-// capture that cannot be read ends the helper (exit 1), as the mock's state does.
-func factsLib(path string) nvml.Interface {
-	f, err := mocknvml.LoadFacts(path)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvFacts, err)
-		os.Exit(1)
-	}
-	s := mocknvml.NewFacts(f)
-	if st := os.Getenv(EnvMockState); st != "" {
+	replayState = func(s *nvmlfacts.Server) {
+		st := os.Getenv(EnvMockState)
+		if st == "" {
+			return
+		}
 		if err := s.LoadState(st); err != nil {
 			fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvMockState, err)
 			os.Exit(1)
 		}
 		mockSave = func() error { return s.SaveState(st) }
 	}
-	return s
 }
 
 func loadMock(s *dgxa100.Server, path string) error {

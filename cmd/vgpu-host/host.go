@@ -24,6 +24,7 @@ func hostCommand() *cli.Command {
 		Usage: "host-level state: the declarative host layout, restore VFs and vGPU instances at boot, install the systemd unit (docs/layout.md, docs/vgpu.md)",
 		Commands: []*cli.Command{
 			layoutCommand(),
+			snapshotCommand(),
 			{
 				Name:  "restore",
 				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto), vfio-pci bindings (bind --persist)",

@@ -18,18 +18,19 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
+	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/nvmlfacts"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // h200 is the replay of a real H200's NVML answers (../shared/fixtures/nvidia-h200), MIG off
 // as captured.
-func h200(t *testing.T) (*mocknvml.FactsServer, mig.Backend) {
+func h200(t *testing.T) (*nvmlfacts.Server, mig.Backend) {
 	t.Helper()
-	f, err := mocknvml.LoadFacts(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	f, err := nvmlfacts.Load(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := mocknvml.NewFacts(f)
+	s := nvmlfacts.NewServer(f)
 	if err := Init(s); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestH200ProfilesAsNvidiaSMI(t *testing.T) {
 // The IDs the corrected dgxa100 mock reports are the ones the real GPU reports for the same
 // profile index: a capture wins over a mock.
 func TestMockProfileIDsMatchTheCapture(t *testing.T) {
-	f, err := mocknvml.LoadFacts(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	f, err := nvmlfacts.Load(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestMockProfileIDsMatchTheCapture(t *testing.T) {
 }
 
 // replayInstances lists the replay's GPU instances as "profile-ID@start:size", sorted.
-func replayInstances(s *mocknvml.FactsServer) string {
+func replayInstances(s *nvmlfacts.Server) string {
 	var out []string
 	for _, in := range s.State().GPUs[0].Instances {
 		out = append(out, fmt.Sprintf("%d@%d:%d", in.ProfileID, in.Start, in.Size))

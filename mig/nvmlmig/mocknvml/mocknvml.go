@@ -1,13 +1,10 @@
-// Package mocknvml holds the stand-ins for NVML that vgpu-host's tests and the test build of
-// the NVML helper (build tag nvmlmock) use; release binaries do not link it. There are two:
-//
-//   - FactsServer replays a capture of a real GPU's NVML answers (Facts, the format of
-//     ../shared/fixtures/nvidia-h200/nvml-facts.json), with GPU instances kept on top of it by
-//     NVIDIA's placement rules. A capture is the reference.
-//   - DGXA100 is go-nvml's own mock of a DGX A100 (pkg/nvml/mock/dgxa100: eight
-//     A100-SXM4-40GB), corrected where it differs from real GPUs: it reports each profile's ID
-//     equal to its index, where real GPUs report the IDs nvidia-smi prints (ProfileIDs), and it
-//     creates instances anywhere, where NVML keeps to the profile's placements.
+// Package mocknvml holds go-nvml's DGX A100 mock as vgpu-host's tests and the test build of
+// the NVML helper (build tag nvmlmock) use it; release binaries do not link it. DGXA100 is
+// go-nvml's own mock (pkg/nvml/mock/dgxa100: eight A100-SXM4-40GB), corrected where it differs
+// from real GPUs: it reports each profile's ID equal to its index, where real GPUs report the
+// IDs nvidia-smi prints (ProfileIDs), and it creates instances anywhere, where NVML keeps to the
+// profile's placements. The reference it answers to is a capture of a real GPU, replayed by
+// package mig/nvmlmig/nvmlfacts (which, touching no GPU, is in release builds too).
 package mocknvml
 
 import (

@@ -1,4 +1,4 @@
-package mocknvml
+package nvmlfacts
 
 import (
 	"encoding/json"
@@ -19,18 +19,18 @@ import (
 // ../shared/fixtures/nvidia-h200/nvml-facts.json (docs/mig.md describes it): per GPU its
 // identity, memory, MIG mode and, for every GPU-instance profile index 0 … profile_count-1,
 // the return code of GetGpuInstanceProfileInfo(index), the info it returned and the profile's
-// possible placements. Fields the replay does not use (architecture, vGPU modes) are ignored.
+// possible placements. Capture writes it; Server replays it.
 type Facts struct {
 	// Driver is the driver version the capture was taken with.
 	Driver string `json:"driver"`
 	// ProfileCount is nvml.GPU_INSTANCE_PROFILE_COUNT of the go-nvml that took the capture.
 	ProfileCount int `json:"profile_count"`
 	// GPUs are the GPUs in NVML's index order.
-	GPUs []FactsGPU `json:"gpus"`
+	GPUs []GPU `json:"gpus"`
 }
 
-// FactsGPU is one GPU of a capture.
-type FactsGPU struct {
+// GPU is one GPU of a capture.
+type GPU struct {
 	Index          int    `json:"index"`
 	Name           string `json:"name"`
 	UUID           string `json:"uuid"`
@@ -38,17 +38,24 @@ type FactsGPU struct {
 	PCIDeviceID    uint32 `json:"pci_device_id"`
 	PCISubsystemID uint32 `json:"pci_subsystem_id"`
 	MemoryTotal    uint64 `json:"memory_total"` // bytes
+	// Architecture, VirtualizationMode, HostVGPUMode and SupportedVGPUs are recorded as the
+	// capture prints them ("9", "1 (Success)", "0 (Not Supported)", "0 types (Not Supported)")
+	// and answered back by the replay; vgpu-host itself does not read them.
+	Architecture       string `json:"architecture,omitempty"`
+	VirtualizationMode string `json:"virtualization_mode,omitempty"`
+	HostVGPUMode       string `json:"host_vgpu_mode,omitempty"`
 	// MigCurrent and MigPending are GetMigMode's answers; MigRet its return code ("Success",
 	// "Not Supported" on a GPU without MIG).
-	MigCurrent int            `json:"mig_current"`
-	MigPending int            `json:"mig_pending"`
-	MigRet     string         `json:"mig_ret"`
-	Profiles   []FactsProfile `json:"profiles"`
+	MigCurrent     int       `json:"mig_current"`
+	MigPending     int       `json:"mig_pending"`
+	MigRet         string    `json:"mig_ret"`
+	Profiles       []Profile `json:"profiles"`
+	SupportedVGPUs string    `json:"supported_vgpus,omitempty"`
 }
 
-// FactsProfile is what NVML answered for one GPU-instance profile index. Ret and RetPlacements
+// Profile is what NVML answered for one GPU-instance profile index. Ret and RetPlacements
 // are NVML's return codes as its error strings print them ("Success", "Not Supported").
-type FactsProfile struct {
+type Profile struct {
 	Index             int                          `json:"index"`
 	Ret               string                       `json:"ret"`
 	Info              *nvml.GpuInstanceProfileInfo `json:"info,omitempty"`
@@ -57,8 +64,8 @@ type FactsProfile struct {
 	RemainingCapacity int                          `json:"remaining_capacity"`
 }
 
-// LoadFacts reads and checks a capture.
-func LoadFacts(path string) (*Facts, error) {
+// Load reads and checks a capture.
+func Load(path string) (*Facts, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read NVML facts: %w", err)
@@ -124,7 +131,7 @@ func parseRet(s string) (nvml.Return, error) {
 	return nvml.ERROR_UNKNOWN, fmt.Errorf("%q: not an NVML return code", s)
 }
 
-// FactsServer is an nvml.Interface that answers from Facts, built on go-nvml's generated mocks
+// Server is an nvml.Interface that answers from Facts, built on go-nvml's generated mocks
 // (a method the replay does not answer panics, naming itself). On top of the captured profiles
 // it keeps MIG mode, GPU instances and compute instances in memory, with NVIDIA's placement
 // rules: an instance only at one of its profile's possible placements, not over another's
@@ -132,19 +139,19 @@ func parseRet(s string) (nvml.Return, error) {
 // OFA, encoders, copy engines) not handed out beyond what the whole-GPU profile has — so the
 // single OFA of an H200 goes to one "+me" instance or the 7g, not both. Instances exist only
 // with MIG mode on, as on the driver (GetGpuInstances answers Not Supported with MIG off).
-type FactsServer struct {
+type Server struct {
 	mock.Interface
 	mu      sync.Mutex
 	facts   *Facts
 	devices []*factsDevice
 }
 
-var _ nvml.Interface = (*FactsServer)(nil)
+var _ nvml.Interface = (*Server)(nil)
 
 type factsDevice struct {
 	mock.Device
-	s         *FactsServer
-	f         FactsGPU
+	s         *Server
+	f         GPU
 	mig       int
 	instances map[uint32]*factsGI
 }
@@ -164,10 +171,10 @@ type factsCI struct {
 	slices uint32
 }
 
-// NewFacts returns a server answering from f, each GPU in its captured MIG mode with no
+// NewServer returns a server answering from f, each GPU in its captured MIG mode with no
 // instances.
-func NewFacts(f *Facts) *FactsServer {
-	s := &FactsServer{facts: f}
+func NewServer(f *Facts) *Server {
+	s := &Server{facts: f}
 	for _, g := range f.GPUs {
 		d := &factsDevice{s: s, f: g, mig: g.MigCurrent, instances: map[uint32]*factsGI{}}
 		d.setFuncs()
@@ -195,13 +202,13 @@ func NewFacts(f *Facts) *FactsServer {
 }
 
 // profile returns the captured profile whose info has ID id.
-func (d *factsDevice) profile(id uint32) (FactsProfile, bool) {
+func (d *factsDevice) profile(id uint32) (Profile, bool) {
 	for _, p := range d.f.Profiles {
 		if ret, _ := parseRet(p.Ret); ret == nvml.SUCCESS && p.Info.Id == id {
 			return p, true
 		}
 	}
-	return FactsProfile{}, false
+	return Profile{}, false
 }
 
 // whole is the engines of the GPU: the profile with the most compute slices (the 7g).
@@ -217,7 +224,7 @@ func (d *factsDevice) whole() nvml.GpuInstanceProfileInfo {
 
 // fits is NVIDIA's rule for one more instance of p at pl, with d's lock held: SUCCESS,
 // ERROR_INVALID_ARGUMENT (not a placement of p) or ERROR_INSUFFICIENT_RESOURCES.
-func (d *factsDevice) fits(p FactsProfile, pl nvml.GpuInstancePlacement) nvml.Return {
+func (d *factsDevice) fits(p Profile, pl nvml.GpuInstancePlacement) nvml.Return {
 	ok := false
 	for _, c := range p.Placements {
 		ok = ok || c == pl
@@ -252,9 +259,35 @@ func (d *factsDevice) fits(p FactsProfile, pl nvml.GpuInstancePlacement) nvml.Re
 	return nvml.SUCCESS
 }
 
+// remaining is how many more instances of p fit, with d's lock held: placed one after another
+// at the first placement that fits, so that each takes its slices and its engines, as NVML
+// counts (a real H200 answers 1 for 1g.18gb+me, whose single OFA the first instance takes,
+// and 7 for 1g.18gb).
+func (d *factsDevice) remaining(p Profile) int {
+	saved := d.instances
+	defer func() { d.instances = saved }()
+	d.instances = make(map[uint32]*factsGI, len(saved))
+	for id, gi := range saved {
+		d.instances[id] = gi
+	}
+	n := 0
+	for placed := true; placed; {
+		placed = false
+		for _, pl := range p.Placements {
+			if d.fits(p, pl) == nvml.SUCCESS {
+				n++
+				d.instances[^uint32(n)] = &factsGI{profile: *p.Info, info: nvml.GpuInstanceInfo{ProfileId: p.Info.Id, Placement: pl}}
+				placed = true
+				break
+			}
+		}
+	}
+	return n
+}
+
 // create makes a GPU instance of p at pl with d's lock held, its id the lowest unused from 1
 // (NVML numbers instances by placement; the replay does not claim to).
-func (d *factsDevice) create(p FactsProfile, pl nvml.GpuInstancePlacement, id uint32) (*factsGI, nvml.Return) {
+func (d *factsDevice) create(p Profile, pl nvml.GpuInstancePlacement, id uint32) (*factsGI, nvml.Return) {
 	if d.mig != nvml.DEVICE_MIG_ENABLE {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
@@ -290,6 +323,26 @@ func (d *factsDevice) setFuncs() {
 			p.Domain, p.Bus, p.Device = uint32(dom), uint32(bus), uint32(dev)
 		}
 		return p, nvml.SUCCESS
+	}
+	d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) {
+		n, ret := recorded(d.f.Architecture)
+		return nvml.DeviceArchitecture(n), ret
+	}
+	d.GetVirtualizationModeFunc = func() (nvml.GpuVirtualizationMode, nvml.Return) {
+		n, ret := recorded(d.f.VirtualizationMode)
+		return nvml.GpuVirtualizationMode(n), ret
+	}
+	d.GetHostVgpuModeFunc = func() (nvml.HostVgpuMode, nvml.Return) {
+		n, ret := recorded(d.f.HostVGPUMode)
+		return nvml.HostVgpuMode(n), ret
+	}
+	d.GetSupportedVgpusFunc = func() ([]nvml.VgpuTypeId, nvml.Return) {
+		n, ret := recorded(strings.Replace(d.f.SupportedVGPUs, " types", "", 1))
+		if ret != nvml.SUCCESS {
+			return nil, ret
+		}
+		// The capture keeps the count only; type IDs are not replayed.
+		return make([]nvml.VgpuTypeId, n), ret
 	}
 	d.GetMigModeFunc = func() (int, int, nvml.Return) {
 		s.mu.Lock()
@@ -347,13 +400,7 @@ func (d *factsDevice) setFuncs() {
 		if !ok {
 			return 0, nvml.ERROR_INVALID_ARGUMENT
 		}
-		n := 0
-		for _, pl := range p.Placements {
-			if d.fits(p, pl) == nvml.SUCCESS {
-				n++
-			}
-		}
-		return n, nvml.SUCCESS
+		return d.remaining(p), nvml.SUCCESS
 	}
 	d.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, pl *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
 		s.mu.Lock()
@@ -404,6 +451,21 @@ func (d *factsDevice) setFuncs() {
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}
+}
+
+// recorded reads a value as a capture records it, "N (Return)" or a bare "N" (Success); an
+// empty or unreadable one is Not Supported.
+func recorded(s string) (int, nvml.Return) {
+	num, ret, _ := strings.Cut(s, " (")
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	r, err := parseRet(strings.TrimSuffix(ret, ")"))
+	if err != nil {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return n, r
 }
 
 func sortedIDs[T any](m map[uint32]T) []uint32 {
@@ -497,22 +559,22 @@ func (gi *factsGI) createCI(index, n uint32) (*factsCI, nvml.Return) {
 	return ci, nvml.SUCCESS
 }
 
-// FactsState is what a FactsServer holds beyond its capture: per GPU (in index order) its MIG
+// State is what a Server holds beyond its capture: per GPU (in index order) its MIG
 // mode and GPU instances. Saved to a file it carries the replay from one helper process to
 // the next (VGPU_HOST_NVML_MOCK_STATE).
-type FactsState struct {
-	GPUs []FactsGPUState `json:"gpus"`
+type State struct {
+	GPUs []GPUState `json:"gpus"`
 }
 
-// FactsGPUState is one GPU's MIG mode and instances.
-type FactsGPUState struct {
-	MigMode   int                  `json:"mig_mode"`
-	Instances []FactsInstanceState `json:"instances"`
+// GPUState is one GPU's MIG mode and instances.
+type GPUState struct {
+	MigMode   int             `json:"mig_mode"`
+	Instances []InstanceState `json:"instances"`
 }
 
-// FactsInstanceState is one GPU instance: its id, its profile's ID (info.Id, as nvidia-smi
+// InstanceState is one GPU instance: its id, its profile's ID (info.Id, as nvidia-smi
 // prints it), its placement and how many compute instances it holds.
-type FactsInstanceState struct {
+type InstanceState struct {
 	ID               uint32 `json:"id"`
 	ProfileID        uint32 `json:"profile_id"`
 	Start            uint32 `json:"start"`
@@ -521,15 +583,15 @@ type FactsInstanceState struct {
 }
 
 // State returns the server's MIG modes and instances.
-func (s *FactsServer) State() FactsState {
+func (s *Server) State() State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := FactsState{GPUs: []FactsGPUState{}}
+	st := State{GPUs: []GPUState{}}
 	for _, d := range s.devices {
-		g := FactsGPUState{MigMode: d.mig, Instances: []FactsInstanceState{}}
+		g := GPUState{MigMode: d.mig, Instances: []InstanceState{}}
 		for _, id := range sortedIDs(d.instances) {
 			gi := d.instances[id]
-			g.Instances = append(g.Instances, FactsInstanceState{ID: id, ProfileID: gi.profile.Id,
+			g.Instances = append(g.Instances, InstanceState{ID: id, ProfileID: gi.profile.Id,
 				Start: gi.info.Placement.Start, Size: gi.info.Placement.Size, ComputeInstances: len(gi.cis)})
 		}
 		st.GPUs = append(st.GPUs, g)
@@ -540,7 +602,7 @@ func (s *FactsServer) State() FactsState {
 // Restore sets the server's MIG modes and instances to st, by the same rules as creating them
 // through NVML (an instance that would not fit is an error); each restored GPU instance gets
 // its compute instances back as one covering compute instance each.
-func (s *FactsServer) Restore(st FactsState) error {
+func (s *Server) Restore(st State) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, g := range st.GPUs {
@@ -579,7 +641,7 @@ func ciIndex(n uint32) uint32 {
 }
 
 // LoadState restores the state saved at path; a missing file is the capture's own state.
-func (s *FactsServer) LoadState(path string) error {
+func (s *Server) LoadState(path string) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -587,7 +649,7 @@ func (s *FactsServer) LoadState(path string) error {
 	if err != nil {
 		return fmt.Errorf("read NVML replay state: %w", err)
 	}
-	var st FactsState
+	var st State
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("NVML replay state %s: %w", path, err)
 	}
@@ -598,7 +660,7 @@ func (s *FactsServer) LoadState(path string) error {
 }
 
 // SaveState writes the server's state to path (through a temporary file and a rename).
-func (s *FactsServer) SaveState(path string) error {
+func (s *Server) SaveState(path string) error {
 	b, err := json.MarshalIndent(s.State(), "", "  ")
 	if err != nil {
 		return err
