@@ -54,6 +54,7 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 	open := srv.OpenConn
 	warm := drift.NewConn(srv.URI, func() (virt.Conn, error) { return open(srv.URI) }, log)
 	srv.OpenConn = func(string) (virt.Conn, error) { return warm, nil }
+	srv.Libvirt = warm.Status
 
 	mgr, _, done, err := vgpuManager(cmd)
 	if err != nil {
