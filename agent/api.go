@@ -88,6 +88,9 @@ type healthInfo struct {
 	UptimeSeconds float64 `json:"uptime_seconds"`
 	// Drifts counts the disagreements between the ledger and libvirt seen now (GET /v1/drift).
 	Drifts int `json:"drifts"`
+	// Libvirt says whether the agent reaches libvirt ("connected", "unreachable since …");
+	// informative only: an unreachable libvirt leaves the agent ready (docs/agent.md).
+	Libvirt string `json:"libvirt,omitempty"`
 }
 
 // health answers 200 when the agent is ready, 503 with the reason when not.
@@ -98,6 +101,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	h := healthInfo{Ready: ready && err == nil, UptimeSeconds: time.Since(s.started).Seconds()}
 	if s.Drifts != nil {
 		h.Drifts = len(s.Drifts())
+	}
+	if s.Libvirt != nil {
+		h.Libvirt = s.Libvirt()
 	}
 	switch {
 	case !ready:

@@ -96,6 +96,11 @@ type Server struct {
 	// Drifts, when set, lists the disagreements between the ledger and libvirt the agent's
 	// watcher sees now (GET /v1/drift, and a count in /v1/health).
 	Drifts func() []any
+	// Libvirt, when set, says whether libvirt is reachable ("connected", "unreachable since
+	// …: why"), shown in /v1/health. It does not decide readiness: on a KubeVirt node or a
+	// container host there is no libvirt to reach, and the agent's work there (MIG, VFs,
+	// vfio, mdevs) does not need it (docs/agent.md).
+	Libvirt func() string
 
 	ln      *net.UnixListener
 	conns   *capListener

@@ -35,7 +35,7 @@ func DocumentedGPU(address string, compute int, profiles []string) (GPU, error) 
 	if compute != 7 && compute != 4 {
 		return GPU{}, fmt.Errorf("MIG geometry of a %d-slice GPU: %w: vgpu-host knows 7-slice (A100, H100, H200) and 4-slice (A30) GPUs", compute, host.ErrUnsupported)
 	}
-	g := GPU{Address: address, Capable: true, Enabled: true, ComputeSlices: compute, MemorySlices: 8}
+	g := GPU{Address: address, Capable: true, Enabled: true, Pending: true, ComputeSlices: compute, MemorySlices: 8}
 	if compute == 4 {
 		g.MemorySlices = 4
 	}

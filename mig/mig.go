@@ -68,7 +68,8 @@ type GPU struct {
 	Name string `json:"name"`
 	// Capable says whether the GPU supports MIG at all.
 	Capable bool `json:"mig_capable"`
-	// Enabled is the current MIG mode; Pending the mode after the next GPU reset, when they differ.
+	// Enabled is the current MIG mode; Pending the mode after the next GPU reset (the same as
+	// Enabled when no change waits for one: NVML's GetMigMode answers both).
 	Enabled bool `json:"mig_enabled"`
 	Pending bool `json:"mig_pending"`
 	// ComputeSlices is the GPU's compute slices: the most any of its profiles has (7 on an

@@ -111,7 +111,7 @@ func a100() GPU {
 		}
 		return out
 	}
-	return GPU{Address: "0000:41:00.0", Capable: true, Enabled: true, ComputeSlices: 7, MemorySlices: 8, Profiles: []Profile{
+	return GPU{Address: "0000:41:00.0", Capable: true, Enabled: true, Pending: true, ComputeSlices: 7, MemorySlices: 8, Profiles: []Profile{
 		{Name: "1g.10gb", ID: 19, Index: Profile1Slice, ComputeSlices: 1, MemorySlices: 1, Max: 7, Placements: pl(1, 0, 1, 2, 3, 4, 5, 6)},
 		{Name: "2g.20gb", ID: 14, Index: Profile2Slice, ComputeSlices: 2, MemorySlices: 2, Max: 3, Placements: pl(2, 0, 2, 4)},
 		{Name: "3g.40gb", ID: 9, Index: Profile3Slice, ComputeSlices: 3, MemorySlices: 4, Max: 2, Placements: pl(4, 0, 4)},

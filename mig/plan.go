@@ -176,7 +176,10 @@ func planGPU(g GPU, want []string, opt PlanOptions) ([]Change, []Instance, error
 	if _, err := Fit(empty, names); err != nil {
 		return nil, nil, err
 	}
-	if !g.Enabled {
+	// MIG off, or on with "off" pending (nvidia-smi -mig 0 without a reset: the instances made
+	// now would vanish at the next reset): enable, which cancels a pending disable and, where
+	// the enable itself waits for a reset, fails saying so (mig.ErrModePending).
+	if !g.Enabled || !g.Pending {
 		steps = append(steps, Change{Op: OpEnable, GPU: g.Address})
 	}
 	keep, rest, placed := bestKeep(g, names)

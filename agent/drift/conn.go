@@ -11,10 +11,13 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// Back-off between attempts to (re)open the libvirt connection.
+// Back-off between attempts to (re)open the libvirt connection: it doubles from MinBackoff
+// after each failed attempt, up to MaxBackoff. On a host without libvirt (a KubeVirt node,
+// whose libvirt runs inside each VM's virt-launcher pod, or a container host) that is one
+// attempt every 30 s once settled, and no log line after the first (docs/agent.md).
 const (
-	MinBackoff = 100 * time.Millisecond
-	MaxBackoff = 10 * time.Second
+	MinBackoff = 250 * time.Millisecond
+	MaxBackoff = 30 * time.Second
 )
 
 // ErrNotConnected is returned (wrapped, with the last open error) by a call made while the
@@ -26,7 +29,9 @@ var ErrNotConnected = errors.New("not connected to libvirt")
 // and opened again when a call reports the connection lost (virt.ErrConnection: libvirtd
 // restarted, its helper process died). Attempts to open are spaced by an exponential back-off
 // from MinBackoff to MaxBackoff, so a libvirtd that is down costs one failed open per back-off,
-// not one per call. It is safe for concurrent use; calls share the connection.
+// not one per call. It logs transitions only: one line when the connection goes down (or
+// cannot be opened at all), one when it is back; attempts in between are logged at debug
+// level. It is safe for concurrent use; calls share the connection.
 type Conn struct {
 	open func() (virt.Conn, error)
 	uri  string
@@ -38,7 +43,9 @@ type Conn struct {
 	backoff    time.Duration
 	nextTry    time.Time
 	reconnects int
-	connected  bool // a connection was opened once
+	connected  bool      // a connection was opened once
+	down       bool      // the last attempt failed or the connection was lost (logged once)
+	downSince  time.Time // when it went down
 	now        func() time.Time
 }
 
@@ -88,21 +95,49 @@ func (c *Conn) get() (virt.Conn, error) {
 	if err != nil {
 		c.backoff = min(max(2*c.backoff, MinBackoff), MaxBackoff)
 		c.nextTry = c.now().Add(c.backoff)
-		if c.lastErr == nil || c.lastErr.Error() != err.Error() {
-			c.log.Warn("libvirt: cannot connect; retrying with back-off", "uri", c.uri, "error", err.Error(), "backoff", c.backoff)
+		if !c.down {
+			c.down, c.downSince = true, c.now()
+			c.log.Warn("libvirt: unreachable; retrying with back-off, logged again when it is back", "uri", c.uri, "error", err.Error(),
+				"backoff_max", MaxBackoff)
+		} else {
+			c.log.Debug("libvirt: still unreachable", "uri", c.uri, "error", err.Error(), "backoff", c.backoff)
 		}
 		c.lastErr = err
 		return nil, fmt.Errorf("libvirt at %s: %w: %w", c.uri, ErrNotConnected, err)
 	}
-	if c.connected {
+	switch {
+	case c.connected:
 		c.reconnects++
-		c.log.Info("libvirt: connected again", "uri", c.uri, "reconnects", c.reconnects)
-	} else {
+		c.log.Info("libvirt: connected again", "uri", c.uri, "reconnects", c.reconnects, "down_for", c.now().Sub(c.downSince).Round(time.Millisecond))
+	case c.down:
+		c.log.Info("libvirt: connected", "uri", c.uri, "unreachable_for", c.now().Sub(c.downSince).Round(time.Millisecond))
+	default:
 		c.log.Info("libvirt: connected", "uri", c.uri)
 	}
-	c.connected = true
+	c.connected, c.down = true, false
 	c.c, c.lastErr, c.backoff, c.nextTry = conn, nil, 0, time.Time{}
 	return conn, nil
+}
+
+// Status says, for /v1/health, whether libvirt is reachable: "connected", "not connected yet"
+// (nothing asked for it), or "unreachable since TIME: ERROR (next attempt in D)".
+func (c *Conn) Status() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.c != nil:
+		return "connected"
+	case !c.down:
+		return "not connected yet"
+	}
+	msg := "unreachable since " + c.downSince.UTC().Format(time.RFC3339)
+	if c.lastErr != nil {
+		msg += ": " + c.lastErr.Error()
+	}
+	if d := c.nextTry.Sub(c.now()); d > 0 {
+		msg += fmt.Sprintf(" (next attempt in %s)", d.Round(time.Second))
+	}
+	return msg
 }
 
 // lost drops conn after a call reported the connection gone; the next call opens another.
@@ -113,8 +148,12 @@ func (c *Conn) lost(conn virt.Conn, err error) {
 		return // another caller dropped it already
 	}
 	c.c, c.lastErr = nil, err
+	wasDown := c.down
+	c.down, c.downSince = true, c.now()
 	c.mu.Unlock()
-	c.log.Warn("libvirt: connection lost; reconnecting", "uri", c.uri, "error", err.Error())
+	if !wasDown {
+		c.log.Warn("libvirt: connection lost; reconnecting with back-off, logged again when it is back", "uri", c.uri, "error", err.Error())
+	}
 	_ = conn.Close()
 }
 

@@ -20,6 +20,7 @@ package drift
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -120,7 +121,9 @@ func (w *Watcher) Drifts() []Drift {
 // Conn is a virt.EventSource: the agent's Conn over the helper is), and every Interval besides
 // (every EventInterval while events flow: the poll is then only a safety net). A check that
 // fails (libvirtd down) is logged once per error text and retried; drift already known stays
-// current. A lost event stream is subscribed again at the next tick.
+// current; a check that fails because libvirt is unreachable is not logged here (Conn logs
+// the connection going down and coming back, once each). A lost event stream is subscribed
+// again at the next tick.
 func (w *Watcher) Run(ctx context.Context) error {
 	iv := w.Interval
 	if iv <= 0 {
@@ -149,7 +152,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	next := time.Now()
 	for {
 		if _, err := w.Check(ctx); err != nil {
-			if err.Error() != lastErr {
+			switch {
+			case errors.Is(err, ErrNotConnected) || errors.Is(err, virt.ErrConnection):
+				// libvirt is down: Conn logs that once, and once when it is back. The
+				// error's text changes every tick ("next attempt in 140ms"), so
+				// comparing texts logged a line per tick on a host without libvirt.
+			case err.Error() != lastErr:
 				w.log().Warn("drift: check failed", "error", err.Error())
 			}
 			lastErr = err.Error()

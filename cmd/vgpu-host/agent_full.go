@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +55,7 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 	open := srv.OpenConn
 	warm := drift.NewConn(srv.URI, func() (virt.Conn, error) { return open(srv.URI) }, log)
 	srv.OpenConn = func(string) (virt.Conn, error) { return warm, nil }
+	srv.Libvirt = warm.Status
 
 	mgr, _, done, err := vgpuManager(cmd)
 	if err != nil {
@@ -176,7 +178,39 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 		case <-ctx.Done():
 		}
 	}()
+	go func() {
+		select {
+		case <-ready:
+			keepMIGCache(ctx, srv.Root, srv.Log)
+		case <-ctx.Done():
+		}
+	}()
 	return srv.Serve(ctx)
+}
+
+// keepMIGCache reads NVML's MIG state into root's MIG state cache (migcache.go) every
+// migCacheRefresh until ctx ends, so that inspect shows MIG without starting NVML and sees
+// changes made past vgpu-host (nvidia-smi mig) within a minute; changes through vgpu-host
+// refresh it at once. It stops for good when NVML does not describe root or cannot be had
+// (no helper, no NVIDIA driver: nothing to cache).
+func keepMIGCache(ctx context.Context, root host.Root, log *slog.Logger) {
+	if !nvmlDescribes(root) {
+		return
+	}
+	for {
+		if _, err := readMIGState(ctx, root); err != nil {
+			if errors.Is(err, host.ErrUnsupported) {
+				log.Debug("MIG state cache: NVML not available; not refreshed", "err", err)
+				return
+			}
+			log.Debug("MIG state cache: refresh failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(migCacheRefresh):
+		}
+	}
 }
 
 // checkListenAddr says what is wrong with a TCP address to listen on (host:port, the host

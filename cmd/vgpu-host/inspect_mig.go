@@ -22,21 +22,30 @@ type inventoryReport struct {
 }
 
 // migInventory is MIG as NVML (through vgpu-host-nvml) sees it: each NVIDIA GPU's MIG mode,
-// profiles with their free placements, and GPU instances.
+// profiles with their free placements, and GPU instances; read now, or from the MIG state
+// cache that the agent and every MIG command keep (migcache.go).
 type migInventory struct {
 	// Available is false when NVML could not be asked (no helper, no NVIDIA driver); Note says why.
-	Available bool         `json:"available"`
-	Note      string       `json:"note,omitempty"`
-	GPUs      []MIGGPUView `json:"gpus,omitempty"`
+	Available bool   `json:"available"`
+	Note      string `json:"note,omitempty"`
+	// Source is "nvml" (asked now) or "cache" (the MIG state cache; ReadAt and AgeSeconds
+	// say how old, By which process wrote it).
+	Source     string       `json:"source,omitempty"`
+	ReadAt     *time.Time   `json:"read_at,omitempty"`
+	AgeSeconds float64      `json:"age_seconds,omitempty"`
+	By         string       `json:"by,omitempty"`
+	GPUs       []MIGGPUView `json:"gpus,omitempty"`
 }
 
 // migInventoryTimeout bounds inspect's wait for NVML: inspect never fails or hangs because of it.
 const migInventoryTimeout = 10 * time.Second
 
-// readMIGInventory asks NVML about MIG when inv has an NVIDIA display function and NVML
-// describes the host inv was read from: the real root, or a mock NVML (the helper's test
-// build, VGPU_HOST_NVML_MOCK). Any failure becomes a note, never an error.
-func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory) *migInventory {
+// readMIGInventory reports MIG when inv has an NVIDIA display function and NVML describes the
+// host inv was read from: the real root, or a mock NVML (the helper's test build,
+// VGPU_HOST_NVML_MOCK). From the MIG state cache when there is one and live is false (no NVML
+// start: docs/inspect.md, "MIG and speed"); otherwise NVML is asked now, and what it says is
+// cached. Any failure becomes a note, never an error.
+func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory, live bool) *migInventory {
 	nvidia := false
 	for _, d := range inv.Devices {
 		if strings.EqualFold(d.VendorID, "10de") && strings.HasPrefix(d.Class, "03") {
@@ -46,11 +55,17 @@ func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory) 
 	if !nvidia || !nvmlDescribes(root) {
 		return nil
 	}
-	st, err := readMIGState(ctx)
+	if !live {
+		if c, err := loadMIGCache(root); err == nil {
+			at := c.ReadAt
+			return &migInventory{Available: true, Source: "cache", ReadAt: &at, AgeSeconds: max(0, time.Since(at).Seconds()), By: c.By, GPUs: migView(c.State)}
+		}
+	}
+	st, err := readMIGState(ctx, root)
 	if err != nil {
 		return &migInventory{Note: err.Error()}
 	}
-	return &migInventory{Available: true, GPUs: migView(st)}
+	return &migInventory{Available: true, Source: "nvml", GPUs: migView(st)}
 }
 
 // nvmlDescribes reports whether NVML describes the host at root: the real root, or any root
@@ -59,8 +74,9 @@ func nvmlDescribes(root host.Root) bool {
 	return root.IsReal() || os.Getenv("VGPU_HOST_NVML_MOCK") != "" || os.Getenv("VGPU_HOST_NVML_FACTS") != ""
 }
 
-// readMIGState asks NVML for the MIG state through the helper, within migInventoryTimeout.
-func readMIGState(ctx context.Context) (mig.State, error) {
+// readMIGState asks NVML for the MIG state through the helper, within migInventoryTimeout,
+// and saves it as root's MIG state cache.
+func readMIGState(ctx context.Context, root host.Root) (mig.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, migInventoryTimeout)
 	defer cancel()
 	c, err := openMIG()
@@ -68,7 +84,7 @@ func readMIGState(ctx context.Context) (mig.State, error) {
 		return mig.State{}, err
 	}
 	defer c.Close()
-	return c.State(ctx)
+	return cachingMIG(root, c).State(ctx)
 }
 
 // placeMIGState is NVML's MIG state for placement when a parent offers a MIG-backed type and
@@ -85,7 +101,7 @@ func placeMIGState(ctx context.Context, root host.Root, parents []mdev.Parent) *
 	if !backed || !nvmlDescribes(root) {
 		return nil
 	}
-	st, err := readMIGState(ctx)
+	st, err := readMIGState(ctx, root)
 	if err != nil {
 		return nil
 	}
@@ -101,7 +117,11 @@ func migInventoryTable(w io.Writer, m *migInventory) error {
 		_, err := fmt.Fprintf(w, "\nMIG: %s\n", m.Note)
 		return err
 	}
-	fmt.Fprintln(w, "\nMIG (NVML; vgpu-host mig show for profiles and placements):")
+	src := "NVML"
+	if m.Source == "cache" && m.ReadAt != nil {
+		src = fmt.Sprintf("cached %s ago by %s; inspect --mig asks NVML now", migAge(time.Duration(m.AgeSeconds*float64(time.Second))), m.By)
+	}
+	fmt.Fprintf(w, "\nMIG (%s; vgpu-host mig show for profiles and placements):\n", src)
 	for _, g := range m.GPUs {
 		if !g.Capable {
 			fmt.Fprintf(w, "  %s  %s  MIG unsupported\n", g.Address, g.Name)
@@ -120,4 +140,15 @@ func migInventoryTable(w io.Writer, m *migInventory) error {
 		fmt.Fprintf(w, "  %s  %s  MIG %s  instances: %s  room for: %s\n", g.Address, g.Name, migMode(g.GPU), dash(strings.Join(ins, " ")), dash(strings.Join(free, " ")))
 	}
 	return nil
+}
+
+// migAge is a cache's age as a person reads it: "850ms", "12s", "3m10s", "2h5m".
+func migAge(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
 }

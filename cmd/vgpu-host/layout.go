@@ -24,11 +24,12 @@ var migFor = func(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
 	if !nvmlDescribes(root) {
 		return nil, nil, func() {}
 	}
-	c, err := openMIG()
+	oc, err := openMIG()
 	if err != nil {
 		return nil, nil, func() {}
 	}
-	return c, layout.NVMLPlanner{}, func() { c.Close() }
+	c := cachingMIG(root, oc)
+	return c, layout.NVMLPlanner{}, func() { c.Flush(context.Background()); oc.Close() }
 }
 
 // migOpener is the boot reconcile's way to NVML for root (reconcile.Reconciler.OpenMIG): the
@@ -38,11 +39,12 @@ func migOpener(root host.Root) func() (mig.Backend, func(), error) {
 		if !nvmlDescribes(root) {
 			return nil, nil, fmt.Errorf("NVML describes this machine, not --host-root %s: %w", root.Dir(), host.ErrUnsupported)
 		}
-		c, err := openMIG()
+		oc, err := openMIG()
 		if err != nil {
 			return nil, nil, err
 		}
-		return c, func() { c.Close() }, nil
+		c := cachingMIG(root, oc)
+		return c, func() { c.Flush(context.Background()); oc.Close() }, nil
 	}
 }
 

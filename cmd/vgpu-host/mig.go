@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
@@ -32,6 +33,15 @@ func migCommand() *cli.Command {
 // openMIG starts the NVML helper.
 func openMIG() (*migremote.Client, error) { return migremote.Open() }
 
+// migCacheFor wraps b to keep the MIG state cache (migcache.go) of the command's host root.
+func migCacheFor(cmd *cli.Command, b mig.Backend) *migCaching {
+	root, err := rootOf(cmd)
+	if err != nil {
+		root, _ = host.NewRoot("/")
+	}
+	return cachingMIG(root, b)
+}
+
 func migShowCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "show",
@@ -43,7 +53,7 @@ func migShowCommand() *cli.Command {
 				return err
 			}
 			defer c.Close()
-			st, err := c.State(ctx)
+			st, err := migCacheFor(cmd, c).State(ctx)
 			if err != nil {
 				return err
 			}
@@ -268,11 +278,13 @@ func migApplyCommand() *cli.Command {
 // runMIGPlan plans --gpu to --profiles and prints the plan, or applies it and prints what was
 // done.
 func runMIGPlan(ctx context.Context, cmd *cli.Command, apply bool) error {
-	c, err := openMIG()
+	oc, err := openMIG()
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer oc.Close()
+	c := migCacheFor(cmd, oc)
+	defer c.Flush(ctx)
 	ch, err := migPlan(ctx, cmd, c)
 	if err != nil {
 		return err

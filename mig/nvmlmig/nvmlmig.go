@@ -264,8 +264,14 @@ func (b *Backend) find(ctx context.Context, address string) (*gpu, error) {
 	return nil, fmt.Errorf("GPU %s: %w", address, host.ErrNotFound)
 }
 
-// SetMode implements mig.Backend. Turning MIG on or off may need a GPU reset to take effect
-// (NVML then reports it pending); the error says so when the mode did not change now.
+// SetMode implements mig.Backend. Turning MIG on or off may need a GPU reset to take effect:
+// NVML then keeps the new mode pending (GetMigMode's second answer) and says why in the
+// activation status: NVML_ERROR_RESET_REQUIRED where the driver cannot reset the GPU itself
+// (a GPU passed through to a VM: the VM must reboot), NVML_ERROR_IN_USE while a process holds
+// the GPU. Both are an error wrapping mig.ErrModePending (and host.ErrBusy) that says what to
+// do. A GPU whose current mode is already the one asked is left alone, unless the other mode
+// is pending (someone ran nvidia-smi -mig without a reset): setting the current mode again
+// cancels that.
 func (b *Backend) SetMode(ctx context.Context, address string, enabled bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -276,7 +282,7 @@ func (b *Backend) SetMode(ctx context.Context, address string, enabled bool) err
 	if !g.g.Capable {
 		return fmt.Errorf("%s: %w: it does not support MIG", g.g.Where(), host.ErrUnsupported)
 	}
-	if g.g.Enabled == enabled {
+	if g.g.Enabled == enabled && g.g.Pending == enabled {
 		return nil
 	}
 	mode, word := nvml.DEVICE_MIG_DISABLE, "disable"
@@ -290,15 +296,43 @@ func (b *Backend) SetMode(ctx context.Context, address string, enabled bool) err
 	if err := nvErr(fmt.Sprintf("%s: %s MIG mode", g.g.Where(), word), ret); err != nil {
 		return err
 	}
-	if activation != nvml.SUCCESS {
-		return fmt.Errorf("%s: MIG mode %sd but pending: %s; reset the GPU (nvidia-smi --gpu-reset -i %d) or reboot, then run again: %w",
-			g.g.Where(), word, activation.Error(), g.g.Index, host.ErrBusy)
+	cur, pending, ret := g.dev.GetMigMode()
+	if activation == nvml.SUCCESS && (ret != nvml.SUCCESS || (cur == nvml.DEVICE_MIG_ENABLE) == enabled) {
+		return nil
 	}
-	cur, _, ret := g.dev.GetMigMode()
-	if ret == nvml.SUCCESS && (cur == nvml.DEVICE_MIG_ENABLE) != enabled {
-		return fmt.Errorf("%s: MIG mode %sd but pending until a GPU reset (nvidia-smi --gpu-reset -i %d) or reboot: %w", g.g.Where(), word, g.g.Index, host.ErrBusy)
+	why := "NVML reports it pending"
+	switch activation {
+	case nvml.SUCCESS:
+	case nvml.ERROR_RESET_REQUIRED:
+		why = "activation: NVML_ERROR_RESET_REQUIRED"
+	case nvml.ERROR_IN_USE:
+		why = "activation: NVML_ERROR_IN_USE"
+	default:
+		why = "activation: " + activation.Error()
 	}
-	return nil
+	if ret == nvml.SUCCESS {
+		why = fmt.Sprintf("now %s, %s after a reset; %s", onOff(cur == nvml.DEVICE_MIG_ENABLE), onOff(pending == nvml.DEVICE_MIG_ENABLE), why)
+	}
+	return PendingError(g.g, word, why, activation == nvml.ERROR_IN_USE)
+}
+
+// PendingError is the error for a MIG mode change on g that waits for a GPU reset: what to
+// do, wrapping mig.ErrModePending and host.ErrBusy. inUse says the driver could not reset the
+// GPU because something holds it.
+func PendingError(g mig.GPU, word, why string, inUse bool) error {
+	todo := fmt.Sprintf("reset the GPU (nvidia-smi -r -i %d, with nothing using it) or reboot the host; in a VM with the GPU passed through, "+
+		"where the GPU cannot be reset from inside, reboot the VM; then run again", g.Index)
+	if inUse {
+		todo = "stop what holds the GPU (nvidia-persistenced, DCGM, a VM or a CUDA process) and run again, or " + todo
+	}
+	return fmt.Errorf("MIG mode on GPU %s is pending (asked to %s it; %s): %s: %w: %w", g.Address, word, why, todo, mig.ErrModePending, host.ErrBusy)
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // CIProfile is the compute-instance profile (nvml.COMPUTE_INSTANCE_PROFILE_*) covering a whole
