@@ -45,6 +45,11 @@ var (
 	errNotTaken = errors.New("step not taken")
 )
 
+// ErrDamagedJournal marks a journal entry of the ledger that cannot be decoded (step.Decode
+// refused a field). It is damaged state, not bad input: the CLI exits 1 for it, as for any
+// other damaged state file (docs/security.md), although the error also wraps host.ErrInvalid.
+var ErrDamagedJournal = errors.New("damaged ledger journal")
+
 // refuseExisting fails with host.ErrBusy (and errNotTaken) when the volume a create-overlay
 // or first write-seed step would create is in the pool already: vgpu-host did not create it
 // (a disk kept after the domain was undefined by hand, a lost ledger), so it is neither
@@ -501,9 +506,11 @@ func (e *stepEnv) Fetch(ctx context.Context, url, checksum, dest string) error {
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
 func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep) error {
 	st, err := step.Decode(s.Action, s.Target, s.Params)
-	if err == nil {
-		err = st.Undo(ctx, l.env(name, nil, nil))
+	if err != nil {
+		return fmt.Errorf("undo step %d of %s: %w; the ledger entry %s is damaged, so vgpu-host stops rather than guess "+
+			"what to undo: repair the step by hand and run again: %w", s.N, name, err, l.o.Ledger.VMPath(name), ErrDamagedJournal)
 	}
+	err = st.Undo(ctx, l.env(name, nil, nil))
 	if err != nil && !virt.IsNotFound(err) {
 		return fmt.Errorf("undo %s %s: %w", s.Action, s.Target, err)
 	}

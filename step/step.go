@@ -104,54 +104,128 @@ type Step interface {
 	Undo(ctx context.Context, env Env) error
 }
 
-// Decode returns the typed step a journal entry (or a plan's JSON) records.
+// Decode returns the typed step a journal entry (or a plan's JSON) records. The journal is a
+// file on disk that a full disk or a hand edit may have damaged, so every field is checked: a
+// number that does not parse, or a field the step cannot be taken or undone without, is refused
+// naming the step, the field and what it holds, wrapping host.ErrInvalid. Only create-mdev's
+// index may be missing (journals written before typed steps lack it; it reads as 0).
 func Decode(action, target string, params map[string]string) (Step, error) {
-	p := func(k string) string { return params[k] }
+	f := fields{action: action, target: target, params: params}
 	switch Action(action) {
 	case ActBindGroup:
-		fs, err := splitAddrs(p("functions"))
+		fs, err := splitAddrs(f.params["functions"])
 		if err != nil || len(fs) == 0 {
-			return nil, fmt.Errorf("journal step %s %s: functions %q: %w", action, target, p("functions"), host.ErrInvalid)
+			return nil, f.bad("functions", "want PCI addresses joined by commas")
 		}
 		return BindGroup{Functions: fs}, nil
 	case ActCreateMdev:
-		idx, _ := strconv.Atoi(p("index"))
-		return CreateMdev{UUID: target, Parent: p("parent"), Type: p("type"), Index: idx}, nil
+		if target == "" {
+			return nil, f.bad("target", "want the instance's UUID")
+		}
+		s := CreateMdev{UUID: target, Parent: f.str("parent"), Type: f.str("type"), Index: f.int("index", false)}
+		return f.step(s)
 	case ActAssignVGPU:
 		vf, err := host.ParseAddress(target)
 		if err != nil {
 			return nil, fmt.Errorf("journal step %s %s: %w: %w", action, target, err, host.ErrInvalid)
 		}
-		t, _ := strconv.Atoi(p("type"))
-		idx, _ := strconv.Atoi(p("index"))
-		return AssignVGPU{VF: vf, Type: t, TypeName: p("type_name"), Index: idx}, nil
+		s := AssignVGPU{VF: vf, Type: f.int("type", true), TypeName: f.params["type_name"], Index: f.int("index", true)}
+		return f.step(s)
 	case ActEnsurePool:
-		return EnsurePool{Pool: target, Path: p("path")}, nil
+		return EnsurePool{Pool: target, Path: f.params["path"]}, nil
 	case ActCreateOverlay, ActWriteSeed, ActCreateBlank:
-		// The journal is a file on disk: the names it gives become paths, so they are input
-		// like any other.
-		if err := checkVolume(target, p("pool")); err != nil {
+		// The names the journal gives become paths, so they are input like any other.
+		if err := checkVolume(target, f.params["pool"]); err != nil {
 			return nil, fmt.Errorf("journal step %s %s: %w", action, target, err)
 		}
-		if Action(action) == ActWriteSeed {
-			return WriteSeed{Volume: target, Pool: p("pool")}, nil
+		switch Action(action) {
+		case ActWriteSeed:
+			return WriteSeed{Volume: target, Pool: f.params["pool"]}, nil
+		case ActCreateBlank:
+			s := CreateBlank{Volume: target, Pool: f.params["pool"], Format: f.str("format"), Size: f.uint("size")}
+			return f.step(s)
 		}
-		size, _ := strconv.ParseUint(p("size"), 10, 64)
-		if Action(action) == ActCreateBlank {
-			return CreateBlank{Volume: target, Pool: p("pool"), Format: p("format"), Size: size}, nil
-		}
-		return CreateOverlay{Volume: target, Pool: p("pool"), Backing: p("backing"), BackingFormat: p("backing_format"), Size: size}, nil
+		s := CreateOverlay{Volume: target, Pool: f.params["pool"], Backing: f.str("backing"),
+			BackingFormat: f.params["backing_format"], Size: f.uint("size")}
+		return f.step(s)
 	case ActFetchISO:
 		if err := host.CheckComponent("file", target); err != nil {
 			return nil, fmt.Errorf("journal step %s %s: %w", action, target, err)
 		}
-		return FetchISO{File: target, URL: p("url"), Checksum: p("checksum")}, nil
+		return FetchISO{File: target, URL: f.params["url"], Checksum: f.params["checksum"]}, nil
 	case ActDefine:
-		return Define{VM: target, VirtType: p("virt_type")}, nil
+		return Define{VM: target, VirtType: f.params["virt_type"]}, nil
 	case ActStart:
 		return Start{VM: target}, nil
 	}
 	return nil, fmt.Errorf("journal step %q on %s: unknown action: %w", action, target, host.ErrInvalid)
+}
+
+// fields reads the params of one journal step, keeping the first field it refuses in err.
+type fields struct {
+	action, target string
+	params         map[string]string
+	err            error
+}
+
+// bad refuses field key of the step, saying what it holds and what was wanted.
+func (f *fields) bad(key, want string) error {
+	v, ok := f.params[key]
+	if key == "target" {
+		v, ok = f.target, true
+	}
+	held := fmt.Sprintf("%q", v)
+	if !ok {
+		held = "is missing"
+	}
+	return fmt.Errorf("journal step %s %s: %s %s: %s: %w", f.action, f.target, key, held, want, host.ErrInvalid)
+}
+
+// step is s, or nil and the first refusal.
+func (f *fields) step(s Step) (Step, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return s, nil
+}
+
+// fail keeps the first refusal.
+func (f *fields) fail(key, want string) {
+	if f.err == nil {
+		f.err = f.bad(key, want)
+	}
+}
+
+// str is field key, which must not be empty.
+func (f *fields) str(key string) string {
+	v := f.params[key]
+	if v == "" {
+		f.fail(key, "want a value")
+	}
+	return v
+}
+
+// int is field key as a non-negative integer; an absent field is 0 unless required.
+func (f *fields) int(key string, required bool) int {
+	v, ok := f.params[key]
+	if !ok && !required {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		f.fail(key, "want a non-negative integer")
+		return 0
+	}
+	return n
+}
+
+// uint is field key as a byte count.
+func (f *fields) uint(key string) uint64 {
+	n, err := strconv.ParseUint(f.params[key], 10, 64)
+	if err != nil {
+		f.fail(key, "want a size in bytes")
+	}
+	return n
 }
 
 // checkVolume validates a volume name and its pool's ("" for the apply's pool).

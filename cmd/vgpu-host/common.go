@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
 // Exit codes, documented in the README. Scripts can rely on them.
@@ -38,6 +39,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.As(err, &ec):
 		return ec.ExitCode()
+	case errors.Is(err, lifecycle.ErrDamagedJournal): // wraps host.ErrInvalid too
+		return exitFailure
 	case errors.Is(err, host.ErrInvalid), errors.Is(err, errUsage):
 		return exitUsage
 	case errors.Is(err, host.ErrNotReady):

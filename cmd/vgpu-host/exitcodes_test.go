@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +13,23 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
+
+// A damaged journal entry is damaged state (exit 1, docs/security.md), although the decode
+// error inside wraps host.ErrInvalid, which alone is a bad spec or flag (exit 2).
+func TestDamagedJournalExits1(t *testing.T) {
+	decode := fmt.Errorf("journal step create-mdev u: index \"x\": %w", host.ErrInvalid)
+	err := fmt.Errorf("destroy vm: undo step 3 of vm: %w: %w", decode, lifecycle.ErrDamagedJournal)
+	if c := exitCode(err); c != exitFailure {
+		t.Fatalf("exit %d, want %d", c, exitFailure)
+	}
+	if c := exitCode(decode); c != exitUsage {
+		t.Fatalf("a bad step in a plan given as input: exit %d, want %d", c, exitUsage)
+	}
+}
 
 // TestUnknownCommandOrFlagExits2: an unknown subcommand exited 3 (the code `check` uses for
 // "host not ready") and an unknown flag printed the whole help. Both now exit 2 with one line

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,16 +33,75 @@ var readers = map[string]bool{
 	"os.Open": true, "os.OpenFile": true, "os.DirFS": true, "filepath.Glob": true, "filepath.WalkDir": true,
 	"filepath.Walk": true, "filepath.EvalSymlinks": true, "syscall.Open": true, "unix.Openat2": true,
 	"host.ReadString": true, "host.ReadInt": true, "host.ReadHex": true, "host.LinkBase": true, "host.Exists": true,
+	"fs.ReadFile": true, "fs.ReadDir": true, "fs.Stat": true, "fs.Glob": true, "fs.WalkDir": true, "fs.Sub": true,
 	"bufio.NewScanner": false,
 }
 
 // sysfsMakers are the host.Root methods that build a path under /sys, /proc or /dev.
 var sysfsMakers = map[string]bool{"Sys": true, "PCIDevice": true, "PCIDriver": true, "Proc": true, "Dev": true}
 
+// hostTops are the top directories of a root that only host reads, as a relative path (an
+// argument of Root.Path or filepath.Join after the root, or a path inside os.DirFS) spells them.
+var hostTops = []string{"sys", "proc", "dev"}
+
+// isHostRel reports whether e is a string literal naming one of hostTops or a path under it
+// ("sys", "proc/self/mountinfo").
+func isHostRel(e ast.Expr) bool {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return false
+	}
+	v, err := strconv.Unquote(lit.Value)
+	if err != nil {
+		return false
+	}
+	for _, top := range hostTops {
+		if v == top || strings.HasPrefix(v, top+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// isRootDir reports whether e is a root's directory: a call with no arguments of a method
+// Dir or Path (host.Root's; filepath.Dir always takes one).
+func isRootDir(e ast.Expr) bool {
+	c, ok := e.(*ast.CallExpr)
+	if !ok || len(c.Args) != 0 {
+		return false
+	}
+	fn, ok := c.Fun.(*ast.SelectorExpr)
+	return ok && (fn.Sel.Name == "Dir" || fn.Sel.Name == "Path")
+}
+
+// readsHost reports whether call reads sysfs, /proc or /dev: a reader given a sysfs path,
+// os.DirFS over a root's directory (every read through it is a host read the paths cannot
+// show), or an fs function reading a path under sys, proc or dev of a file system.
+func readsHost(call *ast.CallExpr, tainted, pathFuncs map[string]bool, readFuncs map[string]bool) bool {
+	name := callName(call)
+	if !(readers[name] || readFuncs[localName(call)]) {
+		return false
+	}
+	if name == "os.DirFS" && len(call.Args) == 1 && isRootDir(call.Args[0]) {
+		return true
+	}
+	if strings.HasPrefix(name, "fs.") && len(call.Args) > 1 && isHostRel(call.Args[1]) {
+		return true
+	}
+	for _, a := range call.Args {
+		if isSysfs(a, tainted, pathFuncs) {
+			return true
+		}
+	}
+	return false
+}
+
 // TestOnlyHostReadsTheHost fails when a package other than host (and host's test helpers)
 // reads sysfs, /proc or /dev: a call that reads a file whose path was built with a Root's
 // Sys, PCIDevice, PCIDriver, Proc or Dev (directly, through a variable, or through a function
-// of the same package that returns such a path), or from a "/sys" or "/proc" literal. Writing
+// of the same package that returns such a path), or from a "/sys" or "/proc" literal; the same
+// path spelt by hand (r.Path("sys", ...), filepath.Join(r.Dir(), "sys", ...)); os.DirFS over
+// the root's directory; or an fs.ReadFile-like read of "sys/...", "proc/..." or "dev/...". Writing
 // to such a path (through host.Writer) is every package's right; reading is host's job.
 func TestOnlyHostReadsTheHost(t *testing.T) {
 	root := moduleRoot(t)
@@ -131,14 +191,8 @@ func violations(fset *token.FileSet, files []*ast.File) []string {
 				}
 				params = taintedIdents(fd.Body, nil, params)
 				ast.Inspect(fd.Body, func(n ast.Node) bool {
-					call, ok := n.(*ast.CallExpr)
-					if !ok || !(readers[callName(call)] || readFuncs[localName(call)]) {
-						return true
-					}
-					for _, a := range call.Args {
-						if isSysfs(a, params, nil) {
-							readFuncs[fd.Name.Name], changed = true, true
-						}
+					if call, ok := n.(*ast.CallExpr); ok && readsHost(call, params, nil, readFuncs) && !readFuncs[fd.Name.Name] {
+						readFuncs[fd.Name.Name], changed = true, true
 					}
 					return true
 				})
@@ -154,15 +208,8 @@ func violations(fset *token.FileSet, files []*ast.File) []string {
 			}
 			tainted := taintedIdents(fd.Body, pathFuncs, nil)
 			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				call, ok := n.(*ast.CallExpr)
-				if !ok || !(readers[callName(call)] || readFuncs[localName(call)]) {
-					return true
-				}
-				for _, a := range call.Args {
-					if isSysfs(a, tainted, pathFuncs) {
-						out = append(out, fset.Position(call.Pos()).String()+" "+callName(call)+localName(call)+" in "+fd.Name.Name)
-						break
-					}
+				if call, ok := n.(*ast.CallExpr); ok && readsHost(call, tainted, pathFuncs, readFuncs) {
+					out = append(out, fset.Position(call.Pos()).String()+" "+callName(call)+localName(call)+" in "+fd.Name.Name)
 				}
 				return true
 			})
@@ -224,6 +271,15 @@ func isSysfs(e ast.Expr, tainted, pathFuncs map[string]bool) bool {
 				if sysfsMakers[fn.Sel.Name] || pathFuncs[fn.Sel.Name] {
 					found = true
 				}
+				// r.Path("sys", ...): the maker spelt by hand.
+				if fn.Sel.Name == "Path" && len(x.Args) > 0 && isHostRel(x.Args[0]) {
+					found = true
+				}
+				// filepath.Join(r.Dir(), "sys", ...).
+				if n := callName(x); (n == "filepath.Join" || n == "path.Join") && len(x.Args) > 1 &&
+					isRootDir(x.Args[0]) && isHostRel(x.Args[1]) {
+					found = true
+				}
 			case *ast.Ident:
 				if pathFuncs[fn.Name] {
 					found = true
@@ -269,7 +325,9 @@ func callName(c *ast.CallExpr) string {
 }
 
 // TestViolationsFound: the checker itself finds the ways a package reads sysfs (directly,
-// through a variable, through a path function, through a reading helper) and passes writes.
+// through a variable, through a path function, through a reading helper, the Root's path
+// spelt by hand with Path or filepath.Join over Dir, os.DirFS over the root or an fs read of
+// a path under sys) and passes writes and reads of other files.
 func TestViolationsFound(t *testing.T) {
 	src := `package p
 func direct(r host.Root)        { os.ReadFile(r.PCIDevice(a, "class")) }
@@ -281,6 +339,18 @@ func viaHelper(r host.Root)     { readHelper(filepath.Join(r.Sys("x"), "y")) }
 func literal()                  { host.ReadString("/sys/kernel/iommu_groups") }
 func write(r host.Root, w host.Writer) { w.Write(ctx, r.PCIDevice(a, "driver_override"), "vfio-pci") }
 func config(r host.Root)        { os.ReadFile(r.Etc("vgpu-host", "sriov.json")) }
+func byPath(r host.Root)        { os.ReadDir(r.Path("sys", "bus", "pci", "devices")) }
+func byPathJoined(r host.Root)  { host.ReadString(r.Path("proc/self/mountinfo")) }
+func byJoin(r host.Root)        { os.ReadFile(filepath.Join(r.Dir(), "sys", "kernel", "iommu_groups")) }
+func byJoinVar(r host.Root)     { p := filepath.Join(r.Dir(), "dev/vfio"); os.Stat(p) }
+func dirFSRoot(r host.Root)     { fsys := os.DirFS(r.Dir()); _ = fsys }
+func dirFSSys(r host.Root)      { os.DirFS(r.Sys("class")) }
+func fsRead(fsys fs.FS)         { fs.ReadFile(fsys, "sys/bus/pci/devices/0000:41:00.0/class") }
+func etcByPath(r host.Root)     { os.ReadFile(r.Path("etc", "vgpu-host", "sriov.json")) }
+func nearJoin(p string)         { os.ReadFile(filepath.Join(filepath.Dir(p), "sys")) }
+func fsOther(fsys fs.FS)        { fs.ReadFile(fsys, "system.yaml"); fs.ReadFile(fsys, "examples/sys.yaml") }
+func dirFSEtc(r host.Root)      { os.DirFS(r.Etc("vgpu-host")) }
+func writeByPath(r host.Root, w host.Writer) { w.Write(ctx, r.Path("sys", "bus", "pci", "rescan"), "1") }
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "p.go", src, 0)
@@ -293,7 +363,7 @@ func config(r host.Root)        { os.ReadFile(r.Etc("vgpu-host", "sriov.json")) 
 		funcs = append(funcs, v[strings.LastIndex(v, " ")+1:])
 	}
 	sort.Strings(funcs)
-	want := []string{"direct", "literal", "viaFunc", "viaHelper", "viaVar"}
+	want := []string{"byJoin", "byJoinVar", "byPath", "byPathJoined", "dirFSRoot", "dirFSSys", "direct", "fsRead", "literal", "viaFunc", "viaHelper", "viaVar"}
 	if strings.Join(funcs, ",") != strings.Join(want, ",") {
 		t.Fatalf("found %v, want reads in %v", got, want)
 	}
