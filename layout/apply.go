@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -50,10 +49,12 @@ func Apply(ctx context.Context, h *Host, plan *Plan, opts ApplyOptions) (*ApplyR
 		return res, err
 	}
 	rv := revert.New()
+	env := Env{Host: h, ApplyOptions: opts}
+	bg := context.WithoutCancel(ctx)
 	for _, c := range plan.Changes {
 		d := Done{Change: c, Result: "done"}
-		undo, created, files, err := h.do(ctx, c, opts)
-		res.Files = append(res.Files, files...)
+		out, err := do(ctx, env, c)
+		res.Files = append(res.Files, out.Files...)
 		if err != nil {
 			uerr := rv.Fail()
 			for i := range res.Done {
@@ -68,130 +69,21 @@ func Apply(ctx context.Context, h *Host, plan *Plan, opts ApplyOptions) (*ApplyR
 			}
 			return res, revert.Wrap(fmt.Errorf("layout %s: %s %s (%s): %w (%s)", plan.Config, c.Action, c.Target, c.Detail, err, note), uerr)
 		}
-		d.Created = created
-		if undo != nil {
-			rv.Add(undo)
-		}
+		d.Created = out.Created
+		op := c.Op
+		rv.Add(func() error { return op.Undo(bg, env, out) })
 		res.Done = append(res.Done, d)
 	}
 	rv.Success()
 	return res, nil
 }
 
-// do makes one change and returns its undo.
-func (h *Host) do(ctx context.Context, c Change, opts ApplyOptions) (undo func() error, created, files []string, err error) {
-	m := h.Mdev
-	bg := context.WithoutCancel(ctx)
-	force := func(check string) bool {
-		for _, f := range opts.Force {
-			if f == check {
-				return true
-			}
-		}
-		return false
+// do makes one change through its Op.
+func do(ctx context.Context, env Env, c Change) (Outcome, error) {
+	if c.Op == nil {
+		return Outcome{}, fmt.Errorf("layout: %w: unknown change %q", host.ErrInvalid, c.Action)
 	}
-	switch c.Action {
-	case ActRemoveMdev, ActClearVGPU, ActUndefineMdev:
-		if opts.DryRun {
-			defs, _ := m.Definitions()
-			for _, d := range defs {
-				if slices.Contains(c.Instances, d.UUID) {
-					files = append(files, d.Path+" (removed)")
-				}
-			}
-		}
-		if _, err := m.Remove(ctx, c.Instances, mdev.RemoveOptions{Force: force(checkInUse), Undefine: true}); err != nil {
-			return nil, nil, nil, err
-		}
-		return func() error { return h.recreate(bg, c.removed) }, nil, files, nil
-	case ActSetVFs, ActPersistVFs:
-		pf := c.addrs[0]
-		if c.count == 0 {
-			_, err = m.DisableVFsWith(ctx, pf, mdev.DisableOptions{Persist: true})
-		} else {
-			_, err = m.EnableVFs(ctx, pf, c.count, mdev.EnableOptions{Driver: c.driver, Persist: true})
-		}
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if opts.DryRun {
-			files = []string{m.SRIOVPath()}
-		}
-		if c.Action == ActPersistVFs {
-			return nil, nil, files, nil
-		}
-		return func() error {
-			if c.from == 0 {
-				_, err := m.DisableVFsWith(bg, pf, mdev.DisableOptions{Persist: !c.persist})
-				return err
-			}
-			_, err := m.EnableVFs(bg, pf, c.from, mdev.EnableOptions{Driver: c.fromDriver, Persist: c.persist})
-			return err
-		}, nil, files, nil
-	case ActCreateMdev, ActSetVGPU:
-		req := mdev.CreateRequest{Parent: c.Target, Profile: c.typ, Count: c.count}
-		if c.Action == ActCreateMdev {
-			req.UUIDs = c.Instances
-		}
-		ins, err := m.Create(ctx, req)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if c.Action == ActCreateMdev {
-			for _, in := range ins {
-				d, err := m.Define(mdev.Definition{UUID: in.UUID, Parent: in.Parent, Type: in.Type, Start: "auto"})
-				if err != nil {
-					_, rerr := m.Remove(bg, ids(ins), mdev.RemoveOptions{Force: true, Undefine: true})
-					return nil, nil, nil, revert.Wrap(err, rerr)
-				}
-				if opts.DryRun {
-					files = append(files, d.Path)
-				}
-			}
-		}
-		return func() error {
-			_, err := m.Remove(bg, ids(ins), mdev.RemoveOptions{Force: true, Undefine: true})
-			return err
-		}, ids(ins), files, nil
-	case ActDefineMdev:
-		for _, id := range c.Instances {
-			d, err := m.Define(mdev.Definition{UUID: id, Start: "auto"})
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if opts.DryRun {
-				files = append(files, d.Path)
-			}
-		}
-		return nil, nil, files, nil
-	case ActBind, ActPersistBind:
-		res, err := h.Binder.Bind(ctx, c.addrs, vfio.BindOptions{ForceChecks: opts.Force, Persist: true, DryRun: opts.DryRun})
-		files = h.dryOps(res, opts.DryRun)
-		if err != nil {
-			return nil, nil, files, err
-		}
-		return func() error {
-			_, err := h.Binder.Unbind(bg, c.addrs, vfio.UnbindOptions{Persist: true})
-			return err
-		}, nil, files, nil
-	case ActUnbind:
-		fu := force(vfio.CheckOwner) || force(vfio.CheckNotInLedger) || force(vfio.CheckHeld)
-		res, err := h.Binder.Unbind(ctx, c.addrs, vfio.UnbindOptions{Persist: true, Force: fu, DryRun: opts.DryRun})
-		files = h.dryOps(res, opts.DryRun)
-		if err != nil {
-			return nil, nil, files, err
-		}
-		return func() error {
-			_, err := h.Binder.Bind(bg, c.addrs, vfio.BindOptions{Force: true, Persist: true})
-			return err
-		}, nil, files, nil
-	case ActMIG:
-		if opts.DryRun {
-			return nil, nil, nil, nil // NVML has no dry run: the plan's steps are what would happen
-		}
-		return nil, nil, nil, h.MIGPlanner.Apply(ctx, h.MIG, c.mig)
-	}
-	return nil, nil, nil, fmt.Errorf("layout: %w: unknown change %q", host.ErrInvalid, c.Action)
+	return c.Op.Do(ctx, env)
 }
 
 // dryOps copies a dry-run bind/unbind's sysfs writes into the Manager's recorder (so the dry

@@ -85,16 +85,14 @@ type Change struct {
 	// Instances are the mdev UUIDs or VF addresses it removes, undefines or defines, or the
 	// UUIDs of the mdev instances it creates.
 	Instances []string `json:"instances,omitempty"`
+	// Op is what the change does to the host, typed per action; it is not marshalled, so a
+	// Change read back from JSON has none.
+	Op Op `json:"-"`
+}
 
-	typ        string         // type id (create-mdev, set-vgpu)
-	count      int            // instances to create; VF count
-	from       int            // VF count before
-	driver     string         // VF driver (set-vfs)
-	fromDriver string         // VF driver before (set-vfs)
-	persist    bool           // set-vfs: the count was persisted before
-	addrs      []host.Address // bind/unbind
-	removed    []mdev.Instance
-	mig        MIGChanges
+// newChange is the Change that makes op, with its Action.
+func newChange(op Op, target, detail string, instances []string) Change {
+	return Change{Action: op.Action(), Target: target, Detail: detail, Instances: instances, Op: op}
 }
 
 func (c Change) String() string {
@@ -174,7 +172,10 @@ func (pl *planner) refuse(target, check string, err error) {
 	pl.plan.Refusals = append(pl.plan.Refusals, Refusal{Target: target, Check: check, Reason: err.Error(), err: err})
 }
 
-func (pl *planner) add(c Change) { pl.plan.Changes = append(pl.plan.Changes, c) }
+// add plans the change op makes to target; detail and instances are what people see.
+func (pl *planner) add(op Op, target, detail string, instances []string) {
+	pl.plan.Changes = append(pl.plan.Changes, newChange(op, target, detail, instances))
+}
 
 // PlanConfig compares configuration name of f with the host now and returns the changes that
 // bring the host to it, in dependency order, with every refusal (a request the host cannot
@@ -307,8 +308,8 @@ func (pl *planner) planVFs(t *Target, pf *mdev.PF, want int, driver string) bool
 		if want > 0 {
 			detail += ", driver " + driver
 		}
-		pl.add(Change{Action: ActSetVFs, Target: t.Name, Detail: detail + " (persisted for host restore)", count: want, from: pf.NumVFs, driver: driver,
-			fromDriver: cur, persist: pf.Persisted != nil, addrs: []host.Address{pf.Address}})
+		pl.add(SetVFs{PF: pf.Address, Count: want, Driver: driver, From: pf.NumVFs, FromDriver: cur, Persisted: pf.Persisted != nil},
+			t.Name, detail+" (persisted for host restore)", nil)
 		return pf.NumVFs != want
 	}
 	if !persistedOK {
@@ -316,7 +317,7 @@ func (pl *planner) planVFs(t *Target, pf *mdev.PF, want int, driver string) bool
 		if want == 0 {
 			d = "forget the persisted VF count"
 		}
-		pl.add(Change{Action: ActPersistVFs, Target: t.Name, Detail: d, count: want, driver: driver, addrs: []host.Address{pf.Address}})
+		pl.add(PersistVFs{PF: pf.Address, Count: want, Driver: driver}, t.Name, d, nil)
 	}
 	return false
 }
@@ -386,7 +387,7 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 		byType[in.Type] = append(byType[in.Type], in)
 	}
 	if len(stale) > 0 {
-		pl.add(Change{Action: ActUndefineMdev, Target: t.Name, Detail: fmt.Sprintf("%d definition(s) of instances that are not active", len(stale)), Instances: ids(stale), removed: stale})
+		pl.add(UndefineMdev{RemoveMdev{Instances: ids(stale), Removed: stale}}, t.Name, fmt.Sprintf("%d definition(s) of instances that are not active", len(stale)), ids(stale))
 	}
 	var typeIDs []string
 	for id := range byType {
@@ -403,7 +404,7 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 		gone := pickRemovals(ins, len(ins)-keep, pl.h.Mdev.Allocated)
 		pl.checkRemovable(t, gone)
 		removedAny = true
-		pl.add(Change{Action: ActRemoveMdev, Target: t.Name, Detail: fmt.Sprintf("%d× %s (and their definitions)", len(gone), typeName(p, id)), Instances: ids(gone), removed: gone})
+		pl.add(RemoveMdev{Instances: ids(gone), Removed: gone}, t.Name, fmt.Sprintf("%d× %s (and their definitions)", len(gone), typeName(p, id)), ids(gone))
 		byType[id] = without(ins, gone)
 	}
 	for _, id := range order {
@@ -415,7 +416,7 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 			}
 		}
 		if len(undefined) > 0 {
-			pl.add(Change{Action: ActDefineMdev, Target: t.Name, Detail: fmt.Sprintf("%d× %s (start=auto, for host restore)", len(undefined), typeName(p, id)), Instances: ids(undefined)})
+			pl.add(DefineMdev{UUIDs: ids(undefined)}, t.Name, fmt.Sprintf("%d× %s (start=auto, for host restore)", len(undefined), typeName(p, id)), ids(undefined))
 		}
 		n := wantByID[id] - len(kept)
 		if n <= 0 {
@@ -427,8 +428,8 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 				t.EntryPath, wantByID[id], typeName(p, id), len(kept), host.ErrBusy, t.Name, ty.Available, n))
 			continue
 		}
-		pl.add(Change{Action: ActCreateMdev, Target: t.Name, Detail: fmt.Sprintf("%d× %s (defined, start=auto)", n, typeName(p, id)), typ: id, count: n,
-			Instances: pl.newUUIDs(t.Name, id, n)})
+		uuids := pl.newUUIDs(t.Name, id, n)
+		pl.add(CreateMdev{Parent: t.Name, Type: id, Count: n, UUIDs: uuids}, t.Name, fmt.Sprintf("%d× %s (defined, start=auto)", n, typeName(p, id)), uuids)
 	}
 }
 
@@ -489,7 +490,7 @@ func (pl *planner) planVendor(t *Target, pf *mdev.PF, want []TypeCount, vfsChang
 		}
 		gone := pickRemovals(ins, len(ins)-keep, pl.h.Mdev.Allocated)
 		pl.checkRemovable(t, gone)
-		pl.add(Change{Action: ActClearVGPU, Target: t.Name, Detail: fmt.Sprintf("%d× %s", len(gone), typeName(p, id)), Instances: ids(gone), removed: gone})
+		pl.add(ClearVGPU{RemoveMdev{Instances: ids(gone), Removed: gone}}, t.Name, fmt.Sprintf("%d× %s", len(gone), typeName(p, id)), ids(gone))
 		byType[id] = without(ins, gone)
 	}
 	for _, id := range order {
@@ -504,7 +505,7 @@ func (pl *planner) planVendor(t *Target, pf *mdev.PF, want []TypeCount, vfsChang
 				continue
 			}
 		}
-		pl.add(Change{Action: ActSetVGPU, Target: t.Name, Detail: fmt.Sprintf("%d× %s on free VFs", n, typeName(p, id)), typ: id, count: n})
+		pl.add(SetVGPU{Parent: t.Name, Type: id, Count: n}, t.Name, fmt.Sprintf("%d× %s on free VFs", n, typeName(p, id)), nil)
 	}
 }
 
@@ -542,9 +543,9 @@ func (pl *planner) planBinding(t *Target, want bool) {
 		for _, r := range rs {
 			pl.refuse(t.Name, r.Check, fmt.Errorf("bind %s: %w: %s", t.Name, host.ErrRefused, r))
 		}
-		pl.add(Change{Action: ActBind, Target: t.Name, Detail: groupDesc + " → vfio-pci (persisted)", addrs: addrs})
+		pl.add(Bind{Addrs: addrs}, t.Name, groupDesc+" → vfio-pci (persisted)", nil)
 	case want && !persisted:
-		pl.add(Change{Action: ActPersistBind, Target: t.Name, Detail: groupDesc + ": persist the binding (driverctl override + softdep)", addrs: addrs})
+		pl.add(PersistBind{Bind{Addrs: addrs}}, t.Name, groupDesc+": persist the binding (driverctl override + softdep)", nil)
 	case !want && anyBound:
 		// Unbind's own checks, as a dry run: a group bound for a VM (owner), held open, or
 		// put on vfio-pci by something else (not-in-ledger).
@@ -554,7 +555,7 @@ func (pl *planner) planBinding(t *Target, want bool) {
 		if _, err := dry.Unbind(pl.ctx, addrs, vfio.UnbindOptions{DryRun: true, Persist: true, Force: force}); err != nil {
 			pl.refuse(t.Name, "", err)
 		}
-		pl.add(Change{Action: ActUnbind, Target: t.Name, Detail: groupDesc + " → host drivers", addrs: addrs})
+		pl.add(Unbind{Addrs: addrs}, t.Name, groupDesc+" → host drivers", nil)
 	}
 }
 
@@ -661,7 +662,7 @@ func (pl *planner) planMIG() {
 		return
 	}
 	if steps := ch.Steps(); len(steps) > 0 {
-		pl.add(Change{Action: ActMIG, Target: strings.Join(gpus, ", "), Detail: strings.Join(steps, "; "), mig: ch})
+		pl.add(ChangeMIG{Changes: ch}, strings.Join(gpus, ", "), strings.Join(steps, "; "), nil)
 	}
 }
 
