@@ -226,12 +226,12 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	if book != nil {
 		for _, name := range book.Names() {
 			vm := book.VM(name)
-			n := map[string]int{}
+			n := map[ledger.ClaimKind]int{}
 			for _, cl := range vm.Claims {
 				n[cl.Kind]++
 			}
 			for kind, count := range n {
-				ch <- prometheus.MustNewConstMetric(allocDesc, prometheus.GaugeValue, float64(count), name, kind)
+				ch <- prometheus.MustNewConstMetric(allocDesc, prometheus.GaugeValue, float64(count), name, string(kind))
 			}
 		}
 	}

@@ -288,7 +288,7 @@ func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
 		}
 		var devs []string
 		for _, c := range r.Claims {
-			devs = append(devs, c.Kind+" "+c.ID)
+			devs = append(devs, string(c.Kind)+" "+c.ID)
 		}
 		if len(devs) == 0 {
 			devs = []string{"no host devices"}
@@ -302,7 +302,7 @@ func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
 			if len(r.Replaced.Released) > 0 {
 				rel = nil
 				for _, c := range r.Replaced.Released {
-					rel = append(rel, c.Kind+" "+c.ID)
+					rel = append(rel, string(c.Kind)+" "+c.ID)
 				}
 			}
 			fmt.Fprintf(w, "  its devices changed: destroyed and re-created it (released %s)\n", strings.Join(rel, ", "))
