@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // The KubeVirt VirtualMachine `vgpu-host kubevirt vm` prints: only the fields it sets, with
@@ -562,7 +563,7 @@ func (t *translator) graphics(d *DomainSpec) {
 }
 
 // resourcesOf returns the names of the catalog's resources of kind k that match.
-func (t *translator) resourcesOf(k Kind, match func(r *Resource) bool) []string {
+func (t *translator) resourcesOf(k ResourceKind, match func(r *Resource) bool) []string {
 	var out []string
 	if t.cat == nil {
 		return nil
@@ -663,10 +664,11 @@ func (t *translator) passthrough(p string, pt *domains.Passthrough) []string {
 }
 
 func (t *translator) vgpu(p string, v *domains.VGPU) []string {
-	k := KindMdev
-	if v.Mode == "vendor-vfio" {
-		k = KindVendorVFIO
+	kind := vgpu.Mdev
+	if vgpu.Kind(v.Mode) == vgpu.VendorVFIO {
+		kind = vgpu.VendorVFIO
 	}
+	k, _ := ResourceKindOf(kind)
 	names := t.resourcesOf(k, func(r *Resource) bool {
 		return mdev.MatchType(mdev.Type{ID: r.TypeID, Name: r.Model}, v.Profile)
 	})
@@ -680,7 +682,7 @@ func (t *translator) vgpu(p string, v *domains.VGPU) []string {
 }
 
 func (t *translator) vgpuDisplay(v *domains.VGPU) *VGPUOptions {
-	if v.Mode == "vendor-vfio" {
+	if vgpu.Kind(v.Mode) == vgpu.VendorVFIO {
 		return nil
 	}
 	disp := &VGPUDisplay{Enabled: ptr(v.Display)}
