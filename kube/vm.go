@@ -594,7 +594,7 @@ func (t *translator) gpus(d *DomainSpec) error {
 			continue
 		}
 		if len(names) == 0 {
-			if g.Fallback == "virtio-gpu" {
+			if vgpu.Kind(g.Fallback) == vgpu.VirtioGPU {
 				t.unsupported(p, "", "no device of this host matches; the VM gets the fallback, a 2D virtio-gpu (KubeVirt has no fallback of its own)")
 				t.virtio(d, p, domains.VirtioGPU{})
 				continue
@@ -604,7 +604,7 @@ func (t *translator) gpus(d *DomainSpec) error {
 		if len(names) > 1 {
 			t.unsupported(p, strings.Join(names, ", "), "matches several resources; KubeVirt asks for one by name: the first is used")
 		}
-		if g.Fallback == "virtio-gpu" {
+		if vgpu.Kind(g.Fallback) == vgpu.VirtioGPU {
 			t.unsupported(p+".fallback", g.Fallback, "KubeVirt has no fallback: the VM waits until a device of %s is free", names[0])
 		}
 		for range count {
