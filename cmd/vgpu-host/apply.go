@@ -234,7 +234,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer conn.Close()
 	// A record for each VM applied; one that failed has none (its error goes to stderr).
-	results := []*lifecycle.ApplyResult{}
+	results := []*lifecycle.VMApplyResult{}
 	var firstErr error
 	for _, vm := range vms {
 		res, err := lc.Apply(ctx, vm)
@@ -280,7 +280,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 	return firstErr
 }
 
-func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
+func applyTable(w io.Writer, rs []*lifecycle.VMApplyResult) error {
 	for _, r := range rs {
 		what := "applied"
 		if !r.Changed {
