@@ -42,7 +42,7 @@ func (mdevKind) render(_ *Builder, g GPU, ga GPUAllocation, d *libvirtxml.Domain
 func (mdevKind) claims(ga GPUAllocation) []ledger.Claim {
 	var out []ledger.Claim
 	for _, m := range ga.Mdevs {
-		out = append(out, ledger.Claim{Kind: ledger.KindMdev, ID: strings.ToLower(m.UUID), Detail: m.Type})
+		out = append(out, ledger.Claim{Kind: ledger.ClaimKindOf(ga.Kind), ID: strings.ToLower(m.UUID), Detail: m.Type})
 	}
 	return out
 }

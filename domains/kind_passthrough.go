@@ -69,7 +69,7 @@ func (passthroughKind) claims(ga GPUAllocation) []ledger.Claim {
 			if i > 0 {
 				detail += " companion"
 			}
-			out = append(out, ledger.Claim{Kind: ledger.KindPCI, ID: f.String(), Detail: detail})
+			out = append(out, ledger.Claim{Kind: ledger.ClaimKindOf(ga.Kind), ID: f.String(), Detail: detail})
 		}
 	}
 	return out

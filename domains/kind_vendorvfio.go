@@ -55,7 +55,7 @@ func (vendorVFIOKind) claims(ga GPUAllocation) []ledger.Claim {
 		if s.VGPUTypeName != "" {
 			detail += " (" + s.VGPUTypeName + ")"
 		}
-		out = append(out, ledger.Claim{Kind: ledger.KindVendorVGPU, ID: s.Functions[0].String(), Detail: detail})
+		out = append(out, ledger.Claim{Kind: ledger.ClaimKindOf(ga.Kind), ID: s.Functions[0].String(), Detail: detail})
 	}
 	return out
 }

@@ -6,10 +6,10 @@ import (
 	"strings"
 )
 
-// Change is one host change a LogWriter saw: the attribute's path, its device (the PCI
+// LoggedWrite is one host change a LogWriter saw: the attribute's path, its device (the PCI
 // address or mdev UUID in the path, "" when none), the value before (what reading the
 // attribute gave; "" for write-only attributes such as bind) and the value written.
-type Change struct {
+type LoggedWrite struct {
 	Device, Path, Old, New string
 	Err                    error
 }
@@ -18,14 +18,14 @@ type Change struct {
 // agent's one log line per host change.
 type LogWriter struct {
 	W   Writer
-	Log func(Change)
+	Log func(LoggedWrite)
 }
 
 // Write reads the attribute's value, writes through W, and reports the change.
 func (l LogWriter) Write(ctx context.Context, path, value string) error {
 	old, _ := readAttr(path)
 	err := l.W.Write(ctx, path, value)
-	l.Log(Change{Device: deviceIn(path), Path: path, Old: old, New: strings.TrimSpace(value), Err: err})
+	l.Log(LoggedWrite{Device: deviceIn(path), Path: path, Old: old, New: strings.TrimSpace(value), Err: err})
 	return err
 }
 

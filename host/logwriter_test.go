@@ -15,8 +15,8 @@ func TestLogWriter(t *testing.T) {
 	os.MkdirAll(dev, 0o755)
 	os.WriteFile(filepath.Join(dev, "driver_override"), []byte("(null)\n"), 0o644)
 	rec := &Recorder{}
-	var got []Change
-	w := LogWriter{W: rec, Log: func(c Change) { got = append(got, c) }}
+	var got []LoggedWrite
+	w := LogWriter{W: rec, Log: func(c LoggedWrite) { got = append(got, c) }}
 	ctx := context.Background()
 	if err := w.Write(ctx, filepath.Join(dev, "driver_override"), "vfio-pci"); err != nil {
 		t.Fatal(err)

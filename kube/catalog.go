@@ -8,22 +8,43 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
-// Kind is how KubeVirt attaches a resource's devices.
-type Kind string
+// ResourceKind is how KubeVirt attaches a resource's devices: by PCI address, as a
+// vendor-VFIO VF, or by mdev UUID. It is coarser than vgpu.Kind, which names what a guest
+// gets: a whole GPU and a plain SR-IOV VF are both pci resources, and a MIG-backed vendor-VFIO
+// VF is a vendor-vfio one. ResourceKindOf maps a vgpu.Kind to it. Its string is the "kind" of
+// the catalog's JSON and of the DRA driver's device attribute.
+type ResourceKind string
 
 const (
 	// KindPCI is a whole PCI GPU on vfio-pci, or a plain SR-IOV VF of one: KubeVirt reads its
 	// addresses from PCI_RESOURCE_<NAME>.
-	KindPCI Kind = "pci"
+	KindPCI ResourceKind = "pci"
 	// KindVendorVFIO is an NVIDIA vendor-specific VFIO VF (vGPU 17+) with a vGPU type set: a
 	// PCI device to KubeVirt (PCI_RESOURCE_<NAME>), one resource per vGPU type.
-	KindVendorVFIO Kind = "vendor-vfio"
+	KindVendorVFIO ResourceKind = "vendor-vfio"
 	// KindMdev is a mediated-device instance: KubeVirt reads its UUIDs from
 	// MDEV_PCI_RESOURCE_<NAME>, one resource per mdev type.
-	KindMdev Kind = "mdev"
+	KindMdev ResourceKind = "mdev"
 )
+
+// ResourceKindOf returns the kind of resource through which a pod's guest gets a GPU of kind
+// k: pci for a whole GPU or a plain SR-IOV VF, vendor-vfio for a vendor-VFIO VF (MIG-backed or
+// not), mdev for an mdev instance. A virtio-gpu needs no resource (KubeVirt emulates it), nor
+// does a kind this function does not know: false.
+func ResourceKindOf(k vgpu.Kind) (ResourceKind, bool) {
+	switch k {
+	case vgpu.Passthrough, vgpu.SRIOVVF:
+		return KindPCI, true
+	case vgpu.VendorVFIO, vgpu.MIGVendorVFIO:
+		return KindVendorVFIO, true
+	case vgpu.Mdev:
+		return KindMdev, true
+	}
+	return "", false
+}
 
 // Catalog is every resource a node offers, built from one inventory.
 type Catalog struct {
@@ -33,8 +54,8 @@ type Catalog struct {
 // Resource is one extended resource of the node: a GPU model or a vGPU type.
 type Resource struct {
 	// Name is the resource name ("nvidia.com/GA100_A100_PCIE_80GB", "nvidia.com/GRID_A100-4C").
-	Name string `json:"name"`
-	Kind Kind   `json:"kind"`
+	Name string       `json:"name"`
+	Kind ResourceKind `json:"kind"`
 	// Selector is what KubeVirt's permittedHostDevices matches: "VENDOR:DEVICE" in upper-case
 	// hex (pciVendorSelector) for pci and vendor-vfio, the mdev type's name (mdevNameSelector)
 	// for mdev.

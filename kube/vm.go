@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // The KubeVirt VirtualMachine `vgpu-host kubevirt vm` prints: only the fields it sets, with
@@ -562,7 +563,7 @@ func (t *translator) graphics(d *DomainSpec) {
 }
 
 // resourcesOf returns the names of the catalog's resources of kind k that match.
-func (t *translator) resourcesOf(k Kind, match func(r *Resource) bool) []string {
+func (t *translator) resourcesOf(k ResourceKind, match func(r *Resource) bool) []string {
 	var out []string
 	if t.cat == nil {
 		return nil
@@ -593,7 +594,7 @@ func (t *translator) gpus(d *DomainSpec) error {
 			continue
 		}
 		if len(names) == 0 {
-			if g.Fallback == "virtio-gpu" {
+			if vgpu.Kind(g.Fallback) == vgpu.VirtioGPU {
 				t.unsupported(p, "", "no device of this host matches; the VM gets the fallback, a 2D virtio-gpu (KubeVirt has no fallback of its own)")
 				t.virtio(d, p, domains.VirtioGPU{})
 				continue
@@ -603,7 +604,7 @@ func (t *translator) gpus(d *DomainSpec) error {
 		if len(names) > 1 {
 			t.unsupported(p, strings.Join(names, ", "), "matches several resources; KubeVirt asks for one by name: the first is used")
 		}
-		if g.Fallback == "virtio-gpu" {
+		if vgpu.Kind(g.Fallback) == vgpu.VirtioGPU {
 			t.unsupported(p+".fallback", g.Fallback, "KubeVirt has no fallback: the VM waits until a device of %s is free", names[0])
 		}
 		for range count {
@@ -663,10 +664,11 @@ func (t *translator) passthrough(p string, pt *domains.Passthrough) []string {
 }
 
 func (t *translator) vgpu(p string, v *domains.VGPU) []string {
-	k := KindMdev
-	if v.Mode == "vendor-vfio" {
-		k = KindVendorVFIO
+	kind := vgpu.Mdev
+	if vgpu.Kind(v.Mode) == vgpu.VendorVFIO {
+		kind = vgpu.VendorVFIO
 	}
+	k, _ := ResourceKindOf(kind)
 	names := t.resourcesOf(k, func(r *Resource) bool {
 		return mdev.MatchType(mdev.Type{ID: r.TypeID, Name: r.Model}, v.Profile)
 	})
@@ -680,7 +682,7 @@ func (t *translator) vgpu(p string, v *domains.VGPU) []string {
 }
 
 func (t *translator) vgpuDisplay(v *domains.VGPU) *VGPUOptions {
-	if v.Mode == "vendor-vfio" {
+	if vgpu.Kind(v.Mode) == vgpu.VendorVFIO {
 		return nil
 	}
 	disp := &VGPUDisplay{Enabled: ptr(v.Display)}

@@ -321,7 +321,7 @@ func TestShowOnGeneratedHost(t *testing.T) {
 	c := shown.Configs[CurrentName]
 	var modes []string
 	for _, e := range c.GPUs {
-		modes = append(modes, e.Mode)
+		modes = append(modes, string(e.Mode))
 		if e.Mode == ModeSRIOV && e.VFs != spec.VFsPerGPU {
 			t.Errorf("%s: %d VFs (a NIC's?)", e.Select, e.VFs)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // APIVersion and Kind identify a host layout file.
@@ -28,24 +29,60 @@ const (
 	Kind       = "HostLayout"
 )
 
+// Mode is what a layout entry makes of a device on the host: bind it to vfio-pci, split it
+// into VFs, mdevs, vendor-VFIO vGPUs or MIG instances, or leave it to its host driver. It is
+// not a vgpu.Kind, which names what a guest gets: a mode prepares devices for guests of one
+// kind (GuestKind), and ModeHost prepares none. Its string is the "mode" of a layout file.
+type Mode string
+
 // Modes a GPU entry can ask for.
 const (
 	// ModePassthrough binds the GPU's whole IOMMU group to vfio-pci.
-	ModePassthrough = "passthrough"
+	ModePassthrough Mode = "passthrough"
 	// ModeSRIOV enables N SR-IOV VFs on the device.
-	ModeSRIOV = "sriov"
+	ModeSRIOV Mode = "sriov"
 	// ModeMdev creates mdev instances (type × count) on the device or virtual parent.
-	ModeMdev = "mdev"
+	ModeMdev Mode = "mdev"
 	// ModeVendorVFIO enables VFs and gives them NVIDIA vGPU types (vendor-specific VFIO).
-	ModeVendorVFIO = "vendor-vfio"
-	// ModeMIG splits an NVIDIA GPU into MIG GPU instances (through NVML).
-	ModeMIG = "mig"
+	ModeVendorVFIO Mode = "vendor-vfio"
+	// ModeMIG splits an NVIDIA GPU into MIG GPU instances (through NVML), optionally with
+	// MIG-backed vGPU types on its VFs.
+	ModeMIG Mode = "mig"
 	// ModeHost leaves the device with its host driver: not bound to vfio-pci, no VFs, no mdevs.
-	ModeHost = "host"
+	ModeHost Mode = "host"
 )
 
 // Modes lists every mode, in the order docs/layout.md describes them.
-var Modes = []string{ModePassthrough, ModeSRIOV, ModeMdev, ModeVendorVFIO, ModeMIG, ModeHost}
+var Modes = []Mode{ModePassthrough, ModeSRIOV, ModeMdev, ModeVendorVFIO, ModeMIG, ModeHost}
+
+// GuestKind returns the kind of GPU a guest gets from the devices mode m prepares: a whole
+// GPU for passthrough, a plain VF for sriov, an mdev instance for mdev, a vendor-VFIO VF for
+// vendor-vfio and a MIG-backed one for mig. ModeHost (and a mode this function does not know)
+// prepares nothing for guests: false.
+func (m Mode) GuestKind() (vgpu.Kind, bool) {
+	switch m {
+	case ModePassthrough:
+		return vgpu.Passthrough, true
+	case ModeSRIOV:
+		return vgpu.SRIOVVF, true
+	case ModeMdev:
+		return vgpu.Mdev, true
+	case ModeVendorVFIO:
+		return vgpu.VendorVFIO, true
+	case ModeMIG:
+		return vgpu.MIGVendorVFIO, true
+	}
+	return "", false
+}
+
+// modeList is the modes for a message: "passthrough, sriov, …".
+func modeList() string {
+	names := make([]string, len(Modes))
+	for i, m := range Modes {
+		names[i] = string(m)
+	}
+	return strings.Join(names, ", ")
+}
 
 // Limits on what one entry may ask for: far above any real GPU, low enough that a typo cannot
 // make a plan of millions of steps.
@@ -77,7 +114,7 @@ type Config struct {
 // Entry gives the devices its selector matches one mode.
 type Entry struct {
 	Select Selector `yaml:"select" json:"select"`
-	Mode   string   `yaml:"mode" json:"mode"`
+	Mode   Mode     `yaml:"mode" json:"mode"`
 	// VFs is the number of SR-IOV VFs (sriov: required; vendor-vfio and mig: optional,
 	// default sriov_totalvfs for vendor-vfio).
 	VFs int `yaml:"vfs,omitempty" json:"vfs,omitempty"`
@@ -359,7 +396,7 @@ func (v *validator) entry(p string, e Entry) {
 		known = known || e.Mode == m
 	}
 	if !known {
-		v.add(p+".mode", "%q: want one of %s", e.Mode, strings.Join(Modes, ", "))
+		v.add(p+".mode", "%q: want one of %s", e.Mode, modeList())
 		return
 	}
 	not := func(field string, set bool) {

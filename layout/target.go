@@ -18,7 +18,7 @@ type Target struct {
 	// Model is the device's pci.ids name ("" for virtual parents).
 	Model string `json:"model,omitempty"`
 	// Mode is the mode its entry gives it.
-	Mode string `json:"mode"`
+	Mode Mode `json:"mode"`
 	// Entry is the field path of the entry that selected it ("configs.vdi.gpus[1]").
 	EntryPath string `json:"entry"`
 

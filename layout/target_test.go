@@ -64,7 +64,7 @@ func TestSelectorsAndConflicts(t *testing.T) {
 	}
 	var got []string
 	for _, x := range ts {
-		got = append(got, x.Name+"="+x.Mode)
+		got = append(got, x.Name+"="+string(x.Mode))
 	}
 	want := []string{"0000:01:00.0=mdev", "0000:41:00.0=passthrough", "0000:51:00.0=passthrough", "0000:61:00.0=host"}
 	if !slices.Equal(got, want) {

@@ -75,18 +75,42 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/filelock"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // FormatVersion is the "version" of the files this package writes (1 was the single
 // ledger.json document, which it still reads and migrates).
 const FormatVersion = 2
 
+// ClaimKind is what a claim holds: the unit the ledger keeps exclusive (a PCI function, an
+// mdev instance, a VF's vGPU type). It is not a vgpu.Kind, which names what a guest gets: one
+// guest's GPU is several claims (a passthrough GPU and its companions are one pci claim each),
+// and a VM also claims devices that are no GPU at all (a NIC is a pci claim). ClaimKindOf says
+// which claims a guest of each vgpu.Kind holds. Its string is the "kind" written in the ledger.
+type ClaimKind string
+
 // Claim kinds.
 const (
-	KindPCI        = "pci"         // a whole PCI function (GPU, companion, or VF) given to the VM
-	KindMdev       = "mdev"        // an mdev instance, by UUID
-	KindVendorVGPU = "vendor-vgpu" // a VF whose nvidia/current_vgpu_type this VM set
+	KindPCI        ClaimKind = "pci"         // a whole PCI function (GPU, companion, VF or NIC) given to the VM
+	KindMdev       ClaimKind = "mdev"        // an mdev instance, by UUID
+	KindVendorVGPU ClaimKind = "vendor-vgpu" // a VF whose nvidia/current_vgpu_type this VM set
 )
+
+// ClaimKindOf returns the kind of claim a guest's GPU of kind k holds: pci for a passthrough
+// GPU (and each of its companions) or a plain SR-IOV VF, mdev for an mdev instance,
+// vendor-vgpu for a vendor-VFIO VF (MIG-backed or not). A virtio-gpu holds no host device:
+// "" (so does a kind this function does not know).
+func ClaimKindOf(k vgpu.Kind) ClaimKind {
+	switch k {
+	case vgpu.Passthrough, vgpu.SRIOVVF:
+		return KindPCI
+	case vgpu.Mdev:
+		return KindMdev
+	case vgpu.VendorVFIO, vgpu.MIGVendorVFIO:
+		return KindVendorVGPU
+	}
+	return ""
+}
 
 // JournalStep statuses.
 const (
@@ -125,19 +149,19 @@ type VM struct {
 
 // Claim is one device held by a VM.
 type Claim struct {
-	Kind string `json:"kind"` // pci, mdev, vendor-vgpu
-	ID   string `json:"id"`   // PCI address or mdev UUID
+	Kind ClaimKind `json:"kind"` // pci, mdev, vendor-vgpu
+	ID   string    `json:"id"`   // PCI address or mdev UUID
 	// Detail says what the claim is for: the mdev type, the vGPU type id, "companion".
 	Detail string `json:"detail,omitempty"`
 }
 
 // Key returns "kind:id", the unit of exclusivity.
-func (c Claim) Key() string { return c.Kind + ":" + c.ID }
+func (c Claim) Key() string { return string(c.Kind) + ":" + c.ID }
 
 // claimOfKey is the inverse of Key (without Detail): kinds have no ':'.
 func claimOfKey(k string) Claim {
 	kind, id, _ := strings.Cut(k, ":")
-	return Claim{Kind: kind, ID: id}
+	return Claim{Kind: ClaimKind(kind), ID: id}
 }
 
 // Held is a claim with the VM that holds it.

@@ -15,8 +15,8 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// ApplyResult reports what Apply did for one VM.
-type ApplyResult struct {
+// VMApplyResult reports what Apply did for one VM.
+type VMApplyResult struct {
 	VM string `json:"vm"`
 	// Changed is false when the spec was applied already and nothing had to change.
 	Changed bool `json:"changed"`
@@ -93,19 +93,19 @@ func (l *Lifecycle) progress(format string, a ...any) {
 //
 // Apply holds vm's lock (ledger.LockVM) throughout: a second apply or destroy of the same VM
 // meanwhile fails with host.ErrBusy rather than undoing this one's steps as "interrupted".
-func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*ApplyResult, error) {
+func (l *Lifecycle) Apply(ctx context.Context, vm *domains.VM) (*VMApplyResult, error) {
 	unlock, err := l.o.Ledger.LockVM(vm.Metadata.Name)
 	if err != nil {
-		return &ApplyResult{VM: vm.Metadata.Name}, fmt.Errorf("apply %s: %w", vm.Metadata.Name, err)
+		return &VMApplyResult{VM: vm.Metadata.Name}, fmt.Errorf("apply %s: %w", vm.Metadata.Name, err)
 	}
 	defer unlock()
 	l.checked = map[string][]vfio.Refusal{}
 	return l.apply(ctx, vm)
 }
 
-func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*ApplyResult, error) {
+func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*VMApplyResult, error) {
 	name := vm.Metadata.Name
-	res := &ApplyResult{VM: name}
+	res := &VMApplyResult{VM: name}
 	c, err := l.claim(ctx, vm, res)
 	if err != nil {
 		return res, err
@@ -149,7 +149,7 @@ type claimed struct {
 // way it converges what an interrupted apply or destroy of vm left (undoing its journal), and
 // tears the VM down first when the spec's devices changed (res.Replaced); after either it
 // scans the host again, since the teardown changed it.
-func (l *Lifecycle) claim(ctx context.Context, vm *domains.VM, res *ApplyResult) (claimed, error) {
+func (l *Lifecycle) claim(ctx context.Context, vm *domains.VM, res *VMApplyResult) (claimed, error) {
 	name := vm.Metadata.Name
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {
@@ -277,7 +277,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 
 // keepRunning handles a re-apply of the same spec: nothing changes, but a domain removed
 // behind vgpu-host's back is converged from scratch, and a stopped one is started.
-func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan, res *ApplyResult) (*ApplyResult, error) {
+func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan, res *VMApplyResult) (*VMApplyResult, error) {
 	name := vm.Metadata.Name
 	st, err := l.o.Conn.State(ctx, name)
 	if errors.Is(err, virt.ErrNoDomain) {
@@ -307,7 +307,7 @@ func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan,
 // write per step, plus one). Steps the journal lists as done are skipped, except the seed and
 // the definition, which are redone. A failure undoes what this apply took. It returns the
 // journal number of the last step taken, not yet marked done.
-func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, res *ApplyResult) (int, error) {
+func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, res *VMApplyResult) (int, error) {
 	name := vm.Metadata.Name
 	env := l.env(name, vm, c.plan)
 	preN := c.preN
@@ -366,7 +366,7 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 
 // redoOrSkip handles a step the journal lists as done: skipped, except the seed and the
 // definition, which are taken again. It returns true for a step it handled.
-func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, journal []ledger.JournalStep, env step.Env, res *ApplyResult) (bool, error) {
+func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, journal []ledger.JournalStep, env step.Env, res *VMApplyResult) (bool, error) {
 	if !slices.ContainsFunc(journal, func(s ledger.JournalStep) bool {
 		return s.Action == string(ps.Action()) && s.Target == ps.Target() && s.Status == ledger.StepDone
 	}) {

@@ -24,8 +24,8 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 }
 
 // MarshalJSON encodes r with steps and claims as arrays.
-func (r ApplyResult) MarshalJSON() ([]byte, error) {
-	type plain ApplyResult
+func (r VMApplyResult) MarshalJSON() ([]byte, error) {
+	type plain VMApplyResult
 	q := plain(r)
 	q.Steps = nonNil(q.Steps)
 	q.Claims = nonNil(q.Claims)

@@ -19,7 +19,7 @@ func TestResultJSONArraysNeverNull(t *testing.T) {
 	}{
 		{Plan{VM: "a", Alloc: &domains.Allocation{}}, []string{`"claims":[]`, `"steps":[]`, `"gpus":[]`}},
 		{&Plan{VM: "a"}, []string{`"claims":[]`, `"steps":[]`, `"allocation":null`}},
-		{ApplyResult{VM: "a"}, []string{`"steps":[]`, `"claims":[]`}},
+		{VMApplyResult{VM: "a"}, []string{`"steps":[]`, `"claims":[]`}},
 		{&DestroyResult{VM: "a"}, []string{`"undone":[]`, `"released":[]`}},
 		{DestroyResult{VM: "a", Released: []ledger.Claim{{Kind: "pci", ID: "0000:01:00.0"}}}, []string{`"released":[{"kind":"pci","id":"0000:01:00.0"}]`}},
 		{[]VMStatus{{Name: "a"}}, []string{`"claims":[]`}},
@@ -37,7 +37,7 @@ func TestResultJSONArraysNeverNull(t *testing.T) {
 	}
 	// The one nullable field: a Plan built without an allocation (never by Plan itself) keeps
 	// allocation null rather than inventing one; nothing else is null.
-	b, _ := json.Marshal(ApplyResult{VM: "a"})
+	b, _ := json.Marshal(VMApplyResult{VM: "a"})
 	if strings.Contains(string(b), "null") {
 		t.Errorf("Result: %s", b)
 	}

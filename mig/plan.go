@@ -22,8 +22,8 @@ const (
 	OpDisable Op = "disable-mig" // turn MIG mode off (only when asked, on a GPU wanted empty)
 )
 
-// Change is one step of a plan.
-type Change struct {
+// GPUChange is one step of a plan: a change to one GPU's MIG mode or GPU instances.
+type GPUChange struct {
 	Op      Op     `json:"op"`
 	GPU     string `json:"gpu"`
 	Profile string `json:"profile,omitempty"`
@@ -34,7 +34,7 @@ type Change struct {
 }
 
 // String renders a change as plan prints it.
-func (c Change) String() string {
+func (c GPUChange) String() string {
 	switch c.Op {
 	case OpEnable:
 		return fmt.Sprintf("enable MIG mode on %s", c.GPU)
@@ -50,7 +50,7 @@ func (c Change) String() string {
 
 // Changes is a plan: the steps, in order, and the instances it keeps.
 type Changes struct {
-	Steps []Change `json:"steps"`
+	Steps []GPUChange `json:"steps"`
 	// Kept are the instances already matching the wanted profiles, left as they are.
 	Kept []KeptInstance `json:"kept"`
 }
@@ -91,7 +91,7 @@ func PlanWith(s State, want map[string][]string, opt PlanOptions) (Changes, erro
 		addrs = append(addrs, a)
 	}
 	sort.Strings(addrs)
-	out := Changes{Steps: []Change{}, Kept: []KeptInstance{}}
+	out := Changes{Steps: []GPUChange{}, Kept: []KeptInstance{}}
 	var errs []error
 	seen := map[string]string{}
 	for _, a := range addrs {
@@ -141,24 +141,24 @@ func (s State) GPU(address string) (GPU, error) {
 	return GPU{}, fmt.Errorf("GPU %s: %w: NVML sees %s", address, host.ErrNotFound, strings.Join(have, ", "))
 }
 
-func planGPU(g GPU, want []string, opt PlanOptions) ([]Change, []Instance, error) {
+func planGPU(g GPU, want []string, opt PlanOptions) ([]GPUChange, []Instance, error) {
 	if !g.Capable {
 		if len(want) == 0 {
 			return nil, nil, nil
 		}
 		return nil, nil, fmt.Errorf("%s: %w: it does not support MIG", g.Where(), host.ErrUnsupported)
 	}
-	var steps []Change
+	var steps []GPUChange
 	destroy := func(in Instance) {
 		pl := in.Placement
-		steps = append(steps, Change{Op: OpDestroy, GPU: g.Address, Profile: in.Profile, Instance: in.ID, Placement: &pl})
+		steps = append(steps, GPUChange{Op: OpDestroy, GPU: g.Address, Profile: in.Profile, Instance: in.ID, Placement: &pl})
 	}
 	if len(want) == 0 {
 		for _, in := range sortedInstances(g.Instances) {
 			destroy(in)
 		}
 		if opt.DisableWhenEmpty && (g.Enabled || g.Pending) {
-			steps = append(steps, Change{Op: OpDisable, GPU: g.Address})
+			steps = append(steps, GPUChange{Op: OpDisable, GPU: g.Address})
 		}
 		return steps, nil, nil
 	}
@@ -180,7 +180,7 @@ func planGPU(g GPU, want []string, opt PlanOptions) ([]Change, []Instance, error
 	// now would vanish at the next reset): enable, which cancels a pending disable and, where
 	// the enable itself waits for a reset, fails saying so (mig.ErrModePending).
 	if !g.Enabled || !g.Pending {
-		steps = append(steps, Change{Op: OpEnable, GPU: g.Address})
+		steps = append(steps, GPUChange{Op: OpEnable, GPU: g.Address})
 	}
 	keep, rest, placed := bestKeep(g, names)
 	kept := map[int]bool{}
@@ -194,7 +194,7 @@ func planGPU(g GPU, want []string, opt PlanOptions) ([]Change, []Instance, error
 	}
 	for i, name := range rest {
 		pl := placed[i]
-		steps = append(steps, Change{Op: OpCreate, GPU: g.Address, Profile: name, Placement: &pl})
+		steps = append(steps, GPUChange{Op: OpCreate, GPU: g.Address, Profile: name, Placement: &pl})
 	}
 	sort.SliceStable(steps, func(i, j int) bool { return stepRank(steps[i].Op) < stepRank(steps[j].Op) })
 	return steps, sortedInstances(keep), nil
@@ -294,9 +294,9 @@ func Apply(ctx context.Context, b Backend, c Changes) error {
 }
 
 // ApplySteps is Apply returning the steps that took effect, with created instances' ids.
-func ApplySteps(ctx context.Context, b Backend, c Changes) ([]Change, error) {
+func ApplySteps(ctx context.Context, b Backend, c Changes) ([]GPUChange, error) {
 	rv := revert.New()
-	var done []Change
+	var done []GPUChange
 	for i, st := range c.Steps {
 		var err error
 		switch st.Op {
@@ -328,7 +328,7 @@ func ApplySteps(ctx context.Context, b Backend, c Changes) ([]Change, error) {
 			err = fmt.Errorf("MIG step %d of %d (%s): %w; %s", i+1, len(c.Steps), st, err, doneNote(done, undone))
 			uerr := rv.Fail()
 			if uerr == nil && undone > 0 {
-				var kept []Change
+				var kept []GPUChange
 				for _, d := range done {
 					if d.Op != OpCreate {
 						kept = append(kept, d)
@@ -344,7 +344,7 @@ func ApplySteps(ctx context.Context, b Backend, c Changes) ([]Change, error) {
 	return done, nil
 }
 
-func doneNote(done []Change, created int) string {
+func doneNote(done []GPUChange, created int) string {
 	if len(done) == 0 {
 		return "nothing was changed before it"
 	}

@@ -84,8 +84,8 @@ func (s HostOp) String() string {
 	return host.RecordedWrite{Path: s.Path, Value: s.Value}.String()
 }
 
-// Change is what happened (or, in a dry run, would happen) to one function.
-type Change struct {
+// DriverChange is what happened (or, in a dry run, would happen) to one function.
+type DriverChange struct {
 	Address host.Address `json:"address"`
 	Group   int          `json:"iommu_group"`
 	// From and To are driver names; "" means no driver.
@@ -106,11 +106,11 @@ type GroupState struct {
 
 // Result reports a Bind or Unbind.
 type Result struct {
-	Action  string       `json:"action"` // "bind" or "unbind"
-	DryRun  bool         `json:"dry_run"`
-	Changed bool         `json:"changed"`
-	Devices []Change     `json:"devices"`
-	Groups  []GroupState `json:"groups"`
+	Action  string         `json:"action"` // "bind" or "unbind"
+	DryRun  bool           `json:"dry_run"`
+	Changed bool           `json:"changed"`
+	Devices []DriverChange `json:"devices"`
+	Groups  []GroupState   `json:"groups"`
 	// Steps are the host changes made (or, in a dry run, that would be made), in order.
 	Steps []HostOp `json:"steps"`
 	// Warnings are safety checks that --force overrode, and other things worth knowing.
@@ -164,7 +164,7 @@ func (b *Binder) start(action string, dry bool) (*run, func(), error) {
 		return nil, nil, fmt.Errorf("vfio: Binder.W is nil: %w", host.ErrInvalid)
 	}
 	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: host.HostPath(b.Root, LedgerPath(b.Root)),
-		Devices: []Change{}, Groups: []GroupState{}, Steps: []HostOp{}}}
+		Devices: []DriverChange{}, Groups: []GroupState{}, Steps: []HostOp{}}}
 	r.rec = &host.Recorder{Next: b.W}
 	if dry {
 		r.rec.Next = nil
@@ -290,7 +290,7 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 // bindPlan is what a bind of some groups would do and what refuses it, decided before any
 // write.
 type bindPlan struct {
-	devices  []Change
+	devices  []DriverChange
 	moves    map[int][]host.GroupMember // by group: the functions that move to vfio-pci
 	fixes    []host.Address             // on vfio-pci for vgpu-host, override to set again
 	refusals []Refusal
@@ -304,7 +304,7 @@ func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 	p := bindPlan{moves: map[int][]host.GroupMember{}}
 	for _, g := range groups {
 		for _, m := range g.Members {
-			c := Change{Address: m.Address, Group: g.ID, From: m.Driver, To: m.Driver}
+			c := DriverChange{Address: m.Address, Group: g.ID, From: m.Driver, To: m.Driver}
 			switch {
 			case m.IsBridge:
 				c.Note = "bridge stays on " + orNone(m.Driver)

@@ -82,9 +82,9 @@ func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts Unb
 
 // unbindMember decides about one member m of g: the change it gets, its target (nil when it
 // is left alone) and its refusals. named is true when the caller named m itself.
-func (r *run) unbindMember(g *host.Group, m host.GroupMember, named bool, opts UnbindOptions) (Change, *unbindTarget, []Refusal) {
+func (r *run) unbindMember(g *host.Group, m host.GroupMember, named bool, opts UnbindOptions) (DriverChange, *unbindTarget, []Refusal) {
 	a := m.Address
-	c := Change{Address: a, Group: g.ID, From: m.Driver, To: m.Driver}
+	c := DriverChange{Address: a, Group: g.ID, From: m.Driver, To: m.Driver}
 	e, inLedger := r.ledger.Lookup(a)
 	var rs []Refusal
 	switch {

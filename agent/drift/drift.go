@@ -306,7 +306,7 @@ func devicePaths(root host.Root, keys []string) []string {
 	var out []string
 	for _, k := range keys {
 		kind, id, _ := strings.Cut(k, ":")
-		switch kind {
+		switch ledger.ClaimKind(kind) {
 		case ledger.KindPCI, ledger.KindVendorVGPU:
 			a, err := host.ParseAddress(id)
 			if err != nil {

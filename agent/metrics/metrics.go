@@ -24,6 +24,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
 // Namespace prefixes every metric name.
@@ -212,7 +213,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(gpuInfoDesc, prometheus.GaugeValue, 1,
-				d.Address.String(), d.VendorID, d.DeviceID, d.Driver, strconv.Itoa(d.NUMANode), Mode(d))
+				d.Address.String(), d.VendorID, d.DeviceID, d.Driver, strconv.Itoa(d.NUMANode), string(ModeOf(d)))
 		}
 		for _, p := range inv.MdevParents {
 			for _, t := range p.Types {
@@ -226,12 +227,12 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 	if book != nil {
 		for _, name := range book.Names() {
 			vm := book.VM(name)
-			n := map[string]int{}
+			n := map[ledger.ClaimKind]int{}
 			for _, cl := range vm.Claims {
 				n[cl.Kind]++
 			}
 			for kind, count := range n {
-				ch <- prometheus.MustNewConstMetric(allocDesc, prometheus.GaugeValue, float64(count), name, kind)
+				ch <- prometheus.MustNewConstMetric(allocDesc, prometheus.GaugeValue, float64(count), name, string(kind))
 			}
 		}
 	}
@@ -244,21 +245,41 @@ func up(err error) float64 {
 	return 1
 }
 
-// Mode says how a GPU function is used, from the inventory's facts (gpu_info's mode label).
-func Mode(d host.Device) string {
+// Mode is how a GPU function is used: gpu_info's "mode" label. It is not a vgpu.Kind, which
+// names what a guest gets, but a function set up to give guests one kind is labelled with that
+// kind's name (ModeOfKind): passthrough (on vfio-pci), sriov-vf, vendor-vfio, mdev (an mdev
+// parent). A function that gives guests nothing is in a host-side state: ModeSRIOVPF,
+// ModeHost or ModeUnbound.
+type Mode string
+
+// The host-side modes.
+const (
+	// ModeSRIOVPF is a physical function with SR-IOV VFs enabled: its VFs are what guests get.
+	ModeSRIOVPF Mode = "sriov-pf"
+	// ModeHost is a function on a host driver (nvidia, amdgpu, i915, …).
+	ModeHost Mode = "host"
+	// ModeUnbound is a function on no driver.
+	ModeUnbound Mode = "unbound"
+)
+
+// ModeOfKind is the mode of a function set up to give guests kind k: the kind's own name.
+func ModeOfKind(k vgpu.Kind) Mode { return Mode(k) }
+
+// ModeOf says how a GPU function is used, from the inventory's facts.
+func ModeOf(d host.Device) Mode {
 	switch {
 	case d.VendorVGPU != nil:
-		return "vendor-vfio"
+		return ModeOfKind(vgpu.VendorVFIO)
 	case d.PhysFn != nil:
-		return "sriov-vf"
+		return ModeOfKind(vgpu.SRIOVVF)
 	case d.Driver == vfio.DriverName:
-		return "passthrough"
+		return ModeOfKind(vgpu.Passthrough)
 	case d.Mdev != nil:
-		return "mdev"
+		return ModeOfKind(vgpu.Mdev)
 	case d.SRIOV != nil && d.SRIOV.NumVFs > 0:
-		return "sriov-pf"
+		return ModeSRIOVPF
 	case d.Driver == "":
-		return "unbound"
+		return ModeUnbound
 	}
-	return "host"
+	return ModeHost
 }

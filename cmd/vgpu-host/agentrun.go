@@ -101,7 +101,7 @@ func hostIOFor(cmd *cli.Command, root host.Root) (host.Writer, host.ModuleLoader
 	w, m := hostIO(root)
 	if rv := runEnvOf(cmd); rv != nil && rv.log != nil {
 		l := rv.log.With("op", cmd.FullName(), "uid", rv.peer.UID, "pid", rv.peer.PID)
-		w = host.LogWriter{W: w, Log: func(c host.Change) {
+		w = host.LogWriter{W: w, Log: func(c host.LoggedWrite) {
 			attrs := []any{"device", c.Device, "path", c.Path, "old", c.Old, "new", c.New}
 			if c.Err != nil {
 				l.Warn("host change failed", append(attrs, "err", c.Err)...)

@@ -234,7 +234,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer conn.Close()
 	// A record for each VM applied; one that failed has none (its error goes to stderr).
-	results := []*lifecycle.ApplyResult{}
+	results := []*lifecycle.VMApplyResult{}
 	var firstErr error
 	for _, vm := range vms {
 		res, err := lc.Apply(ctx, vm)
@@ -280,7 +280,7 @@ func runApply(ctx context.Context, cmd *cli.Command) error {
 	return firstErr
 }
 
-func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
+func applyTable(w io.Writer, rs []*lifecycle.VMApplyResult) error {
 	for _, r := range rs {
 		what := "applied"
 		if !r.Changed {
@@ -288,7 +288,7 @@ func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
 		}
 		var devs []string
 		for _, c := range r.Claims {
-			devs = append(devs, c.Kind+" "+c.ID)
+			devs = append(devs, string(c.Kind)+" "+c.ID)
 		}
 		if len(devs) == 0 {
 			devs = []string{"no host devices"}
@@ -302,7 +302,7 @@ func applyTable(w io.Writer, rs []*lifecycle.ApplyResult) error {
 			if len(r.Replaced.Released) > 0 {
 				rel = nil
 				for _, c := range r.Replaced.Released {
-					rel = append(rel, c.Kind+" "+c.ID)
+					rel = append(rel, string(c.Kind)+" "+c.ID)
 				}
 			}
 			fmt.Fprintf(w, "  its devices changed: destroyed and re-created it (released %s)\n", strings.Join(rel, ", "))

@@ -130,7 +130,7 @@ func TestApplyFallbackLibvirtd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("apply exit %d:\n%s", code, out)
 	}
-	var res []lifecycle.ApplyResult
+	var res []lifecycle.VMApplyResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatal(err)
 	}

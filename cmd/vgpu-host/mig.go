@@ -302,7 +302,7 @@ func runMIGPlan(ctx context.Context, cmd *cli.Command, apply bool) error {
 	}
 	res := mig.Changes{Steps: done, Kept: ch.Kept}
 	if res.Steps == nil {
-		res.Steps = []mig.Change{}
+		res.Steps = []mig.GPUChange{}
 	}
 	return emit(cmd, res, func(w io.Writer) error { return changesTable(w, res, "") })
 }

@@ -234,7 +234,7 @@ func TestWaitShutdownProgressLibvirtd(t *testing.T) {
 	}
 
 	out, err = onPTY("-o", "json", "apply", "--connect", uri, "--virt-type", "qemu", "--wait-shutdown", "--timeout", "60s", spec)
-	var rs []lifecycle.ApplyResult
+	var rs []lifecycle.VMApplyResult
 	if err != nil || json.Unmarshal([]byte(out), &rs) != nil || len(rs) != 1 || rs[0].State != "shutoff" {
 		t.Fatalf("apply -o json --wait-shutdown on a terminal printed more than its JSON (%v):\n%q", err, out)
 	}

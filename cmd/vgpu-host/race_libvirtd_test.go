@@ -238,7 +238,7 @@ func TestRace16ProcessesFor4GPUsLibvirtd(t *testing.T) {
 		switch r.code {
 		case exitOK:
 			winners = append(winners, name)
-			var out []lifecycle.ApplyResult
+			var out []lifecycle.VMApplyResult
 			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out) != 1 || out[0].VM != name || !out[0].Changed || out[0].State != "shutoff" {
 				t.Fatalf("%s won but printed (%v):\n%s", name, err, r.stdout)
 			}

@@ -31,17 +31,17 @@ func runCLIErr(t *testing.T, args ...string) (string, int) {
 }
 
 // applyJSON runs `apply -o json` in-process and decodes its one result.
-func applyJSON(t *testing.T, args ...string) (lifecycle.ApplyResult, string, int) {
+func applyJSON(t *testing.T, args ...string) (lifecycle.VMApplyResult, string, int) {
 	t.Helper()
 	out, code := runCLI(t, append([]string{"-o", "json"}, args...)...)
-	var rs []lifecycle.ApplyResult
+	var rs []lifecycle.VMApplyResult
 	if code == 0 {
 		if err := json.Unmarshal([]byte(out), &rs); err != nil || len(rs) != 1 {
 			t.Fatalf("apply printed (%v):\n%s", err, out)
 		}
 		return rs[0], out, code
 	}
-	return lifecycle.ApplyResult{}, out, code
+	return lifecycle.VMApplyResult{}, out, code
 }
 
 // domainOf parses a domain's XML (live, or --inactive).

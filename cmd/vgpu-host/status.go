@@ -59,7 +59,7 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 		for _, s := range st {
 			var devs []string
 			for _, c := range s.Claims {
-				devs = append(devs, c.Kind+":"+c.ID)
+				devs = append(devs, c.Key())
 			}
 			if len(s.Fallback) > 0 {
 				devs = append(devs, "virtio-gpu (fallback)")
