@@ -181,7 +181,7 @@ func (l *Lifecycle) foreign(ctx context.Context, known func(name string) bool) (
 		if known(name) {
 			continue
 		}
-		hd, ok := DomainHostdevs(x)
+		hd, ok := virt.DomainHostdevs(x)
 		if !ok {
 			continue
 		}
@@ -193,35 +193,6 @@ func (l *Lifecycle) foreign(ctx context.Context, known func(name string) bool) (
 		}
 	}
 	return pci, mdev, nil
-}
-
-// Hostdevs are the host devices a domain's XML gives its guest.
-type Hostdevs struct {
-	// PCI are the source addresses of PCI hostdevs (passthrough, VFs, vendor-VFIO VFs).
-	PCI []host.Address
-	// Mdevs are the UUIDs of mdev hostdevs, lower case.
-	Mdevs []string
-}
-
-// DomainHostdevs reads the hostdevs of a domain XML; ok is false when the XML does not parse
-// or has no devices.
-func DomainHostdevs(x string) (hd Hostdevs, ok bool) {
-	var d libvirtxml.Domain
-	if d.Unmarshal(x) != nil || d.Devices == nil {
-		return hd, false
-	}
-	for _, h := range d.Devices.Hostdevs {
-		if s := h.SubsysPCI; s != nil && s.Source != nil && s.Source.Address != nil {
-			a := s.Source.Address
-			if a.Domain != nil && a.Bus != nil && a.Slot != nil && a.Function != nil {
-				hd.PCI = append(hd.PCI, host.Address{Domain: uint32(*a.Domain), Bus: uint8(*a.Bus), Device: uint8(*a.Slot), Function: uint8(*a.Function)})
-			}
-		}
-		if m := h.SubsysMDev; m != nil && m.Source != nil && m.Source.Address != nil {
-			hd.Mdevs = append(hd.Mdevs, strings.ToLower(m.Source.Address.UUID))
-		}
-	}
-	return hd, true
 }
 
 func inUse(book *ledger.Book, vm string, foreign map[host.Address]string) []host.Address {

@@ -3,10 +3,11 @@ package mdev
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
-	"libvirt.org/go/libvirtxml"
+	"github.com/vgpu-host/vgpu-host/virt"
 )
 
 // DomainXMLLister lists the XML of every libvirt domain, defined or running, by name.
@@ -38,30 +39,20 @@ func (l LibvirtUsers) DomainsUsing(ctx context.Context, in Instance) ([]string, 
 	return out, nil
 }
 
+// domainUses reports whether the domain XML x gives its guest the instance: an mdev hostdev
+// with its UUID, or a PCI hostdev on its VF (virt.DomainHostdevs, the one reader of a domain's
+// hostdevs; a UUID is matched whole, never as a substring). XML that does not parse is taken
+// to use the instance when it mentions it, so a safety check never passes on a parse failure.
 func domainUses(x string, in Instance) bool {
-	if in.VF == nil {
-		return in.UUID != "" && strings.Contains(strings.ToLower(x), strings.ToLower(in.UUID))
-	}
-	var d libvirtxml.Domain
-	if err := d.Unmarshal(x); err != nil || d.Devices == nil {
-		// Unparsable XML: fall back to the address as libvirt would print it.
+	hd, ok := virt.DomainHostdevs(x)
+	if !ok {
+		if in.VF == nil {
+			return in.UUID != "" && strings.Contains(strings.ToLower(x), strings.ToLower(in.UUID))
+		}
 		return strings.Contains(x, fmt.Sprintf("bus='0x%02x' slot='0x%02x' function='0x%x'", in.VF.Bus, in.VF.Device, in.VF.Function))
 	}
-	for _, h := range d.Devices.Hostdevs {
-		if h.SubsysPCI == nil || h.SubsysPCI.Source == nil || h.SubsysPCI.Source.Address == nil {
-			continue
-		}
-		a := h.SubsysPCI.Source.Address
-		if eq(a.Domain, uint(in.VF.Domain)) && eq(a.Bus, uint(in.VF.Bus)) && eq(a.Slot, uint(in.VF.Device)) && eq(a.Function, uint(in.VF.Function)) {
-			return true
-		}
+	if in.VF == nil {
+		return in.UUID != "" && slices.Contains(hd.Mdevs, strings.ToLower(in.UUID))
 	}
-	return false
-}
-
-func eq(p *uint, v uint) bool {
-	if p == nil {
-		return v == 0
-	}
-	return *p == v
+	return slices.Contains(hd.PCI, *in.VF)
 }

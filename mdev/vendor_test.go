@@ -167,6 +167,8 @@ func TestLibvirtUsers(t *testing.T) {
 		"desk": `<domain type='kvm'><name>desk</name><devices><hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='83C32DF7-D52E-4EC1-9668-1F3C7E4DF107'/></source></hostdev></devices></domain>`,
 		"cad":  `<domain type='kvm'><name>cad</name><devices><hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x0000' bus='0x41' slot='0x00' function='0x5'/></source></hostdev></devices></domain>`,
 		"idle": `<domain type='kvm'><name>idle</name><devices><hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x0000' bus='0x41' slot='0x00' function='0x4'/></source></hostdev></devices></domain>`,
+		// The UUID in its description and in a longer UUID's text, but no hostdev of it: not a user.
+		"notes": `<domain type='kvm'><name>notes</name><description>was given 83c32df7-d52e-4ec1-9668-1f3c7e4df107 once</description><devices><hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='183c32df7-d52e-4ec1-9668-1f3c7e4df1070'/></source></hostdev></devices></domain>`,
 	}}
 	got, err := l.DomainsUsing(context.Background(), Instance{UUID: "83c32df7-d52e-4ec1-9668-1f3c7e4df107"})
 	if err != nil || len(got) != 1 || got[0] != "desk" {

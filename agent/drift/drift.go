@@ -30,7 +30,6 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
-	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -249,7 +248,7 @@ func Compare(book *ledger.Book, doms map[string]string, uri string) []Drift {
 			out = append(out, Drift{VM: name, Kind: KindDomainUndefined, Devices: claimKeys(vm.Claims)})
 			continue
 		}
-		hd, ok := lifecycle.DomainHostdevs(x)
+		hd, ok := virt.DomainHostdevs(x)
 		if !ok {
 			continue // XML libvirt gave us that does not parse: no judgement
 		}
