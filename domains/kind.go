@@ -6,7 +6,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -28,7 +27,7 @@ type GPUKind interface {
 	wants(g GPU) bool
 	resolve(r *resolver, i int, g GPU) (GPUAllocation, error)
 	render(p *Builder, g GPU, ga GPUAllocation, d *libvirtxml.Domain, v *video) error
-	claims(ga GPUAllocation) []ledger.Claim
+	claims(ga GPUAllocation) []vgpu.Claim
 	hostSteps(ga GPUAllocation, n *Numbering) ([]step.Step, []string, error)
 }
 
@@ -60,16 +59,16 @@ type video struct {
 // which claims the VM holds already.
 type Numbering struct {
 	// Owned reports whether the VM already holds c in the ledger.
-	Owned func(c ledger.Claim) bool
+	Owned func(c vgpu.Claim) bool
 
 	mdev, vendor int
 }
 
-func (n *Numbering) owned(c ledger.Claim) bool { return n.Owned != nil && n.Owned(c) }
+func (n *Numbering) owned(c vgpu.Claim) bool { return n.Owned != nil && n.Owned(c) }
 
 // Claims lists the devices the allocation takes, in spec order.
-func (a *Allocation) Claims() []ledger.Claim {
-	var out []ledger.Claim
+func (a *Allocation) Claims() []vgpu.Claim {
+	var out []vgpu.Claim
 	for _, g := range a.GPUs {
 		if k, ok := kinds[g.Kind]; ok {
 			out = append(out, k.claims(g)...)

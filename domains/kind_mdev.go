@@ -9,7 +9,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -39,10 +38,10 @@ func (mdevKind) render(_ *Builder, g GPU, ga GPUAllocation, d *libvirtxml.Domain
 	return nil
 }
 
-func (mdevKind) claims(ga GPUAllocation) []ledger.Claim {
-	var out []ledger.Claim
+func (mdevKind) claims(ga GPUAllocation) []vgpu.Claim {
+	var out []vgpu.Claim
 	for _, m := range ga.Mdevs {
-		out = append(out, ledger.Claim{Kind: ledger.ClaimKindOf(ga.Kind), ID: strings.ToLower(m.UUID), Detail: m.Type})
+		out = append(out, vgpu.Claim{Kind: vgpu.ClaimKindOf(ga.Kind), ID: strings.ToLower(m.UUID), Detail: m.Type})
 	}
 	return out
 }

@@ -9,7 +9,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -61,15 +60,15 @@ func (passthroughKind) render(p *Builder, g GPU, ga GPUAllocation, d *libvirtxml
 	return nil
 }
 
-func (passthroughKind) claims(ga GPUAllocation) []ledger.Claim {
-	var out []ledger.Claim
+func (passthroughKind) claims(ga GPUAllocation) []vgpu.Claim {
+	var out []vgpu.Claim
 	for _, s := range ga.Slots {
 		for i, f := range s.Functions {
 			detail := string(ga.Kind)
 			if i > 0 {
 				detail += " companion"
 			}
-			out = append(out, ledger.Claim{Kind: ledger.ClaimKindOf(ga.Kind), ID: f.String(), Detail: detail})
+			out = append(out, vgpu.Claim{Kind: vgpu.ClaimKindOf(ga.Kind), ID: f.String(), Detail: detail})
 		}
 	}
 	return out

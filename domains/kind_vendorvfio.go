@@ -9,7 +9,6 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -48,14 +47,14 @@ func (vendorVFIOKind) render(p *Builder, _ GPU, ga GPUAllocation, d *libvirtxml.
 	return nil
 }
 
-func (vendorVFIOKind) claims(ga GPUAllocation) []ledger.Claim {
-	var out []ledger.Claim
+func (vendorVFIOKind) claims(ga GPUAllocation) []vgpu.Claim {
+	var out []vgpu.Claim
 	for _, s := range ga.Slots {
 		detail := strconv.Itoa(s.VGPUType)
 		if s.VGPUTypeName != "" {
 			detail += " (" + s.VGPUTypeName + ")"
 		}
-		out = append(out, ledger.Claim{Kind: ledger.ClaimKindOf(ga.Kind), ID: s.Functions[0].String(), Detail: detail})
+		out = append(out, vgpu.Claim{Kind: vgpu.ClaimKindOf(ga.Kind), ID: s.Functions[0].String(), Detail: detail})
 	}
 	return out
 }
@@ -69,7 +68,7 @@ func (vendorVFIOKind) hostSteps(ga GPUAllocation, n *Numbering) ([]step.Step, []
 	for _, s := range ga.Slots {
 		vf := s.Functions[0]
 		if s.VGPUTypeSet {
-			if !n.owned(ledger.Claim{Kind: ledger.KindVendorVGPU, ID: vf.String()}) {
+			if !n.owned(vgpu.Claim{Kind: vgpu.ClaimVendorVGPU, ID: vf.String()}) {
 				notes = append(notes, fmt.Sprintf("gpus[%d]: VF %s holds vGPU type %d (%s) already: used as is, and left set at destroy", ga.Index, vf, s.VGPUType, s.VGPUTypeName))
 			}
 			continue

@@ -3,7 +3,6 @@ package domains
 import (
 	"libvirt.org/go/libvirtxml"
 
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -31,7 +30,7 @@ func (virtioKind) render(_ *Builder, g GPU, _ GPUAllocation, _ *libvirtxml.Domai
 	return nil
 }
 
-func (virtioKind) claims(GPUAllocation) []ledger.Claim { return nil }
+func (virtioKind) claims(GPUAllocation) []vgpu.Claim { return nil }
 
 func (virtioKind) hostSteps(GPUAllocation, *Numbering) ([]step.Step, []string, error) {
 	return nil, nil, nil

@@ -82,35 +82,19 @@ import (
 // ledger.json document, which it still reads and migrates).
 const FormatVersion = 2
 
-// ClaimKind is what a claim holds: the unit the ledger keeps exclusive (a PCI function, an
-// mdev instance, a VF's vGPU type). It is not a vgpu.Kind, which names what a guest gets: one
-// guest's GPU is several claims (a passthrough GPU and its companions are one pci claim each),
-// and a VM also claims devices that are no GPU at all (a NIC is a pci claim). ClaimKindOf says
-// which claims a guest of each vgpu.Kind holds. Its string is the "kind" written in the ledger.
-type ClaimKind string
+// ClaimKind is vgpu.ClaimKind: what a claim holds (a PCI function, an mdev instance, a VF's
+// vGPU type), the "kind" written in the ledger.
+type ClaimKind = vgpu.ClaimKind
 
-// Claim kinds.
+// Claim kinds (vgpu's).
 const (
-	KindPCI        ClaimKind = "pci"         // a whole PCI function (GPU, companion, VF or NIC) given to the VM
-	KindMdev       ClaimKind = "mdev"        // an mdev instance, by UUID
-	KindVendorVGPU ClaimKind = "vendor-vgpu" // a VF whose nvidia/current_vgpu_type this VM set
+	KindPCI        = vgpu.ClaimPCI
+	KindMdev       = vgpu.ClaimMdev
+	KindVendorVGPU = vgpu.ClaimVendorVGPU
 )
 
-// ClaimKindOf returns the kind of claim a guest's GPU of kind k holds: pci for a passthrough
-// GPU (and each of its companions) or a plain SR-IOV VF, mdev for an mdev instance,
-// vendor-vgpu for a vendor-VFIO VF (MIG-backed or not). A virtio-gpu holds no host device:
-// "" (so does a kind this function does not know).
-func ClaimKindOf(k vgpu.Kind) ClaimKind {
-	switch k {
-	case vgpu.Passthrough, vgpu.SRIOVVF:
-		return KindPCI
-	case vgpu.Mdev:
-		return KindMdev
-	case vgpu.VendorVFIO, vgpu.MIGVendorVFIO:
-		return KindVendorVGPU
-	}
-	return ""
-}
+// ClaimKindOf is vgpu.ClaimKindOf.
+func ClaimKindOf(k vgpu.Kind) ClaimKind { return vgpu.ClaimKindOf(k) }
 
 // JournalStep statuses.
 const (
@@ -147,16 +131,8 @@ type VM struct {
 	UpdatedAt time.Time     `json:"updated_at"`
 }
 
-// Claim is one device held by a VM.
-type Claim struct {
-	Kind ClaimKind `json:"kind"` // pci, mdev, vendor-vgpu
-	ID   string    `json:"id"`   // PCI address or mdev UUID
-	// Detail says what the claim is for: the mdev type, the vGPU type id, "companion".
-	Detail string `json:"detail,omitempty"`
-}
-
-// Key returns "kind:id", the unit of exclusivity.
-func (c Claim) Key() string { return string(c.Kind) + ":" + c.ID }
+// Claim is vgpu.Claim: one device held by a VM.
+type Claim = vgpu.Claim
 
 // claimOfKey is the inverse of Key (without Detail): kinds have no ':'.
 func claimOfKey(k string) Claim {
