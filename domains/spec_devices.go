@@ -2,6 +2,7 @@ package domains
 
 import (
 	"fmt"
+	"github.com/vgpu-host/vgpu-host/internal/strictyaml"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
@@ -41,7 +42,7 @@ func (p *Pin) UnmarshalYAML(n *yaml.Node) error {
 			p.CPUs = append(p.CPUs, i)
 		}
 	default:
-		p.err = fmt.Errorf("want auto or a list of host CPUs, got a %s", kindName(n.Kind))
+		p.err = fmt.Errorf("want auto or a list of host CPUs, got a %s", strictyaml.KindName(n.Kind))
 	}
 	return nil
 }

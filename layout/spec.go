@@ -12,12 +12,12 @@ package layout
 
 import (
 	"fmt"
+	"github.com/vgpu-host/vgpu-host/internal/strictyaml"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vgpu"
@@ -199,7 +199,7 @@ func ReadFile(path string) (*File, []byte, error) {
 // host.ErrInvalid.
 func Parse(data []byte) (*File, error) {
 	f := &File{}
-	lines, err := domains.DecodeStrict(data, "layout", "one HostLayout per file", f)
+	lines, err := strictyaml.Decode(data, "layout", "one HostLayout per file", f)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package domains
+package strictyaml
 
 import (
 	"bytes"
@@ -11,13 +11,13 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 )
 
-// DecodeStrict decodes one YAML document of at most host.MaxSpecSize bytes into v, strictly:
+// Decode decodes one YAML document of at most host.MaxSpecSize bytes into v, strictly:
 // unknown keys, wrong types, fractional numbers for integers, duplicate keys and a second
 // document are errors naming the line and the field. what names the input in errors ("spec",
 // "layout"); one says what a file holds ("one VirtualMachine per file"). It returns every
 // field path ("spec.gpus[0].passthrough") mapped to its line, for validation messages.
 // Errors wrap host.ErrInvalid. VM specs (Parse) and host layouts (package layout) share it.
-func DecodeStrict(data []byte, what, one string, v any) (map[string]int, error) {
+func Decode(data []byte, what, one string, v any) (map[string]int, error) {
 	if len(data) > host.MaxSpecSize {
 		return nil, fmt.Errorf("parse %s: %d bytes: %w: a %s is at most %d bytes (1 MiB): %w", what, len(data), host.ErrTooLarge, what, host.MaxSpecSize, host.ErrInvalid)
 	}
