@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -63,6 +64,16 @@ type plugin struct {
 	listed  bool                   // res has been set once
 	srv     *grpc.Server
 	stopped chan struct{} // closed when the plugin is stopped for good
+
+	reg regState // the Server's loop alone reads and writes it
+}
+
+// regState is where a plugin stands with the kubelet.
+type regState struct {
+	kubelet   os.FileInfo   // the kubelet.sock that accepted the plugin, nil while not registered
+	refusedBy os.FileInfo   // the kubelet.sock that last refused it (or could not be reached)
+	wait      time.Duration // the current back-off
+	retryAt   time.Time     // no new try with refusedBy before
 }
 
 // SocketName is the file name of a resource's plugin socket: "vgpu-host-" and the resource name

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,6 +37,10 @@ type fakeKubelet struct {
 	lists map[string][]*pluginapi.ListAndWatchResponse // by resource
 	conns map[string]*grpc.ClientConn
 	upd   chan string // resource names with a new list
+
+	refuse  map[string]bool // resource names Register refuses, as the kubelet refuses invalid ones
+	refused map[string]int  // refused Register calls by resource
+	ended   map[string]int  // ListAndWatch streams that ended, by resource
 }
 
 type registration struct {
@@ -44,6 +49,14 @@ type registration struct {
 }
 
 func (r registration) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	r.k.mu.Lock()
+	if r.k.refuse[req.ResourceName] {
+		r.k.refused[req.ResourceName]++
+		r.k.mu.Unlock()
+		// The device manager's words (devicemanager/plugin/v1beta1/server.go).
+		return nil, fmt.Errorf("invalid name of device plugin socket: %s", req.ResourceName)
+	}
+	r.k.mu.Unlock()
 	r.k.regs <- req
 	go r.k.watch(req)
 	return &pluginapi.Empty{}, nil
@@ -52,7 +65,8 @@ func (r registration) Register(_ context.Context, req *pluginapi.RegisterRequest
 func startKubelet(t *testing.T, dir string) *fakeKubelet {
 	t.Helper()
 	k := &fakeKubelet{t: t, dir: dir, regs: make(chan *pluginapi.RegisterRequest, 32),
-		lists: map[string][]*pluginapi.ListAndWatchResponse{}, conns: map[string]*grpc.ClientConn{}, upd: make(chan string, 256)}
+		lists: map[string][]*pluginapi.ListAndWatchResponse{}, conns: map[string]*grpc.ClientConn{}, upd: make(chan string, 256),
+		refuse: map[string]bool{}, refused: map[string]int{}, ended: map[string]int{}}
 	k.start()
 	t.Cleanup(k.stop)
 	return k
@@ -119,6 +133,9 @@ func (k *fakeKubelet) watch(req *pluginapi.RegisterRequest) {
 	for {
 		m, err := s.Recv()
 		if err != nil {
+			k.mu.Lock()
+			k.ended[req.ResourceName]++
+			k.mu.Unlock()
 			return
 		}
 		k.mu.Lock()
@@ -475,5 +492,44 @@ func TestLongResourceNameSocket(t *testing.T) {
 	}
 	if got := socketPath("/var/lib/kubelet/device-plugins", "nvidia.com/GRID_A100-4C"); got != "/var/lib/kubelet/device-plugins/vgpu-host-nvidia.com_GRID_A100-4C.sock" {
 		t.Errorf("short name hashed: %s", got)
+	}
+}
+
+// TestRefusedRegistrationIsolated: the kubelet refuses one resource; the others stay
+// registered with their ListAndWatch streams open (a real kubelet marks a resource's devices
+// unhealthy whenever its stream ends), and the refused one is tried again with a back-off, not
+// every turn. Before, every resource was served and registered anew every turn.
+func TestRefusedRegistrationIsolated(t *testing.T) {
+	tr := kubetest.ExampleHost(t)
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	const bad = "nvidia.com/GA100_A100_SXM4_40GB"
+	k.mu.Lock()
+	k.refuse[bad] = true
+	k.mu.Unlock()
+	run(t, tr.Root, dir) // a turn every 50ms
+	regs := k.waitRegs(3)
+	if regs[bad] != nil {
+		t.Fatalf("refused resource registered: %v", regs)
+	}
+	for name := range regs {
+		k.waitList(name, func(m map[string]string) bool { return len(m) > 0 })
+	}
+	time.Sleep(1500 * time.Millisecond) // 30 turns
+	select {
+	case r := <-k.regs:
+		t.Errorf("%s registered again, its stream cut by another resource's refusal", r.ResourceName)
+	default:
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name := range regs {
+		if k.ended[name] != 0 {
+			t.Errorf("%s: %d ListAndWatch streams ended", name, k.ended[name])
+		}
+	}
+	// Back-off from 50ms doubling: tries at about 0, 50, 150, 350, 750, 1550ms.
+	if n := k.refused[bad]; n < 2 || n > 7 {
+		t.Errorf("refused resource tried %d times in 1.5s, want a back-off (2 to 7)", n)
 	}
 }
