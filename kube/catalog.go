@@ -270,8 +270,8 @@ func (b *builder) vendorVF(d *host.Device) {
 		return
 	}
 	id := strconv.Itoa(cur)
-	tname := b.vendorTypeName(cur)
-	name := b.cfg.typeResource(d.VendorID, tname, id)
+	tname := nonEmpty(b.vendorTypeName(cur), b.cfg.recordedTypeName(cur))
+	name := b.cfg.vendorTypeResource(d.VendorID, tname, cur)
 	a := d.Address
 	dev := Device{ID: a.String(), Address: &a, NUMA: d.NUMANode, Groups: []int{d.IOMMUGroup}, Healthy: true}
 	if d.PhysFn != nil {
@@ -378,7 +378,7 @@ func Offered(inv *host.Inventory, cfg Config) *Catalog {
 		}
 		for _, t := range d.VendorVGPU.Creatable {
 			id := strconv.Itoa(t.ID)
-			addEmpty(Resource{Name: cfg.typeResource(d.VendorID, t.Name, id), Kind: KindVendorVFIO, Selector: selector(d), Model: t.Name, TypeID: id})
+			addEmpty(Resource{Name: cfg.vendorTypeResource(d.VendorID, t.Name, t.ID), Kind: KindVendorVFIO, Selector: selector(d), Model: t.Name, TypeID: id})
 		}
 	}
 	sort.Slice(c.Resources, func(i, j int) bool { return c.Resources[i].Name < c.Resources[j].Name })

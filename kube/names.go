@@ -185,6 +185,9 @@ type Config struct {
 	// ResourceNames overrides generated resource names. Keys are "vendor:device" (lower-case
 	// hex) for passthrough GPUs and VFs, or a vGPU type's name or id.
 	ResourceNames map[string]string `yaml:"resourceNames" json:"resourceNames,omitempty"`
+	// Recorded are the names vendor-VFIO types were first given, by type number (LoadNames,
+	// NamesFile): not configured, but kept so a resource keeps its name when its GPU is full.
+	Recorded map[string]RecordedType `yaml:"-" json:"-"`
 }
 
 // DefaultConfigPath is where the configuration lives under the host root.

@@ -102,7 +102,14 @@ func (s *Server) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("device plugin: %w: %w", errScan, err)
 	}
-	cat := kube.Build(inv, s.opts.Config)
+	cfg, err := s.opts.Config.WithRecorded(s.opts.Root)
+	if err != nil {
+		s.opts.Logf("%v", err)
+	}
+	cat := kube.Build(inv, cfg)
+	if err := cat.RecordNames(s.opts.Root, cfg); err != nil {
+		s.opts.Logf("%v", err)
+	}
 	if err := cat.MarkHeldFromLedger(s.opts.Root); err != nil {
 		s.opts.Logf("%v", err)
 	}
