@@ -66,6 +66,7 @@ func scanKube(cmd *cli.Command, offered bool) (host.Root, *host.Inventory, *kube
 	if offered {
 		return root, inv, cat, nil
 	}
+	cat.MarkDeviceNodes(root)
 	return root, inv, cat, cat.MarkHeldFromLedger(root)
 }
 

@@ -243,7 +243,9 @@ func allocate(root host.Root, r kube.Resource, ids []string) (*pluginapi.Contain
 			}
 		}
 		for _, g := range d.Groups {
-			if groups[g] {
+			if groups[g] || !exists(host.VFIODev(root, g)) {
+				// No group node: a cdev-only kernel (MarkDeviceNodes let the device through
+				// because its /dev/vfio/devices nodes are all there, and they are handed over).
 				continue
 			}
 			groups[g] = true
@@ -255,6 +257,11 @@ func allocate(root host.Root, r kube.Resource, ids []string) (*pluginapi.Contain
 		Envs:    map[string]string{r.EnvVar(): strings.Join(values, ",")},
 		Devices: specs,
 	}, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // PreStartContainer is not used (GetDevicePluginOptions says so).

@@ -533,3 +533,51 @@ func TestRefusedRegistrationIsolated(t *testing.T) {
 		t.Errorf("refused resource tried %d times in 1.5s, want a back-off (2 to 7)", n)
 	}
 }
+
+// TestMissingGroupNodeUnhealthy: a device whose /dev/vfio/N is missing is Unhealthy and not
+// allocated (the container could not start with it); on a kernel with only VFIO character
+// devices it is healthy and handed over by its /dev/vfio/devices/vfioN alone. Before, health
+// never looked at /dev/vfio.
+func TestMissingGroupNodeUnhealthy(t *testing.T) {
+	tr, a := consumerHost(t)
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	g := tr.Group(a[2]) // the second GPU; its audio function is in a group of its own
+	node := filepath.Join(tr.Dir(), "dev/vfio", strconv.Itoa(g))
+	if err := os.Remove(node); err != nil {
+		t.Fatal(err)
+	}
+	run(t, tr.Root, dir)
+	r := k.waitRegs(1)[rtx]
+	got := k.waitList(rtx, func(m map[string]string) bool { return len(m) == 2 })
+	if got[a[2].String()] != pluginapi.Unhealthy || got[a[0].String()] != pluginapi.Healthy {
+		t.Fatalf("without /dev/vfio/%d: %v", g, got)
+	}
+	if _, err := k.client(r.Endpoint).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{a[2].String()}}}}); err == nil {
+		t.Error("allocated a device without its /dev/vfio node")
+	}
+
+	// A cdev-only kernel: each function's vfio-dev/vfioN and /dev/vfio/devices/vfioN (the
+	// GPU's and its audio companion's).
+	for i, f := range []host.Address{a[2], a[3]} {
+		n := "vfio" + strconv.Itoa(3+i)
+		tr.WriteFile(filepath.Join(strings.TrimPrefix(tr.DevDir(f), tr.Dir()+"/"), "vfio-dev", n, "dev"), "243:"+strconv.Itoa(3+i)+"\n")
+		tr.WriteFile("dev/vfio/devices/"+n, "")
+	}
+	got = k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Healthy })
+	resp, err := k.client(r.Endpoint).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{a[2].String()}}}})
+	if err != nil {
+		t.Fatalf("cdev-only: %v (list %v)", err, got)
+	}
+	var paths []string
+	for _, d := range resp.ContainerResponses[0].Devices {
+		paths = append(paths, d.HostPath)
+	}
+	// The audio function's group node is there, and handed over too.
+	want := []string{"/dev/vfio/vfio", "/dev/vfio/devices/vfio3", "/dev/vfio/devices/vfio4", "/dev/vfio/" + strconv.Itoa(tr.Group(a[3]))}
+	if !slices.Equal(paths, want) {
+		t.Errorf("cdev-only device nodes %v", paths)
+	}
+}

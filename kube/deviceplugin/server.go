@@ -110,6 +110,7 @@ func (s *Server) Sync(ctx context.Context) error {
 	if err := cat.RecordNames(s.opts.Root, cfg); err != nil {
 		s.opts.Logf("%v", err)
 	}
+	cat.MarkDeviceNodes(s.opts.Root)
 	if err := cat.MarkHeldFromLedger(s.opts.Root); err != nil {
 		s.opts.Logf("%v", err)
 	}

@@ -80,6 +80,7 @@ func (d *Driver) Scan() ([]resourceapi.Device, error) {
 	if err := cat.RecordNames(d.Root, cfg); err != nil {
 		d.HandleError(context.Background(), err, "scan")
 	}
+	cat.MarkDeviceNodes(d.Root)
 	if err := cat.MarkHeldFromLedger(d.Root); err != nil {
 		d.HandleError(context.Background(), err, "scan")
 	}
