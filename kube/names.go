@@ -185,6 +185,11 @@ type Config struct {
 	// ResourceNames overrides generated resource names. Keys are "vendor:device" (lower-case
 	// hex) for passthrough GPUs and VFs, or a vGPU type's name or id.
 	ResourceNames map[string]string `yaml:"resourceNames" json:"resourceNames,omitempty"`
+	// IncludeEmulated advertises what is not a real GPU too: emulated display devices
+	// (EmulatedDisplay: QEMU's bochs VGA, virtio-gpu, QXL, Cirrus, VMware SVGA) and the mdev
+	// types of parents that are not real GPUs (the kernel's mbochs, mdpy and mtty samples).
+	// For labs without GPUs; off, they are not resources at all.
+	IncludeEmulated bool `yaml:"includeEmulated" json:"includeEmulated,omitempty"`
 	// Recorded are the names vendor-VFIO types were first given, by type number (LoadNames,
 	// NamesFile): not configured, but kept so a resource keeps its name when its GPU is full.
 	Recorded map[string]RecordedType `yaml:"-" json:"-"`
