@@ -181,6 +181,7 @@ var (
 //	resourceNames:
 //	  "10de:20b5": nvidia.com/A100_80GB     # a passthrough model, by vendor:device
 //	  "GRID A100-4C": nvidia.com/A100-4C    # a vGPU type, by name or type id (nvidia-471, 1160)
+//	includeEmulated: false                  # true: also emulated displays, sample mdev types
 type Config struct {
 	// ResourceNames overrides generated resource names. Keys are "vendor:device" (lower-case
 	// hex) for passthrough GPUs and VFs, or a vGPU type's name or id.
