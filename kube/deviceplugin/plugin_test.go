@@ -53,8 +53,10 @@ func (r registration) Register(_ context.Context, req *pluginapi.RegisterRequest
 	if r.k.refuse[req.ResourceName] {
 		r.k.refused[req.ResourceName]++
 		r.k.mu.Unlock()
-		// The device manager's words (devicemanager/plugin/v1beta1/server.go).
-		return nil, fmt.Errorf("invalid name of device plugin socket: %s", req.ResourceName)
+		// The device manager's answer to a name failing IsExtendedResourceName
+		// (k8s.io/kubernetes v1.37.2 pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go
+		// Register, errInvalidResourceName in api.go).
+		return nil, fmt.Errorf("the ResourceName %q is invalid", req.ResourceName)
 	}
 	r.k.mu.Unlock()
 	r.k.regs <- req
