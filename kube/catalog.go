@@ -118,13 +118,15 @@ func (c *Catalog) Resource(name string) (*Resource, bool) {
 
 // Build lists the resources of inv:
 //
-//   - every GPU (display class) that is not the boot VGA, not an mdev parent and not running
-//     vendor-VFIO VFs, by model: healthy when it is on vfio-pci and its IOMMU group is viable;
+//   - every GPU (display class, not an EmulatedDisplay) that is not the boot VGA, not an mdev
+//     parent and not running vendor-VFIO VFs, by model: healthy when it is on vfio-pci and its IOMMU group is viable;
 //     on a host driver it is listed but unhealthy, so binding it with `vgpu-host bind` makes
 //     it allocatable without restarting anything;
 //   - every SR-IOV VF of a GPU on vfio-pci without a vendor vGPU type, by model;
 //   - every vendor-VFIO VF with a vGPU type set, by type;
-//   - every mdev instance, by type.
+//   - every mdev instance of a real GPU (gpuParent), by type.
+//
+// With cfg.IncludeEmulated, emulated display devices and mdevs of any parent are listed too.
 //
 // VFs without a vGPU type and free mdev capacity are not devices: vgpu-host owns the layout
 // (`vgpu-host mdev create`), and a device plugin cannot create instances on demand.
@@ -149,13 +151,15 @@ func Build(inv *host.Inventory, cfg Config) *Catalog {
 			if d.Driver == "vfio-pci" && b.gpuVF(d) {
 				b.pci(d)
 			}
-		case d.IsGPU && !d.BootVGA && !b.parents[d.Address.String()] && !b.vendorPF(d):
+		case d.IsGPU && !d.BootVGA && !b.parents[d.Address.String()] && !b.vendorPF(d) && (cfg.IncludeEmulated || !EmulatedDisplay(d)):
 			b.pci(d)
 		}
 	}
 	for _, g := range inv.Groups {
 		for _, m := range g.Mdevs {
-			b.mdev(g.ID, m)
+			if cfg.IncludeEmulated || b.gpuParent(m.Parent) {
+				b.mdev(g.ID, m)
+			}
 		}
 	}
 	c := &Catalog{Resources: []Resource{}}
@@ -189,6 +193,32 @@ func (b *builder) add(r Resource, dev Device) {
 	}
 	r.Devices = []Device{dev}
 	b.res[r.Name] = &r
+}
+
+// EmulatedDisplay reports whether d is a display device that hypervisors emulate rather than a
+// GPU: QEMU's standard VGA (bochs, 1234:1111), virtio-gpu (1af4:1050), QXL (1b36:0100), Cirrus
+// (1013:00b8) and VMware SVGA II (15ad:0405). They have display class 0x03 like a GPU, and show
+// up on nested and cloud hosts; unless Config.IncludeEmulated, they are no resources (handing
+// one to a VM gives it nothing a GPU resource promises).
+func EmulatedDisplay(d *host.Device) bool {
+	switch strings.ToLower(d.VendorID + ":" + d.DeviceID) {
+	case "1234:1111", "1af4:1050", "1b36:0100", "1013:00b8", "15ad:0405":
+		return true
+	}
+	return false
+}
+
+// gpuParent reports whether the mdev parent named parent is a real GPU: a PCI function of
+// display class that is not EmulatedDisplay (NVIDIA vGPU, Intel GVT-g). Virtual parents (the
+// kernel's mbochs, mdpy and mtty samples) and mdev parents of other classes are not.
+func (b *builder) gpuParent(parent string) bool {
+	for _, p := range b.inv.MdevParents {
+		if p.Parent == parent && p.Address != nil {
+			d, ok := b.byAddr[*p.Address]
+			return ok && d.IsGPU && !EmulatedDisplay(d)
+		}
+	}
+	return false
 }
 
 // gpuVF reports whether a VF belongs to a GPU the inventory lists.
@@ -270,8 +300,8 @@ func (b *builder) vendorVF(d *host.Device) {
 		return
 	}
 	id := strconv.Itoa(cur)
-	tname := b.vendorTypeName(cur)
-	name := b.cfg.typeResource(d.VendorID, tname, id)
+	tname := nonEmpty(b.vendorTypeName(cur), b.cfg.recordedTypeName(cur))
+	name := b.cfg.vendorTypeResource(d.VendorID, tname, cur)
 	a := d.Address
 	dev := Device{ID: a.String(), Address: &a, NUMA: d.NUMANode, Groups: []int{d.IOMMUGroup}, Healthy: true}
 	if d.PhysFn != nil {
@@ -360,7 +390,14 @@ func Offered(inv *host.Inventory, cfg Config) *Catalog {
 			c.Resources = append(c.Resources, r)
 		}
 	}
+	gpu := builder{inv: inv, byAddr: map[host.Address]*host.Device{}}
+	for i := range inv.Devices {
+		gpu.byAddr[inv.Devices[i].Address] = &inv.Devices[i]
+	}
 	for _, p := range inv.MdevParents {
+		if !cfg.IncludeEmulated && !gpu.gpuParent(p.Parent) {
+			continue
+		}
 		vendor := ""
 		for _, d := range inv.Devices {
 			if p.Address != nil && d.Address == *p.Address {
@@ -378,7 +415,7 @@ func Offered(inv *host.Inventory, cfg Config) *Catalog {
 		}
 		for _, t := range d.VendorVGPU.Creatable {
 			id := strconv.Itoa(t.ID)
-			addEmpty(Resource{Name: cfg.typeResource(d.VendorID, t.Name, id), Kind: KindVendorVFIO, Selector: selector(d), Model: t.Name, TypeID: id})
+			addEmpty(Resource{Name: cfg.vendorTypeResource(d.VendorID, t.Name, t.ID), Kind: KindVendorVFIO, Selector: selector(d), Model: t.Name, TypeID: id})
 		}
 	}
 	sort.Slice(c.Resources, func(i, j int) bool { return c.Resources[i].Name < c.Resources[j].Name })

@@ -129,10 +129,28 @@ func checkDaemonSet(t *testing.T, ds appsv1.DaemonSet) {
 			t.Errorf("hostPath %s mounted at %s, want %s", v.HostPath.Path, mounts[v.Name], want)
 		}
 	}
-	// What the plugin reads: the inventory, pci.ids names, the allocation ledger.
-	for _, p := range []string{"/sys", "/usr/share/misc", "/var/lib/vgpu-host"} {
+	// What the plugin reads: the inventory, pci.ids names wherever the distribution keeps them
+	// (/usr/share/misc, /usr/share/hwdata), the allocation ledger, the VFIO nodes.
+	for _, p := range []string{"/sys", "/usr/share", "/var/lib/vgpu-host", "/dev/vfio"} {
 		if !slices.Contains(hostPaths, p) {
 			t.Errorf("%s does not mount %s", ds.Name, p)
+		}
+	}
+	for _, m := range c.VolumeMounts {
+		if (m.MountPath == "/host/usr/share" || m.MountPath == "/host/dev/vfio") && !m.ReadOnly {
+			t.Errorf("%s mounts %s writable", ds.Name, m.MountPath)
+		}
+	}
+	// GPU nodes are commonly tainted; the plugin must still run there.
+	for _, key := range []string{"nvidia.com/gpu", "vgpu-host.io/gpu"} {
+		tolerated := false
+		for _, tol := range ds.Spec.Template.Spec.Tolerations {
+			// Toleration.ToleratesTaint's rules for Exists (the method wants a klog.Logger).
+			tolerated = tolerated || tol.Operator == corev1.TolerationOpExists && (tol.Key == key || tol.Key == "") &&
+				(tol.Effect == "" || tol.Effect == corev1.TaintEffectNoSchedule)
+		}
+		if !tolerated {
+			t.Errorf("%s does not tolerate %s:NoSchedule", ds.Name, key)
 		}
 	}
 	if ds.Name == "vgpu-host-device-plugin" && !strings.HasSuffix(mounts["nfd-features"], kube.FeaturesFile[:strings.LastIndexByte(kube.FeaturesFile, '/')]) {

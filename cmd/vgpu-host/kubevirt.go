@@ -53,10 +53,20 @@ func scanKube(cmd *cli.Command, offered bool) (host.Root, *host.Inventory, *kube
 	if err != nil {
 		return root, nil, nil, err
 	}
-	if offered {
-		return root, inv, kube.Offered(inv, cfg), nil
+	if cfg, err = cfg.WithRecorded(root); err != nil {
+		return root, nil, nil, err
 	}
 	cat := kube.Build(inv, cfg)
+	if offered {
+		cat = kube.Offered(inv, cfg)
+	}
+	// Recording is best-effort here: a user without write access to the state directory still
+	// gets the names, and the device plugin records the same ones from the same host.
+	_ = cat.RecordNames(root, cfg)
+	if offered {
+		return root, inv, cat, nil
+	}
+	cat.MarkDeviceNodes(root)
 	return root, inv, cat, cat.MarkHeldFromLedger(root)
 }
 

@@ -310,6 +310,11 @@ func (t *Tree) setNumVFs(pf host.Address, n int) error {
 		t.symlink(filepath.Join(dir, fmt.Sprintf("virtfn%d", i)), t.devPath[vf])
 		if spec.Nvidia != nil {
 			t.WriteFile(filepath.Join(t.devPath[vf], "nvidia", "current_vgpu_type"), "0\n")
+			// NVIDIA's vendor-specific VFIO driver registers each VF it probes with VFIO,
+			// which gives the VF's group its /dev/vfio/N.
+			if g, err := os.Readlink(filepath.Join(t.dir, t.devPath[vf], "iommu_group")); err == nil && drv != "" {
+				t.WriteFile(filepath.Join("dev/vfio", filepath.Base(g)), "")
+			}
 		}
 	}
 	t.WriteFile(filepath.Join(dir, "sriov_numvfs"), fmt.Sprintf("%d\n", n))

@@ -287,12 +287,18 @@ func (t *Tree) Group(a host.Address) int {
 	return g
 }
 
-// Bind binds a to driver directly (test setup; the Kernel emulates writes).
+// Bind binds a to driver directly (test setup; the Kernel emulates writes). Bound to vfio-pci,
+// a function in an IOMMU group gets the group's /dev/vfio/N, as vfio-pci's probe registers it.
 func (t *Tree) Bind(a host.Address, driver string) {
 	t.LoadDriver(driver)
 	t.symlink(filepath.Join(t.devPath[a], "driver"), filepath.Join("sys/bus/pci/drivers", driver))
 	t.symlink(filepath.Join("sys/bus/pci/drivers", driver, a.String()), t.devPath[a])
 	t.writeUevent(a)
+	if driver == "vfio-pci" {
+		if g, err := os.Readlink(filepath.Join(t.dir, t.devPath[a], "iommu_group")); err == nil {
+			t.WriteFile(filepath.Join("dev/vfio", filepath.Base(g)), "")
+		}
+	}
 }
 
 // writeUevent writes a's uevent file: DRIVER=NAME while a driver is bound, then the lines

@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -63,6 +64,16 @@ type plugin struct {
 	listed  bool                   // res has been set once
 	srv     *grpc.Server
 	stopped chan struct{} // closed when the plugin is stopped for good
+
+	reg regState // the Server's loop alone reads and writes it
+}
+
+// regState is where a plugin stands with the kubelet.
+type regState struct {
+	kubelet   os.FileInfo   // the kubelet.sock that accepted the plugin, nil while not registered
+	refusedBy os.FileInfo   // the kubelet.sock that last refused it (or could not be reached)
+	wait      time.Duration // the current back-off
+	retryAt   time.Time     // no new try with refusedBy before
 }
 
 // SocketName is the file name of a resource's plugin socket: "vgpu-host-" and the resource name
@@ -232,7 +243,9 @@ func allocate(root host.Root, r kube.Resource, ids []string) (*pluginapi.Contain
 			}
 		}
 		for _, g := range d.Groups {
-			if groups[g] {
+			if groups[g] || !exists(host.VFIODev(root, g)) {
+				// No group node: a cdev-only kernel (MarkDeviceNodes let the device through
+				// because its /dev/vfio/devices nodes are all there, and they are handed over).
 				continue
 			}
 			groups[g] = true
@@ -244,6 +257,11 @@ func allocate(root host.Root, r kube.Resource, ids []string) (*pluginapi.Contain
 		Envs:    map[string]string{r.EnvVar(): strings.Join(values, ",")},
 		Devices: specs,
 	}, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // PreStartContainer is not used (GetDevicePluginOptions says so).

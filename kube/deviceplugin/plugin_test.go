@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,6 +37,10 @@ type fakeKubelet struct {
 	lists map[string][]*pluginapi.ListAndWatchResponse // by resource
 	conns map[string]*grpc.ClientConn
 	upd   chan string // resource names with a new list
+
+	refuse  map[string]bool // resource names Register refuses, as the kubelet refuses invalid ones
+	refused map[string]int  // refused Register calls by resource
+	ended   map[string]int  // ListAndWatch streams that ended, by resource
 }
 
 type registration struct {
@@ -44,6 +49,16 @@ type registration struct {
 }
 
 func (r registration) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	r.k.mu.Lock()
+	if r.k.refuse[req.ResourceName] {
+		r.k.refused[req.ResourceName]++
+		r.k.mu.Unlock()
+		// The device manager's answer to a name failing IsExtendedResourceName
+		// (k8s.io/kubernetes v1.37.2 pkg/kubelet/cm/devicemanager/plugin/v1beta1/server.go
+		// Register, errInvalidResourceName in api.go).
+		return nil, fmt.Errorf("the ResourceName %q is invalid", req.ResourceName)
+	}
+	r.k.mu.Unlock()
 	r.k.regs <- req
 	go r.k.watch(req)
 	return &pluginapi.Empty{}, nil
@@ -52,7 +67,8 @@ func (r registration) Register(_ context.Context, req *pluginapi.RegisterRequest
 func startKubelet(t *testing.T, dir string) *fakeKubelet {
 	t.Helper()
 	k := &fakeKubelet{t: t, dir: dir, regs: make(chan *pluginapi.RegisterRequest, 32),
-		lists: map[string][]*pluginapi.ListAndWatchResponse{}, conns: map[string]*grpc.ClientConn{}, upd: make(chan string, 256)}
+		lists: map[string][]*pluginapi.ListAndWatchResponse{}, conns: map[string]*grpc.ClientConn{}, upd: make(chan string, 256),
+		refuse: map[string]bool{}, refused: map[string]int{}, ended: map[string]int{}}
 	k.start()
 	t.Cleanup(k.stop)
 	return k
@@ -119,6 +135,9 @@ func (k *fakeKubelet) watch(req *pluginapi.RegisterRequest) {
 	for {
 		m, err := s.Recv()
 		if err != nil {
+			k.mu.Lock()
+			k.ended[req.ResourceName]++
+			k.mu.Unlock()
 			return
 		}
 		k.mu.Lock()
@@ -475,5 +494,92 @@ func TestLongResourceNameSocket(t *testing.T) {
 	}
 	if got := socketPath("/var/lib/kubelet/device-plugins", "nvidia.com/GRID_A100-4C"); got != "/var/lib/kubelet/device-plugins/vgpu-host-nvidia.com_GRID_A100-4C.sock" {
 		t.Errorf("short name hashed: %s", got)
+	}
+}
+
+// TestRefusedRegistrationIsolated: the kubelet refuses one resource; the others stay
+// registered with their ListAndWatch streams open (a real kubelet marks a resource's devices
+// unhealthy whenever its stream ends), and the refused one is tried again with a back-off, not
+// every turn. Before, every resource was served and registered anew every turn.
+func TestRefusedRegistrationIsolated(t *testing.T) {
+	tr := kubetest.ExampleHost(t)
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	const bad = "nvidia.com/GA100_A100_SXM4_40GB"
+	k.mu.Lock()
+	k.refuse[bad] = true
+	k.mu.Unlock()
+	run(t, tr.Root, dir) // a turn every 50ms
+	regs := k.waitRegs(3)
+	if regs[bad] != nil {
+		t.Fatalf("refused resource registered: %v", regs)
+	}
+	for name := range regs {
+		k.waitList(name, func(m map[string]string) bool { return len(m) > 0 })
+	}
+	time.Sleep(1500 * time.Millisecond) // 30 turns
+	select {
+	case r := <-k.regs:
+		t.Errorf("%s registered again, its stream cut by another resource's refusal", r.ResourceName)
+	default:
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for name := range regs {
+		if k.ended[name] != 0 {
+			t.Errorf("%s: %d ListAndWatch streams ended", name, k.ended[name])
+		}
+	}
+	// Back-off from 50ms doubling: tries at about 0, 50, 150, 350, 750, 1550ms.
+	if n := k.refused[bad]; n < 2 || n > 7 {
+		t.Errorf("refused resource tried %d times in 1.5s, want a back-off (2 to 7)", n)
+	}
+}
+
+// TestMissingGroupNodeUnhealthy: a device whose /dev/vfio/N is missing is Unhealthy and not
+// allocated (the container could not start with it); on a kernel with only VFIO character
+// devices it is healthy and handed over by its /dev/vfio/devices/vfioN alone. Before, health
+// never looked at /dev/vfio.
+func TestMissingGroupNodeUnhealthy(t *testing.T) {
+	tr, a := consumerHost(t)
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	g := tr.Group(a[2]) // the second GPU; its audio function is in a group of its own
+	node := filepath.Join(tr.Dir(), "dev/vfio", strconv.Itoa(g))
+	if err := os.Remove(node); err != nil {
+		t.Fatal(err)
+	}
+	run(t, tr.Root, dir)
+	r := k.waitRegs(1)[rtx]
+	got := k.waitList(rtx, func(m map[string]string) bool { return len(m) == 2 })
+	if got[a[2].String()] != pluginapi.Unhealthy || got[a[0].String()] != pluginapi.Healthy {
+		t.Fatalf("without /dev/vfio/%d: %v", g, got)
+	}
+	if _, err := k.client(r.Endpoint).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{a[2].String()}}}}); err == nil {
+		t.Error("allocated a device without its /dev/vfio node")
+	}
+
+	// A cdev-only kernel: each function's vfio-dev/vfioN and /dev/vfio/devices/vfioN (the
+	// GPU's and its audio companion's).
+	for i, f := range []host.Address{a[2], a[3]} {
+		n := "vfio" + strconv.Itoa(3+i)
+		tr.WriteFile(filepath.Join(strings.TrimPrefix(tr.DevDir(f), tr.Dir()+"/"), "vfio-dev", n, "dev"), "243:"+strconv.Itoa(3+i)+"\n")
+		tr.WriteFile("dev/vfio/devices/"+n, "")
+	}
+	got = k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Healthy })
+	resp, err := k.client(r.Endpoint).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{a[2].String()}}}})
+	if err != nil {
+		t.Fatalf("cdev-only: %v (list %v)", err, got)
+	}
+	var paths []string
+	for _, d := range resp.ContainerResponses[0].Devices {
+		paths = append(paths, d.HostPath)
+	}
+	// The audio function's group node is there, and handed over too.
+	want := []string{"/dev/vfio/vfio", "/dev/vfio/devices/vfio3", "/dev/vfio/devices/vfio4", "/dev/vfio/" + strconv.Itoa(tr.Group(a[3]))}
+	if !slices.Equal(paths, want) {
+		t.Errorf("cdev-only device nodes %v", paths)
 	}
 }

@@ -38,13 +38,14 @@ type Options struct {
 	Logf func(format string, a ...any)
 	// OnScan is called after every scan with its inventory and catalog (the NFD writer).
 	OnScan func(*host.Inventory, *kube.Catalog)
+	// Now is the clock of registration back-offs (time.Now).
+	Now func() time.Time
 }
 
 // Server runs one plugin per resource of the host's catalog.
 type Server struct {
 	opts    Options
 	plugins map[string]*plugin
-	kubelet os.FileInfo // the kubelet.sock registered with
 }
 
 // New returns a Server; Run starts it.
@@ -54,6 +55,9 @@ func New(opts Options) *Server {
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -98,7 +102,15 @@ func (s *Server) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("device plugin: %w: %w", errScan, err)
 	}
-	cat := kube.Build(inv, s.opts.Config)
+	cfg, err := s.opts.Config.WithRecorded(s.opts.Root)
+	if err != nil {
+		s.opts.Logf("%v", err)
+	}
+	cat := kube.Build(inv, cfg)
+	if err := cat.RecordNames(s.opts.Root, cfg); err != nil {
+		s.opts.Logf("%v", err)
+	}
+	cat.MarkDeviceNodes(s.opts.Root)
 	if err := cat.MarkHeldFromLedger(s.opts.Root); err != nil {
 		s.opts.Logf("%v", err)
 	}
@@ -133,44 +145,60 @@ func healthy(p *plugin) int {
 	return r.Healthy()
 }
 
-// register serves and registers plugins as needed. A kubelet.sock that is not the one the
-// plugins registered with means the kubelet restarted (and deleted every plugin socket): all
-// of them are served again and registered. A plugin whose socket is gone is served again.
+// MaxRetry is the longest wait before a refused registration is tried again.
+const MaxRetry = 5 * time.Minute
+
+// register serves and registers plugins as needed, each on its own: a kubelet.sock that is not
+// the one a plugin registered with means the kubelet restarted (and deleted every plugin
+// socket), so the plugin is served again and registered; so is a plugin whose socket is gone.
+// A plugin the kubelet refused is tried again after a back-off that doubles from Interval to
+// MaxRetry (a new kubelet is tried at once), and touches no other plugin: re-serving a
+// registered plugin would cut its ListAndWatch stream, and a real kubelet marks a resource's
+// devices unhealthy when its stream ends, so one refused name would flap every GPU of the node.
 func (s *Server) register(ctx context.Context) error {
 	kpath := filepath.Join(s.opts.KubeletDir, "kubelet.sock")
 	fi, err := os.Stat(kpath)
 	if err != nil {
-		s.kubelet = nil
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // no kubelet yet: the next turn registers
 		}
 		return fmt.Errorf("device plugin: %w", err)
 	}
-	restarted := s.kubelet == nil || !os.SameFile(s.kubelet, fi)
 	names := make([]string, 0, len(s.plugins))
 	for n := range s.plugins {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	now := s.opts.Now()
 	var errs []error
 	for _, n := range names {
 		p := s.plugins[n]
-		if !restarted && p.serving() {
+		reg := &p.reg
+		if reg.kubelet != nil && os.SameFile(reg.kubelet, fi) && p.serving() {
+			continue // registered with this kubelet, and serving
+		}
+		if reg.refusedBy != nil && os.SameFile(reg.refusedBy, fi) && now.Before(reg.retryAt) {
+			continue // refused by this kubelet: wait out the back-off
+		}
+		reg.kubelet = nil
+		err := p.serve()
+		if err == nil {
+			err = Register(ctx, kpath, p.name, filepath.Base(p.socket))
+			if err != nil {
+				p.stopServer()
+			}
+		}
+		if err != nil {
+			if reg.refusedBy == nil || !os.SameFile(reg.refusedBy, fi) {
+				reg.refusedBy, reg.wait = fi, 0
+			}
+			reg.wait = min(max(2*reg.wait, s.opts.Interval), MaxRetry)
+			reg.retryAt = now.Add(reg.wait)
+			errs = append(errs, fmt.Errorf("%w (next try in %s)", err, reg.wait))
 			continue
 		}
-		if err := p.serve(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := Register(ctx, kpath, p.name, filepath.Base(p.socket)); err != nil {
-			errs = append(errs, err)
-			p.stopServer() // the next turn tries again
-			continue
-		}
+		p.reg = regState{kubelet: fi}
 		s.opts.Logf("registered %s (%s)", p.name, filepath.Base(p.socket))
-	}
-	if len(errs) == 0 {
-		s.kubelet = fi
 	}
 	return errors.Join(errs...)
 }

@@ -72,7 +72,15 @@ func (d *Driver) Scan() ([]resourceapi.Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dra: %w", err)
 	}
-	cat := kube.Build(inv, d.Config)
+	cfg, err := d.Config.WithRecorded(d.Root)
+	if err != nil {
+		d.HandleError(context.Background(), err, "scan")
+	}
+	cat := kube.Build(inv, cfg)
+	if err := cat.RecordNames(d.Root, cfg); err != nil {
+		d.HandleError(context.Background(), err, "scan")
+	}
+	cat.MarkDeviceNodes(d.Root)
 	if err := cat.MarkHeldFromLedger(d.Root); err != nil {
 		d.HandleError(context.Background(), err, "scan")
 	}

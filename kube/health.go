@@ -1,0 +1,74 @@
+package kube
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/vgpu-host/vgpu-host/host"
+)
+
+// MarkDeviceNodes marks unhealthy every device whose VFIO device nodes are missing under root:
+// the pod is given /dev/vfio/N of each of the device's IOMMU groups, and a node that is not
+// there makes the container fail to start (or the VM fail to open its device). A group node may
+// be missing where the kernel offers only the VFIO character devices (CONFIG_VFIO_GROUP off,
+// iommufd): then the function's and its companions' /dev/vfio/devices/vfioN must all be there.
+//
+//	$ ls /sys/bus/pci/devices/0000:41:00.0/vfio-dev     $ ls /dev/vfio /dev/vfio/devices
+//	vfio0                                               42  devices  vfio     vfio0
+//
+// The device plugin runs with the node's /dev/vfio mounted under its host root
+// (deploy/kubernetes); without that mount every device is reported unhealthy, which is the
+// safe answer.
+func (c *Catalog) MarkDeviceNodes(root host.Root) {
+	for i := range c.Resources {
+		for j := range c.Resources[i].Devices {
+			d := &c.Resources[i].Devices[j]
+			if !d.Healthy {
+				continue
+			}
+			if g, ok := MissingGroupNode(root, *d); ok {
+				d.Healthy, d.Reason = false, fmt.Sprintf("no /dev/vfio/%d on the host (the group is not on vfio-pci, or /dev/vfio is not mounted into the plugin)", g)
+			}
+		}
+	}
+}
+
+// MissingGroupNode returns the first IOMMU group of d whose /dev/vfio/N is missing under root
+// and not made up for by VFIO character devices of every function d hands over; false when the
+// pod can be given what it needs.
+func MissingGroupNode(root host.Root, d Device) (int, bool) {
+	for _, g := range d.Groups {
+		if exists(host.VFIODev(root, g)) {
+			continue
+		}
+		if !hasCdevs(root, d) {
+			return g, true
+		}
+	}
+	return 0, false
+}
+
+// hasCdevs reports whether every PCI function d hands over has a VFIO character device under
+// root (false for an mdev, which has none here).
+func hasCdevs(root host.Root, d Device) bool {
+	if d.Address == nil {
+		return false
+	}
+	for _, a := range append([]host.Address{*d.Address}, d.Companions...) {
+		cdevs := host.VFIOCdevs(root, a)
+		if len(cdevs) == 0 {
+			return false
+		}
+		for _, n := range cdevs {
+			if !exists(root.Path(n)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
