@@ -78,12 +78,15 @@ cleanup() {
   for n in dra deviceplugin kubelet scheduler apiserver fakecri etcd; do stop "$n"; done
   # the kubelet's pod directories may hold mounts (none expected: no volumes are used)
   grep -q " $W/" /proc/mounts && awk -v w="$W/" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l
+  [ -n "${made_var_lib_kubelet:-}" ] && rm -rf /var/lib/kubelet
   log "logs and recordings kept in $W"
   echo
   echo "== summary ($((SECONDS - start))s) =="
   printf '%s\n' "${results[@]}"
+  [ ${#results[@]} -gt 0 ] && ! printf '%s\n' "${results[@]}" | grep -q '^FAIL' || exit 1
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 
 for b in etcd kube-apiserver kube-scheduler kubelet fakecri; do
   [ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: run test/k8s/build.sh first" >&2; exit 1; }
@@ -98,7 +101,13 @@ if [ -e "$W" ]; then
   awk -v w="$W/" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l
   rm -rf "$W"
 fi
-mkdir -p "$W"/{logs,pki,kubelet/device-plugins,cdi,sa}
+mkdir -p "$W"/{logs,pki,kubelet,cdi,sa}
+# The kubelet serves the device plugin registration socket at the fixed path
+# /var/lib/kubelet/device-plugins/kubelet.sock whatever its --root-dir: create it, and remove
+# it at the end when this script made /var/lib/kubelet.
+DP_DIR=/var/lib/kubelet/device-plugins
+[ -e /var/lib/kubelet ] || made_var_lib_kubelet=1
+mkdir -p "$DP_DIR"
 touch "$W/.vgpu-host-k8s"
 "$repo/bin/k8s-fakehost" "$W/host" >/dev/null || exit 1
 
@@ -124,7 +133,7 @@ bg etcd "$BIN/etcd" --name vgpu-k8s --data-dir "$W/etcd" \
 wait_for 60 "etcd healthy" curl -sf "http://127.0.0.1:$ETCD_PORT/health" || exit 1
 
 bg apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" --cert-dir "$W/pki" \
+  --bind-address 127.0.0.1 --advertise-address 192.0.2.1 --endpoint-reconciler-type none --secure-port "$API_PORT" --cert-dir "$W/pki" \
   --token-auth-file "$W/tokens.csv" --authorization-mode AlwaysAllow \
   --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$W/pki/sa.pub" \
   --service-account-signing-key-file "$W/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
@@ -172,7 +181,7 @@ wait_for 120 "node $NODE Ready" bash -c "curl -sk -H 'Authorization: Bearer $TOK
   k GET "/api/v1/nodes/$NODE" | jq -c '.status.conditions'
 
 start_plugin() {
-  bg deviceplugin "$repo/bin/vgpu-host-kube" --host-root "$W/host" --kubelet-dir "$W/kubelet/device-plugins" --interval 2s
+  bg deviceplugin "$repo/bin/vgpu-host-kube" --host-root "$W/host" --kubelet-dir "$DP_DIR" --interval 2s
 }
 
 pod_json() { # pod_json NAME COUNT
@@ -282,7 +291,7 @@ step_d() {
   local rec
   rec=$(jq -c 'select(.pod == "dra-a")' "$W/cri-record.jsonl" | tail -1)
   echo "CRI CreateContainer for dra-a: $rec"
-  ls -l "$W/cdi"
+  for f in "$W"/cdi/*.json; do echo "CDI spec $f:"; jq -c . "$f"; done
   echo "$rec" | jq -e '(.cdi // []) | length > 0' >/dev/null || ok=0
   [ $ok = 1 ] && pass "d: ResourceSlices published, claim allocated, pod dra-a Running with CDI devices $(echo "$rec" | jq -c '[.cdi[]?.name]')" ||
     fail "d: DRA (see above)"

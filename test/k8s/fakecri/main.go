@@ -67,6 +67,8 @@ func main() {
 		log.Fatal(err)
 	}
 	f := fake.NewFakeRemoteRuntime()
+	// Images "pulled" get a size: the kubelet refuses an image whose size is 0.
+	f.ImageService.SetFakeImageSize(1 << 20)
 	f.RuntimeService.FakeStatus = &kubeapi.RuntimeStatus{Conditions: []*kubeapi.RuntimeCondition{
 		{Type: kubeapi.RuntimeReady, Status: true},
 		{Type: kubeapi.NetworkReady, Status: true},
