@@ -58,9 +58,16 @@ build_k8s() {
     [ -x "$BIN/$b-$K8S_VERSION" ] || want+=("k8s.io/kubernetes/cmd/$b")
   done
   [ -x "$BIN/fakecri-$K8S_VERSION" ] || want+=(./fakecri)
+  # The version stamp hack/lib/version.sh gives release builds: without it the binaries
+  # (and the Node's kubeletVersion) say v0.0.0-master.
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  local ld="" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
   for p in "${want[@]}"; do
     local n=${p##*/}
-    (cd "$dir" && t $NICE go build -trimpath -tags k8sfakecri -o "$BIN/$n-$K8S_VERSION" "$p")
+    (cd "$dir" && t $NICE go build -trimpath -tags k8sfakecri -ldflags "$ld" -o "$BIN/$n-$K8S_VERSION" "$p")
   done
   for b in kube-apiserver kube-scheduler kubelet fakecri; do ln -sf "$b-$K8S_VERSION" "$BIN/$b"; done
 }
