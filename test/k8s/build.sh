@@ -57,7 +57,8 @@ build_k8s() {
   for b in kube-apiserver kubelet kube-scheduler; do
     [ -x "$BIN/$b-$K8S_VERSION" ] || want+=("k8s.io/kubernetes/cmd/$b")
   done
-  [ -x "$BIN/fakecri-$K8S_VERSION" ] || want+=(./fakecri)
+  # fakecri is our own code: rebuilt whenever it changed
+  [ "$BIN/fakecri-$K8S_VERSION" -nt "$here/fakecri/main.go" ] || want+=(./fakecri)
   # The version stamp hack/lib/version.sh gives release builds: without it the binaries
   # (and the Node's kubeletVersion) say v0.0.0-master.
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
