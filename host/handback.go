@@ -76,6 +76,10 @@ type Released struct {
 	Address Address
 	// Driver is the driver it should now be on ("" any, "-" none), as CheckOptions.Driver.
 	Driver string
+	// CheckOnly is set for a function that still serves others (an mdev parent with other
+	// instances, a PF on its host driver): it is checked, and quarantined when it fails, but
+	// never reset, which would take every other user's device down with it.
+	CheckOnly bool
 }
 
 // HandbackOptions control Handback.
@@ -135,8 +139,8 @@ func handbackOne(ctx context.Context, root Root, w Writer, r Released, o Handbac
 	if res.Health.Healthy && !o.Reset {
 		return res
 	}
-	if slices.ContainsFunc(res.Health.Problems, func(p Problem) bool { return p.Check == HealthGone }) {
-		return res // nothing left to reset
+	if r.CheckOnly || slices.ContainsFunc(res.Health.Problems, func(p Problem) bool { return p.Check == HealthGone }) {
+		return res // shared, or nothing left to reset
 	}
 	policy := o.Policy.Reset
 	if o.Reset {

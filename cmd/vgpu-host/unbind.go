@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
@@ -24,6 +25,7 @@ func unbindCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "also restore devices vgpu-host did not bind, and groups held open"},
 			&cli.BoolFlag{Name: "persist", Usage: "also remove the reboot persistence written by bind --persist"},
 			&cli.DurationFlag{Name: "timeout", Value: vfio.DefaultTimeout, Usage: "bound each sysfs write and driver wait by `DURATION`"},
+			resetFlag(),
 		},
 		Action: runUnbind,
 	}
@@ -40,5 +42,25 @@ func runUnbind(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	if !res.DryRun {
+		handBack(ctx, cmd, b.Root, b.W, unbound(res), "unbind")
+	}
 	return emit(cmd, res, func(w io.Writer) error { return resultTable(w, res) })
+}
+
+// unbound are the functions an unbind moved off vfio-pci, each with the driver it should be on
+// now ("-": none, as it had none before bind).
+func unbound(res *vfio.Result) []host.Released {
+	var rel []host.Released
+	for _, d := range res.Devices {
+		if !d.Changed || d.From != vfio.DriverName {
+			continue
+		}
+		drv := d.To
+		if drv == "" {
+			drv = "-"
+		}
+		rel = append(rel, host.Released{Address: d.Address, Driver: drv})
+	}
+	return rel
 }
