@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// A GPU that comes back from a guest with config space of all ones is quarantined by unbind's
+// handback; bind refuses it (exit 4, naming the record and the fix) even with --force; host
+// health shows it; release-quarantine refuses while it is broken and lifts it after a clean
+// check; a bystander GPU is never touched.
+func TestHandbackQuarantineCLI(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
+	other := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
+	k := withKernel(t, tr)
+	dir := tr.Dir()
+
+	if out, code := run(t, "--host-root", dir, "bind", "01:00.0"); code != 0 {
+		t.Fatalf("bind exit %d: %s", code, out)
+	}
+	cfg := "sys/bus/pci/devices/0000:01:00.0/config"
+	good := tr.ReadFile(cfg)
+	tr.SetConfigAllOnes(gpu) // the guest left it dead
+	out, code := run(t, "--host-root", dir, "unbind", "01:00.0")
+	if code != 0 || !strings.Contains(out, "0000:01:00.0 quarantined (config-all-ones") || !strings.Contains(out, "release-quarantine 0000:01:00.0") {
+		t.Fatalf("unbind exit %d:\n%s", code, out)
+	}
+	if strings.Contains(out, "0000:01:00.1 quarantined") {
+		t.Errorf("the healthy audio function was quarantined:\n%s", out)
+	}
+	for _, w := range k.Writes() {
+		if strings.Contains(w.Path, other.String()) {
+			t.Errorf("touched the bystander: %v", w)
+		}
+	}
+
+	out, err := runErr(t, "--host-root", dir, "bind", "01:00.0", "--force")
+	out, code = out+fmt.Sprint(err), exitCode(err)
+	if code != exitRefused || !strings.Contains(out, "[quarantined]") || !strings.Contains(out, "quarantine/0000:01:00.0.json") || !strings.Contains(out, "release-quarantine") {
+		t.Fatalf("bind of a quarantined GPU: exit %d:\n%s", code, out)
+	}
+	if tr.Driver(gpu) == "vfio-pci" || tr.Driver(audio) != "snd_hda_intel" {
+		t.Fatal("the refused bind moved a function")
+	}
+
+	out, code = run(t, "--host-root", dir, "host", "health", "-o", "json")
+	var entries []healthEntry
+	if err := json.Unmarshal([]byte(out), &entries); err != nil || code != 0 {
+		t.Fatalf("host health -o json exit %d: %v\n%s", code, err, out)
+	}
+	byAddr := map[host.Address]healthEntry{}
+	for _, e := range entries {
+		byAddr[e.Address] = e
+	}
+	if e := byAddr[gpu]; e.Quarantine == nil || e.Last == nil || e.Last.Healthy {
+		t.Errorf("gpu entry %+v", e)
+	}
+	if e := byAddr[audio]; e.Quarantine != nil || e.Last == nil || !e.Last.Healthy {
+		t.Errorf("audio entry %+v", e)
+	}
+	out, code = run(t, "--host-root", dir, "host", "health")
+	if code != 0 || !strings.Contains(out, "FAILED") || !strings.Contains(out, "QUARANTINED") {
+		t.Fatalf("host health exit %d:\n%s", code, out)
+	}
+	for _, args := range [][]string{{"check"}, {"inspect"}} {
+		out, _ = run(t, append([]string{"--host-root", dir}, args...)...)
+		if !strings.Contains(out, "0000:01:00.0 is quarantined") {
+			t.Errorf("%s does not show the quarantine:\n%s", args[0], out)
+		}
+	}
+
+	out, err = runErr(t, "--host-root", dir, "host", "release-quarantine", "0000:01:00.0")
+	out, code = out+fmt.Sprint(err), exitCode(err)
+	if code != exitRefused || !strings.Contains(out, "config-all-ones") {
+		t.Fatalf("release of a dead GPU: exit %d:\n%s", code, out)
+	}
+	tr.WriteFile(cfg, good) // a host reboot brought it back
+	out, code = run(t, "--host-root", dir, "host", "release-quarantine", "0000:01:00.0")
+	if code != 0 || !strings.Contains(out, "quarantine released") {
+		t.Fatalf("release after the fix: exit %d:\n%s", code, out)
+	}
+	if out, code = run(t, "--host-root", dir, "bind", "01:00.0"); code != 0 {
+		t.Fatalf("bind after release exit %d: %s", code, out)
+	}
+}
+
+// A reset that heals: with reset: auto the GPU whose BAR registers were lost is reset through
+// the kernel on unbind, and not quarantined.
+func TestHandbackResetCLI(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "", 0)
+	k := withKernel(t, tr)
+	dir := tr.Dir()
+	tr.WriteFile("etc/vgpu-host/health.yaml", "reset: auto\n")
+	if out, code := run(t, "--host-root", dir, "bind", "41:00.0"); code != 0 {
+		t.Fatalf("bind exit %d: %s", code, out)
+	}
+	tr.LoseConfig(gpu)
+	out, code := run(t, "--host-root", dir, "unbind", "41:00.0")
+	if code != 0 || strings.Contains(out, "quarantined") {
+		t.Fatalf("unbind exit %d:\n%s", code, out)
+	}
+	if r := k.Resets(); len(r) != 1 || r[0] != "0000:41:00.0 flr" {
+		t.Errorf("resets %v", r)
+	}
+	out, code = run(t, "--host-root", dir, "host", "health", "0000:41:00.0", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"healthy": true`) || !strings.Contains(out, `"flr": 1`) {
+		t.Fatalf("health exit %d:\n%s", code, out)
+	}
+}
