@@ -235,3 +235,26 @@ func ReleaseQuarantine(root Root, a Address, now time.Time) (DeviceHealth, error
 	}
 	return h, RemoveQuarantine(root, a)
 }
+
+// ObserveAll checks every function that has a health file, as the agent does periodically, and
+// stores each check as the function's last. Unlike a handback it never resets or quarantines
+// (the function may be in a running guest) and it leaves the baseline alone, so the handback
+// still sees every AER error since vgpu-host took the function. The checks are returned in
+// address order; the error is the first health file that could not be read or written.
+func ObserveAll(root Root, now time.Time) ([]DeviceHealth, error) {
+	states, err := HealthStates(root)
+	var out []DeviceHealth
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, st := range states {
+		h := CheckDevice(root, st.Address, CheckOptions{Baseline: st.Baseline, Now: now})
+		st.Last = &h
+		if err := SaveHealthState(root, &st); err != nil {
+			errs = append(errs, fmt.Errorf("record health of %s: %w", st.Address, err))
+		}
+		out = append(out, h)
+	}
+	return out, errors.Join(errs...)
+}

@@ -283,3 +283,31 @@ func TestResetOrder(t *testing.T) {
 		t.Errorf("never: %v", got)
 	}
 }
+
+// The agent's periodic check records what it sees and touches nothing: no reset, no
+// quarantine, and the baseline stays, so the handback still sees the AER errors.
+func TestObserveAll(t *testing.T) {
+	tr, k, gpu, other := healthTree(t)
+	tr.SetAER(gpu, 2, 1, 0)
+	hs, err := host.ObserveAll(tr.Root, time.Now())
+	if err != nil || len(hs) != 2 {
+		t.Fatalf("%d checks, %v", len(hs), err)
+	}
+	if hs[0].Address != gpu || hs[0].Healthy || hs[1].Address != other || !hs[1].Healthy {
+		t.Errorf("checks %+v", hs)
+	}
+	if len(k.Writes()) != 0 {
+		t.Errorf("writes %v", k.Writes())
+	}
+	if q, _ := host.LoadQuarantine(tr.Root, gpu); q != nil {
+		t.Error("quarantined by an observation")
+	}
+	st, _ := host.LoadHealthState(tr.Root, gpu)
+	if st.Last == nil || st.Last.Healthy || st.Baseline.AER.NonFatal != 0 {
+		t.Errorf("state %+v", st)
+	}
+	res, _ := host.Handback(context.Background(), tr.Root, k, []host.Released{{Address: gpu}}, host.HandbackOptions{Policy: host.HealthPolicy{Reset: host.ResetNever}})
+	if res[0].Quarantined == nil {
+		t.Error("the handback missed the AER error the observation saw")
+	}
+}
