@@ -446,6 +446,9 @@ func sizeString(n uint64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
+// OnBus reports whether a is on the PCI bus (its sysfs directory has a vendor attribute).
+func OnBus(root Root, a Address) bool { return Exists(root.PCIDevice(a, "vendor")) }
+
 // BaselineOf is what a function looks like now, to compare later checks with.
 func BaselineOf(root Root, a Address, now time.Time) (HealthBaseline, error) {
 	bars, err := ReadBARs(root.PCIDevice(a, "resource"))

@@ -114,3 +114,33 @@ func TestHandbackResetCLI(t *testing.T) {
 		t.Fatalf("health exit %d:\n%s", code, out)
 	}
 }
+
+// A bound GPU removed from the bus (echo 1 > remove): unbind cannot restore it (exit 6) but
+// quarantines it; after a rescan brings it back, bind refuses it until release-quarantine
+// finds it healthy.
+func TestGoneFunctionQuarantined(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "", 0)
+	withKernel(t, tr)
+	dir := tr.Dir()
+	if out, code := run(t, "--host-root", dir, "bind", "41:00.0"); code != 0 {
+		t.Fatalf("bind exit %d: %s", code, out)
+	}
+	tr.RemoveFunction(gpu)
+	out, err := runErr(t, "--host-root", dir, "unbind", "41:00.0")
+	if exitCode(err) != exitNotFound || !strings.Contains(out, "0000:41:00.0 quarantined (gone") {
+		t.Fatalf("unbind of a removed GPU: %v\n%s", err, out)
+	}
+	// The rescan: the function is back, driverless.
+	tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "", 0)
+	out, err = runErr(t, "--host-root", dir, "bind", "41:00.0")
+	if exitCode(err) != exitRefused || !strings.Contains(fmt.Sprint(err), "[quarantined]") {
+		t.Fatalf("bind after the rescan: %v\n%s", err, out)
+	}
+	if out, code := run(t, "--host-root", dir, "host", "release-quarantine", "0000:41:00.0"); code != 0 {
+		t.Fatalf("release exit %d: %s", code, out)
+	}
+	if out, code := run(t, "--host-root", dir, "bind", "41:00.0"); code != 0 {
+		t.Fatalf("bind after release exit %d: %s", code, out)
+	}
+}

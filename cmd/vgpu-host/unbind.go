@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"github.com/urfave/cli/v3"
@@ -40,6 +41,12 @@ func runUnbind(ctx context.Context, cmd *cli.Command) error {
 		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"),
 	})
 	if err != nil {
+		if errors.Is(err, host.ErrNotFound) && !cmd.Bool("dry-run") {
+			// A function vgpu-host bound has left the bus (removed, or fell off and the
+			// kernel removed it): it is quarantined, so that when a rescan brings it back
+			// nothing hands it to a VM before a clean check.
+			handBack(ctx, cmd, b.Root, b.W, goneFromLedger(b, addrs), "unbind")
+		}
 		return err
 	}
 	if !res.DryRun {
@@ -61,6 +68,22 @@ func unbound(res *vfio.Result) []host.Released {
 			drv = "-"
 		}
 		rel = append(rel, host.Released{Address: d.Address, Driver: drv})
+	}
+	return rel
+}
+
+// goneFromLedger are the addresses among addrs that the vfio ledger records as bound by
+// vgpu-host and that are no longer on the PCI bus.
+func goneFromLedger(b *vfio.Binder, addrs []host.Address) []host.Released {
+	l, err := b.Ledger()
+	if err != nil {
+		return nil
+	}
+	var rel []host.Released
+	for _, a := range addrs {
+		if _, ours := l.Lookup(a); ours && !host.OnBus(b.Root, a) {
+			rel = append(rel, host.Released{Address: a})
+		}
 	}
 	return rel
 }
