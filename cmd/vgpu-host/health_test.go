@@ -144,3 +144,26 @@ func TestGoneFunctionQuarantined(t *testing.T) {
 		t.Fatalf("bind after release exit %d: %s", code, out)
 	}
 }
+
+// vf disable checks the PF it leaves, and never resets it (it stays on its host driver, and
+// a reset would take it from the host); a PF whose link trained narrower is quarantined.
+func TestVFDisableChecksPF(t *testing.T) {
+	tr := hosttest.New(t)
+	pf := tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme", ResetMethods: "flr"},
+		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 2)
+	k := withKernel(t, tr)
+	tr.WriteFile("etc/vgpu-host/health.yaml", "reset: auto\n")
+	tr.SetLink(pf, "8.0 GT/s PCIe", 2, "8.0 GT/s PCIe", 4)
+	out, code := run(t, "--host-root", tr.Dir(), "vf", "disable", "0000:00:0a.0", "--reset")
+	if code != 0 || !strings.Contains(out, "0000:00:0a.0 quarantined (link-degraded") {
+		t.Fatalf("vf disable exit %d:\n%s", code, out)
+	}
+	if r := k.Resets(); len(r) != 0 {
+		t.Errorf("the PF was reset: %v", r)
+	}
+	for _, w := range k.Writes() {
+		if strings.HasSuffix(w.Path, "/reset") || strings.HasSuffix(w.Path, "/reset_method") {
+			t.Errorf("reset write on a PF: %v", w)
+		}
+	}
+}

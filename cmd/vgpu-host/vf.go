@@ -128,7 +128,6 @@ func vfEnableCommand() *cli.Command {
 			if rec != nil {
 				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
 			}
-			handBack(ctx, cmd, m.Root, m.W, []host.Released{{Address: a, CheckOnly: true}}, "vf disable")
 			return emit(cmd, pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
 		},
 	}
@@ -162,6 +161,7 @@ func vfDisableCommand() *cli.Command {
 			if rec != nil {
 				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
 			}
+			handBack(ctx, cmd, m.Root, m.W, []host.Released{{Address: a, CheckOnly: true}}, "vf disable")
 			return emit(cmd, pf, func(w io.Writer) error {
 				if err := pfTable(w, []mdev.PF{pf}); err != nil {
 					return err
