@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
 // A GPU that comes back from a guest with config space of all ones is quarantined by unbind's
@@ -165,5 +168,45 @@ func TestVFDisableChecksPF(t *testing.T) {
 		if strings.HasSuffix(w.Path, "/reset") || strings.HasSuffix(w.Path, "/reset_method") {
 			t.Errorf("reset write on a PF: %v", w)
 		}
+	}
+}
+
+// mdev remove checks the PCI parent its instances leave, once, and never resets it: the
+// parent's other instances live on.
+func TestMdevRemoveChecksParent(t *testing.T) {
+	tr := hosttest.New(t)
+	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
+	tr.A100Mdev(a100)
+	k := withKernel(t, tr)
+	dir := tr.Dir()
+	if out, code := run(t, "--host-root", dir, "mdev", "create", "--parent", a100.String(), "--type", "A100-4C", "--count", "2", "--name", "vm1"); code != 0 {
+		t.Fatalf("create exit %d: %s", code, out)
+	}
+	tr.SetAER(a100, 0, 0, 0)
+	if err := host.RecordBaseline(tr.Root, a100, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	tr.SetAER(a100, 0, 0, 1) // a fatal error under the guest
+	out, code := run(t, "--host-root", dir, "mdev", "remove", "--name", "vm1", "--reset")
+	if code != 0 || strings.Count(out, "0000:41:00.0 quarantined (aer-fatal") != 1 {
+		t.Fatalf("mdev remove exit %d:\n%s", code, out)
+	}
+	if r := k.Resets(); len(r) != 0 {
+		t.Errorf("the parent was reset: %v", r)
+	}
+}
+
+// destroy hands back whole functions and vendor-vGPU VFs; an mdev UUID is no PCI function.
+func TestReleasedByDestroy(t *testing.T) {
+	r := &lifecycle.DestroyResult{VM: "web", Released: []ledger.Claim{
+		{Kind: ledger.KindPCI, ID: "0000:01:00.0"}, {Kind: ledger.KindPCI, ID: "0000:01:00.1", Detail: "companion"},
+		{Kind: ledger.KindMdev, ID: "6b1f3d1e-0000-4000-8000-000000000001"}, {Kind: ledger.KindVendorVGPU, ID: "0000:41:00.4"},
+	}}
+	var got []string
+	for _, rel := range releasedBy(r) {
+		got = append(got, rel.Address.String())
+	}
+	if strings.Join(got, " ") != "0000:01:00.0 0000:01:00.1 0000:41:00.4" {
+		t.Errorf("released %v", got)
 	}
 }
