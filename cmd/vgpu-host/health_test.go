@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/virt"
 )
 
 // A GPU that comes back from a guest with config space of all ones is quarantined by unbind's
@@ -208,5 +211,73 @@ func TestReleasedByDestroy(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "0000:01:00.0 0000:01:00.1 0000:41:00.4" {
 		t.Errorf("released %v", got)
+	}
+}
+
+// A layout that passes a quarantined GPU through is refused (exit 4) by plan and apply, naming
+// the record; nothing is written.
+func TestLayoutRefusesQuarantined(t *testing.T) {
+	tr, k, f, g := layoutFixture(t)
+	gpu := host.MustParseAddress("0000:01:00.0")
+	if err := host.SaveQuarantine(tr.Root, &host.Quarantine{Address: gpu, Since: time.Now(),
+		Problems: []host.Problem{{Check: host.HealthBAR, Detail: "BAR1 is 128 MiB, was 256 MiB"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"plan", "apply"} {
+		out, err := runErr(t, append(g, "host", "layout", verb, f, "--config", "desks")...)
+		if exitCode(err) != exitRefused || !strings.Contains(fmt.Sprint(err)+out, "quarantine/0000:01:00.0.json") {
+			t.Fatalf("layout %s: exit %d: %v\n%s", verb, exitCode(err), err, out)
+		}
+	}
+	if w := k.Writes(); len(w) != 0 {
+		t.Errorf("writes despite the refusal: %v", w)
+	}
+}
+
+// destroy hands the VM's GPU back through the check: a GPU whose BAR registers the guest left
+// lost is reset (reset: auto) and stays usable; one left dead is quarantined, and plan and
+// apply of the next VM refuse it (exit 4) even with --force naming every forceable check.
+func TestDestroyHandbackThenPlanRefuses(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
+	k := withKernel(t, tr)
+	tr.WriteFile("etc/vgpu-host/health.yaml", "reset: auto\nreset_timeout: 1s\n")
+	uri := virt.FileScheme + "://" + filepath.Join(t.TempDir(), "libvirt.json")
+	g := []string{"--host-root", tr.Dir()}
+	apply := func(name string) {
+		t.Helper()
+		if out, code := runCLI(t, append(g, "apply", "--connect", uri, "--virt-type", "qemu", "--no-start", bootVGASpec(t, name))...); code != 0 {
+			t.Fatalf("apply %s: exit %d\n%s", name, code, out)
+		}
+	}
+
+	apply("vgpuhost-test-a")
+	tr.LoseConfig(gpu)
+	out, err := runErr(t, append(g, "destroy", "--connect", uri, "vgpuhost-test-a")...)
+	if code := exitCode(err); code != 0 || strings.Contains(out, "quarantined") {
+		t.Fatalf("destroy a: exit %d\n%s", code, out)
+	}
+	if r := k.Resets(); len(r) != 1 || r[0] != "0000:01:00.0 bus" {
+		t.Errorf("resets %v", r)
+	}
+
+	apply("vgpuhost-test-b")
+	tr.SetConfigAllOnes(gpu)
+	out, err = runErr(t, append(g, "destroy", "--connect", uri, "vgpuhost-test-b")...)
+	if code := exitCode(err); code != 0 || !strings.Contains(out, "0000:01:00.0 quarantined (config-all-ones") {
+		t.Fatalf("destroy b: exit %d\n%s", code, out)
+	}
+	spec := bootVGASpec(t, "vgpuhost-test-c")
+	out, code := runCLI(t, append(g, "plan", "--connect", uri, "--virt-type", "qemu", spec)...)
+	if code != exitRefused || !strings.Contains(out, "[quarantined]") {
+		t.Fatalf("plan of a VM on the quarantined GPU: exit %d\n%s", code, out)
+	}
+	n := len(k.Writes())
+	force := "--force=" + strings.Join(vfio.ForceableChecks, ",")
+	if out, code = runCLI(t, append(g, "apply", "--connect", uri, "--virt-type", "qemu", "--no-start", force, spec)...); code != exitRefused {
+		t.Fatalf("apply %s: exit %d\n%s", force, code, out)
+	}
+	if len(k.Writes()) != n {
+		t.Errorf("the refused apply wrote %v", k.Writes()[n:])
 	}
 }
