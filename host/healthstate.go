@@ -214,7 +214,8 @@ func loadJSONState(root Root, p string, v any) (ok bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return false, fmt.Errorf("read %s: not a vgpu-host health file (%v): repair or remove it: %w", p, err, ErrInvalid)
+		// Damaged state is exit 1, not the 2 of bad input (docs/security.md).
+		return false, fmt.Errorf("read %s: not a vgpu-host health or quarantine file (%v): check the device (vgpu-host host health ADDR), then repair or remove it", p, err)
 	}
 	return true, nil
 }
