@@ -281,3 +281,18 @@ func TestDestroyHandbackThenPlanRefuses(t *testing.T) {
 		t.Errorf("the refused apply wrote %v", k.Writes()[n:])
 	}
 }
+
+// status ends its table with the quarantined devices.
+func TestStatusShowsQuarantine(t *testing.T) {
+	fakeLibvirt(t)
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
+	if err := host.SaveQuarantine(tr.Root, &host.Quarantine{Address: gpu, Since: time.Now(),
+		Problems: []host.Problem{{Check: host.HealthGone, Detail: "not on the PCI bus"}}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runErr(t, "--host-root", tr.Dir(), "status")
+	if err != nil || !strings.Contains(out, "quarantined: 0000:01:00.0 is quarantined since") || !strings.Contains(out, "release-quarantine 0000:01:00.0") {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+}
