@@ -180,22 +180,35 @@ func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 	}
 	vendor := binary.LittleEndian.Uint16(cfg[cfgVendor:])
 	device := binary.LittleEndian.Uint16(cfg[cfgDevice:])
-	if vendor == 0xffff || device == 0xffff {
+	// An SR-IOV VF's Vendor and Device ID registers read 0xffff by the PCIe spec (the kernel
+	// takes them from the PF) and its BAR registers read 0 (the PF's SR-IOV capability holds
+	// them), as the lab's capture shows:
+	//
+	//	$ xxd -l 16 /sys/bus/pci/devices/0000:00:0a.1/config      (a QEMU nvme VF)
+	//	00000000: ffff ffff 0000 1000 0202 0801 0000 0000
+	//
+	// so a VF is dead only when the rest of its header reads all ones too.
+	vf := Exists(root.PCIDevice(a, "physfn"))
+	switch {
+	case vf && binary.LittleEndian.Uint32(cfg[0x04:]) == 0xffffffff && binary.LittleEndian.Uint32(cfg[0x08:]) == 0xffffffff,
+		!vf && (vendor == 0xffff || device == 0xffff):
 		h.fail(HealthConfigOnes, "config space reads all ones (vendor 0x%04x, device 0x%04x): the function does not answer config cycles (fell off the bus, or is stuck in reset or D3cold)", vendor, device)
 		return
 	}
-	if v, err := ReadHex(root.PCIDevice(a, "vendor")); err == nil && uint32(vendor) != v {
-		h.fail(HealthIdentity, "config space vendor 0x%04x is not the enumerated 0x%04x", vendor, v)
-	}
-	if d, err := ReadHex(root.PCIDevice(a, "device")); err == nil && uint32(device) != d {
-		h.fail(HealthIdentity, "config space device 0x%04x is not the enumerated 0x%04x", device, d)
+	if !vf {
+		if v, err := ReadHex(root.PCIDevice(a, "vendor")); err == nil && uint32(vendor) != v {
+			h.fail(HealthIdentity, "config space vendor 0x%04x is not the enumerated 0x%04x", vendor, v)
+		}
+		if d, err := ReadHex(root.PCIDevice(a, "device")); err == nil && uint32(device) != d {
+			h.fail(HealthIdentity, "config space device 0x%04x is not the enumerated 0x%04x", device, d)
+		}
 	}
 	ht := cfg[cfgHeaderType] & 0x7f
 	if ht > 2 {
 		h.fail(HealthHeaderType, "header type %d is none of 0 (endpoint), 1 (bridge), 2 (CardBus)", ht)
 		return
 	}
-	h.checkBARs(root, a, cfg, ht, base)
+	h.checkBARs(root, a, cfg, ht == 0 && !vf, base)
 	h.checkCaps(cfg)
 }
 
@@ -219,10 +232,10 @@ func readConfig(path string) ([]byte, error) {
 	return b[:n], nil
 }
 
-// checkBARs compares the kernel's resources with the baseline (a BAR that changed size) and
-// with config space (a BAR register that lost its address, as after a reset that did not
-// restore state).
-func (h *DeviceHealth) checkBARs(root Root, a Address, cfg []byte, ht byte, base *HealthBaseline) {
+// checkBARs compares the kernel's resources with the baseline (a BAR that changed size) and,
+// when registers is set (an endpoint that is no VF), with config space (a BAR register that
+// lost its address, as after a reset that did not restore state).
+func (h *DeviceHealth) checkBARs(root Root, a Address, cfg []byte, registers bool, base *HealthBaseline) {
 	bars, err := ReadBARs(root.PCIDevice(a, "resource"))
 	if err != nil {
 		h.fail(HealthBAR, "%v", err)
@@ -248,8 +261,8 @@ func (h *DeviceHealth) checkBARs(root Root, a Address, cfg []byte, ht byte, base
 			h.fail(HealthBAR, "BAR%d (%s) is new since vgpu-host took the device", c.Index, sizeString(c.Size))
 		}
 	}
-	if ht != 0 {
-		return // bridges have two BARs and windows; the endpoint's six are what guests map
+	if !registers {
+		return // bridges have two BARs and windows; a VF's are in its PF's SR-IOV capability
 	}
 	for _, b := range bars {
 		off := cfgBAR0 + 4*b.Index

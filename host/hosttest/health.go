@@ -72,6 +72,21 @@ func configSpace(p PCI, resource string) []byte {
 	return c
 }
 
+// vfConfig makes a VF's config space read as a real VF's does (PCIe: the Vendor and Device ID
+// registers read 0xffff, the BAR registers 0; the kernel takes both from the PF's SR-IOV
+// capability), as the lab's capture of QEMU's nvme VFs shows.
+func (t *Tree) vfConfig(vf host.Address) {
+	p := filepath.Join(t.devPath[vf], "config")
+	b := []byte(t.ReadFile(p))
+	for i := 0; i < 4; i++ {
+		b[i] = 0xff
+	}
+	for off := 0x10; off < 0x28; off++ {
+		b[off] = 0
+	}
+	t.WriteFile(p, string(b))
+}
+
 // SetConfigAllOnes makes a's config space read all ones, as a function that fell off the bus
 // (or sits in a reset it never leaves) answers every config read: the kernel keeps its sysfs
 // directory, but `config` returns 0xff bytes.
@@ -108,8 +123,8 @@ func (t *Tree) restoreConfig(a host.Address) {
 	v, _ := strconv.ParseUint(strings.TrimSpace(t.ReadFile(filepath.Join(dir, "class"))), 0, 32)
 	spec.Class = uint32(v)
 	fresh := configSpace(spec, t.ReadFile(filepath.Join(dir, "resource")))
-	if !host.IsBridgeClass(spec.Class) {
-		copy(b[0x10:0x28], fresh[0x10:0x28])
+	if _, err := os.Lstat(filepath.Join(t.dir, dir, "physfn")); err != nil && !host.IsBridgeClass(spec.Class) {
+		copy(b[0x10:0x28], fresh[0x10:0x28]) // a VF's stay 0
 	}
 	t.WriteFile(p, string(b))
 }

@@ -322,6 +322,7 @@ func (t *Tree) setNumVFs(pf host.Address, n int) error {
 		t.AddPCI(PCI{Addr: vf.String(), Parent: parent, Vendor: uint16(ven), Device: spec.VFDevice, Class: class,
 			Driver: drv, NativeDriver: spec.VFDriver, NUMA: numa, NUMASet: true, ResetMethods: "flr",
 			BARs: []BARSpec{{Index: 0, Size: 16 << 10, Is64: true}}})
+		t.vfConfig(vf)
 		t.symlink(filepath.Join(t.devPath[vf], "physfn"), dir)
 		t.symlink(filepath.Join(dir, fmt.Sprintf("virtfn%d", i)), t.devPath[vf])
 		if spec.Nvidia != nil {
