@@ -254,8 +254,8 @@ func TestHealthPolicy(t *testing.T) {
 		t.Fatalf("auto %+v %v", p, err)
 	}
 	tr.WriteFile("etc/vgpu-host/health.yaml", "reset: sometimes\n")
-	if _, err = host.LoadHealthPolicy(tr.Root); !errors.Is(err, host.ErrInvalid) {
-		t.Fatalf("bad value: %v", err)
+	if p, err = host.LoadHealthPolicy(tr.Root); !errors.Is(err, host.ErrInvalid) || p != host.DefaultHealthPolicy {
+		t.Fatalf("bad value: %+v %v", p, err)
 	}
 	tr.WriteFile("etc/vgpu-host/health.yaml", "rest: auto\n")
 	if _, err = host.LoadHealthPolicy(tr.Root); !errors.Is(err, host.ErrInvalid) {

@@ -257,9 +257,22 @@ type HealthPolicy struct {
 // HealthPolicyPath is ROOT/etc/vgpu-host/health.yaml.
 func HealthPolicyPath(root Root) string { return root.Etc("vgpu-host", "health.yaml") }
 
-// LoadHealthPolicy reads /etc/vgpu-host/health.yaml; a missing file is the default policy.
+// DefaultHealthPolicy is the policy without /etc/vgpu-host/health.yaml.
+var DefaultHealthPolicy = HealthPolicy{Reset: ResetFLRIfSupported, ResetTimeout: 10 * time.Second}
+
+// LoadHealthPolicy reads /etc/vgpu-host/health.yaml; a missing file is the default policy. A
+// file that is not valid returns the error with the default policy, which a handback (whose
+// operation is already done) goes on with.
 func LoadHealthPolicy(root Root) (HealthPolicy, error) {
-	pol := HealthPolicy{Reset: ResetFLRIfSupported, ResetTimeout: 10 * time.Second}
+	pol, err := loadHealthPolicy(root)
+	if err != nil {
+		return DefaultHealthPolicy, err
+	}
+	return pol, nil
+}
+
+func loadHealthPolicy(root Root) (HealthPolicy, error) {
+	pol := DefaultHealthPolicy
 	p := HealthPolicyPath(root)
 	b, err := root.ReadFileLimit(p, MaxStateFileSize)
 	if errors.Is(err, fs.ErrNotExist) {
