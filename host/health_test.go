@@ -360,3 +360,12 @@ func TestCheckVF(t *testing.T) {
 		t.Fatalf("dead VF: %v", h.Problems)
 	}
 }
+
+// An empty policy file is the default policy.
+func TestHealthPolicyEmpty(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.WriteFile("etc/vgpu-host/health.yaml", "")
+	if p, err := host.LoadHealthPolicy(tr.Root); err != nil || p != host.DefaultHealthPolicy {
+		t.Fatalf("%+v %v", p, err)
+	}
+}

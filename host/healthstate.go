@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -283,7 +284,7 @@ func loadHealthPolicy(root Root) (HealthPolicy, error) {
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(&pol); err != nil && err.Error() != "EOF" {
+	if err := dec.Decode(&pol); err != nil && !errors.Is(err, io.EOF) { // an empty file is the default
 		return pol, fmt.Errorf("read %s: %v: %w", p, err, ErrInvalid)
 	}
 	switch pol.Reset {
