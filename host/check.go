@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Verdict is the outcome of one readiness check.
@@ -102,11 +103,20 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 	for i := range inv.Devices {
 		byAddr[inv.Devices[i].Address] = &inv.Devices[i]
 	}
+	quarantined := map[Address]Quarantine{}
+	qs, err := Quarantines(root)
+	if err != nil {
+		r.Warnings = append(r.Warnings, err.Error())
+	}
+	for _, q := range qs {
+		quarantined[q.Address] = q
+	}
 	for _, d := range inv.Devices {
 		if !d.IsGPU || d.PhysFn != nil {
 			continue // VFs are judged through their PF
 		}
 		g := judgeGPU(d, inv.IOMMU, groups, byAddr)
+		judgeQuarantine(&g, d, groups, quarantined)
 		r.Assignable = r.Assignable || g.Assignable
 		r.GPUs = append(r.GPUs, g)
 	}
@@ -123,6 +133,30 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 		}
 	}
 	return r
+}
+
+// judgeQuarantine fails a GPU that has, or whose IOMMU group has, a quarantined function:
+// plan, apply and bind refuse it until release-quarantine finds it healthy.
+func judgeQuarantine(g *GPUReadiness, d Device, groups map[int]Group, quarantined map[Address]Quarantine) {
+	if len(quarantined) == 0 {
+		return
+	}
+	addrs := []Address{d.Address}
+	for _, m := range groups[d.IOMMUGroup].Members {
+		if m.Address != d.Address {
+			addrs = append(addrs, m.Address)
+		}
+	}
+	for _, a := range addrs {
+		q, ok := quarantined[a]
+		if !ok {
+			continue
+		}
+		g.Verdict, g.Assignable = VerdictFail, false
+		g.Detail = fmt.Sprintf("%s is quarantined since %s: %s; %s", a, q.Since.UTC().Format(time.RFC3339), q.Reason(), g.Detail)
+		g.Fix = fmt.Sprintf("fix the device (docs/health.md), then run vgpu-host host release-quarantine %s", a)
+		return
+	}
 }
 
 // judgeGPU decides what GPU d can be given as (passthrough, vGPU, SR-IOV) and, for each way

@@ -121,6 +121,9 @@ type Result struct {
 
 // forced reports whether the options override a refusal of check.
 func (o BindOptions) forced(check string) bool {
+	if check == CheckQuarantined {
+		return false // only a clean check lifts it (host release-quarantine)
+	}
 	return o.Force || slices.Contains(o.ForceChecks, check)
 }
 
@@ -284,7 +287,24 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 		}
 		return res, nil
 	}
-	return res, r.verifyBound(ctx, groups)
+	if err := r.verifyBound(ctx, groups); err != nil {
+		return res, err
+	}
+	recordBaselines(b.Root, moves, res)
+	return res, nil
+}
+
+// recordBaselines stores each moved function's health baseline (BAR sizes, AER counts, link
+// width) as vgpu-host takes it: the handback check compares with it. A baseline that cannot be
+// written is a warning; the bind itself is done.
+func recordBaselines(root host.Root, moves map[int][]host.GroupMember, res *Result) {
+	for _, ms := range moves {
+		for _, m := range ms {
+			if err := host.RecordBaseline(root, m.Address, time.Now()); err != nil {
+				res.Warnings = append(res.Warnings, err.Error())
+			}
+		}
+	}
 }
 
 // bindPlan is what a bind of some groups would do and what refuses it, decided before any
@@ -322,6 +342,7 @@ func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 			}
 			p.devices = append(p.devices, c)
 		}
+		p.refusals = append(p.refusals, quarantineRefusals(root, g)...)
 		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID])...)
 	}
 	if len(p.moves) > 0 {

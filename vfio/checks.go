@@ -19,6 +19,10 @@ const (
 	// CheckMMIO64 is plan's: the guest firmware's 64-bit MMIO window will not hold the
 	// domain's 64-bit BARs (domains.PredictMMIO), so the guest would not map a device.
 	CheckMMIO64 = "mmio64"
+	// CheckQuarantined refuses a function with a quarantine record (host.Quarantine): it failed
+	// its health check when it was handed back. No --force passes it; `vgpu-host host
+	// release-quarantine ADDR` lifts it after a clean check.
+	CheckQuarantined = "quarantined"
 )
 
 // ForceableChecks are the checks apply's --force=CHECK may name, each overriding its own
@@ -60,7 +64,34 @@ func RefusalError(op string, rs []Refusal) error {
 	if busyOnly {
 		return fmt.Errorf("%s: %w:%s\n  (stop those processes, or re-run with --force (bind) or --force=held (apply) to try anyway; the unbind then waits up to --timeout)", op, host.ErrBusy, b.String())
 	}
+	if i := slices.Index(names, CheckQuarantined); i >= 0 {
+		names = slices.Delete(names, i, i+1)
+		if len(names) == 0 {
+			return fmt.Errorf("%s: %w: %w:%s\n  (no --force passes a quarantine: fix the device, then run vgpu-host host release-quarantine ADDR; docs/health.md)", op, host.ErrRefused, host.ErrQuarantined, b.String())
+		}
+		return fmt.Errorf("%s: %w: %w:%s\n  (no --force passes a quarantine: fix the device, then run vgpu-host host release-quarantine ADDR (docs/health.md); the others pass with --force (bind) or --force=%s (apply))", op, host.ErrRefused, host.ErrQuarantined, b.String(), strings.Join(names, ","))
+	}
 	return fmt.Errorf("%s: %w:%s\n  (re-run with --force (bind) or --force=%s (apply) if you mean it; docs/vfio.md explains each check)", op, host.ErrRefused, b.String(), strings.Join(names, ","))
+}
+
+// quarantineRefusals refuses every endpoint of g that has a quarantine record, whether it
+// would move or is on vfio-pci already: the one place bind, plan, apply and layout learn of it.
+func quarantineRefusals(root host.Root, g *host.Group) []Refusal {
+	var rs []Refusal
+	for _, m := range g.Members {
+		if m.IsBridge {
+			continue
+		}
+		a := m.Address
+		q, err := host.LoadQuarantine(root, a)
+		switch {
+		case err != nil:
+			rs = append(rs, Refusal{Address: &a, Check: CheckQuarantined, Reason: fmt.Sprintf("has a quarantine record that cannot be read (%v): repair or remove it after checking the device (vgpu-host host health %s)", err, a)})
+		case q != nil:
+			rs = append(rs, Refusal{Address: &a, Check: CheckQuarantined, Reason: q.Refusal()})
+		}
+	}
+	return rs
 }
 
 // hostCriticalClass names the device classes the host usually cannot live without.

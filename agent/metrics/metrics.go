@@ -12,7 +12,9 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +47,23 @@ func (s HostSource) Inventory() (*host.Inventory, error) { return host.Scan(s.Ro
 
 // Allocations implements Source.
 func (s HostSource) Allocations() (*ledger.Book, error) { return ledger.Open(s.Root).Read() }
+
+// HealthSource is what a Source also offers when it can read the devices' health files and
+// quarantine records (docs/health.md); HostSource does. A Source without it has no health
+// metrics.
+type HealthSource interface {
+	Health() ([]host.HealthState, []host.Quarantine, error)
+}
+
+// Health implements HealthSource.
+func (s HostSource) Health() ([]host.HealthState, []host.Quarantine, error) {
+	st, err := host.HealthStates(s.Root)
+	if err != nil {
+		return nil, nil, err
+	}
+	qs, err := host.Quarantines(s.Root)
+	return st, qs, err
+}
 
 // Metrics is the agent's metrics and their registry.
 type Metrics struct {
@@ -192,13 +211,22 @@ var (
 		"Devices the allocation ledger gives each VM, by kind (pci, mdev, vendor-vgpu).",
 		[]string{"vm", "kind"}, nil)
 	sourceUpDesc = prometheus.NewDesc(Namespace+"_source_up",
-		"1 when the scrape could read the source (inventory: the host's sysfs; ledger: the allocation ledger), 0 when it could not (the agent logs why).",
+		"1 when the scrape could read the source (inventory: the host's sysfs; ledger: the allocation ledger; health: the health files and quarantine records), 0 when it could not (the agent logs why).",
 		[]string{"source"}, nil)
+	healthDesc = prometheus.NewDesc(Namespace+"_device_health",
+		"One series per device vgpu-host has checked: 1 when its last check was healthy and it is not quarantined, else 0; reason is ok, or the failed checks (config-all-ones, bar, aer-fatal, link-degraded, reset-failed, ...) joined by commas.",
+		[]string{"address", "reason"}, nil)
+	resetsDesc = prometheus.NewDesc(Namespace+"_device_resets_total",
+		"Resets vgpu-host made of a device through the kernel's reset attribute that succeeded, by method (flr, pm, bus, device_specific, ...).",
+		[]string{"address", "method"}, nil)
+	aerDesc = prometheus.NewDesc(Namespace+"_aer_errors_total",
+		"A device's AER error totals as its last check read them (the kernel's TOTAL_ERR_* since boot), by severity (correctable, nonfatal, fatal).",
+		[]string{"address", "severity"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{gpuInfoDesc, mdevAvailDesc, mdevUsedDesc, allocDesc, sourceUpDesc} {
+	for _, d := range []*prometheus.Desc{gpuInfoDesc, mdevAvailDesc, mdevUsedDesc, allocDesc, sourceUpDesc, healthDesc, resetsDesc, aerDesc} {
 		ch <- d
 	}
 }
@@ -222,6 +250,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	c.collectHealth(ch)
 	book, err := c.src.Allocations()
 	ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up(err), "ledger")
 	if book != nil {
@@ -236,6 +265,65 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+// collectHealth reads the health files and quarantine records, when the source can.
+func (c *hostCollector) collectHealth(ch chan<- prometheus.Metric) {
+	hs, ok := c.src.(HealthSource)
+	if !ok {
+		return
+	}
+	states, qs, err := hs.Health()
+	ch <- prometheus.MustNewConstMetric(sourceUpDesc, prometheus.GaugeValue, up(err), "health")
+	quarantined := map[host.Address]host.Quarantine{}
+	for _, q := range qs {
+		quarantined[q.Address] = q
+	}
+	seen := map[host.Address]bool{}
+	for _, st := range states {
+		a := st.Address.String()
+		seen[st.Address] = true
+		var problems []host.Problem
+		if st.Last != nil {
+			problems = st.Last.Problems
+		}
+		q, isQ := quarantined[st.Address]
+		if isQ && len(problems) == 0 {
+			problems = q.Problems
+		}
+		ch <- healthMetric(a, problems, isQ)
+		for m, n := range st.Resets {
+			ch <- prometheus.MustNewConstMetric(resetsDesc, prometheus.CounterValue, float64(n), a, m)
+		}
+		if st.Last != nil && st.Last.AER != nil {
+			ch <- prometheus.MustNewConstMetric(aerDesc, prometheus.CounterValue, float64(st.Last.AER.Correctable), a, "correctable")
+			ch <- prometheus.MustNewConstMetric(aerDesc, prometheus.CounterValue, float64(st.Last.AER.NonFatal), a, "nonfatal")
+			ch <- prometheus.MustNewConstMetric(aerDesc, prometheus.CounterValue, float64(st.Last.AER.Fatal), a, "fatal")
+		}
+	}
+	for _, q := range qs {
+		if !seen[q.Address] {
+			ch <- healthMetric(q.Address.String(), q.Problems, true)
+		}
+	}
+}
+
+// healthMetric is one device's vgpuhost_device_health series.
+func healthMetric(addr string, problems []host.Problem, quarantined bool) prometheus.Metric {
+	var names []string
+	for _, p := range problems {
+		if !slices.Contains(names, p.Check) {
+			names = append(names, p.Check)
+		}
+	}
+	reason, v := strings.Join(names, ","), 0.0
+	switch {
+	case reason == "" && quarantined:
+		reason = "quarantined"
+	case reason == "":
+		reason, v = "ok", 1
+	}
+	return prometheus.MustNewConstMetric(healthDesc, prometheus.GaugeValue, v, addr, reason)
 }
 
 func up(err error) float64 {

@@ -180,3 +180,34 @@ func grep(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestHealthMetrics: a device handed back healthy after an FLR, and one quarantined with its
+// config space all ones; AER totals as last read.
+func TestHealthMetrics(t *testing.T) {
+	tr := hosttest.New(t)
+	good := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 0)
+	bad := tr.DatacenterGPU("0000:60:01.0", "0000:61:00.0", "vfio-pci", 1)
+	tr.SetAER(good, 3, 0, 0)
+	k := hosttest.NewKernel(tr)
+	tr.SetConfigAllOnes(bad)
+	_, err := host.Handback(context.Background(), tr.Root, k, []host.Released{{Address: good}, {Address: bad}},
+		host.HandbackOptions{Policy: host.HealthPolicy{Reset: host.ResetAuto, ResetTimeout: time.Second}, Reset: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(HostSource{Root: tr.Root})
+	out := scrape(t, m)
+	for _, line := range []string{
+		`vgpuhost_device_health{address="0000:41:00.0",reason="ok"} 1`,
+		`vgpuhost_device_health{address="0000:61:00.0",reason="config-all-ones,reset-failed"} 0`,
+		`vgpuhost_device_resets_total{address="0000:41:00.0",method="flr"} 1`,
+		`vgpuhost_aer_errors_total{address="0000:41:00.0",severity="correctable"} 3`,
+		`vgpuhost_aer_errors_total{address="0000:41:00.0",severity="fatal"} 0`,
+		`vgpuhost_source_up{source="health"} 1`,
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("scrape lacks\n  %s\n%s", line, grep(out, "vgpuhost_"))
+		}
+	}
+	lint(t, m)
+}

@@ -185,6 +185,13 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 		case <-ctx.Done():
 		}
 	}()
+	go func() {
+		select {
+		case <-ready:
+			keepCheckingHealth(ctx, srv.Root, srv.Log)
+		case <-ctx.Done():
+		}
+	}()
 	return srv.Serve(ctx)
 }
 
@@ -209,6 +216,33 @@ func keepMIGCache(ctx context.Context, root host.Root, log *slog.Logger) {
 		case <-ctx.Done():
 			return
 		case <-time.After(migCacheRefresh):
+		}
+	}
+}
+
+// healthCheckInterval is how often the agent checks every device vgpu-host has checked
+// before (docs/health.md).
+const healthCheckInterval = 5 * time.Minute
+
+// keepCheckingHealth checks every device with a health file now and then, so `host health` and
+// /metrics show a GPU that falls off the bus or logs AER errors while a guest has it. It only
+// records and logs: a device in a running guest is never reset or quarantined from here; the
+// handback does that when the guest lets it go.
+func keepCheckingHealth(ctx context.Context, root host.Root, log *slog.Logger) {
+	for {
+		hs, err := host.ObserveAll(root, time.Now().UTC())
+		if err != nil {
+			log.Warn("device health check", "err", err)
+		}
+		for _, h := range hs {
+			if !h.Healthy {
+				log.Warn("device unhealthy", "device", h.Address.String(), "reason", h.Reason())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(healthCheckInterval):
 		}
 	}
 }

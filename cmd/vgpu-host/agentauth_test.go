@@ -184,6 +184,9 @@ func TestAgentAuthorization(t *testing.T) {
 		"host layout plan":  {"host", "layout", "plan", layoutFile},
 		"host layout apply": {"host", "layout", "apply", layoutFile},
 		"host layout show":  {"host", "layout", "show"},
+		"host health":       {"host", "health"},
+
+		"host release-quarantine": {"host", "release-quarantine", "0000:01:00.0"},
 	}
 	for op := range agentRules {
 		if _, ok := ops[op]; !ok {

@@ -307,6 +307,10 @@ var agentRules = map[string]agentRule{
 	"host layout plan":  {class: agentapi.Read, fileOperands: allOperands},
 	"host layout apply": {class: agentapi.Mutation, fileOperands: allOperands},
 	"host layout show":  {class: agentapi.Read},
+	"host health":       {class: agentapi.Read},
+
+	// docs/health.md: a clean check lifts a quarantine.
+	"host release-quarantine": {class: agentapi.Mutation},
 }
 
 // cliOnlyFlags are flags of the tree that never travel to the agent: how the CLI reaches it,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 )
 
@@ -21,7 +22,7 @@ func destroyCommand() *cli.Command {
 		ArgsUsage: "NAME|SPEC...",
 		Description: "Undoes, newest first, every step apply journalled for the VM: only what vgpu-host created.\n" +
 			"Also finishes an interrupted apply or destroy. Exit codes: 0 destroyed, 1 failed, 6 not in the ledger.",
-		Flags:  []cli.Flag{connectFlag()},
+		Flags:  []cli.Flag{connectFlag(), resetFlag()},
 		Action: runDestroy,
 	}
 }
@@ -43,6 +44,22 @@ func vmName(arg string) (string, error) {
 		return "", err
 	}
 	return arg, nil
+}
+
+// releasedBy are the PCI functions a destroy gave back: whole functions and the VFs of
+// vendor vGPU instances. An mdev instance is gone with its UUID; its parent is checked when
+// `mdev remove` hands it back.
+func releasedBy(r *lifecycle.DestroyResult) []host.Released {
+	var rel []host.Released
+	for _, c := range r.Released {
+		if c.Kind != ledger.KindPCI && c.Kind != ledger.KindVendorVGPU {
+			continue
+		}
+		if a, err := host.ParseAddress(c.ID); err == nil {
+			rel = append(rel, host.Released{Address: a})
+		}
+	}
+	return rel
 }
 
 func runDestroy(ctx context.Context, cmd *cli.Command) error {
@@ -77,6 +94,12 @@ func runDestroy(ctx context.Context, cmd *cli.Command) error {
 	}
 	if len(results) == 0 && firstErr != nil {
 		return firstErr // nothing was destroyed: nothing on stdout
+	}
+	if root, err := rootOf(cmd); err == nil {
+		w, _ := hostIOFor(cmd, root)
+		for _, r := range results {
+			handBack(ctx, cmd, root, w, releasedBy(r), "destroy "+r.VM)
+		}
 	}
 	if err := emit(cmd, results, func(w io.Writer) error {
 		for _, r := range results {

@@ -25,6 +25,8 @@ func hostCommand() *cli.Command {
 		Commands: []*cli.Command{
 			layoutCommand(),
 			snapshotCommand(),
+			healthCommand(),
+			releaseQuarantineCommand(),
 			{
 				Name:  "restore",
 				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto), vfio-pci bindings (bind --persist)",

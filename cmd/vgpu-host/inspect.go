@@ -87,9 +87,19 @@ func runInspect(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	rep := inventoryReport{Inventory: inv, MIG: readMIGInventory(ctx, root, inv, cmd.Bool("mig"))}
+	rep.Quarantined, err = host.Quarantines(root)
+	if err != nil {
+		inv.Warnings = append(inv.Warnings, err.Error())
+	}
 	return emit(cmd, rep, func(w io.Writer) error {
 		if err := inventoryTable(w, inv); err != nil {
 			return err
+		}
+		if len(rep.Quarantined) > 0 {
+			fmt.Fprintf(w, "\nquarantined:\n")
+			for _, l := range quarantineLines(root) {
+				fmt.Fprintf(w, "  %s\n", l)
+			}
 		}
 		return migInventoryTable(w, rep.MIG)
 	})

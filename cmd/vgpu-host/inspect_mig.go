@@ -19,6 +19,8 @@ import (
 type inventoryReport struct {
 	*host.Inventory
 	MIG *migInventory `json:"mig,omitempty"`
+	// Quarantined are the functions that failed their handback check (docs/health.md).
+	Quarantined []host.Quarantine `json:"quarantined,omitempty"`
 }
 
 // migInventory is MIG as NVML (through vgpu-host-nvml) sees it: each NVIDIA GPU's MIG mode,

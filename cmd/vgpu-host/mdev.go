@@ -377,6 +377,7 @@ func mdevRemoveCommand() *cli.Command {
 			&cli.BoolFlag{Name: "undefine", Usage: "also delete the persistent definitions"},
 			&cli.StringFlag{Name: "name", Usage: "remove the instances recorded for `VM` (and refuse other owners' instances)"},
 			dryRunFlag(), timeoutFlag(),
+			resetFlag(),
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() == 0 && cmd.String("name") == "" {
@@ -403,6 +404,7 @@ func mdevRemoveCommand() *cli.Command {
 			if rec != nil {
 				return emitDry(cmd, rec, nil, rm)
 			}
+			handBack(ctx, cmd, m.Root, m.W, releasedInstances(rm), "mdev remove")
 			return emit(cmd, rm, func(w io.Writer) error {
 				if len(rm) == 0 {
 					fmt.Fprintln(w, "nothing to remove (already gone)")
@@ -544,4 +546,30 @@ func mdevPlaceCommand() *cli.Command {
 			})
 		},
 	}
+}
+
+// releasedInstances are the PCI functions removed instances leave: each vendor-VFIO instance's
+// VF, and each PCI parent of an mdev instance (once, checked but never reset; a virtual parent
+// such as mbochs has no function to check).
+func releasedInstances(rm []mdev.Instance) []host.Released {
+	var rel []host.Released
+	seen := map[host.Address]bool{}
+	for _, in := range rm {
+		r := host.Released{}
+		switch {
+		case in.VF != nil:
+			r.Address = *in.VF
+		default:
+			p, err := host.ParseAddress(in.Parent)
+			if err != nil {
+				continue
+			}
+			r.Address, r.CheckOnly = p, true // its other instances live on
+		}
+		if !seen[r.Address] {
+			seen[r.Address] = true
+			rel = append(rel, r)
+		}
+	}
+	return rel
 }

@@ -34,6 +34,8 @@ var stateFiles = []string{
 	"var/lib/vgpu-host/vgpu-create.lock",
 	"var/lib/vgpu-host/mdevctl.lock",
 	"etc/vgpu-host/sriov.lock",
+	"var/lib/vgpu-host/quarantine/0000:01:00.0.json",
+	"var/lib/vgpu-host/health/0000:01:00.0.json",
 }
 
 // stateCommands are the commands the tests drive over a damaged state or lock file.
@@ -117,6 +119,9 @@ var stateReaders = map[string][]string{
 	"var/lib/vgpu-host/vgpu-create.lock":    {"mdev create"},
 	"var/lib/vgpu-host/mdevctl.lock":        {"mdev define"},
 	"etc/vgpu-host/sriov.lock":              {"vf enable --persist"},
+	// bind refuses a GPU whose quarantine record is not a regular file (exit 4, naming it);
+	// its health file is only written, by rename over whatever is there.
+	"var/lib/vgpu-host/quarantine/0000:01:00.0.json": {"bind"},
 }
 
 // TestStateFilesNotFollowedOrWaitedOn: a state or lock file that was a symlink to a file

@@ -66,7 +66,16 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.State, s.Phase, strings.Join(devs, " "))
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		// Devices no VM gets until they check healthy again (docs/health.md).
+		if root, err := rootOf(cmd); err == nil {
+			for _, l := range quarantineLines(root) {
+				fmt.Fprintf(w, "quarantined: %s\n", l)
+			}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

@@ -142,6 +142,7 @@ func vfDisableCommand() *cli.Command {
 			&cli.BoolFlag{Name: "persist", Usage: "also forget the count 'host restore' would apply at boot"},
 			&cli.BoolFlag{Name: "force", Usage: "disable even when a process (a guest) holds a VF open; the kernel then waits for it"},
 			dryRunFlag(), timeoutFlag(),
+			resetFlag(),
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a, err := pfArg(cmd)
@@ -160,6 +161,7 @@ func vfDisableCommand() *cli.Command {
 			if rec != nil {
 				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
 			}
+			handBack(ctx, cmd, m.Root, m.W, []host.Released{{Address: a, CheckOnly: true}}, "vf disable")
 			return emit(cmd, pf, func(w io.Writer) error {
 				if err := pfTable(w, []mdev.PF{pf}); err != nil {
 					return err

@@ -22,6 +22,8 @@ import (
 //	devices/PF/sriov_numvfs ← N                          creates/removes VFs (EBUSY, ERANGE, ENOENT as the kernel)
 //	mdev_supported_types/T/create ← UUID, mdev/devices/UUID/remove ← 1
 //	devices/VF/nvidia/current_vgpu_type ← ID | 0
+//	devices/ADDR/reset_method ← "flr" | "default"         narrows / restores the reset methods (EINVAL if unsupported)
+//	devices/ADDR/reset ← 1                               resets with the first method that works (ResetHook)
 //
 // Every write is also recorded (Writes). Writes to other existing files just store the value;
 // writes to missing files fail with ENOENT, as sysfs does.
@@ -42,6 +44,11 @@ type Kernel struct {
 	// the instance go LateMdevRemove later: the kernel's answer when another remover's removal
 	// of the instance is in progress (remove_store: device_remove_file_self lost the race).
 	LateMdevRemove time.Duration
+	// ResetHook, when set, is asked before each reset method a write of 1 to a function's
+	// reset tries; an error fails that method (the kernel goes on to the next). A hook that
+	// blocks until ctx ends is a reset that hangs.
+	ResetHook func(ctx context.Context, a host.Address, method string) error
+	resets    []string
 }
 
 // NewKernel returns a Kernel for t.
@@ -197,6 +204,15 @@ func (k *Kernel) write(ctx context.Context, rel, v string) error {
 			return nil
 		}
 		return t.removeMdev(dirReal)
+	case base == "reset_method" || base == "reset":
+		a, ok := t.deviceOf(dirReal)
+		if !ok {
+			break
+		}
+		if base == "reset" {
+			return k.reset(ctx, a, v)
+		}
+		return t.writeResetMethod(a, v)
 	case base == "current_vgpu_type" && parent == "nvidia":
 		a, err := host.ParseAddress(filepath.Base(filepath.Dir(dirReal)))
 		if err != nil {
@@ -306,6 +322,7 @@ func (t *Tree) setNumVFs(pf host.Address, n int) error {
 		t.AddPCI(PCI{Addr: vf.String(), Parent: parent, Vendor: uint16(ven), Device: spec.VFDevice, Class: class,
 			Driver: drv, NativeDriver: spec.VFDriver, NUMA: numa, NUMASet: true, ResetMethods: "flr",
 			BARs: []BARSpec{{Index: 0, Size: 16 << 10, Is64: true}}})
+		t.vfConfig(vf)
 		t.symlink(filepath.Join(t.devPath[vf], "physfn"), dir)
 		t.symlink(filepath.Join(dir, fmt.Sprintf("virtfn%d", i)), t.devPath[vf])
 		if spec.Nvidia != nil {

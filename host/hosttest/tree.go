@@ -38,6 +38,9 @@ type Tree struct {
 	// local_cpulist from its node alone (cpumask_of_node, or every online CPU for -1), so two
 	// functions on one node never differ, and Scan reads it once per node.
 	nodeCPUs map[int]string
+	// resetSupported is each function's reset methods, in the kernel's order: what
+	// reset_method lists until a write narrows it, and what "default" brings back.
+	resetSupported map[host.Address][]string
 }
 
 // New returns an empty host tree: an IOMMU (dmar0) with no groups yet, intel_iommu=on iommu=pt on
@@ -209,8 +212,13 @@ func (t *Tree) AddPCI(p PCI) host.Address {
 	}
 	if p.ResetMethods != "" {
 		t.WriteFile(filepath.Join(dir, "reset_method"), p.ResetMethods+"\n")
+		if t.resetSupported == nil {
+			t.resetSupported = map[host.Address][]string{}
+		}
+		t.resetSupported[a] = strings.Fields(p.ResetMethods)
 	}
 	t.WriteFile(filepath.Join(dir, "resource"), resourceFile(p.BARs))
+	t.WriteFile(filepath.Join(dir, "config"), string(configSpace(p, t.ReadFile(filepath.Join(dir, "resource")))))
 	if p.Group >= 0 {
 		g := p.Group
 		if g == 0 {
