@@ -9,7 +9,8 @@
 #      calls Allocate, and the CRI CreateContainer the kubelet sends carries the plugin's
 #      PCI_RESOURCE_NVIDIA_COM_GA102_GEFORCE_RTX_3080 env and /dev/vfio device nodes; a Pod
 #      beyond capacity stays Pending (FailedScheduling: Insufficient ...)
-#   c  the plugin restarted registers again; the kubelet restarted gets the plugin back
+#   c  a device turned unhealthy (its /dev/vfio/N gone) drops allocatable, and comes back; the
+#      plugin restarted registers again; the kubelet restarted gets the plugin back
 #   d  (DRA) vgpu-host-kube dra publishes ResourceSlices, the scheduler allocates a
 #      ResourceClaim of DeviceClass gpu.vgpu-host.io, the kubelet prepares it (CDI device in
 #      the container's CRI config)
@@ -239,8 +240,22 @@ step_b() {
 }
 
 step_c() {
-  log "== c: restarts"
+  log "== c: health, then restarts"
   local n0
+  # A device turned unhealthy drops allocatable: gpu-a's group node /dev/vfio/2 vanishes (the
+  # plugin checks it, kube/deviceplugin), and comes back.
+  mv "$W/host/dev/vfio/2" "$W/vfio-2.away"
+  if wait_for 30 "allocatable 1 with gpu-a unhealthy" node_is allocatable 1; then
+    pass "c: a device turned unhealthy (its /dev/vfio/2 gone) drops allocatable to $(node_res allocatable), capacity $(node_res capacity)"
+  else
+    fail "c: /dev/vfio/2 gone: allocatable $(node_res allocatable)"; tail -5 "$W/logs/deviceplugin.log"
+  fi
+  mv "$W/vfio-2.away" "$W/host/dev/vfio/2"
+  if wait_for 30 "allocatable back to 2 once healthy" node_is allocatable 2; then
+    pass "c: healthy again: allocatable $(node_res allocatable)"
+  else
+    fail "c: /dev/vfio/2 back: allocatable $(node_res allocatable)"
+  fi
   n0=$(grep -c 'Registered\|registered' "$W/logs/deviceplugin.log")
   stop deviceplugin
   start_plugin
