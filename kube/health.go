@@ -19,6 +19,10 @@ import (
 // The device plugin runs with the node's /dev/vfio mounted under its host root
 // (deploy/kubernetes); without that mount every device is reported unhealthy, which is the
 // safe answer.
+//
+// A device one of whose functions is quarantined (docs/health.md: it failed its health check
+// when it was handed back) is unhealthy too, naming the record: the kubelet must not hand a
+// dead GPU to the next pod.
 func (c *Catalog) MarkDeviceNodes(root host.Root) {
 	for i := range c.Resources {
 		for j := range c.Resources[i].Devices {
@@ -26,11 +30,33 @@ func (c *Catalog) MarkDeviceNodes(root host.Root) {
 			if !d.Healthy {
 				continue
 			}
+			if q := quarantined(root, *d); q != nil {
+				d.Healthy, d.Reason = false, fmt.Sprintf("%s %s", q.Address, q.Refusal())
+				continue
+			}
 			if g, ok := MissingGroupNode(root, *d); ok {
 				d.Healthy, d.Reason = false, fmt.Sprintf("no /dev/vfio/%d on the host (the group is not on vfio-pci, or /dev/vfio is not mounted into the plugin)", g)
 			}
 		}
 	}
+}
+
+// quarantined returns the quarantine record of one of the PCI functions d hands over, or nil.
+// A record that cannot be read counts as one: the safe answer.
+func quarantined(root host.Root, d Device) *host.Quarantine {
+	if d.Address == nil {
+		return nil
+	}
+	for _, a := range append([]host.Address{*d.Address}, d.Companions...) {
+		q, err := host.LoadQuarantine(root, a)
+		if err != nil {
+			return &host.Quarantine{Address: a, Path: host.QuarantinePath(root, a), Problems: []host.Problem{{Check: "quarantine", Detail: err.Error()}}}
+		}
+		if q != nil {
+			return q
+		}
+	}
+	return nil
 }
 
 // MissingGroupNode returns the first IOMMU group of d whose /dev/vfio/N is missing under root

@@ -583,3 +583,32 @@ func TestMissingGroupNodeUnhealthy(t *testing.T) {
 		t.Errorf("cdev-only device nodes %v", paths)
 	}
 }
+
+// TestQuarantinedUnhealthy: a GPU whose function was quarantined when it was handed back
+// (docs/health.md) is Unhealthy to the kubelet and cannot be allocated; released, it is
+// Healthy again.
+func TestQuarantinedUnhealthy(t *testing.T) {
+	tr, a := consumerHost(t)
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	q := &host.Quarantine{Address: a[3], Since: time.Now(), Op: "destroy vm1",
+		Problems: []host.Problem{{Check: "config-space", Detail: "reads all ones (the function is gone from the bus)"}}}
+	if err := host.SaveQuarantine(tr.Root, q); err != nil {
+		t.Fatal(err)
+	}
+	run(t, tr.Root, dir)
+	r := k.waitRegs(1)[rtx]
+	got := k.waitList(rtx, func(m map[string]string) bool { return len(m) == 2 })
+	// a[3] is the second GPU's audio companion: the whole GPU goes with it.
+	if got[a[2].String()] != pluginapi.Unhealthy || got[a[0].String()] != pluginapi.Healthy {
+		t.Fatalf("with %s quarantined: %v", a[3], got)
+	}
+	if _, err := k.client(r.Endpoint).Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{a[2].String()}}}}); err == nil {
+		t.Error("allocated a GPU whose companion is quarantined")
+	}
+	if err := os.Remove(host.QuarantinePath(tr.Root, a[3])); err != nil {
+		t.Fatal(err)
+	}
+	k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Healthy })
+}
