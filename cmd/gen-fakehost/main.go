@@ -11,30 +11,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
-
-// dirTB is the testing.TB hosttest builds with: its TempDir is DIR, and a fatal error
-// ends the program with status 1.
-type dirTB struct {
-	testing.TB
-	dir string
-}
-
-func (d dirTB) Helper()         {}
-func (d dirTB) TempDir() string { return d.dir }
-func (d dirTB) Fatal(a ...any) {
-	fmt.Fprintln(os.Stderr, append([]any{"gen-fakehost:"}, a...)...)
-	os.Exit(1)
-}
-func (d dirTB) Fatalf(f string, a ...any) {
-	fmt.Fprintf(os.Stderr, "gen-fakehost: "+f+"\n", a...)
-	os.Exit(1)
-}
-func (d dirTB) Errorf(f string, a ...any) { d.Fatalf(f, a...) }
-func (d dirTB) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, f+"\n", a...) }
 
 func main() {
 	size := flag.String("size", "big", "host size: big (~2,000 functions), small or gpu64 (64 GPUs)")
@@ -57,7 +36,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gen-fakehost: %s is not empty\n", dir)
 		os.Exit(1)
 	}
-	t := hosttest.New(dirTB{dir: dir})
+	t := hosttest.New(hosttest.ProgramTB("gen-fakehost", dir))
 	t.GenerateHost(spec)
 	fmt.Printf("%d\n", len(t.Addresses()))
 }

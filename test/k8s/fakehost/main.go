@@ -10,30 +10,10 @@ package main
 import (
 	"fmt"
 	"os"
-	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 )
-
-type dirTB struct {
-	testing.TB
-	dir string
-}
-
-func (d dirTB) Helper()         {}
-func (d dirTB) TempDir() string { return d.dir }
-func (d dirTB) Fatal(a ...any) {
-	fmt.Fprintln(os.Stderr, append([]any{"fakehost:"}, a...)...)
-	os.Exit(1)
-}
-func (d dirTB) Fatalf(f string, a ...any) {
-	fmt.Fprintf(os.Stderr, "fakehost: "+f+"\n", a...)
-	os.Exit(1)
-}
-func (d dirTB) Errorf(f string, a ...any) { d.Fatalf(f, a...) }
-func (d dirTB) Logf(f string, a ...any)   { fmt.Fprintf(os.Stderr, f+"\n", a...) }
-func (d dirTB) Cleanup(func())            {}
 
 func main() {
 	if len(os.Args) != 2 {
@@ -45,7 +25,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fakehost:", err)
 		os.Exit(1)
 	}
-	tr := hosttest.New(dirTB{dir: dir})
+	tr := hosttest.New(hosttest.ProgramTB("fakehost", dir))
 	tr.WriteFile("usr/share/misc/pci.ids", kubetest.PCIIDs)
 	_, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "vfio-pci")
 	tr.Bind(audio, "vfio-pci")
