@@ -155,7 +155,7 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 		if h := e.Last; h != nil {
 			health = map[bool]string{true: "ok", false: "FAILED"}[h.Healthy]
 			checked = h.CheckedAt.UTC().Format(time.RFC3339)
-			driver = orDash(h.Driver)
+			driver = dash(h.Driver)
 			if h.AER != nil {
 				aer = fmt.Sprintf("%d/%d/%d", h.AER.Correctable, h.AER.NonFatal, h.AER.Fatal)
 			}
@@ -177,13 +177,6 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Address, health, checked, driver, aer, link, quar, reason)
 	}
 	return w.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func releaseQuarantineCommand() *cli.Command {
