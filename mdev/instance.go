@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/filelock"
 	"github.com/vgpu-host/vgpu-host/internal/revert"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 // CreateRequest asks for Count instances of one profile on one parent.
@@ -92,6 +93,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) ([]Instance, er
 	}
 	if len(req.VFs) > 0 && (p.Backend != BackendNvidiaVFIO || len(req.VFs) != req.Count) {
 		return nil, fmt.Errorf("create vGPU instances on %s: %w: %d pinned VFs for count %d (VFs are for vendor-VFIO parents only, one per instance)", p.Name, host.ErrInvalid, len(req.VFs), req.Count)
+	}
+	// A parent (or a pinned VF) that failed its handback check gets no new instance
+	// (docs/health.md): the guest would get a broken device.
+	quarantinable := append([]host.Address(nil), req.VFs...)
+	if p.Address != nil {
+		quarantinable = append([]host.Address{*p.Address}, req.VFs...)
+	}
+	if err := vfio.RefuseQuarantined(m.Root, fmt.Sprintf("create %s on %s", t.ID, p.Name), quarantinable...); err != nil {
+		return nil, err
 	}
 	if p.Backend == BackendNvidiaVFIO {
 		return m.createVendor(ctx, p, t, req)

@@ -159,6 +159,10 @@ func (m *Manager) EnableVFs(ctx context.Context, pf host.Address, n int, opts En
 	if err != nil {
 		return PF{}, err
 	}
+	// A PF that failed its handback check gives no VF to a guest (docs/health.md).
+	if err := vfio.RefuseQuarantined(m.Root, fmt.Sprintf("enable %d VFs on %s", n, pf), pf); err != nil {
+		return PF{}, err
+	}
 	numPath := m.Root.PCIDevice(pf, "sriov_numvfs")
 	if n > st.TotalVFs {
 		return PF{}, fmt.Errorf("enable %d VFs on %s: %w: the device supports at most %d (%s); the kernel would answer ERANGE",

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/revert"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 // The NVIDIA vendor-specific VFIO backend (vGPU 17+, Ada/Hopper/Blackwell, kernel >= 6.8).
@@ -322,8 +323,8 @@ func (vc *vendorCreate) freeVF(pinned *host.Address) (*host.Address, error) {
 		if pinned != nil && v.Address != *pinned {
 			continue
 		}
-		if vc.taken[v.Address.String()] || v.Current != 0 {
-			continue
+		if vc.taken[v.Address.String()] || v.Current != 0 || vfio.Quarantined(vc.m.Root, v.Address) {
+			continue // a quarantined VF failed its handback check: no instance goes on it
 		}
 		if !vc.m.DryRun {
 			fresh, err := vc.m.ReadVendorVF(v.Address) // the list shrinks as siblings are used

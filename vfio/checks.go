@@ -82,17 +82,47 @@ func quarantineRefusals(root host.Root, g *host.Group) []Refusal {
 		if m.IsBridge {
 			continue
 		}
-		a := m.Address
-		q, err := host.LoadQuarantine(root, a)
-		switch {
-		case err != nil:
-			rs = append(rs, Refusal{Address: &a, Check: CheckQuarantined, Reason: fmt.Sprintf("has a quarantine record that cannot be read (%v): repair or remove it after checking the device (vgpu-host host health %s)", err, a)})
-		case q != nil:
-			rs = append(rs, Refusal{Address: &a, Check: CheckQuarantined, Reason: q.Refusal()})
+		if r := quarantineRefusal(root, m.Address); r != nil {
+			rs = append(rs, *r)
 		}
 	}
 	return rs
 }
+
+// quarantineRefusal is a's refusal when it has a quarantine record (or one that cannot be
+// read: the safe answer), nil otherwise.
+func quarantineRefusal(root host.Root, a host.Address) *Refusal {
+	q, err := host.LoadQuarantine(root, a)
+	switch {
+	case err != nil:
+		return &Refusal{Address: &a, Check: CheckQuarantined, Reason: fmt.Sprintf("has a quarantine record that cannot be read (%v): repair or remove it after checking the device (vgpu-host host health %s)", err, a)}
+	case q != nil:
+		return &Refusal{Address: &a, Check: CheckQuarantined, Reason: q.Refusal()}
+	}
+	return nil
+}
+
+// RefuseQuarantined refuses op when one of addrs has a quarantine record (docs/health.md):
+// the same error bind gives (host.ErrRefused and host.ErrQuarantined, exit 4), naming the
+// record and the fix; nil when none has. mdev create (the parent, a vendor-VFIO VF) and vf
+// enable (the PF) call it before they change anything; bind, plan, apply and layout meet the
+// same refusal in their preflight. No --force passes it.
+func RefuseQuarantined(root host.Root, op string, addrs ...host.Address) error {
+	var rs []Refusal
+	for _, a := range addrs {
+		if r := quarantineRefusal(root, a); r != nil {
+			rs = append(rs, *r)
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return RefusalError(op, rs)
+}
+
+// Quarantined reports whether a has a quarantine record (or one that cannot be read): a
+// chooser (a free vendor-VFIO VF) passes over it.
+func Quarantined(root host.Root, a host.Address) bool { return quarantineRefusal(root, a) != nil }
 
 // hostCriticalClass names the device classes the host usually cannot live without.
 func hostCriticalClass(class uint32) string {
