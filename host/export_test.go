@@ -8,3 +8,6 @@ func SetGroupsFromLinks(links bool) (restore func()) {
 	groupsFromLinks = func(int, int) bool { return links }
 	return func() { groupsFromLinks = old }
 }
+
+// HealthPollOnce is one fast poll of a HealthWatch (BenchmarkHealthPoll).
+func HealthPollOnce(root Root) int { return len((&HealthWatch{Root: root}).signs()) }

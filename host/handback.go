@@ -134,7 +134,10 @@ func Handback(ctx context.Context, root Root, w Writer, rel []Released, o Handba
 
 // handbackOne checks one function and resets it as the options allow.
 func handbackOne(ctx context.Context, root Root, w Writer, r Released, o HandbackOptions, now func() time.Time) HandbackResult {
-	check := func() DeviceHealth { return CheckDevice(root, r.Address, CheckOptions{Driver: r.Driver, Now: now()}) }
+	var resetAt time.Time // a reset clears the fatal Xids before it
+	check := func() DeviceHealth {
+		return CheckDevice(root, r.Address, CheckOptions{Driver: r.Driver, Now: now(), ResetAt: resetAt})
+	}
 	res := HandbackResult{Health: check()}
 	if res.Health.Healthy && !o.Reset {
 		return res
@@ -171,6 +174,7 @@ func handbackOne(ctx context.Context, root Root, w Writer, r Released, o Handbac
 		if err != nil {
 			continue
 		}
+		resetAt = now()
 		if res.Health = check(); res.Health.Healthy {
 			return res
 		}
@@ -204,8 +208,14 @@ func recordCheck(root Root, h DeviceHealth, resets []ResetAttempt) error {
 				st.Resets = map[string]int{}
 			}
 			st.Resets[r.Method]++
+			st.LastReset = h.CheckedAt
 		}
 	}
+	// Fatal Xids a reset or a reboot cleared are kept no longer (their count stays).
+	boot, _ := BootTime(root)
+	st.XidPending = slices.DeleteFunc(st.XidPending, func(e XidEvent) bool {
+		return !e.Time.After(st.LastReset) || (!boot.IsZero() && e.Time.Before(boot))
+	})
 	if err := SaveHealthState(root, st); err != nil {
 		return fmt.Errorf("record health of %s: %w", h.Address, err)
 	}
@@ -249,7 +259,7 @@ func ObserveAll(root Root, now time.Time) ([]DeviceHealth, error) {
 		errs = append(errs, err)
 	}
 	for _, st := range states {
-		h := CheckDevice(root, st.Address, CheckOptions{Baseline: st.Baseline, Now: now})
+		h := CheckDevice(root, st.Address, CheckOptions{Baseline: st.Baseline, Now: now, Xids: st.XidPending, ResetAt: st.LastReset})
 		st.Last = &h
 		if err := SaveHealthState(root, &st); err != nil {
 			errs = append(errs, fmt.Errorf("record health of %s: %w", st.Address, err))

@@ -115,6 +115,10 @@ type CheckOptions struct {
 	Baseline *HealthBaseline
 	// Now is the check's time (tests); zero means time.Now.
 	Now time.Time
+	// Xids are the fatal Xids reported for the GPU, and ResetAt the last successful reset:
+	// with Baseline nil both come from the health state file (a later ResetAt given here wins).
+	Xids    []XidEvent
+	ResetAt time.Time
 }
 
 // PCI config space offsets (include/uapi/linux/pci_regs.h).
@@ -142,15 +146,19 @@ func CheckDevice(root Root, a Address, o CheckOptions) DeviceHealth {
 	if h.CheckedAt.IsZero() {
 		h.CheckedAt = time.Now().UTC()
 	}
-	base := o.Baseline
+	base, xids, resetAt := o.Baseline, o.Xids, o.ResetAt
 	if base == nil {
 		st, err := LoadHealthState(root, a)
 		if err != nil {
 			h.warn(HealthStateDamaged, "%v", err)
 		} else if st != nil {
-			base = st.Baseline
+			base, xids = st.Baseline, st.XidPending
+			if st.LastReset.After(resetAt) {
+				resetAt = st.LastReset
+			}
 		}
 	}
+	h.checkXid(root, xids, resetAt)
 	dir := root.PCIDevice(a)
 	if _, err := os.Stat(root.PCIDevice(a, "vendor")); err != nil {
 		h.fail(HealthGone, "%s is not on the PCI bus (%s missing): the function was removed or fell off; a rescan (echo 1 > /sys/bus/pci/rescan) may bring it back", a, HostPath(root, dir))

@@ -28,6 +28,15 @@ type HealthState struct {
 	Last     *DeviceHealth   `json:"last,omitempty"`
 	// Resets counts the resets vgpu-host made of the function, by method.
 	Resets map[string]int `json:"resets,omitempty"`
+	// LastReset is when vgpu-host last reset the function successfully: fatal Xids before it
+	// are cleared.
+	LastReset time.Time `json:"last_reset,omitzero"`
+	// Xid counts the NVIDIA Xid errors NVML reported for the GPU, by Xid number
+	// (vgpuhost_nvidia_xid_total).
+	Xid map[string]uint64 `json:"xid,omitempty"`
+	// XidPending are the fatal Xids reported (the newest 16); each fails the GPU's checks until
+	// it is reset or the host rebooted after it.
+	XidPending []XidEvent `json:"xid_pending,omitempty"`
 }
 
 // Quarantine is a function vgpu-host found unhealthy when it was handed back, and will not

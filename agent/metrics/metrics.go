@@ -222,11 +222,14 @@ var (
 	aerDesc = prometheus.NewDesc(Namespace+"_aer_errors_total",
 		"A device's AER error totals as its last check read them (the kernel's TOTAL_ERR_* since boot), by severity (correctable, nonfatal, fatal).",
 		[]string{"address", "severity"}, nil)
+	xidDesc = prometheus.NewDesc(Namespace+"_nvidia_xid_total",
+		"NVIDIA Xid errors NVML reported for a GPU since vgpu-host began watching it (kept across agent restarts in its health file), by Xid number; docs/health.md says which Xids make the GPU unhealthy.",
+		[]string{"address", "xid"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{gpuInfoDesc, mdevAvailDesc, mdevUsedDesc, allocDesc, sourceUpDesc, healthDesc, resetsDesc, aerDesc} {
+	for _, d := range []*prometheus.Desc{gpuInfoDesc, mdevAvailDesc, mdevUsedDesc, allocDesc, sourceUpDesc, healthDesc, resetsDesc, aerDesc, xidDesc} {
 		ch <- d
 	}
 }
@@ -292,6 +295,9 @@ func (c *hostCollector) collectHealth(ch chan<- prometheus.Metric) {
 			problems = q.Problems
 		}
 		ch <- healthMetric(a, problems, isQ)
+		for x, n := range st.Xid {
+			ch <- prometheus.MustNewConstMetric(xidDesc, prometheus.CounterValue, float64(n), a, x)
+		}
 		for m, n := range st.Resets {
 			ch <- prometheus.MustNewConstMetric(resetsDesc, prometheus.CounterValue, float64(n), a, m)
 		}

@@ -211,3 +211,54 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	lint(t, m)
 }
+
+// TestXidAndGoneMetrics: the agent's health watch turns an Xid from NVML and a function
+// removed from the bus into vgpuhost_nvidia_xid_total and vgpuhost_device_health within 5 s of
+// the event, scraped as Prometheus would.
+func TestXidAndGoneMetrics(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 0)
+	gone := tr.DatacenterGPU("0000:60:01.0", "0000:61:00.0", "vfio-pci", 1)
+	for _, a := range []host.Address{gpu, gone} {
+		if err := host.RecordBaseline(tr.Root, a, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := host.NewHealthWatch(tr.Root)
+	w.Poll = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	m := New(HostSource{Root: tr.Root})
+	start := time.Now()
+	for _, x := range []uint64{79, 13, 13} {
+		w.Xids() <- host.XidEvent{Address: gpu, Xid: x, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
+	}
+	tr.RemoveFunction(gone)
+	want := []string{
+		`vgpuhost_nvidia_xid_total{address="0000:41:00.0",xid="79"} 1`,
+		`vgpuhost_nvidia_xid_total{address="0000:41:00.0",xid="13"} 2`,
+		`vgpuhost_device_health{address="0000:41:00.0",reason="nvidia-xid"} 0`,
+		`vgpuhost_device_health{address="0000:61:00.0",reason="gone"} 0`,
+	}
+	var out string
+	for {
+		out = scrape(t, m)
+		missing := 0
+		for _, line := range want {
+			if !strings.Contains(out, line+"\n") {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("not in the metrics within 5 s: want\n%s\n%s", strings.Join(want, "\n"), grep(out, "vgpuhost_"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("in the metrics after %v", time.Since(start))
+	lint(t, m)
+}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -122,6 +123,15 @@ func (s saving) Create(ctx context.Context, address, profile string, start int) 
 
 func (s saving) Destroy(ctx context.Context, address string, id int) error {
 	return errors.Join(s.Backend.Destroy(ctx, address, id), mockSave())
+}
+
+// WaitXid passes the Xid events of the backend through (remote.XidSource).
+func (s saving) WaitXid(ctx context.Context, timeout time.Duration) ([]host.XidEvent, error) {
+	xs, ok := s.Backend.(remote.XidSource)
+	if !ok {
+		return nil, fmt.Errorf("the NVML backend delivers no Xid events: %w", host.ErrUnsupported)
+	}
+	return xs.WaitXid(ctx, timeout)
 }
 
 // stdio is the helper's end of the pipe: requests on stdin, replies on stdout.

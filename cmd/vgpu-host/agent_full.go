@@ -220,17 +220,15 @@ func keepMIGCache(ctx context.Context, root host.Root, log *slog.Logger) {
 	}
 }
 
-// healthCheckInterval is how often the agent checks every device vgpu-host has checked
-// before (docs/health.md).
-const healthCheckInterval = 5 * time.Minute
-
-// keepCheckingHealth checks every device with a health file now and then, so `host health` and
-// /metrics show a GPU that falls off the bus or logs AER errors while a guest has it. It only
-// records and logs: a device in a running guest is never reset or quarantined from here; the
-// handback does that when the guest lets it go.
+// keepCheckingHealth keeps the health files of the devices vgpu-host watches current
+// (host.HealthWatch): a device that leaves the bus, changes driver or logs an AER error is in
+// `host health`, /v1/health and /metrics within about a second of the change, and NVIDIA Xid
+// errors from NVML (watchXid) within a second of the event; every device is checked in full
+// every five minutes besides. It only records and logs: a device in a running guest is never
+// reset or quarantined from here; the handback does that when the guest lets it go.
 func keepCheckingHealth(ctx context.Context, root host.Root, log *slog.Logger) {
-	for {
-		hs, err := host.ObserveAll(root, time.Now().UTC())
+	w := host.NewHealthWatch(root)
+	w.Checked = func(hs []host.DeviceHealth, err error) {
 		if err != nil {
 			log.Warn("device health check", "err", err)
 		}
@@ -239,10 +237,68 @@ func keepCheckingHealth(ctx context.Context, root host.Root, log *slog.Logger) {
 				log.Warn("device unhealthy", "device", h.Address.String(), "reason", h.Reason())
 			}
 		}
+	}
+	w.Xid = func(e host.XidEvent, err error) {
+		if err != nil {
+			log.Warn("NVIDIA Xid not recorded", "device", e.Address.String(), "xid", e.Xid, "err", err)
+			return
+		}
+		log.Warn("NVIDIA Xid", "device", e.Address.String(), "xid", e.Xid, "fatal", host.XidFatal(e.Xid), "event", e.String())
+	}
+	go watchXid(ctx, root, w.Xids(), log)
+	w.Run(ctx)
+}
+
+// xidWait is how long one WaitXid waits in the NVML helper: an event reaches the health
+// files within about this, and a helper that died is noticed by then.
+const xidWait = time.Second
+
+// xidRetry is how long watchXid waits before it starts a helper again after one failed.
+const xidRetry = time.Minute
+
+// watchXid streams NVIDIA Xid errors from NVML (a helper of its own, vgpu-host-nvml, waiting in
+// nvmlEventSetWait) into out until ctx ends. It stops for good where NVML does not describe
+// root or no GPU offers Xid events (no helper, no driver, no NVIDIA GPU), and starts the
+// helper again a minute after it stopped answering.
+func watchXid(ctx context.Context, root host.Root, out chan<- host.XidEvent, log *slog.Logger) {
+	if !nvmlDescribes(root) {
+		return
+	}
+	for ctx.Err() == nil {
+		err := streamXid(ctx, out)
+		if errors.Is(err, host.ErrUnsupported) {
+			log.Debug("NVIDIA Xid events: not available; not watched", "err", err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("NVIDIA Xid events: the NVML helper failed; starting it again in a minute", "err", err)
 		select {
 		case <-ctx.Done():
-			return
-		case <-time.After(healthCheckInterval):
+		case <-time.After(xidRetry):
+		}
+	}
+}
+
+// streamXid runs one helper and relays its Xid events until it fails or ctx ends.
+func streamXid(ctx context.Context, out chan<- host.XidEvent) error {
+	c, err := openMIG()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		evs, err := c.WaitXid(ctx, xidWait)
+		for _, e := range evs {
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -39,6 +39,9 @@ func Init(lib nvml.Interface) error {
 type Backend struct {
 	lib nvml.Interface
 	mu  sync.Mutex
+	// xmu serialises WaitXid, apart from mu so that MIG calls go on while it waits.
+	xmu sync.Mutex
+	xid *xidWatch
 }
 
 var _ mig.Backend = (*Backend)(nil)

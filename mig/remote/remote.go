@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
@@ -119,6 +120,23 @@ func (c *Client) Destroy(ctx context.Context, address string, id int) error {
 	return c.call(ctx, "Destroy", DestroyArgs{Address: address, ID: id}, &Empty{})
 }
 
+// XidSource is what a mig.Backend also offers when it can wait for NVIDIA Xid errors
+// (mig/nvmlmig's Backend does).
+type XidSource interface {
+	WaitXid(ctx context.Context, timeout time.Duration) ([]host.XidEvent, error)
+}
+
+var _ XidSource = (*Client)(nil)
+
+// WaitXid waits up to timeout for Xid errors on the helper's GPUs (nvmlEventSetWait) and
+// returns those seen, none when the time ran out. The agent calls it in a loop on a helper of
+// its own, so the events stream to it as they come; an error wrapping host.ErrUnsupported
+// means no GPU there offers Xid events.
+func (c *Client) WaitXid(ctx context.Context, timeout time.Duration) ([]host.XidEvent, error) {
+	var r []host.XidEvent
+	return r, c.call(ctx, "WaitXid", XidArgs{TimeoutMS: int(timeout.Milliseconds())}, &r)
+}
+
 // The wire's argument types.
 type (
 	// Empty is no arguments or no reply.
@@ -132,6 +150,10 @@ type (
 	CreateArgs struct {
 		Address, Profile string
 		Start            int
+	}
+	// XidArgs are WaitXid's arguments.
+	XidArgs struct {
+		TimeoutMS int
 	}
 	// DestroyArgs are Destroy's arguments.
 	DestroyArgs struct {
@@ -226,4 +248,26 @@ func (s *Server) Destroy(a DestroyArgs, _ *Empty) error {
 		return toWire(err)
 	}
 	return toWire(b.Destroy(context.Background(), a.Address, a.ID))
+}
+
+// maxXidWait bounds one WaitXid on the server, so a caller that went away frees the helper.
+const maxXidWait = 10 * time.Second
+
+// WaitXid serves Client.WaitXid.
+func (s *Server) WaitXid(a XidArgs, r *[]host.XidEvent) error {
+	b, err := s.backend()
+	if err != nil {
+		return toWire(err)
+	}
+	xs, ok := b.(XidSource)
+	if !ok {
+		return toWire(fmt.Errorf("the NVML backend delivers no Xid events: %w", host.ErrUnsupported))
+	}
+	timeout := min(max(time.Duration(a.TimeoutMS)*time.Millisecond, 0), maxXidWait)
+	evs, err := xs.WaitXid(context.Background(), timeout)
+	if evs == nil {
+		evs = []host.XidEvent{}
+	}
+	*r = evs
+	return toWire(err)
 }

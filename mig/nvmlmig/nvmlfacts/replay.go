@@ -27,6 +27,8 @@ type Facts struct {
 	ProfileCount int `json:"profile_count"`
 	// GPUs are the GPUs in NVML's index order.
 	GPUs []GPU `json:"gpus"`
+	// Events are NVML events the replay delivers (events.go); a capture records none.
+	Events []Event `json:"events,omitempty"`
 }
 
 // GPU is one GPU of a capture.
@@ -83,6 +85,9 @@ func Load(path string) (*Facts, error) {
 func (f *Facts) check() error {
 	if len(f.GPUs) == 0 {
 		return errors.New("no gpus")
+	}
+	if err := f.checkEvents(); err != nil {
+		return err
 	}
 	for i, g := range f.GPUs {
 		if g.MemoryTotal == 0 || g.PCIBusID == "" {
@@ -180,6 +185,7 @@ func NewServer(f *Facts) *Server {
 		d.setFuncs()
 		s.devices = append(s.devices, d)
 	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return s.newEventSet(), nvml.SUCCESS }
 	s.InitFunc = func() nvml.Return { return nvml.SUCCESS }
 	s.ShutdownFunc = func() nvml.Return { return nvml.SUCCESS }
 	s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return f.Driver, nvml.SUCCESS }
@@ -308,6 +314,7 @@ func (d *factsDevice) create(p Profile, pl nvml.GpuInstancePlacement, id uint32)
 func (d *factsDevice) setFuncs() {
 	s := d.s
 	d.GetIndexFunc = func() (int, nvml.Return) { return d.f.Index, nvml.SUCCESS }
+	d.RegisterEventsFunc = d.register
 	d.GetNameFunc = func() (string, nvml.Return) { return d.f.Name, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return d.f.UUID, nvml.SUCCESS }
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
