@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 )
 
@@ -91,6 +92,51 @@ type healthInfo struct {
 	// Libvirt says whether the agent reaches libvirt ("connected", "unreachable since …");
 	// informative only: an unreachable libvirt leaves the agent ready (docs/agent.md).
 	Libvirt string `json:"libvirt,omitempty"`
+	// UnhealthyDevices are the devices whose last health check failed or that are
+	// quarantined (docs/health.md), as the agent's health watch keeps them: a device that
+	// leaves the bus, logs an AER error or reports a fatal NVIDIA Xid is here within seconds.
+	// Informative only: they do not make the agent unready.
+	UnhealthyDevices []deviceHealth `json:"unhealthy_devices,omitempty"`
+	// HealthError says why the health files could not be read.
+	HealthError string `json:"health_error,omitempty"`
+}
+
+// deviceHealth is one unhealthy device of /v1/health.
+type deviceHealth struct {
+	Address     host.Address   `json:"address"`
+	Problems    []host.Problem `json:"problems,omitempty"`
+	Quarantined bool           `json:"quarantined"`
+	CheckedAt   *time.Time     `json:"checked_at,omitempty"`
+}
+
+// unhealthyDevices reads the health files and quarantine records under root.
+func unhealthyDevices(root host.Root) ([]deviceHealth, error) {
+	states, err := host.HealthStates(root)
+	qs, qerr := host.Quarantines(root)
+	byAddr := map[host.Address]*deviceHealth{}
+	var order []host.Address
+	for _, st := range states {
+		if st.Last == nil || st.Last.Healthy {
+			continue
+		}
+		at := st.Last.CheckedAt
+		byAddr[st.Address] = &deviceHealth{Address: st.Address, Problems: st.Last.Problems, CheckedAt: &at}
+		order = append(order, st.Address)
+	}
+	for _, q := range qs {
+		d, ok := byAddr[q.Address]
+		if !ok {
+			d = &deviceHealth{Address: q.Address, Problems: q.Problems}
+			byAddr[q.Address] = d
+			order = append(order, q.Address)
+		}
+		d.Quarantined = true
+	}
+	var out []deviceHealth
+	for _, a := range order {
+		out = append(out, *byAddr[a])
+	}
+	return out, errors.Join(err, qerr)
 }
 
 // health answers 200 when the agent is ready, 503 with the reason when not.
@@ -104,6 +150,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.Libvirt != nil {
 		h.Libvirt = s.Libvirt()
+	}
+	if devs, err := unhealthyDevices(s.Root); err != nil {
+		h.HealthError = err.Error()
+	} else {
+		h.UnhealthyDevices = devs
 	}
 	switch {
 	case !ready:

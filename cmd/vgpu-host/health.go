@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -53,6 +54,10 @@ type healthEntry struct {
 	Quarantine *host.Quarantine   `json:"quarantine,omitempty"`
 	// Resets counts the resets vgpu-host made, by method.
 	Resets map[string]int `json:"resets,omitempty"`
+	// Xid counts the NVIDIA Xid errors NVML reported for the GPU, by Xid number; XidPending
+	// are the fatal ones not yet cleared by a reset or a reboot.
+	Xid        map[string]uint64 `json:"xid,omitempty"`
+	XidPending []host.XidEvent   `json:"xid_pending,omitempty"`
 }
 
 func healthCommand() *cli.Command {
@@ -92,7 +97,7 @@ func runHealth(_ context.Context, cmd *cli.Command) error {
 		}
 		e := healthEntry{Address: a, Last: &h, Quarantine: q}
 		if st, err := host.LoadHealthState(root, a); err == nil && st != nil {
-			e.Resets = st.Resets
+			e.Resets, e.Xid, e.XidPending = st.Resets, st.Xid, st.XidPending
 		}
 		entries = append(entries, e)
 	} else {
@@ -125,7 +130,7 @@ func healthEntries(root host.Root) ([]healthEntry, error) {
 	}
 	for _, st := range states {
 		e := get(st.Address)
-		e.Last, e.Resets = st.Last, st.Resets
+		e.Last, e.Resets, e.Xid, e.XidPending = st.Last, st.Resets, st.Xid, st.XidPending
 	}
 	for _, q := range qs {
 		get(q.Address).Quarantine = &q
@@ -149,7 +154,7 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ADDRESS\tHEALTH\tCHECKED\tDRIVER\tAER C/NF/F\tLINK\tQUARANTINED\tREASON")
+	fmt.Fprintln(w, "ADDRESS\tHEALTH\tCHECKED\tDRIVER\tAER C/NF/F\tLINK\tXID\tQUARANTINED\tREASON")
 	for _, e := range entries {
 		health, checked, driver, aer, link, reason := "-", "-", "-", "-", "-", ""
 		if h := e.Last; h != nil {
@@ -167,6 +172,15 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 				reason = "warning: " + h.Warnings[0].String()
 			}
 		}
+		xid := "-"
+		if len(e.Xid) > 0 {
+			var xs []string
+			for x, n := range e.Xid {
+				xs = append(xs, fmt.Sprintf("%s×%d", x, n))
+			}
+			slices.SortFunc(xs, func(a, b string) int { return cmpXid(a) - cmpXid(b) })
+			xid = strings.Join(xs, ",")
+		}
 		quar := "no"
 		if q := e.Quarantine; q != nil {
 			quar = "since " + q.Since.UTC().Format(time.RFC3339)
@@ -174,9 +188,15 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 				reason = q.Reason()
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Address, health, checked, driver, aer, link, quar, reason)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Address, health, checked, driver, aer, link, xid, quar, reason)
 	}
 	return w.Flush()
+}
+
+// cmpXid is the Xid number of a "79×2" cell, for sorting.
+func cmpXid(s string) int {
+	n, _ := strconv.Atoi(strings.SplitN(s, "×", 2)[0])
+	return n
 }
 
 func releaseQuarantineCommand() *cli.Command {

@@ -296,3 +296,57 @@ func TestStatusShowsQuarantine(t *testing.T) {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 }
+
+// Quarantine is enforced beyond bind: mdev create on a quarantined parent and vf enable on a
+// quarantined PF exit 4 naming the record and the fix, and change nothing; inspect -o json
+// and status list the records; host health shows a GPU's Xids.
+func TestQuarantineEverywhereCLI(t *testing.T) {
+	tr := hosttest.New(t)
+	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
+	tr.A100Mdev(a100)
+	pf := tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
+		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 0)
+	k := withKernel(t, tr)
+	dir := tr.Dir()
+	for _, a := range []host.Address{a100, pf} {
+		q := &host.Quarantine{Address: a, Problems: []host.Problem{{Check: host.HealthXid, Detail: "NVIDIA Xid 79"}}, Since: time.Now(), Op: "destroy vm"}
+		if err := host.SaveQuarantine(tr.Root, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		addr host.Address
+	}{
+		{[]string{"mdev", "create", "--parent", "0000:41:00.0", "--type", "A100-4C", "--name", "vm1"}, a100},
+		{[]string{"vf", "enable", "0000:00:0a.0", "--count", "2"}, pf},
+	} {
+		out, err := runErr(t, append([]string{"--host-root", dir}, c.args...)...)
+		out += fmt.Sprint(err)
+		if code := exitCode(err); code != exitRefused {
+			t.Errorf("%v: exit %d, want %d:\n%s", c.args, code, exitRefused, out)
+		}
+		for _, want := range []string{"[quarantined]", "quarantine/" + c.addr.String() + ".json", "release-quarantine", "nvidia-xid"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: output lacks %q:\n%s", c.args, want, out)
+			}
+		}
+	}
+	if w := k.Writes(); len(w) != 0 {
+		t.Errorf("writes despite the refusals: %v", w)
+	}
+	out, code := run(t, "--host-root", dir, "inspect", "-o", "json")
+	var rep struct {
+		Quarantined []host.Quarantine `json:"quarantined"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.Quarantined) != 2 {
+		t.Errorf("inspect -o json exit %d %v: quarantined %+v", code, err, rep.Quarantined)
+	}
+	if err := host.RecordXid(tr.Root, host.XidEvent{Address: a100, Xid: 13, GPUInstance: -1, ComputeInstance: -1, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	out, code = run(t, "--host-root", dir, "host", "health")
+	if code != 0 || !strings.Contains(out, "XID") || !strings.Contains(out, "13×1") {
+		t.Errorf("host health does not show the Xid: exit %d\n%s", code, out)
+	}
+}
