@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 )
@@ -22,7 +23,8 @@ import (
 //
 // A device one of whose functions is quarantined (docs/health.md: it failed its health check
 // when it was handed back) is unhealthy too, naming the record: the kubelet must not hand a
-// dead GPU to the next pod.
+// dead GPU to the next pod. So is one whose function, or parent GPU, failed its last check
+// (gone from the bus, AER errors, a fatal NVIDIA Xid).
 func (c *Catalog) MarkDeviceNodes(root host.Root) {
 	for i := range c.Resources {
 		for j := range c.Resources[i].Devices {
@@ -34,11 +36,39 @@ func (c *Catalog) MarkDeviceNodes(root host.Root) {
 				d.Healthy, d.Reason = false, fmt.Sprintf("%s %s", q.Address, q.Refusal())
 				continue
 			}
+			if a, h := failing(root, *d); h != nil {
+				d.Healthy, d.Reason = false, fmt.Sprintf("%s failed its health check at %s: %s (vgpu-host host health %s)", a, h.CheckedAt.UTC().Format(time.RFC3339), h.Reason(), a)
+				continue
+			}
 			if g, ok := MissingGroupNode(root, *d); ok {
 				d.Healthy, d.Reason = false, fmt.Sprintf("no /dev/vfio/%d on the host (the group is not on vfio-pci, or /dev/vfio is not mounted into the plugin)", g)
 			}
 		}
 	}
+}
+
+// failing returns the function and the failed last check (docs/health.md: the agent's health
+// watch keeps it within seconds of a device leaving the bus, an AER error or a fatal NVIDIA
+// Xid) of one of the PCI functions d hands over or of its parent: a VF's PF, an mdev's or a
+// MIG-backed vGPU's GPU. An Xid is reported for the whole GPU, so everything carved from it
+// is unhealthy with it. Nil when every last check passed or there is none.
+func failing(root host.Root, d Device) (host.Address, *host.DeviceHealth) {
+	var addrs []host.Address
+	if d.Address != nil {
+		addrs = append(addrs, *d.Address)
+		addrs = append(addrs, d.Companions...)
+	}
+	if p, err := host.ParseAddress(d.Parent); err == nil {
+		addrs = append(addrs, p)
+	}
+	for _, a := range addrs {
+		st, err := host.LoadHealthState(root, a)
+		if err != nil || st == nil || st.Last == nil || st.Last.Healthy {
+			continue // an unreadable health file is host health's to report; the quarantine check reads the records
+		}
+		return a, st.Last
+	}
+	return host.Address{}, nil
 }
 
 // quarantined returns the quarantine record of one of the PCI functions d hands over, or nil.
