@@ -5,8 +5,9 @@
 # unbound with --reset: vgpu-host narrows reset_method to each method the kernel lists, writes 1
 # to reset, puts reset_method back and checks again. Then it is bound again and removed
 # (echo 1 > remove): unbind cannot restore it (exit 6) but quarantines it; the rescan brings it
-# back and bind refuses it (exit 4) until release-quarantine has checked it. Ends in the boot
-# state.
+# back and bind refuses it (exit 4) until release-quarantine has checked it. Meanwhile the
+# agent runs: its /metrics and host health show GPU2 gone within 5 s of the remove, and healthy
+# again within 5 s of the release. Ends in the boot state.
 
 gpu=$LAB_GPU2
 p=$(pci_dev "$gpu")
@@ -39,9 +40,33 @@ else
   run_ok vgpu-host unbind "$gpu"
 fi
 
-# --- a function that leaves the bus is quarantined, and refused after the rescan ----------------
+# --- the agent sees a function leave the bus within 5 s -------------------------------------------
+# The agent (as its unit starts it) watches every device with a health file: GPU2 has one once
+# bound. Its /metrics is read over TCP with busybox wget; host health reads the files it keeps.
 run_ok vgpu-host bind "$gpu"
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null || true
+vgpu-host agent --metrics-listen 127.0.0.1:9400 >/tmp/agent-health.log 2>&1 &
+agent_pid=$!
+metric_has() { wget -qO- http://127.0.0.1:9400/metrics 2>/dev/null | grep -qF "$1"; }
+if wait_for 60 grep -q '"msg":"ready check done"' /tmp/agent-health.log && wait_for 10 metric_has "vgpuhost_device_health{address=\"$gpu\",reason=\"ok\"} 1"; then
+  pass "the agent is up and reports GPU2 healthy in /metrics"
+else
+  fail "the agent did not report GPU2 healthy" "$(cat /tmp/agent-health.log; wget -qO- http://127.0.0.1:9400/metrics 2>&1 | grep vgpuhost_device_health)"
+fi
+t0=$(now_ms)
 write_ok "$p/remove" 1 "remove GPU2 from the bus"
+if wait_for 5 metric_has "vgpuhost_device_health{address=\"$gpu\",reason=\"gone\"} 0"; then
+  t1=$(now_ms)
+  pass "the agent's /metrics shows GPU2 gone $((t1 - t0)) ms after the remove (within 5 s)"
+  bench health-remove-to-metrics $((t1 - t0)) ms
+else
+  fail "the agent's /metrics does not show GPU2 gone 5 s after the remove" "$(tail -n 20 /tmp/agent-health.log)"
+fi
+run_ok vgpu-host host health -o json
+expect_eq "$(jq -r --arg a "$gpu" '.[] | select(.address == $a) | .last.problems[0].check' <"$E2E_OUT")" gone "host health shows GPU2 gone (the agent's check)"
+expect_match "$(cat /tmp/agent-health.log)" "device unhealthy.*$gpu" "the agent logged it"
+
+# --- a function that leaves the bus is quarantined, and refused after the rescan ----------------
 run_fails vgpu-host unbind "$gpu"
 expect_eq "$E2E_RC" 6 "unbind of a removed function exits 6"
 expect_match "$(output)" "$gpu quarantined \\(gone" "and quarantines it"
@@ -56,6 +81,13 @@ vgpu-host check >"$E2E_OUT" 2>&1 || true
 expect_match "$(output)" "$gpu is quarantined" "check shows the quarantine"
 run_ok vgpu-host host release-quarantine "$gpu"
 expect_no_file "$state/quarantine/$gpu.json" "release-quarantine removed the record after a clean check"
+if wait_for 5 metric_has "vgpuhost_device_health{address=\"$gpu\",reason=\"ok\"} 1"; then
+  pass "the agent's /metrics shows GPU2 healthy again within 5 s of the release"
+else
+  fail "the agent's /metrics does not show GPU2 healthy after the release" "$(wget -qO- http://127.0.0.1:9400/metrics 2>&1 | grep vgpuhost_device_health)"
+fi
+kill -TERM "$agent_pid" 2>/dev/null
+wait "$agent_pid" 2>/dev/null || true
 
 # --- back to the boot state -----------------------------------------------------------------------
 # The ledger still lists GPU2 (the unbind could not restore it); this unbind drops it.
