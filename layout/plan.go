@@ -172,6 +172,17 @@ func (pl *planner) refuse(target, check string, err error) {
 	pl.plan.Refusals = append(pl.plan.Refusals, Refusal{Target: target, Check: check, Reason: err.Error(), err: err})
 }
 
+// refuseQuarantined refuses a target that would give guests new instances or VFs while it is
+// quarantined (docs/health.md), as mdev create and vf enable would at apply: plan says so first.
+func (pl *planner) refuseQuarantined(t *Target, what string) {
+	if t.Address == nil {
+		return
+	}
+	if err := vfio.RefuseQuarantined(pl.h.Root, "layout: "+what+" "+t.Name, *t.Address); err != nil {
+		pl.refuse(t.Name, vfio.CheckQuarantined, err)
+	}
+}
+
 // add plans the change op makes to target; detail and instances are what people see.
 func (pl *planner) add(op Op, target, detail string, instances []string) {
 	pl.plan.Changes = append(pl.plan.Changes, newChange(op, target, detail, instances))
@@ -292,6 +303,9 @@ func (pl *planner) planVFs(t *Target, pf *mdev.PF, want int, driver string) bool
 		pl.refuse(t.Name, "", fmt.Errorf("%s asks for %d VFs: %w: %s has sriov_totalvfs=%d", t.EntryPath, want, host.ErrInvalid, t.Name, pf.TotalVFs))
 		return false
 	}
+	if want > 0 && want != pf.NumVFs {
+		pl.refuseQuarantined(t, "enable VFs on")
+	}
 	cur := "keep"
 	if pf.NumVFs > 0 && allVFIO(pf.VFs) {
 		cur = mdev.DriverVFIO
@@ -361,6 +375,9 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 	if len(want) > 0 && !isParent {
 		pl.refuse(t.Name, "", fmt.Errorf("%s asks for mdev instances: %w: %s offers no mdev types (no mdev_supported_types; is the vGPU or mdev driver loaded?)", t.EntryPath, host.ErrUnsupported, t.Name))
 		return
+	}
+	if len(want) > 0 {
+		pl.refuseQuarantined(t, "create mdev instances on")
 	}
 	wantByID := map[string]int{}
 	var order []string
@@ -436,6 +453,9 @@ func (pl *planner) planMdevs(t *Target, want []TypeCount) {
 // planVendor plans the vendor-VFIO vGPU types on a PF's VFs. When the VF count changes every
 // type goes (the VFs do) and the wanted ones are set on the new VFs.
 func (pl *planner) planVendor(t *Target, pf *mdev.PF, want []TypeCount, vfsChange bool) {
+	if len(want) > 0 {
+		pl.refuseQuarantined(t, "create vendor vGPU instances on")
+	}
 	have := pl.instancesOf(t.Name, mdev.BackendNvidiaVFIO)
 	p, isParent := pl.parent[t.Name+"/"+mdev.BackendNvidiaVFIO]
 	byType := map[string][]mdev.Instance{}

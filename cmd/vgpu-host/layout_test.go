@@ -2,10 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
@@ -161,5 +163,33 @@ func TestLayoutRefusesRunningVM(t *testing.T) {
 	}
 	if out, code := run(t, append(g, "host", "layout", "apply", f, "--config", "clear", "--connect", uri, "--force", "in-use")...); code != 0 {
 		t.Fatalf("--force in-use: exit %d\n%s", code, out)
+	}
+}
+
+// TestLayoutRefusesQuarantinedParent: a layout that would create mdev instances on a
+// quarantined GPU is refused by plan and apply with exit 4, naming the record and the fix, and
+// creates nothing (mdev create's one quarantine check, docs/health.md).
+func TestLayoutRefusesQuarantinedParent(t *testing.T) {
+	tr := hosttest.New(t)
+	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
+	tr.A100Mdev(a100)
+	k := withKernel(t, tr)
+	f := filepath.Join(t.TempDir(), "layout.yaml")
+	os.WriteFile(f, []byte("apiVersion: vgpu-host/v1\nkind: HostLayout\nconfigs:\n  desks:\n    gpus:\n      - select: {address: \"0000:41:00.0\"}\n        mode: mdev\n        types: [{type: A100-4C, count: 2}]\n"), 0o644)
+	q := &host.Quarantine{Address: a100, Problems: []host.Problem{{Check: host.HealthXid, Detail: "NVIDIA Xid 79"}}, Since: time.Now(), Op: "destroy vm"}
+	if err := host.SaveQuarantine(tr.Root, q); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"plan", "apply"} {
+		out, err := runErr(t, "--host-root", tr.Dir(), "host", "layout", verb, f)
+		out += fmt.Sprint(err)
+		if exitCode(err) != exitRefused || !strings.Contains(out, "[quarantined]") || !strings.Contains(out, "quarantine/0000:41:00.0.json") || !strings.Contains(out, "release-quarantine") {
+			t.Fatalf("layout %s on a quarantined parent: exit %d\n%s", verb, exitCode(err), out)
+		}
+	}
+	for _, w := range k.Writes() {
+		if strings.Contains(w.Path, "/create") {
+			t.Errorf("created despite the quarantine: %v", w)
+		}
 	}
 }
