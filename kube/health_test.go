@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/kube"
+	"github.com/vgpu-host/vgpu-host/kube/dra"
 )
 
 // TestXidMarksChildrenUnhealthy: a fatal NVIDIA Xid on a GPU, recorded and checked as the
@@ -30,9 +32,11 @@ func TestXidMarksChildrenUnhealthy(t *testing.T) {
 	if err := k.Write(context.Background(), tr.Root.PCIDevice(vf, "nvidia", "current_vgpu_type"), "1160"); err != nil {
 		t.Fatal(err)
 	}
+	var slice []string // the DRA driver's ResourceSlice devices, by name
 	mark := func() map[string]kube.Device {
 		t.Helper()
-		cat := kube.Build(scan(t, tr.Root), kube.Config{})
+		inv := scan(t, tr.Root)
+		cat := kube.Build(inv, kube.Config{})
 		cat.MarkDeviceNodes(tr.Root)
 		out := map[string]kube.Device{}
 		for _, r := range cat.Resources {
@@ -40,9 +44,17 @@ func TestXidMarksChildrenUnhealthy(t *testing.T) {
 				out[d.ID] = d
 			}
 		}
+		slice = nil
+		for _, d := range dra.Devices(inv, cat) {
+			slice = append(slice, d.Name)
+		}
 		return out
 	}
 	before := mark()
+	inSlice := slices.Contains(slice, "mdev-11111111-2222-3333-4444-555555555555")
+	if !inSlice {
+		t.Fatalf("the healthy mdev is not in the DRA slice %v", slice)
+	}
 	if len(before) != 2 {
 		t.Fatalf("devices %+v", before)
 	}
@@ -58,6 +70,9 @@ func TestXidMarksChildrenUnhealthy(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := mark()
+	if slices.Contains(slice, "mdev-11111111-2222-3333-4444-555555555555") {
+		t.Errorf("the mdev on the GPU with Xid 79 is still in the DRA slice %v", slice)
+	}
 	md := after["11111111-2222-3333-4444-555555555555"]
 	if md.Healthy || !strings.Contains(md.Reason, "nvidia-xid") || !strings.Contains(md.Reason, "Xid 79") || !strings.Contains(md.Reason, a100.String()) {
 		t.Errorf("mdev on the GPU with Xid 79: %+v", md)
@@ -82,5 +97,8 @@ func TestXidMarksChildrenUnhealthy(t *testing.T) {
 	host.ObserveAll(tr.Root, time.Now().UTC())
 	if got := mark()["11111111-2222-3333-4444-555555555555"]; got.Healthy != before["11111111-2222-3333-4444-555555555555"].Healthy {
 		t.Errorf("mdev after the GPU's reset: %+v", got)
+	}
+	if slices.Contains(slice, "mdev-11111111-2222-3333-4444-555555555555") != inSlice {
+		t.Errorf("the DRA slice after the reset %v", slice)
 	}
 }

@@ -612,3 +612,32 @@ func TestQuarantinedUnhealthy(t *testing.T) {
 	}
 	k.waitList(rtx, func(m map[string]string) bool { return m[a[2].String()] == pluginapi.Healthy })
 }
+
+// TestXidUnhealthy: an NVIDIA Xid 79 handed to the agent's health watch makes the GPU
+// Unhealthy to the kubelet at the next scan; an informational Xid on the other GPU does not.
+func TestXidUnhealthy(t *testing.T) {
+	tr, a := consumerHost(t)
+	for _, g := range []host.Address{a[0], a[2]} {
+		if err := host.RecordBaseline(tr.Root, g, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	run(t, tr.Root, dir)
+	k.waitList(rtx, func(m map[string]string) bool {
+		return len(m) == 2 && m[a[0].String()] == pluginapi.Healthy && m[a[2].String()] == pluginapi.Healthy
+	})
+	w := host.NewHealthWatch(tr.Root)
+	w.Poll = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	w.Xids() <- host.XidEvent{Address: a[0], Xid: 79, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
+	w.Xids() <- host.XidEvent{Address: a[2], Xid: 13, GPUInstance: -1, ComputeInstance: -1, Time: time.Now().UTC()}
+	got := k.waitList(rtx, func(m map[string]string) bool { return m[a[0].String()] == pluginapi.Unhealthy })
+	if got[a[2].String()] != pluginapi.Healthy {
+		t.Errorf("the GPU with only Xid 13 is %s", got[a[2].String()])
+	}
+}
