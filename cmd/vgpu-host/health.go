@@ -65,8 +65,10 @@ func healthCommand() *cli.Command {
 		Name:      "health",
 		Usage:     "show every device's last health check and quarantine; with ADDR, check that device now (docs/health.md)",
 		ArgsUsage: "[ADDR]",
-		Description: "Without ADDR: the last check of every device vgpu-host has checked (when it took it, and when\n" +
-			"destroy, unbind, mdev remove or vf disable handed it back) and every quarantine record.\n" +
+		Description: "Without ADDR: the last check of every device vgpu-host has checked (when it took it, when\n" +
+			"destroy, unbind, mdev remove or vf disable handed it back, and the agent's watch within\n" +
+			"seconds of a change), the NVIDIA Xid errors NVML reported for each GPU (XID: NUMBERxCOUNT),\n" +
+			"and every quarantine record.\n" +
 			"With ADDR: check the device now (config space, BARs, capability list, driver, AER counters,\n" +
 			"link width) against its baseline; nothing is written.",
 		Action: runHealth,
@@ -176,7 +178,7 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 		if len(e.Xid) > 0 {
 			var xs []string
 			for x, n := range e.Xid {
-				xs = append(xs, fmt.Sprintf("%s×%d", x, n))
+				xs = append(xs, fmt.Sprintf("%sx%d", x, n))
 			}
 			slices.SortFunc(xs, func(a, b string) int { return cmpXid(a) - cmpXid(b) })
 			xid = strings.Join(xs, ",")
@@ -193,9 +195,9 @@ func healthTable(out io.Writer, entries []healthEntry) error {
 	return w.Flush()
 }
 
-// cmpXid is the Xid number of a "79×2" cell, for sorting.
+// cmpXid is the Xid number of a "79x2" cell, for sorting.
 func cmpXid(s string) int {
-	n, _ := strconv.Atoi(strings.SplitN(s, "×", 2)[0])
+	n, _ := strconv.Atoi(strings.SplitN(s, "x", 2)[0])
 	return n
 }
 

@@ -346,7 +346,7 @@ func TestQuarantineEverywhereCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code = run(t, "--host-root", dir, "host", "health")
-	if code != 0 || !strings.Contains(out, "XID") || !strings.Contains(out, "13×1") {
+	if code != 0 || !strings.Contains(out, "XID") || !strings.Contains(out, "13x1") {
 		t.Errorf("host health does not show the Xid: exit %d\n%s", code, out)
 	}
 }

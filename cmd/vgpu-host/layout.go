@@ -61,7 +61,8 @@ func layoutCommand() *cli.Command {
 			"exact changes in order and writes nothing; apply makes only those, undoing them all if one\n" +
 			"fails, and persists them for 'host restore'; show prints the layout the host is in now.\n" +
 			"Exit codes: 0 ok (or nothing to do), 1 failed, 2 bad layout or more VFs than the device has,\n" +
-			"4 refused (a device a VM uses; --force CHECK), 5 more instances than available or busy,\n" +
+			"4 refused (a device a VM uses: --force CHECK; a quarantined device, docs/health.md), 5 more\n" +
+			"instances than available or busy,\n" +
 			"6 no such device, configuration or type, 7 unsupported (no SR-IOV, no mdev, no NVML for mig).",
 		Commands: []*cli.Command{
 			{

@@ -164,8 +164,9 @@ func mdevCommand() *cli.Command {
 		Description: "A vGPU instance is a parent (GPU, or a virtual parent such as mbochs) plus a type. Parents on\n" +
 			"the mdev bus get UUID instances; NVIDIA vGPU 17+ GPUs (no mdev bus) get a type assigned to a VF.\n" +
 			"Profiles are named by type ID (nvidia-471, mbochs-small, 1160) or name (A100-4C, L40S-8Q).\n" +
-			"Exit codes: 0 ok (or already so), 1 failed, 2 usage, 4 refused (in use; --force), 5 busy/full,\n" +
-			"6 no such parent/type/instance, 7 unsupported.",
+			"Exit codes: 0 ok (or already so), 1 failed, 2 usage, 4 refused (in use: --force; a quarantined\n" +
+			"parent or VF: no --force, docs/health.md), 5 busy/full, 6 no such parent/type/instance,\n" +
+			"7 unsupported.",
 		Commands: []*cli.Command{
 			mdevTypesCommand(), mdevListCommand(), mdevCreateCommand(), mdevRemoveCommand(),
 			mdevDefineCommand(), mdevUndefineCommand(), mdevPlaceCommand(),

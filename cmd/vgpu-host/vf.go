@@ -19,8 +19,9 @@ func vfCommand() *cli.Command {
 		Usage: "enable, disable and list SR-IOV virtual functions (docs/vgpu.md)",
 		Description: "Follows the kernel's sriov_numvfs rules for you: checks sriov_totalvfs first, writes 0 before\n" +
 			"changing to another count, and writes nothing when the count is already right. Exit codes:\n" +
-			"0 ok (or already so), 1 failed, 2 usage or count above sriov_totalvfs, 5 busy (VFs in use),\n" +
-			"6 no such device, 7 no SR-IOV (no capability, or the PF driver cannot create VFs).",
+			"0 ok (or already so), 1 failed, 2 usage or count above sriov_totalvfs, 4 refused (enable on a\n" +
+			"quarantined PF; docs/health.md), 5 busy (VFs in use), 6 no such device, 7 no SR-IOV (no\n" +
+			"capability, or the PF driver cannot create VFs).",
 		Commands: []*cli.Command{vfListCommand(), vfEnableCommand(), vfDisableCommand()},
 	}
 }
