@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
@@ -107,5 +108,26 @@ func TestHelperWithoutNVML(t *testing.T) {
 	t.Setenv(EnvHelper, filepath.Join(t.TempDir(), "missing"))
 	if _, err := Open(); !errors.Is(err, ErrNoHelper) || !errors.Is(err, host.ErrUnsupported) {
 		t.Errorf("Open without the helper: %v", err)
+	}
+}
+
+// The helper's test build on go-nvml's dgxa100 mock: WaitXid over the pipe waits out its
+// timeout and answers no event (the mock's GPUs offer Xid events; none happen), so the
+// agent's watch idles there instead of crashing the helper.
+func TestHelperWaitXidOnTheMock(t *testing.T) {
+	t.Setenv(EnvHelper, buildHelper(t, "nvmlmock"))
+	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
+	c, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	evs, err := c.WaitXid(context.Background(), 200*time.Millisecond)
+	if err != nil || len(evs) != 0 || time.Since(start) < 200*time.Millisecond {
+		t.Fatalf("WaitXid: %+v %v after %v", evs, err, time.Since(start))
+	}
+	if _, err := c.State(context.Background()); err != nil {
+		t.Fatalf("the helper after WaitXid: %v", err)
 	}
 }

@@ -9,8 +9,10 @@ package mocknvml
 
 import (
 	"strings"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 )
 
@@ -46,11 +48,30 @@ func ProfileIndex(id uint32) (int, bool) {
 //     index, and everything keyed by a profile's ID (placements, instances, compute-instance
 //     profiles) follows it;
 //   - CreateGpuInstanceWithPlacement keeps NVIDIA's rules: MIG mode on, one of the profile's
-//     placements, not over another instance's slices, at most InstanceCount of a profile.
+//     placements, not over another instance's slices, at most InstanceCount of a profile;
+//   - EventSetCreate and RegisterEvents answer (every GPU offers Xid critical errors, as an
+//     A100 does) and the event set delivers nothing: nvmlEventSetWait waits out its timeout, so
+//     the agent's Xid watch idles on the mock instead of crashing its helper. Tests that want
+//     events set EventSetCreateFunc themselves.
 func DGXA100() *dgxa100.Server {
 	s := dgxa100.New()
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+				time.Sleep(time.Duration(ms) * time.Millisecond)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
 	for _, d := range s.Devices {
 		d := d.(*dgxa100.Device)
+		d.RegisterEventsFunc = func(types uint64, _ nvml.EventSet) nvml.Return {
+			if types&^nvml.EventTypeXidCriticalError != 0 {
+				return nvml.ERROR_NOT_SUPPORTED
+			}
+			return nvml.SUCCESS
+		}
 		d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 			p := nvml.PciInfo{PciDeviceId: 0x20B010DE}
 			copy(p.BusId[:], "0000"+strings.ToUpper(d.PciBusID))
