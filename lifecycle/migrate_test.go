@@ -65,7 +65,9 @@ func twoHosts(t *testing.T, targetMtty bool) (a, b *env, la, lb *Lifecycle) {
 		o.Scan = func(r host.Root) (*host.Inventory, error) { return migrationHost(r.Dir(), "0000:41:00.4", true), nil }
 	})
 	lb = b.lc(func(o *Options) {
-		o.Scan = func(r host.Root) (*host.Inventory, error) { return migrationHost(r.Dir(), "0000:c1:00.6", targetMtty), nil }
+		o.Scan = func(r host.Root) (*host.Inventory, error) {
+			return migrationHost(r.Dir(), "0000:c1:00.6", targetMtty), nil
+		}
 	})
 	return a, b, la, lb
 }
