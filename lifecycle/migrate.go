@@ -88,7 +88,8 @@ func (l *Lifecycle) Migrate(ctx context.Context, name string, o MigrateOptions) 
 		return nil, fmt.Errorf("migrate %s: %w", name, err)
 	}
 	defer unlock()
-	res := &MigrateResult{VM: name, From: l.o.Conn.URI(), To: o.DestURI, DryRun: o.DryRun, SourceSteps: []string{}, TargetSteps: []string{}}
+	res := &MigrateResult{VM: name, From: l.o.Conn.URI(), To: o.DestURI, DryRun: o.DryRun,
+		Devices: []MigratingDevice{}, SourceSteps: []string{}, TargetSteps: []string{}}
 	if o.Target == nil {
 		return res, fmt.Errorf("migrate %s: no target vgpu-host: %w", name, host.ErrInvalid)
 	}
@@ -105,7 +106,7 @@ func (l *Lifecycle) Migrate(ctx context.Context, name string, o MigrateOptions) 
 		if err != nil {
 			return res, fmt.Errorf("migrate %s: target plan: %w", name, err)
 		}
-		res.Devices, res.TargetSteps = rep.Devices, append([]string{"reserve " + claimsText(rep.Claims) + " in the ledger (phase incoming)"}, rep.Steps...)
+		res.Devices, res.TargetSteps = append(res.Devices, rep.Devices...), append([]string{"reserve " + claimsText(rep.Claims) + " in the ledger (phase incoming)"}, rep.Steps...)
 		res.TargetSteps = append(res.TargetSteps, "record domain "+name+" as this host's VM (phase applied)")
 		res.SourceSteps = src.steps(o, rep.Devices)
 		return res, nil
@@ -115,7 +116,7 @@ func (l *Lifecycle) Migrate(ctx context.Context, name string, o MigrateOptions) 
 	if err != nil {
 		return res, fmt.Errorf("migrate %s: target prepare: %w (nothing changed here; the VM runs on %s)", name, err, res.From)
 	}
-	res.Devices = rep.Devices
+	res.Devices = append(res.Devices, rep.Devices...)
 	res.TargetSteps = append(res.TargetSteps, rep.Steps...)
 	vo := virt.MigrateOptions{DestURI: o.DestURI, MigrateURI: o.MigrateURI, CopyStorage: o.CopyStorage}
 	if vo.DestXML, err = rewriteXML(src.live, rep.Devices); err == nil {
