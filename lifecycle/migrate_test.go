@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -346,5 +348,55 @@ func TestRewriteXMLTyped(t *testing.T) {
 	}
 	if _, err := domains.Marshal(&d); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMigrateMttyOnFakeSysfs migrates a VM with an mtty mdev between two fake sysfs trees with
+// the real host preparation (mdev manager over hosttest's kernel emulator, host.Scan of each
+// tree): the target's mtty parent gets the instance (same UUID: it derives from the VM's name)
+// and the source's loses it.
+func TestMigrateMttyOnFakeSysfs(t *testing.T) {
+	ctx := context.Background()
+	type side struct {
+		tree *hosttest.Tree
+		conn *virt.Fake
+		l    *Lifecycle
+	}
+	mk := func() side {
+		tree := hosttest.New(t)
+		tree.MdevParentVirtual("mtty", []hosttest.MdevType{{ID: "mtty-2", Name: "Dual-port-serial", Available: 2}})
+		k := hosttest.NewKernel(tree)
+		conn := virt.NewFake("qemu")
+		return side{tree, conn, New(Options{Root: tree.Root, Conn: conn, Host: NewSysfsPrep(tree.Root, k, k), Ledger: ledger.Open(tree.Root)})}
+	}
+	a, b := mk(), mk()
+	a.conn.AddPeer(targetURI, b.conn)
+	name := "vgpuhost-mig-sysfs"
+	if _, err := a.l.Apply(ctx, spec(t, name, "    - vgpu:\n        profile: mtty-2\n")); err != nil {
+		t.Fatal(err)
+	}
+	uuid := vgpu.InstanceUUID(name, 0)
+	instance := func(s side) bool {
+		_, err := os.Lstat(s.tree.Root.Path("sys/bus/mdev/devices", uuid))
+		return err == nil
+	}
+	if !instance(a) || instance(b) {
+		t.Fatalf("before: instance on A %v, on B %v", instance(a), instance(b))
+	}
+	res, err := a.l.Migrate(ctx, name, MigrateOptions{Target: &localTarget{l: b.l}, DestURI: targetURI, SharedStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if instance(a) || !instance(b) {
+		t.Fatalf("after: instance on A %v, on B %v; %+v", instance(a), instance(b), res)
+	}
+	if len(res.Devices) != 1 || res.Devices[0].Target != uuid {
+		t.Errorf("devices %+v", res.Devices)
+	}
+	if _, err := b.l.Destroy(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if instance(b) {
+		t.Error("destroy on B left the instance")
 	}
 }
