@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -37,7 +36,7 @@ func migrateCommand() *cli.Command {
 		Flags: []cli.Flag{
 			connectFlag(),
 			&cli.StringFlag{Name: "to", Usage: "the target's libvirt `URI` as this host's libvirtd reaches it (qemu+ssh://HOST/system)", Required: true},
-			&cli.StringFlag{Name: "target-cmd", Usage: "how to run vgpu-host on the target: `WORDS` split on spaces, no shell (default: ssh [-p PORT] [USER@]HOST vgpu-host for qemu+ssh URIs, this vgpu-host for local ones); not through the agent"},
+			&cli.StringFlag{Name: "target-cmd", Usage: "how to run vgpu-host on the target: `WORDS` split on spaces, no shell (default for qemu+ssh URIs: ssh [-p PORT] [USER@]HOST vgpu-host); not through the agent"},
 			&cli.StringFlag{Name: "migrate-uri", Usage: "where QEMU's migration stream goes (`tcp://ADDR[:PORT]`); default: the target's host name"},
 			&cli.BoolFlag{Name: "copy-storage", Usage: "copy the VM's disks to the target while it runs (libvirt's copy-storage-all)"},
 			&cli.BoolFlag{Name: "shared-storage", Usage: "the VM's disks are on storage both hosts see at the same paths: do not copy them"},
@@ -191,7 +190,7 @@ func shellWord(s string) string {
 }
 
 // targetOf is how to reach the target's vgpu-host: --target-cmd, else ssh to the host of a
-// qemu+ssh URI, else (a local URI: a second libvirtd on this machine) this vgpu-host.
+// qemu+ssh URI.
 func targetOf(cmd *cli.Command, uri string) (*execTarget, error) {
 	errw := cmd.Root().ErrWriter
 	if cmd.IsSet("target-cmd") {
@@ -208,8 +207,7 @@ func targetOf(cmd *cli.Command, uri string) (*execTarget, error) {
 	if err != nil {
 		return nil, usageErr("--to %q: %v", uri, err)
 	}
-	switch {
-	case strings.HasSuffix(u.Scheme, "+ssh"):
+	if strings.HasSuffix(u.Scheme, "+ssh") {
 		if u.Hostname() == "" || strings.HasPrefix(u.Hostname(), "-") {
 			return nil, usageErr("--to %q: no host to reach", uri)
 		}
@@ -222,13 +220,9 @@ func targetOf(cmd *cli.Command, uri string) (*execTarget, error) {
 			dest = u.User.Username() + "@" + dest
 		}
 		return &execTarget{words: append(w, "--", dest, "vgpu-host"), ssh: true, stderr: errw}, nil
-	case u.Host == "" && (u.Scheme == "qemu" || u.Scheme == "qemu+unix"):
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		return &execTarget{words: []string{exe}, stderr: errw}, nil
 	}
+	// A local URI is a second libvirtd on this machine: its vgpu-host has a root and ledger of
+	// its own, which only the caller knows how to name.
 	return nil, usageErr("--to %q: vgpu-host reaches the target's vgpu-host over ssh for qemu+ssh:// URIs; for this one say how with --target-cmd", uri)
 }
 
