@@ -207,19 +207,11 @@ func targetOf(cmd *cli.Command, uri string) (*execTarget, error) {
 	if err != nil {
 		return nil, usageErr("--to %q: %v", uri, err)
 	}
+	if w := sshWords(u); w != nil {
+		return &execTarget{words: w, ssh: true, stderr: errw}, nil
+	}
 	if strings.HasSuffix(u.Scheme, "+ssh") {
-		if u.Hostname() == "" || strings.HasPrefix(u.Hostname(), "-") {
-			return nil, usageErr("--to %q: no host to reach", uri)
-		}
-		w := []string{"ssh"}
-		if p := u.Port(); p != "" {
-			w = append(w, "-p", p)
-		}
-		dest := u.Hostname()
-		if u.User != nil && u.User.Username() != "" {
-			dest = u.User.Username() + "@" + dest
-		}
-		return &execTarget{words: append(w, "--", dest, "vgpu-host"), ssh: true, stderr: errw}, nil
+		return nil, usageErr("--to %q: no host to reach", uri)
 	}
 	// A local URI is a second libvirtd on this machine: its vgpu-host has a root and ledger of
 	// its own, which only the caller knows how to name.
@@ -289,4 +281,21 @@ func migrateTable(w io.Writer, r *lifecycle.MigrateResult) error {
 		fmt.Fprintf(w, "kept here (the target may use them): %s\n", strings.Join(r.Kept, ", "))
 	}
 	return nil
+}
+
+// sshWords is the command that runs vgpu-host on the host of a qemu+ssh URI:
+// ssh [-p PORT] -- [USER@]HOST vgpu-host; nil for another URI or one without a usable host.
+func sshWords(u *url.URL) []string {
+	if !strings.HasSuffix(u.Scheme, "+ssh") || u.Hostname() == "" || strings.HasPrefix(u.Hostname(), "-") {
+		return nil
+	}
+	w := []string{"ssh"}
+	if p := u.Port(); p != "" {
+		w = append(w, "-p", p)
+	}
+	dest := u.Hostname()
+	if u.User != nil && u.User.Username() != "" {
+		dest = u.User.Username() + "@" + dest
+	}
+	return append(w, "--", dest, "vgpu-host")
 }

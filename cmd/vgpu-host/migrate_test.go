@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,5 +116,31 @@ func TestMigrateCLITwoFakeHosts(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dirB.Dir(), "var")); err != nil {
 		t.Errorf("B has no state dir: %v", err)
+	}
+}
+
+// TestMigrateTargetCommand: how the target's vgpu-host is reached from --to.
+func TestMigrateTargetCommand(t *testing.T) {
+	for uri, want := range map[string]string{
+		"qemu+ssh://gpu-b/system":            "ssh -- gpu-b vgpu-host",
+		"qemu+ssh://root@gpu-b:2222/system":  "ssh -p 2222 -- root@gpu-b vgpu-host",
+		"qemu+ssh://-oProxyCommand=x/system": "",
+		"qemu+unix:///system?socket=/s":      "",
+		"qemu:///system":                     "",
+	} {
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(sshWords(u), " "); got != want {
+			t.Errorf("%s: %q, want %q", uri, got, want)
+		}
+	}
+	// A local target needs --target-cmd: usage (2), before anything is read.
+	if _, code := runCLI(t, "migrate", "vm1", "--to", "qemu:///system"); code != exitUsage {
+		t.Errorf("local --to without --target-cmd: exit %d", code)
+	}
+	if got := shellWord(`{"vm":"it's"}`); got != `'{"vm":"it'\''s"}'` {
+		t.Errorf("shellWord: %s", got)
 	}
 }
