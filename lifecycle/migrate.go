@@ -97,6 +97,9 @@ func (l *Lifecycle) Migrate(ctx context.Context, name string, o MigrateOptions) 
 		return res, fmt.Errorf("migrate %s: %w", name, err)
 	}
 	src, err := l.migrationSource(ctx, name, o)
+	if errors.Is(err, errGoneHere) && !o.DryRun {
+		return res, l.finishInterrupted(ctx, name, o, res, err)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -143,6 +146,24 @@ func (l *Lifecycle) Migrate(ctx context.Context, name string, o MigrateOptions) 
 	return res, errors.Join(errs...)
 }
 
+// errGoneHere: the ledger has the VM but libvirt here has no such domain.
+var errGoneHere = errors.New("the ledger has the VM, but this host's libvirt has no such domain")
+
+// finishInterrupted finishes a migration whose source process died after libvirt moved the
+// domain (kill -9 during the libvirt call): the target commits (it refuses unless the domain
+// runs there), then this host releases the VM as after a migration. When the target has no
+// such domain either, the VM is on neither host, and this says so without changing anything.
+func (l *Lifecycle) finishInterrupted(ctx context.Context, name string, o MigrateOptions, res *MigrateResult, gone error) error {
+	crep, err := o.Target.Incoming(ctx, IncomingRequest{Op: OpCommit, VM: name})
+	if err != nil {
+		return fmt.Errorf("%w; nor does the target take it as migrated (%w): if it runs nowhere, vgpu-host destroy %s here releases its devices", gone, err, name)
+	}
+	l.progress("%s: finishing an interrupted migration: the VM runs on %s", name, o.DestURI)
+	res.SourceSteps = append(res.SourceSteps, "found domain "+name+" gone here and running on "+o.DestURI+" (an interrupted migration)")
+	res.TargetSteps = append(res.TargetSteps, crep.Steps...)
+	return l.releaseMigrated(ctx, name, res)
+}
+
 // migrationFailed rolls the target back after a failed libvirt migration and says where the VM
 // is: libvirt's failure leaves it running here.
 func (l *Lifecycle) migrationFailed(ctx context.Context, name string, o MigrateOptions, res *MigrateResult, cause error) error {
@@ -184,6 +205,9 @@ func (l *Lifecycle) migrationSource(ctx context.Context, name string, o MigrateO
 		return nil, fmt.Errorf("migrate %s: its ledger entry is %s, not applied: run vgpu-host apply or destroy first: %w", name, e.Phase, host.ErrBusy)
 	}
 	st, err := l.o.Conn.State(ctx, name)
+	if virt.IsNotFound(err) {
+		return nil, fmt.Errorf("migrate %s: %w: %w", name, errGoneHere, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", name, err)
 	}

@@ -400,3 +400,53 @@ func TestMigrateMttyOnFakeSysfs(t *testing.T) {
 		t.Error("destroy on B left the instance")
 	}
 }
+
+// TestMigrateFinishesInterrupted: the source's vgpu-host died after libvirt moved the domain
+// (its ledger still holds the VM, the target's holds an incoming reservation): migrate again
+// commits the target and releases the source. A VM on neither host is said so, and nothing
+// changes.
+func TestMigrateFinishesInterrupted(t *testing.T) {
+	a, b, la, lb := twoHosts(t, true)
+	ctx := context.Background()
+	name := "vgpuhost-mig-f"
+	applied(t, a, la, name, mttyAndL40S)
+	tg := &localTarget{l: lb}
+	// What the dead process did: the target's prepare, then libvirt's migration.
+	src, err := la.migrationSource(ctx, name, MigrateOptions{SharedStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.Incoming(ctx, IncomingRequest{Op: OpPrepare, VM: name, Devices: src.devices}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.conn.Migrate(ctx, name, virt.MigrateOptions{DestURI: targetURI}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := la.Migrate(ctx, name, MigrateOptions{Target: tg, DestURI: targetURI, SharedStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entryOf(t, a.ledger, name) != nil || !a.host.clean() || len(res.Released) != 2 {
+		t.Errorf("source not released: %+v, mdevs %v vgpus %v", res, a.host.mdevs, a.host.vgpus)
+	}
+	if e := entryOf(t, b.ledger, name); e == nil || e.Phase != ledger.PhaseApplied {
+		t.Errorf("target entry %+v", e)
+	}
+
+	// On neither host: said, nothing changed.
+	name = "vgpuhost-mig-g"
+	applied(t, a, la, name, "    - vgpu:\n        profile: mtty-2\n")
+	if err := a.conn.Destroy(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.conn.Undefine(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	_, err = la.Migrate(ctx, name, MigrateOptions{Target: tg, DestURI: targetURI, SharedStorage: true})
+	if err == nil || !strings.Contains(err.Error(), "nor does the target") {
+		t.Fatalf("err %v", err)
+	}
+	if e := entryOf(t, a.ledger, name); e == nil || e.Phase != ledger.PhaseApplied {
+		t.Errorf("source entry changed: %+v", e)
+	}
+}
