@@ -135,26 +135,10 @@ func (t *execTarget) Incoming(ctx context.Context, req lifecycle.IncomingRequest
 	c := exec.CommandContext(ctx, t.words[0], args...)
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
-	runErr := c.Run()
-	if runErr == nil {
-		_, _ = t.stderr.Write(errb.Bytes()) // the target's progress lines
-	} else {
-		msg := strings.TrimSpace(errb.String())
-		if i := strings.LastIndex(msg, "\n"); i >= 0 {
-			msg = msg[i+1:]
-		}
-		msg = strings.TrimPrefix(msg, "vgpu-host: ")
-		if msg == "" {
-			msg = runErr.Error()
-		}
-		var ee *exec.ExitError
-		if errors.As(runErr, &ee) {
-			if s := sentinelOf(ee.ExitCode()); s != nil {
-				return nil, fmt.Errorf("%s (%s): %w", msg, strings.Join(t.words, " "), s)
-			}
-		}
-		return nil, fmt.Errorf("%s (%s): %s", msg, strings.Join(t.words, " "), runErr)
+	if err := c.Run(); err != nil {
+		return nil, t.failed(err, errb.String())
 	}
+	_, _ = t.stderr.Write(errb.Bytes()) // the target's progress lines
 	var rep lifecycle.IncomingReply
 	dec := json.NewDecoder(&out)
 	dec.DisallowUnknownFields()
@@ -165,6 +149,27 @@ func (t *execTarget) Incoming(ctx context.Context, req lifecycle.IncomingRequest
 		return nil, fmt.Errorf("the target answered for VM %q, not %q", rep.VM, req.VM)
 	}
 	return &rep, nil
+}
+
+// failed is the error of a failed run: the last line the target printed, with the class its
+// exit code gives it.
+func (t *execTarget) failed(runErr error, stderr string) error {
+	msg := strings.TrimSpace(stderr)
+	if i := strings.LastIndex(msg, "\n"); i >= 0 {
+		msg = msg[i+1:]
+	}
+	msg = strings.TrimPrefix(msg, "vgpu-host: ")
+	if msg == "" {
+		msg = runErr.Error()
+	}
+	how := strings.Join(t.words, " ")
+	var ee *exec.ExitError
+	if errors.As(runErr, &ee) {
+		if s := sentinelOf(ee.ExitCode()); s != nil {
+			return fmt.Errorf("%s (target: %s): %w", strings.TrimSuffix(msg, ": "+s.Error()), how, s)
+		}
+	}
+	return fmt.Errorf("%s (target: %s): %s", msg, how, runErr)
 }
 
 // sentinelOf is the error class of a documented exit code.
