@@ -108,6 +108,10 @@ const (
 	PhaseApplying   = "applying"
 	PhaseApplied    = "applied"
 	PhaseDestroying = "destroying"
+	// PhaseIncoming: the target of a live migration reserved and prepared the VM's devices
+	// (lifecycle/migrate.go); the domain is not here yet. Like any phase but applied, the next
+	// apply or destroy of the VM undoes it.
+	PhaseIncoming = "incoming"
 )
 
 // VM is one VM's entry.
@@ -119,7 +123,7 @@ type VM struct {
 	// URI is the libvirt connection the domain lives on; Pool the storage pool of its volumes.
 	URI  string `json:"uri"`
 	Pool string `json:"pool,omitempty"`
-	// Phase is "applying", "applied" or "destroying".
+	// Phase is "applying", "applied", "destroying" or "incoming" (a migration target's reservation).
 	Phase string `json:"phase"`
 	// Claims are the devices the VM holds. Change them with Book.Claim and Book.Release, which
 	// keep the claims index in step.

@@ -38,6 +38,12 @@ poweroff -f
 // initramfs builds a gzip'd newc cpio with a static busybox and guestInit.
 func initramfs(t *testing.T, dir string) string {
 	t.Helper()
+	return initramfsWith(t, dir, guestInit)
+}
+
+// initramfsWith builds a gzip'd newc cpio with a static busybox and init as /init.
+func initramfsWith(t *testing.T, dir, init string) string {
+	t.Helper()
 	tree := filepath.Join(dir, "initramfs")
 	if err := os.MkdirAll(filepath.Join(tree, "bin"), 0o755); err != nil {
 		t.Fatal(err)
@@ -49,7 +55,7 @@ func initramfs(t *testing.T, dir string) string {
 	if err := os.WriteFile(filepath.Join(tree, "bin", "busybox"), bb, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tree, "init"), []byte(guestInit), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(tree, "init"), []byte(init), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "initrd.gz")

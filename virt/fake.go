@@ -21,6 +21,7 @@ type Fake struct {
 	fail    map[string]error
 	calls   []string
 	QMPFunc func(name, xml, command string) (string, error)
+	peers   map[string]*Fake // fake_migrate.go: the targets Migrate reaches, by URI
 }
 
 type fakeDomain struct {

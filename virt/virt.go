@@ -105,6 +105,9 @@ type Conn interface {
 	// DeleteVolume deletes a volume. Deleting a missing volume returns an error wrapping
 	// ErrNoVolume.
 	DeleteVolume(ctx context.Context, pool, name string) error
+
+	// Migrator live-migrates a domain to another libvirtd (migrate.go).
+	Migrator
 }
 
 // DomainEvent is one libvirt domain lifecycle event (virConnectDomainEventRegisterAny with

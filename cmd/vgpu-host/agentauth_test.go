@@ -172,6 +172,8 @@ func TestAgentAuthorization(t *testing.T) {
 		"plan":              append(append([]string{"plan"}, c...), "--virt-type", "qemu", spec),
 		"apply":             append(append([]string{"apply"}, c...), "--virt-type", "qemu", "--no-start", spec),
 		"destroy":           append(append([]string{"destroy"}, c...), "authvm"),
+		"migrate":           append(append([]string{"migrate"}, c...), "authvm", "--to", "qemu+ssh://nohost.invalid/system"),
+		"migrate-target":    append(append([]string{"migrate-target"}, c...), "abort", "authvm"),
 		"status":            append([]string{"status"}, c...),
 		"verify":            append(append([]string{"verify"}, c...), "authvm"),
 		"image export":      append(append([]string{"image", "export"}, c...), "authvm", "--to", filepath.Join(dir, "out.qcow2")),

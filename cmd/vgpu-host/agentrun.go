@@ -295,6 +295,9 @@ var agentRules = map[string]agentRule{
 	"plan":              {class: agentapi.Read, fileOperands: allOperands, specs: true},
 	"apply":             {class: agentapi.Mutation, fileOperands: allOperands, specs: true},
 	"destroy":           {class: agentapi.Mutation, fileOperands: specOperands},
+	// docs/migrate.md: both ends of a live migration change their host (--dry-run: a read).
+	"migrate":           {class: agentapi.Mutation},
+	"migrate-target":    {class: agentapi.Mutation},
 	"status":            {class: agentapi.Read},
 	"verify":            {class: agentapi.Read},
 	"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},

@@ -43,6 +43,8 @@ func topCommands() []topCommand {
 		{"plan", planCommand},
 		{"apply", applyCommand},
 		{"destroy", destroyCommand},
+		{"migrate", migrateCommand},
+		{"migrate-target", migrateTargetCommand},
 		{"status", statusCommand},
 		{"verify", verifyCommand},
 		{"image", imageCommand},
