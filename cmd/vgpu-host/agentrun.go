@@ -295,6 +295,8 @@ var agentRules = map[string]agentRule{
 	"plan":              {class: agentapi.Read, fileOperands: allOperands, specs: true},
 	"apply":             {class: agentapi.Mutation, fileOperands: allOperands, specs: true},
 	"destroy":           {class: agentapi.Mutation, fileOperands: specOperands},
+	"attach":            {class: agentapi.Mutation}, // a read with --dry-run (classOf)
+	"detach":            {class: agentapi.Mutation},
 	"status":            {class: agentapi.Read},
 	"verify":            {class: agentapi.Read},
 	"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},

@@ -43,6 +43,8 @@ func topCommands() []topCommand {
 		{"plan", planCommand},
 		{"apply", applyCommand},
 		{"destroy", destroyCommand},
+		{"attach", attachCommand},
+		{"detach", detachCommand},
 		{"status", statusCommand},
 		{"verify", verifyCommand},
 		{"image", imageCommand},
