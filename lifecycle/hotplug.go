@@ -30,8 +30,8 @@ import (
 //	attach-device DEVICE  (one per device XML: the GPU, each companion)
 //
 // so destroy undoes it with the rest of the VM, detach undoes exactly that group, and an
-// attach killed half-way (a "started" mark) is undone by the next attach, detach, apply or
-// destroy of the VM.
+// attach killed half-way (a "started" mark) is undone by the next attach, detach or destroy
+// of the VM.
 
 // DeviceVirtio is the device name of a hotplugged virtio-gpu.
 const DeviceVirtio = "virtio-gpu"
@@ -263,9 +263,9 @@ func (l *Lifecycle) domainFacts(ctx context.Context, name string) (domainFacts, 
 	return f, nil
 }
 
-// freeRootPorts returns the indexes of the pcie-root-port controllers of domain XML x that no
+// FreeRootPorts returns the indexes of the pcie-root-port controllers of domain XML x that no
 // device sits behind, lowest first.
-func freeRootPorts(x string) ([]uint, error) {
+func FreeRootPorts(x string) ([]uint, error) {
 	dec := xml.NewDecoder(strings.NewReader(x))
 	ports := map[uint]bool{}
 	used := map[uint]bool{}
@@ -629,7 +629,7 @@ func (l *Lifecycle) planAttach(ctx context.Context, req AttachRequest, f domainF
 			return nil, fmt.Errorf("VM %s runs machine %s: vgpu-host hotplugs devices into empty PCIe root ports, which only q35 has; "+
 				"attach it with --config (the next boot) or to the stopped VM: %w", name, f.machine, host.ErrUnsupported)
 		}
-		free, err := freeRootPorts(f.live)
+		free, err := FreeRootPorts(f.live)
 		if err != nil {
 			return nil, err
 		}
@@ -742,4 +742,66 @@ func (l *Lifecycle) Detach(ctx context.Context, name, device string, timeout tim
 	res.Changed = true
 	res.State, _ = l.o.Conn.State(ctx, name)
 	return res, nil
+}
+
+// reserveHotplugPorts makes the defined domain name keep at least want empty PCIe root
+// ports. The render adds spec.hotplugSlots empty ports, but libvirt places the devices it
+// addresses itself (USB and virtio-serial controllers, disks, balloon, rng) on empty root
+// ports before it adds ports of its own, so the reserved ones can be taken at define. Once
+// defined, every device has its address: ports added now stay empty, for attach.
+func (l *Lifecycle) reserveHotplugPorts(ctx context.Context, name string, want int) error {
+	if want <= 0 {
+		return nil
+	}
+	x, err := l.o.Conn.DomainXML(ctx, name)
+	if err != nil {
+		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	free, err := FreeRootPorts(x)
+	if err != nil || len(free) >= want {
+		return err
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	if d.Devices == nil || !domains.IsQ35(machineOf(&d)) {
+		return nil
+	}
+	next := uint(0)
+	for _, c := range d.Devices.Controllers {
+		if c.Type == "pci" && c.Index != nil && *c.Index >= next {
+			next = *c.Index + 1
+		}
+	}
+	for i := len(free); i < want; i++ {
+		idx := next
+		next++
+		d.Devices.Controllers = append(d.Devices.Controllers, libvirtxml.DomainController{Type: "pci", Index: &idx, Model: "pcie-root-port"})
+	}
+	nx, err := domains.Marshal(&d)
+	if err != nil {
+		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	if _, err := l.o.Conn.Define(ctx, nx); err != nil {
+		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	l.progress("%s: added %d empty PCIe root ports for hotplug (libvirt placed devices on the reserved ones)", name, want-len(free))
+	return nil
+}
+
+func machineOf(d *libvirtxml.Domain) string {
+	if d.OS != nil && d.OS.Type != nil {
+		return d.OS.Type.Machine
+	}
+	return ""
+}
+
+// afterDefine runs what follows a define of spec's domain (apply): the hotplug ports.
+func (l *Lifecycle) afterDefine(ctx context.Context, ps step.Step, env step.Env) error {
+	se, ok := env.(*stepEnv)
+	if !ok || ps.Action() != step.ActDefine || se.spec == nil {
+		return nil
+	}
+	return l.reserveHotplugPorts(ctx, se.vm, se.spec.Spec.HotplugSlots)
 }

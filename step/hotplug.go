@@ -85,8 +85,14 @@ func (s AttachDevice) Text() string {
 
 // Do implements Step.
 func (s AttachDevice) Do(ctx context.Context, env Env) error {
+	if s.Scope == virt.DeviceConfig && s.isVideo() {
+		// libvirt attaches no <video>, not even to the definition: redefine it.
+		return virt.EditDefinition(ctx, env.Conn(), s.VM, s.XML, true)
+	}
 	return env.Conn().AttachDevice(ctx, s.VM, s.XML, s.Scope)
 }
+
+func (s AttachDevice) isVideo() bool { return strings.HasPrefix(strings.TrimSpace(s.XML), "<video") }
 
 // Undo detaches the device from wherever it still is: from the running guest (waiting up to
 // DetachTimeout for the guest to release it) and from the persistent definition. A device
@@ -131,6 +137,9 @@ func (s AttachDevice) Undo(ctx context.Context, env Env) error {
 	}
 	if scope == 0 {
 		return nil
+	}
+	if scope == virt.DeviceConfig && s.isVideo() {
+		return virt.EditDefinition(ctx, c, s.VM, s.XML, false)
 	}
 	if err := c.DetachDevice(ctx, s.VM, s.XML, scope); err != nil {
 		return err

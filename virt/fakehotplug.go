@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-
-	"libvirt.org/go/libvirtxml"
 )
 
 // HoldDetach makes the fake's guests ignore live detach requests (a guest that never releases
@@ -69,9 +67,11 @@ func (f *Fake) changeDevice(method, name, deviceXML string, scope DeviceScope, a
 		if d.state != StateRunning {
 			return fmt.Errorf("%s device to domain %s: Requested operation is not valid: domain is not running", verb, name)
 		}
-		if strings.HasPrefix(key, "video:") {
-			return fmt.Errorf("%s device to domain %s: live %s of device 'video' is not supported (%w)", verb, name, verb, ErrDeviceNotHotpluggable)
-		}
+	}
+	if strings.HasPrefix(key, "video:") {
+		// libvirt 9.0 refuses both: "live attach of device 'video' is not supported", and
+		// "persistent attach ..." (EditDefinition redefines instead).
+		return fmt.Errorf("%s device to domain %s: %s of device 'video' is not supported (%w)", verb, name, verb, ErrDeviceNotHotpluggable)
 	}
 	// Check both scopes before changing either, as libvirt does.
 	var live, config string
@@ -95,55 +95,4 @@ func (f *Fake) changeDevice(method, name, deviceXML string, scope DeviceScope, a
 		d.xml = config
 	}
 	return nil
-}
-
-// editDevices adds (attach) or removes one device of key to/from domain XML x.
-func editDevices(x, deviceXML, key string, attach bool) (string, error) {
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(x); err != nil {
-		return "", err
-	}
-	if dom.Devices == nil {
-		dom.Devices = &libvirtxml.DomainDeviceList{}
-	}
-	n, _ := CountDevice(x, key)
-	isVideo := strings.HasPrefix(key, "video:")
-	switch {
-	case attach && n > 0 && !isVideo:
-		return "", fmt.Errorf("device %s is already in the domain", key)
-	case !attach && n == 0:
-		return "", fmt.Errorf("device %s not found in the domain", key)
-	}
-	if isVideo {
-		var v libvirtxml.DomainVideo
-		if err := v.Unmarshal(deviceXML); err != nil {
-			return "", err
-		}
-		if attach {
-			dom.Devices.Videos = append(dom.Devices.Videos, v)
-		} else {
-			for i := len(dom.Devices.Videos) - 1; i >= 0; i-- {
-				if "video:"+dom.Devices.Videos[i].Model.Type == key {
-					dom.Devices.Videos = append(dom.Devices.Videos[:i], dom.Devices.Videos[i+1:]...)
-					break
-				}
-			}
-		}
-	} else {
-		var h libvirtxml.DomainHostdev
-		if err := h.Unmarshal(deviceXML); err != nil {
-			return "", err
-		}
-		if attach {
-			dom.Devices.Hostdevs = append(dom.Devices.Hostdevs, h)
-		} else {
-			for i, o := range dom.Devices.Hostdevs {
-				if k, err := hostdevKey(o); err == nil && k == key {
-					dom.Devices.Hostdevs = append(dom.Devices.Hostdevs[:i], dom.Devices.Hostdevs[i+1:]...)
-					break
-				}
-			}
-		}
-	}
-	return dom.Marshal()
 }

@@ -162,3 +162,77 @@ func WaitDeviceGone(ctx context.Context, c Conn, name, key string, before int, t
 		}
 	}
 }
+
+// editDevices adds (attach) or removes one device of key to/from domain XML x.
+func editDevices(x, deviceXML, key string, attach bool) (string, error) {
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(x); err != nil {
+		return "", err
+	}
+	if dom.Devices == nil {
+		dom.Devices = &libvirtxml.DomainDeviceList{}
+	}
+	n, _ := CountDevice(x, key)
+	isVideo := strings.HasPrefix(key, "video:")
+	switch {
+	case attach && n > 0 && !isVideo:
+		return "", fmt.Errorf("device %s is already in the domain", key)
+	case !attach && n == 0:
+		return "", fmt.Errorf("device %s not found in the domain", key)
+	}
+	if isVideo {
+		var v libvirtxml.DomainVideo
+		if err := v.Unmarshal(deviceXML); err != nil {
+			return "", err
+		}
+		if attach {
+			dom.Devices.Videos = append(dom.Devices.Videos, v)
+		} else {
+			for i := len(dom.Devices.Videos) - 1; i >= 0; i-- {
+				if "video:"+dom.Devices.Videos[i].Model.Type == key {
+					dom.Devices.Videos = append(dom.Devices.Videos[:i], dom.Devices.Videos[i+1:]...)
+					break
+				}
+			}
+		}
+	} else {
+		var h libvirtxml.DomainHostdev
+		if err := h.Unmarshal(deviceXML); err != nil {
+			return "", err
+		}
+		if attach {
+			dom.Devices.Hostdevs = append(dom.Devices.Hostdevs, h)
+		} else {
+			for i, o := range dom.Devices.Hostdevs {
+				if k, err := hostdevKey(o); err == nil && k == key {
+					dom.Devices.Hostdevs = append(dom.Devices.Hostdevs[:i], dom.Devices.Hostdevs[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+	return dom.Marshal()
+}
+
+// EditDefinition adds (attach) or removes one device of the domain's persistent definition
+// by redefining it: what libvirt's DeviceConfig scope cannot do for a <video> (libvirt 9.0:
+// "persistent attach of device 'video' is not supported"). A removal takes the last device of
+// that key.
+func EditDefinition(ctx context.Context, c Conn, name, deviceXML string, attach bool) error {
+	key, err := DeviceKey(deviceXML)
+	if err != nil {
+		return err
+	}
+	x, err := c.DomainXML(ctx, name)
+	if err != nil {
+		return err
+	}
+	nx, err := editDevices(x, deviceXML, key, attach)
+	if err != nil {
+		return fmt.Errorf("edit the definition of domain %s: %w", name, err)
+	}
+	if _, err := c.Define(ctx, nx); err != nil {
+		return fmt.Errorf("edit the definition of domain %s: %w", name, err)
+	}
+	return nil
+}
