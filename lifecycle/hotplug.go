@@ -125,6 +125,16 @@ func groups(j []ledger.JournalStep) ([]group, error) {
 	return out, nil
 }
 
+// claims are the claims g's attach took.
+func (g group) claims() []ledger.Claim {
+	var out []ledger.Claim
+	for _, k := range g.hp.Claims {
+		kind, id, _ := strings.Cut(k, ":") // Decode checked the shape
+		out = append(out, ledger.Claim{Kind: ledger.ClaimKind(kind), ID: id})
+	}
+	return out
+}
+
 // live returns the steps of g not undone.
 func (g group) live() []ledger.JournalStep {
 	var out []ledger.JournalStep
@@ -153,8 +163,8 @@ func (l *Lifecycle) undoGroup(ctx context.Context, name string, g group, timeout
 			return nil
 		}
 		e.Mark(g.mark.N, ledger.StepUndone)
-		if len(g.hp.Claims) > 0 {
-			b.Release(name, g.hp.Claims...)
+		if cs := g.claims(); len(cs) > 0 {
+			b.Release(name, cs...) // with none, Release would drop all
 		}
 		return nil
 	})
@@ -642,7 +652,11 @@ func (l *Lifecycle) planAttach(ctx context.Context, req AttachRequest, f domainF
 			hds[i].Address = &libvirtxml.DomainAddress{PCI: &libvirtxml.DomainAddressPCI{Domain: &dom, Bus: &bus, Slot: &slot, Function: &fn}}
 		}
 	}
-	p.steps = append(p.steps, step.Hotplug{VM: name, Device: p.device, Claims: p.claims})
+	keys := make([]string, len(p.claims))
+	for i, c := range p.claims {
+		keys[i] = c.Key()
+	}
+	p.steps = append(p.steps, step.Hotplug{VM: name, Device: p.device, Claims: keys})
 	p.steps = append(p.steps, hostSteps...)
 	for _, h := range hds {
 		x, err := h.Marshal()
@@ -725,7 +739,7 @@ func (l *Lifecycle) Detach(ctx context.Context, name, device string, timeout tim
 		}
 		return res, fmt.Errorf("detach %s: no device %s was attached to it (attached: %s): %w", name, device, list, host.ErrNotFound)
 	}
-	res.Claims = g.hp.Claims
+	res.Claims = g.claims()
 	if res.Claims == nil {
 		res.Claims = []ledger.Claim{}
 	}

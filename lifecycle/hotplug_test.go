@@ -353,7 +353,7 @@ func TestAttachCrashConverges(t *testing.T) {
 // TestHotplugJournalDecodes: the journal's hotplug steps decode back to what was recorded,
 // and damaged ones are refused.
 func TestHotplugJournalDecodes(t *testing.T) {
-	hp := step.Hotplug{VM: "a", Device: "0000:42:00.0", Claims: []ledger.Claim{{Kind: ledger.KindPCI, ID: "0000:42:00.0"}}}
+	hp := step.Hotplug{VM: "a", Device: "0000:42:00.0", Claims: []string{"pci:0000:42:00.0"}}
 	s, err := step.Decode(string(hp.Action()), hp.Target(), hp.Params())
 	if err != nil || fmt.Sprint(s) != fmt.Sprint(hp) {
 		t.Fatalf("decode %v: %v %v", hp, s, err)

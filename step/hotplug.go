@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -28,10 +27,11 @@ const (
 // --timeout).
 var DetachTimeout = 30 * time.Second
 
-// Hotplug is the journal's mark of one attach of Device to VM holding Claims.
+// Hotplug is the journal's mark of one attach of Device to VM holding the ledger claims
+// Claims names by key ("kind:id", vgpu.Claim.Key).
 type Hotplug struct {
 	VM, Device string
-	Claims     []vgpu.Claim
+	Claims     []string
 }
 
 // Action implements Step.
@@ -42,11 +42,7 @@ func (s Hotplug) Target() string { return s.Device }
 
 // Params records the VM and the claims, as "kind:id" joined by commas.
 func (s Hotplug) Params() map[string]string {
-	keys := make([]string, len(s.Claims))
-	for i, c := range s.Claims {
-		keys[i] = c.Key()
-	}
-	return map[string]string{"vm": s.VM, "claims": strings.Join(keys, ",")}
+	return map[string]string{"vm": s.VM, "claims": strings.Join(s.Claims, ",")}
 }
 
 // Text implements Step.
@@ -166,14 +162,14 @@ func decodeHotplug(f *fields) (Step, error) {
 		return nil, f.bad("target", "want the device's name")
 	}
 	if Action(f.action) == ActHotplug {
-		var claims []vgpu.Claim
+		var claims []string
 		if s := f.params["claims"]; s != "" {
 			for _, k := range strings.Split(s, ",") {
 				kind, id, ok := strings.Cut(k, ":")
 				if !ok || kind == "" || id == "" {
 					return nil, f.bad("claims", "want kind:id joined by commas")
 				}
-				claims = append(claims, vgpu.Claim{Kind: vgpu.ClaimKind(kind), ID: id})
+				claims = append(claims, k)
 			}
 		}
 		return f.step(Hotplug{VM: vm, Device: f.target, Claims: claims})
