@@ -48,7 +48,7 @@ for before in 0 1; do
   expect_eq "$rc" 137 "attach killed at create-mdev (before=$before)"
   expect_match "$(claims)" "^mdev:" "the killed attach holds its claim"
   run_ok vgpu-host detach --connect "$conn" "$vm" "$u" -o json
-  expect_match "$(jqo '.converged | join(",")')" "hotplug" "detach undid the interrupted attach"
+  expect_match "$(jqo '.converged | join(",")')" "create-mdev $u" "detach undid the interrupted attach (its create-mdev)"
   expect_eq "$(mdevs)" "$boot" "no mdev left (before=$before)"
   expect_eq "$(claims)" "" "ledger: nothing held (before=$before)"
 done
