@@ -568,8 +568,9 @@ func (l *Lifecycle) planAttach(ctx context.Context, req AttachRequest, f domainF
 		}
 		g.Passthrough = &domains.Passthrough{Address: a.String()}
 	default:
-		// The next instance number whose UUID nobody holds: numbers of detached instances
-		// are reused.
+		// The lowest instance number whose UUID nobody holds (the spec's instances hold
+		// theirs): numbers of detached instances are reused.
+		mdevs = 0
 		for {
 			u := vgpu.InstanceUUID(name, mdevs)
 			if book.Holder(ledger.Claim{Kind: ledger.KindMdev, ID: u}) == "" {

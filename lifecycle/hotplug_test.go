@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -376,4 +377,67 @@ func TestHotplugJournalDecodes(t *testing.T) {
 	if _, err := step.Decode(string(step.ActHotplug), "x", map[string]string{"vm": "a", "claims": "nocolon"}); !errors.Is(err, host.ErrInvalid) {
 		t.Errorf("damaged claims: %v", err)
 	}
+}
+
+// TestAttachProfileNumbers: each --profile attach creates an instance with the VM's next free
+// instance number (its UUID is vgpu.InstanceUUID of it), on the running guest; a detached
+// number is reused, and destroy removes what is left.
+func TestAttachProfileNumbers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var created []string // the fake host keeps the instances; the inventory lists them
+	scan := func(r host.Root) (*host.Inventory, error) {
+		inv := inventory(r.Dir())
+		e.host.mu.Lock()
+		created = created[:0]
+		for u := range e.host.mdevs {
+			created = append(created, u)
+		}
+		e.host.mu.Unlock()
+		inv.MdevParents = []host.MdevParent{{Parent: "mbochs", Types: []host.MdevType{
+			{ID: "mbochs-small", Name: "mbochs-small", DeviceAPI: "vfio-pci", AvailableInstances: 4 - len(created), Instances: slices.Clone(created)}}}}
+		return inv, nil
+	}
+	lc := func(mod ...func(*Options)) *Lifecycle {
+		return e.lc(append([]func(*Options){func(o *Options) { o.Scan = scan }}, mod...)...)
+	}
+	vm := hotplugSpec(t, "vgpuhost-hp-p", 2)
+	name := vm.Metadata.Name
+	if _, err := lc().Apply(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	var uuids []string
+	for i := 0; i < 2; i++ {
+		r, err := lc().Attach(ctx, AttachRequest{VM: name, Profile: "mbochs-small"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := vgpu.InstanceUUID(name, i); r.Device != want || r.Scope != "live+config" {
+			t.Fatalf("attach %d: device %s scope %s, want %s", i, r.Device, r.Scope, want)
+		}
+		if e.host.mdevs[r.Device] != "mbochs-small" {
+			t.Fatalf("attach %d did not create %s: %v", i, r.Device, e.host.mdevs)
+		}
+		uuids = append(uuids, r.Device)
+	}
+	if got := e.claimsOf(t, name); len(got) != 2 {
+		t.Fatalf("claims %v", got)
+	}
+	if _, err := lc().Detach(ctx, name, strings.ToUpper(uuids[0]), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.host.mdevs[uuids[0]]; ok {
+		t.Fatal("detach left the mdev")
+	}
+	r, err := lc().Attach(ctx, AttachRequest{VM: name, Profile: "mbochs-small"})
+	if err != nil || r.Device != uuids[0] {
+		t.Fatalf("attach after detach: %+v %v, want number 0 (%s) again", r, err, uuids[0])
+	}
+	if _, err := lc().Attach(ctx, AttachRequest{VM: name, Profile: "no-such-type"}); !errors.Is(err, host.ErrNotFound) {
+		t.Fatalf("unknown profile: %v", err)
+	}
+	if _, err := lc().Destroy(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	e.assertGone(t, name)
 }
