@@ -72,6 +72,7 @@ var BuildSteps = []BuildStep{
 	stepDevices,
 	stepBoot,
 	stepGPUs,
+	stepHotplugSlots,
 	stepGraphics,
 	stepMMIO64,
 	stepMetadata,

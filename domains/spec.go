@@ -69,7 +69,10 @@ type Spec struct {
 	Network    Network    `yaml:"network,omitempty" json:"network,omitempty"`
 	Graphics   Graphics   `yaml:"graphics,omitempty" json:"graphics,omitempty"`
 	GPUs       []GPU      `yaml:"gpus,omitempty" json:"gpus,omitempty"`
-	Quirks     Quirks     `yaml:"quirks,omitempty" json:"quirks,omitempty"`
+	// HotplugSlots is how many empty PCIe root ports the domain keeps for `vgpu-host attach`
+	// (q35 only; default 0: a running guest then takes no hotplugged hostdev).
+	HotplugSlots int    `yaml:"hotplugSlots,omitempty" json:"hotplugSlots,omitempty"`
+	Quirks       Quirks `yaml:"quirks,omitempty" json:"quirks,omitempty"`
 	// MMIO64 sizes the guest's 64-bit PCI MMIO window: "auto" (default: from the assigned
 	// devices' 64-bit BARs), "off", or a size such as 256GiB.
 	MMIO64 string `yaml:"mmio64,omitempty" json:"mmio64,omitempty"`

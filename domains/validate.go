@@ -263,6 +263,7 @@ func (v *validator) check() {
 	v.network()
 	v.graphics()
 	v.gpus()
+	v.hotplugSlots()
 	v.guestOS()
 	v.cpuPlacement()
 	v.devices()

@@ -379,6 +379,9 @@ func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, j
 	if err := ps.Do(ctx, env); err != nil {
 		return true, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err)
 	}
+	if err := l.afterDefine(ctx, ps, env); err != nil {
+		return true, fmt.Errorf("apply %s: %w", name, err)
+	}
 	res.Steps = append(res.Steps, ps.Text())
 	if ps.Action() == step.ActDefine {
 		if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
@@ -401,6 +404,9 @@ func (l *Lifecycle) take(ctx context.Context, name string, ps step.Step, env ste
 		if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
 			_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepUndone); return nil })
 		}
+		return err
+	}
+	if err := l.afterDefine(ctx, ps, env); err != nil {
 		return err
 	}
 	if crash {

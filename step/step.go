@@ -157,6 +157,8 @@ func Decode(action, target string, params map[string]string) (Step, error) {
 		return Define{VM: target, VirtType: f.params["virt_type"]}, nil
 	case ActStart:
 		return Start{VM: target}, nil
+	case ActHotplug, ActAttachDevice:
+		return decodeHotplug(&f)
 	}
 	return nil, fmt.Errorf("journal step %q on %s: unknown action: %w", action, target, host.ErrInvalid)
 }

@@ -13,20 +13,25 @@ import (
 // domain without a name is refused, as libvirt would), keeps volumes per pool, and can be
 // told to fail a method (Fail) or answer QMP (QMPFunc). It is safe for concurrent use.
 type Fake struct {
-	mu      sync.Mutex
-	types   []string
-	doms    map[string]*fakeDomain
-	pools   map[string]string // name -> path
-	vols    map[string]map[string]*FakeVolume
-	fail    map[string]error
-	calls   []string
-	QMPFunc func(name, xml, command string) (string, error)
-	peers   map[string]*Fake // fake_migrate.go: the targets Migrate reaches, by URI
+	mu    sync.Mutex
+	types []string
+	doms  map[string]*fakeDomain
+	pools map[string]string // name -> path
+	vols  map[string]map[string]*FakeVolume
+	fail  map[string]error
+	calls []string
+	// holdDetach: guests ignore live detach requests (fakehotplug.go).
+	holdDetach bool
+	QMPFunc    func(name, xml, command string) (string, error)
+	peers      map[string]*Fake // fake_migrate.go: the targets Migrate reaches, by URI
 }
 
 type fakeDomain struct {
 	xml   string
 	state State
+	// live is the running guest's XML once a device was hotplugged (fakehotplug.go); empty
+	// means the same as xml.
+	live string
 }
 
 // FakeVolume is a volume held by a Fake.
@@ -201,7 +206,9 @@ func (f *Fake) setState(method, name string, st State) error {
 	if err != nil {
 		return err
 	}
-	d.state = st
+	if d.state != st {
+		d.state, d.live = st, "" // a new boot runs the persistent definition
+	}
 	return nil
 }
 

@@ -40,6 +40,8 @@ type fileState struct {
 type fileDomain struct {
 	XML   string `json:"xml"`
 	State State  `json:"state"`
+	// Live is the running guest's XML after a hotplug; empty when it is XML.
+	Live string `json:"live,omitempty"`
 }
 
 // OpenFile returns the FileConn of uri (vgpu-fake:///PATH), creating nothing until the first
@@ -93,7 +95,7 @@ func (c *FileConn) load() (*Fake, error) {
 		f.types = st.Types
 	}
 	for n, d := range st.Domains {
-		f.doms[n] = &fakeDomain{xml: d.XML, state: d.State}
+		f.doms[n] = &fakeDomain{xml: d.XML, state: d.State, live: d.Live}
 	}
 	for n, p := range st.Pools {
 		f.pools[n] = p
@@ -110,7 +112,7 @@ func (c *FileConn) load() (*Fake, error) {
 func (c *FileConn) save(f *Fake) error {
 	st := fileState{Types: f.types, Domains: map[string]fileDomain{}, Pools: f.pools, Volumes: map[string]map[string]Volume{}}
 	for n, d := range f.doms {
-		st.Domains[n] = fileDomain{XML: d.xml, State: d.state}
+		st.Domains[n] = fileDomain{XML: d.xml, State: d.state, Live: d.live}
 	}
 	for p, vs := range f.vols {
 		st.Volumes[p] = map[string]Volume{}
@@ -210,4 +212,20 @@ func (c *FileConn) VolumePath(ctx context.Context, pool, name string) (p string,
 // DeleteVolume implements Conn.
 func (c *FileConn) DeleteVolume(ctx context.Context, pool, name string) error {
 	return c.with(true, func(f *Fake) error { return f.DeleteVolume(ctx, pool, name) })
+}
+
+// AttachDevice implements Conn.
+func (c *FileConn) AttachDevice(ctx context.Context, name, deviceXML string, scope DeviceScope) error {
+	return c.with(true, func(f *Fake) error { return f.AttachDevice(ctx, name, deviceXML, scope) })
+}
+
+// DetachDevice implements Conn: the file's guests release a device at once.
+func (c *FileConn) DetachDevice(ctx context.Context, name, deviceXML string, scope DeviceScope) error {
+	return c.with(true, func(f *Fake) error { return f.DetachDevice(ctx, name, deviceXML, scope) })
+}
+
+// LiveDomainXML implements Conn.
+func (c *FileConn) LiveDomainXML(ctx context.Context, name string) (x string, err error) {
+	err = c.with(false, func(f *Fake) error { x, err = f.LiveDomainXML(ctx, name); return err })
+	return x, err
 }

@@ -188,3 +188,30 @@ func (p *Pending) DeleteVolume(ctx context.Context, pool, name string) error {
 	}
 	return c.DeleteVolume(ctx, pool, name)
 }
+
+// AttachDevice implements Conn.
+func (p *Pending) AttachDevice(ctx context.Context, name, deviceXML string, scope DeviceScope) error {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return err
+	}
+	return c.AttachDevice(ctx, name, deviceXML, scope)
+}
+
+// DetachDevice implements Conn.
+func (p *Pending) DetachDevice(ctx context.Context, name, deviceXML string, scope DeviceScope) error {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return err
+	}
+	return c.DetachDevice(ctx, name, deviceXML, scope)
+}
+
+// LiveDomainXML implements Conn.
+func (p *Pending) LiveDomainXML(ctx context.Context, name string) (string, error) {
+	c, err := p.conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	return c.LiveDomainXML(ctx, name)
+}

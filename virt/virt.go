@@ -108,6 +108,16 @@ type Conn interface {
 
 	// Migrator live-migrates a domain to another libvirtd (migrate.go).
 	Migrator
+	// Hotplug (virt/hotplug.go says more).
+
+	// AttachDevice adds one device (its XML: a <hostdev> or <video>) to the domain, in the
+	// running guest (DeviceLive) and/or its persistent definition (DeviceConfig).
+	AttachDevice(ctx context.Context, name, deviceXML string, scope DeviceScope) error
+	// DetachDevice asks for one device to be removed. Live, it returns once the guest was
+	// asked: the guest releases the device later (WaitDeviceGone).
+	DetachDevice(ctx context.Context, name, deviceXML string, scope DeviceScope) error
+	// LiveDomainXML returns the running domain's live XML (the persistent XML when stopped).
+	LiveDomainXML(ctx context.Context, name string) (string, error)
 }
 
 // DomainEvent is one libvirt domain lifecycle event (virConnectDomainEventRegisterAny with

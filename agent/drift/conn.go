@@ -289,3 +289,19 @@ func (c *Conn) DomainEvents(ctx context.Context) (<-chan virt.DomainEvent, error
 
 // ErrNoEvents is returned by DomainEvents when the connection cannot stream events.
 var ErrNoEvents = errors.New("the connection does not stream domain events")
+
+// AttachDevice implements virt.Conn.
+func (c *Conn) AttachDevice(ctx context.Context, name, deviceXML string, scope virt.DeviceScope) error {
+	return c.do(func(v virt.Conn) error { return v.AttachDevice(ctx, name, deviceXML, scope) })
+}
+
+// DetachDevice implements virt.Conn.
+func (c *Conn) DetachDevice(ctx context.Context, name, deviceXML string, scope virt.DeviceScope) error {
+	return c.do(func(v virt.Conn) error { return v.DetachDevice(ctx, name, deviceXML, scope) })
+}
+
+// LiveDomainXML implements virt.Conn.
+func (c *Conn) LiveDomainXML(ctx context.Context, name string) (r string, err error) {
+	err = c.do(func(v virt.Conn) (e error) { r, e = v.LiveDomainXML(ctx, name); return })
+	return
+}

@@ -174,6 +174,8 @@ func TestAgentAuthorization(t *testing.T) {
 		"destroy":           append(append([]string{"destroy"}, c...), "authvm"),
 		"migrate":           append(append([]string{"migrate"}, c...), "authvm", "--to", "qemu+ssh://nohost.invalid/system"),
 		"migrate-target":    append(append([]string{"migrate-target"}, c...), "abort", "authvm"),
+		"attach":            append(append([]string{"attach"}, c...), "authvm", "--virtio", "--config"),
+		"detach":            append(append([]string{"detach"}, c...), "authvm", "virtio-gpu"),
 		"status":            append([]string{"status"}, c...),
 		"verify":            append(append([]string{"verify"}, c...), "authvm"),
 		"image export":      append(append([]string{"image", "export"}, c...), "authvm", "--to", filepath.Join(dir, "out.qcow2")),
@@ -223,6 +225,10 @@ func TestAgentAuthorization(t *testing.T) {
 			}
 			lines = append(lines, line{op, class, append(slices.Clone(args), sp...)})
 		}
+	}
+	// attach --dry-run changes nothing: anyone may ask (classOf).
+	for _, d := range []string{"--dry-run", "--dry-run=true", "--dry-run=1"} {
+		lines = append(lines, line{"attach", agent.Read, append([]string{"--host-root", dir, "--agent", "always"}, append(slices.Clone(ops["attach"]), d)...)})
 	}
 	for _, w := range []string{"--write", "--write=1", "--write=t", "--write=TRUE", "--write=True"} {
 		lines = append(lines, line{"kubevirt labels", agent.Mutation, []string{"--host-root", dir, "--agent", "always", "kubevirt", "labels", w}})

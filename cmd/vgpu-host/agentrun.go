@@ -298,6 +298,8 @@ var agentRules = map[string]agentRule{
 	// docs/migrate.md: both ends of a live migration change their host (--dry-run: a read).
 	"migrate":           {class: agentapi.Mutation},
 	"migrate-target":    {class: agentapi.Mutation},
+	"attach":            {class: agentapi.Mutation}, // a read with --dry-run (classOf)
+	"detach":            {class: agentapi.Mutation},
 	"status":            {class: agentapi.Read},
 	"verify":            {class: agentapi.Read},
 	"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},

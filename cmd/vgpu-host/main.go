@@ -45,6 +45,8 @@ func topCommands() []topCommand {
 		{"destroy", destroyCommand},
 		{"migrate", migrateCommand},
 		{"migrate-target", migrateTargetCommand},
+		{"attach", attachCommand},
+		{"detach", detachCommand},
 		{"status", statusCommand},
 		{"verify", verifyCommand},
 		{"image", imageCommand},

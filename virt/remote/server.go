@@ -205,6 +205,7 @@ var kinds = []struct {
 	{"no-pool", virt.ErrNoPool},
 	{"volume-exists", virt.ErrVolumeExists},
 	{"connection", virt.ErrConnection},
+	{"not-hotpluggable", virt.ErrDeviceNotHotpluggable},
 	{"canceled", context.Canceled},
 	{"deadline", context.DeadlineExceeded},
 }
