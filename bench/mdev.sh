@@ -10,7 +10,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 test/e2e/run.sh --bench --only mdev "$@" 2>&1 | tee "$log" | grep -E '^(BENCH|FAIL|lab: )' || true
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench/mdev.sh: the lab run failed (see test/e2e/out/console.txt)" >&2; exit 1; }
-line=$(grep -E '^BENCH mdev create\+remove ' "$log" | tail -n 1)
+line=$(grep -E '^BENCH mdev create\+remove x[0-9]' "$log" | tail -n 1)
 [ -n "$line" ] || { echo "bench/mdev.sh: no BENCH mdev create+remove line from the lab" >&2; exit 1; }
 own=$(grep -E '^BENCH mdev create\+remove own cost: ' "$log" | tail -n 1)
 [ -n "$own" ] || { echo "bench/mdev.sh: no BENCH mdev create+remove own cost line from the lab" >&2; exit 1; }
