@@ -478,7 +478,7 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 	if err != nil {
 		return fmt.Errorf("spec.xmlPatches: read the patched domain back: %w", err)
 	}
-	if err := keptSets(patches, backDoc); err != nil {
+	if err := keptSets(patches, back, backDoc); err != nil {
 		return err
 	}
 	// The patched document (doc) against the typed round trip: an added element or
@@ -493,8 +493,10 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 // keptSets checks that the typed round trip (back, backDoc) kept every set patch: applied
 // again to it, they change nothing. All of them are applied to one copy first; only when that
 // changes something is each applied alone, to name the one libvirtxml dropped. (Once per
-// patch, it was half of rendering a spec with patches.)
-func keptSets(patches []XMLPatch, backDoc *xnode) error {
+// patch, it was half of rendering a spec with patches.) The first pass applies them to backDoc
+// itself, not a copy: when it writes the same bytes after, backDoc is as it was; when not,
+// backDoc is read again from back (the document it was parsed from) before anything else.
+func keptSets(patches []XMLPatch, back string, backDoc *xnode) error {
 	n := 0
 	for _, pt := range patches {
 		if pt.Remove == "" && pt.Add == "" {
@@ -506,18 +508,22 @@ func keptSets(patches []XMLPatch, backDoc *xnode) error {
 	}
 	var before, after bytes.Buffer
 	backDoc.write(&before)
-	again := backDoc.clone()
 	for _, pt := range patches {
 		if pt.Remove == "" && pt.Add == "" {
-			if err := pt.apply(again); err != nil {
+			if err := pt.apply(backDoc); err != nil {
 				break // the loop below names it
 			}
 		}
 	}
-	again.write(&after)
+	backDoc.write(&after)
 	if before.String() == after.String() {
 		return nil
 	}
+	fresh, err := parseMarshaled(back)
+	if err != nil {
+		return fmt.Errorf("spec.xmlPatches: read the patched domain back: %w", err)
+	}
+	*backDoc = *fresh
 	for i, pt := range patches {
 		if pt.Remove != "" || pt.Add != "" {
 			continue // covers checks them, comparing documents
