@@ -127,9 +127,16 @@ func (n *xnode) clone() *xnode {
 
 // write writes n as XML.
 func (n *xnode) write(b *bytes.Buffer) {
-	b.WriteString("<" + n.name)
+	b.WriteByte('<')
+	b.WriteString(n.name)
 	for _, a := range n.attrs {
-		b.WriteString(" " + qname(a.Name) + `="`)
+		b.WriteByte(' ')
+		if a.Name.Space != "" {
+			b.WriteString(a.Name.Space)
+			b.WriteByte(':')
+		}
+		b.WriteString(a.Name.Local)
+		b.WriteString(`="`)
 		_ = xml.EscapeText(b, []byte(a.Value))
 		b.WriteString(`"`)
 	}
@@ -144,7 +151,9 @@ func (n *xnode) write(b *bytes.Buffer) {
 			b.WriteString("<!--" + string(k) + "-->")
 		}
 	}
-	b.WriteString("</" + n.name + ">")
+	b.WriteString("</")
+	b.WriteString(n.name)
+	b.WriteByte('>')
 }
 
 // pathStep is one step of a patch path.
@@ -446,7 +455,7 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 	if err != nil {
 		return err
 	}
-	doc, err := parseXML(x)
+	doc, err := parseMarshaled(x)
 	if err != nil {
 		return fmt.Errorf("xmlPatches: read the built domain: %w", err)
 	}
@@ -465,11 +474,11 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 	if err != nil {
 		return fmt.Errorf("spec.xmlPatches: marshal the patched domain: %w", err)
 	}
-	backDoc, err := parseXML(back)
+	backDoc, err := parseMarshaled(back)
 	if err != nil {
 		return fmt.Errorf("spec.xmlPatches: read the patched domain back: %w", err)
 	}
-	if err := keptSets(patches, backDoc); err != nil {
+	if err := keptSets(patches, back, backDoc); err != nil {
 		return err
 	}
 	// The patched document (doc) against the typed round trip: an added element or
@@ -484,8 +493,10 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 // keptSets checks that the typed round trip (back, backDoc) kept every set patch: applied
 // again to it, they change nothing. All of them are applied to one copy first; only when that
 // changes something is each applied alone, to name the one libvirtxml dropped. (Once per
-// patch, it was half of rendering a spec with patches.)
-func keptSets(patches []XMLPatch, backDoc *xnode) error {
+// patch, it was half of rendering a spec with patches.) The first pass applies them to backDoc
+// itself, not a copy: when it writes the same bytes after, backDoc is as it was; when not,
+// backDoc is read again from back (the document it was parsed from) before anything else.
+func keptSets(patches []XMLPatch, back string, backDoc *xnode) error {
 	n := 0
 	for _, pt := range patches {
 		if pt.Remove == "" && pt.Add == "" {
@@ -497,18 +508,22 @@ func keptSets(patches []XMLPatch, backDoc *xnode) error {
 	}
 	var before, after bytes.Buffer
 	backDoc.write(&before)
-	again := backDoc.clone()
 	for _, pt := range patches {
 		if pt.Remove == "" && pt.Add == "" {
-			if err := pt.apply(again); err != nil {
+			if err := pt.apply(backDoc); err != nil {
 				break // the loop below names it
 			}
 		}
 	}
-	again.write(&after)
+	backDoc.write(&after)
 	if before.String() == after.String() {
 		return nil
 	}
+	fresh, err := parseMarshaled(back)
+	if err != nil {
+		return fmt.Errorf("spec.xmlPatches: read the patched domain back: %w", err)
+	}
+	*backDoc = *fresh
 	for i, pt := range patches {
 		if pt.Remove != "" || pt.Add != "" {
 			continue // covers checks them, comparing documents
@@ -526,39 +541,70 @@ func keptSets(patches []XMLPatch, backDoc *xnode) error {
 	return nil
 }
 
+// covers reports the first attribute or element of a that b lacks, by its path below where.
 func covers(a, b *xnode, where string) error {
+	var path []pathStep
+	return coversPath(a, b, where, &path)
+}
+
+// coversPath is covers with the path below root kept as steps, spelt out only for an error:
+// building every element's path and a map of its children's names was most of covers' cost.
+func coversPath(a, b *xnode, root string, path *[]pathStep) error {
+	where := func() string {
+		var sb strings.Builder
+		sb.WriteString(root)
+		for _, s := range *path {
+			sb.WriteString("/")
+			sb.WriteString(s.String())
+		}
+		return sb.String()
+	}
 	for _, at := range a.attrs {
 		if strings.HasPrefix(qname(at.Name), "xmlns") {
 			continue
 		}
 		if _, ok := b.attr(qname(at.Name)); !ok {
-			return fmt.Errorf("libvirt's Go types (libvirtxml) do not model %s/@%s, so it would be dropped", where, qname(at.Name))
+			return fmt.Errorf("libvirt's Go types (libvirtxml) do not model %s/@%s, so it would be dropped", where(), qname(at.Name))
 		}
 	}
-	count, total := map[string]int{}, map[string]int{}
-	for _, k := range a.kids {
-		if c, ok := k.(*xnode); ok {
-			total[c.name]++
-		}
-	}
-	for _, k := range a.kids {
+	for i, k := range a.kids {
 		c, ok := k.(*xnode)
 		if !ok {
 			continue
 		}
-		count[c.name]++
-		s := pathStep{name: c.name, index: count[c.name]}
-		name := s.String()
-		if total[c.name] == 1 {
-			name = c.name
+		// c is the index-th of total children of a named c.name; the path says [index] only
+		// when there are several.
+		index, total := 0, 0
+		for j, k := range a.kids {
+			if o, ok := k.(*xnode); ok && o.name == c.name {
+				total++
+				if j <= i {
+					index++
+				}
+			}
 		}
-		bc, err := b.child(s, where, false)
-		if err != nil {
-			return fmt.Errorf("libvirt's Go types (libvirtxml) do not model %s/%s, so it would be dropped", where, name)
+		var bc *xnode
+		n := 0
+		for _, k := range b.kids {
+			if o, ok := k.(*xnode); ok && o.name == c.name {
+				if n++; n == index {
+					bc = o
+					break
+				}
+			}
 		}
-		if err := covers(c, bc, where+"/"+name); err != nil {
+		step := pathStep{name: c.name}
+		if total != 1 {
+			step.index = index
+		}
+		if bc == nil {
+			return fmt.Errorf("libvirt's Go types (libvirtxml) do not model %s/%s, so it would be dropped", where(), step.String())
+		}
+		*path = append(*path, step)
+		if err := coversPath(c, bc, root, path); err != nil {
 			return err
 		}
+		*path = (*path)[:len(*path)-1]
 	}
 	return nil
 }

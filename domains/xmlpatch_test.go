@@ -90,6 +90,11 @@ func TestXMLPatchesInvalid(t *testing.T) {
 		{"unmodelled element", "  xmlPatches:\n    - {add: /domain/devices, xml: \"<frobnicator/>\"}\n", "do not model /domain/devices/frobnicator, so it would be dropped"},
 		{"unmodelled attribute", "  xmlPatches:\n    - {set: \"/domain/devices/graphics/@colour\", value: blue}\n", "do not model it"},
 		{"text on a parent", "  xmlPatches:\n    - {set: /domain/devices, value: x}\n", "has child elements"},
+		// covers names what libvirtxml dropped by its path, [N] only among several.
+		{"unmodelled element in the second disk", "  disks: [{path: /a.raw}, {path: /b.raw}]\n  xmlPatches:\n    - {add: \"/domain/devices/disk[2]\", xml: \"<frobnicator/>\"}\n",
+			"do not model /domain/devices/disk[2]/frobnicator, so it would be dropped"},
+		{"unmodelled attribute of an added element", "  xmlPatches:\n    - add: /domain/devices\n      xml: <watchdog model=\"i6300esb\" colour=\"blue\"/>\n",
+			"do not model /domain/devices/watchdog/@colour, so it would be dropped"},
 	}
 	for _, c := range build {
 		t.Run(c.name, func(t *testing.T) {

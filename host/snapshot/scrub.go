@@ -5,6 +5,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // serialFiles are attributes that hold a serial number or an identifier unique to one machine
@@ -14,12 +15,16 @@ var serialFiles = map[string]bool{
 	"chassis_serial": true, "uuid": true, "product_uuid": true, "wwid": true, "eui": true, "nguid": true,
 }
 
-// uuidRE is a UUID written out (8-4-4-4-12 hex digits).
-var uuidRE = regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+// uuidRE is a UUID written out (8-4-4-4-12 hex digits). Compiled on first use, as idRE: a
+// package-level regexp.MustCompile runs at every start of the binary, `vgpu-host --version`
+// included (#32: this package's init was the largest of vgpu-host's own).
+var uuidRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
+})
 
 // idRE is an identifier on the kernel command line or in /proc/mounts: UUID=…, PARTUUID=…,
 // by-uuid/…, by-partuuid/…, by-id/….
-var idRE = regexp.MustCompile(`((?:PART)?UUID=|by-(?:part)?uuid/|by-id/)([^\s,]+)`)
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`((?:PART)?UUID=|by-(?:part)?uuid/|by-id/)([^\s,]+)`) })
 
 // Scrub zeroes serial numbers and UUIDs in the file at rel (relative to the host root) whose
 // content is b: attributes named like a serial (serialFiles), a PCI function's Device Serial
@@ -33,8 +38,9 @@ func Scrub(rel string, b []byte) []byte {
 	case name == "config" && strings.HasPrefix(rel, "sys/devices/pci"):
 		return zeroDSN(b)
 	case rel == "proc/cmdline" || rel == "proc/mounts":
-		return idRE.ReplaceAllFunc(b, func(m []byte) []byte {
-			sub := idRE.FindSubmatchIndex(m)
+		re := idRE()
+		return re.ReplaceAllFunc(b, func(m []byte) []byte {
+			sub := re.FindSubmatchIndex(m)
 			return append(append([]byte{}, m[:sub[3]]...), zeroAlnum(m[sub[4]:])...)
 		})
 	}
@@ -43,7 +49,7 @@ func Scrub(rel string, b []byte) []byte {
 
 // ScrubUUIDs zeroes every UUID written out in b (for text outside sysfs: nvidia-smi -q).
 func ScrubUUIDs(b []byte) []byte {
-	return uuidRE.ReplaceAllFunc(b, zeroAlnum)
+	return uuidRE().ReplaceAllFunc(b, zeroAlnum)
 }
 
 func zeroAlnum(b []byte) []byte {

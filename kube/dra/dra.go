@@ -90,7 +90,8 @@ func (d *Driver) Scan() ([]resourceapi.Device, error) {
 	return Devices(inv, cat), nil
 }
 
-var nonLabel = regexp.MustCompile(`[^a-z0-9-]+`)
+// nonLabel and framebufferRE compile on first use, not at every start (archtest: TestNoCompileAtInit).
+var nonLabel = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9-]+`) })
 
 // DeviceName is a device's name in a ResourceSlice (a DNS label): the kind and its ID,
 // "pci-0000-41-00-0", "mdev-0c6ed5e3-0b80-4f4c-9a8c-1c0a8a2f7d11".
@@ -101,17 +102,17 @@ func DeviceName(r kube.Resource, dev kube.Device) string {
 	} else if r.Kind == kube.KindVendorVFIO {
 		prefix = "vf"
 	}
-	return prefix + "-" + strings.Trim(nonLabel.ReplaceAllString(strings.ToLower(dev.ID), "-"), "-")
+	return prefix + "-" + strings.Trim(nonLabel().ReplaceAllString(strings.ToLower(dev.ID), "-"), "-")
 }
 
-var framebufferRE = regexp.MustCompile(`framebuffer=(\d+)M`)
+var framebufferRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`framebuffer=(\d+)M`) })
 
 // Devices lists the healthy devices of cat as ResourceSlice devices, sorted by name.
 func Devices(inv *host.Inventory, cat *kube.Catalog) []resourceapi.Device {
 	fb := map[string]int64{} // mdev type id → framebuffer MiB, from its description
 	for _, p := range inv.MdevParents {
 		for _, t := range p.Types {
-			if m := framebufferRE.FindStringSubmatch(t.Description); m != nil {
+			if m := framebufferRE().FindStringSubmatch(t.Description); m != nil {
 				n, _ := strconv.ParseInt(m[1], 10, 64)
 				fb[t.ID] = n
 			}

@@ -80,6 +80,8 @@ tg=$((($(now_ms) - t0) / 10))
 rf=$(awk -v a="$((tr + 2 * tg))" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 rb=$(awk -v a="$tb" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 re=$(awk -v a="$te" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+# vgpu-host's own cost (#32): the batch's ratio less that floor.
+own=$(awk -v r="$rb" -v f="$rf" 'BEGIN {printf "%.2f", r - f}')
 rm_=$(awk -v a="$tm" -v b="$tb" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 rme=$(awk -v a="$tm" -v b="$te" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 echo "BENCH mdev create+remove x$n mbochs-small: vgpu-host batch $tb ms, vgpu-host per-instance $te ms, raw shell $tr ms, mdevctl $tm ms; ratios batch/raw $rb, per-instance/raw $re, mdevctl/batch $rm_, mdevctl/per-instance $rme ($rounds rounds, same run); one vgpu-host process start alone: $ts ms, a bare hello-world Go binary's: $tg ms (floor for any Go tool's batch: $rf x raw)"
@@ -94,5 +96,7 @@ bench mdev_bare_go_start_ms "$tg" ms
 bench mdev_go_floor_ratio "$rf" x
 bench mdev_each_ratio "$re" x
 bench mdev_mdevctl_over_batch "$rm_" x
+bench mdev_own_cost "$own" x
+echo "BENCH mdev create+remove own cost: batch ratio $rb - floor $rf = $own (goal <= 0.30)"
 pass "mdev bench: $n instances created and removed by all four, nothing left"
 rm -f /var/lib/vgpu-host/vgpu-instances.json
