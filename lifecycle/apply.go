@@ -198,24 +198,21 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 	if err != nil {
 		return c, "", err
 	}
-	// Devices of domains vgpu-host did not create only matter to an allocation that takes
-	// devices: look (one XML per domain on the connection) only when it claims something.
-	// The look before the transaction reads the claims index, and the VM names only then.
-	var known map[string]bool
-	if err := l.o.Ledger.View(func(before *ledger.Book) error {
-		if p, err := l.resolve(ctx, vm, vt, inv, before, nil, nil); err != nil || len(p.Claims) > 0 {
-			known = map[string]bool{}
+	// Devices of domains vgpu-host did not create only matter to a VM that takes devices:
+	// look (one XML per domain on the connection) only then, knowing the VM names the ledger
+	// has. The spec says whether it may take any; it is resolved once, in the transaction.
+	var fp map[host.Address]string
+	var fm map[string]string
+	if vm.TakesDevices() {
+		known := map[string]bool{}
+		if err := l.o.Ledger.View(func(before *ledger.Book) error {
 			for _, n := range before.Names() {
 				known[n] = true
 			}
+			return nil
+		}); err != nil {
+			return c, "", err
 		}
-		return nil
-	}); err != nil {
-		return c, "", err
-	}
-	var fp map[host.Address]string
-	var fm map[string]string
-	if known != nil {
 		if fp, fm, err = l.foreign(ctx, func(name string) bool { return known[name] }); err != nil {
 			return c, "", err
 		}

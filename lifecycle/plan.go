@@ -102,7 +102,7 @@ type Lifecycle struct {
 	o     Options
 	taken int // steps taken by this process (for CrashAt)
 	// checked holds the preflight refusals of each group read in this call (apply resolves
-	// twice, before and inside its ledger transaction; the binder checks again when it binds).
+	// again after converging or tearing down; the binder checks again when it binds).
 	checked map[string][]vfio.Refusal
 }
 
@@ -282,8 +282,10 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		// Without the host's SMT siblings (a fake root without them) every CPU is a core.
 		siblings, _ = host.ThreadSiblings(l.o.Root)
 	}
-	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings})
-	if err != nil {
+	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings,
+		HostDevices: true, Root: l.o.Root, ImagesDir: l.o.PoolDir})
+	var deviceErr *domains.HostDeviceError
+	if err != nil && !errors.As(err, &deviceErr) {
 		if errors.Is(err, host.ErrNotFound) && len(book.AllClaims())+len(foreignPCI) > 0 {
 			// Devices exist but others hold them: say busy, not absent, and who holds them
 			// when the spec would resolve on a host where nobody held anything.
@@ -298,14 +300,11 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 				return nil, fmt.Errorf("%w (%s)", err, held)
 			}
 		}
-		return nil, err
 	}
-	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
-	nicVFs, err := l.nicVFs(vm)
 	if err != nil {
 		return nil, err
 	}
-	p.Claims = append(p.Claims, nicVFs...)
+	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
 	p.SpecHash = specHash(vm, vt, l.o.Customize != nil)
 	if err := checkClaims(p.Claims, name, book, foreignMdev); err != nil {
 		return nil, err
@@ -325,14 +324,11 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		return nil, err
 	}
 	if l.o.Root.IsReal() || l.o.CheckFiles {
-		if err := CheckSpecFiles(SpecFiles(vm, l.buildOpts()), QEMUUsers); err != nil {
+		if err := CheckSpecFiles(specFiles(vm, alloc.Disks), QEMUUsers); err != nil {
 			return nil, err
 		}
 	}
-	if err := checkUSB(l.o.Root, vm); err != nil {
-		return nil, err
-	}
-	storage, err := l.storageSteps(vm)
+	storage, err := l.storageSteps(vm, alloc)
 	if err != nil {
 		return nil, err
 	}
@@ -430,10 +426,9 @@ func checkClaims(claims []ledger.Claim, name string, book *ledger.Book, foreignM
 }
 
 // storageSteps lists the pool, overlay and seed steps of vm's disks and cloud-init.
-func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
+func (l *Lifecycle) storageSteps(vm *domains.VM, alloc *domains.Allocation) ([]step.Step, error) {
 	var out []step.Step
-	files := vm.DiskFiles(l.buildOpts())
-	seed := vm.SeedISOPath(l.buildOpts())
+	files, seed := alloc.Disks, alloc.SeedISO
 	needPool := seed != ""
 	for _, f := range files {
 		needPool = needPool || f.Create || f.URL != ""
@@ -579,64 +574,4 @@ func (l *Lifecycle) seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 		s.UserData = "#cloud-config\n"
 	}
 	return s, nil
-}
-
-// checkUSB finds every host USB device the spec names, so a device that is not plugged in
-// fails plan (exit 6, naming it) instead of the guest's start.
-func checkUSB(root host.Root, vm *domains.VM) error {
-	want := vm.Spec.Devices.USB
-	if len(want) == 0 {
-		return nil
-	}
-	have, err := host.USBDevices(root)
-	if err != nil {
-		return err
-	}
-	for i, u := range want {
-		found := slices.ContainsFunc(have, func(h host.USBDevice) bool {
-			if u.Vendor != "" {
-				return h.Vendor == u.Vendor && h.Product == u.Product
-			}
-			return h.Bus == u.Bus && h.Device == u.Device
-		})
-		if !found {
-			return fmt.Errorf("spec.devices.usb[%d]: no USB device %s on this host (%d USB devices; lsusb lists them; a device's bus/device number changes when it is plugged again): %w",
-				i, u, len(have), host.ErrNotFound)
-		}
-	}
-	return nil
-}
-
-// nicVFs checks the SR-IOV NIC VFs the spec gives the guest (devices.nics[] of type hostdev)
-// and returns their claims, so two VMs never get one VF: each must exist, be a VF, and be on
-// vfio-pci already (the domain says managed='no': libvirt binds nothing).
-func (l *Lifecycle) nicVFs(vm *domains.VM) ([]ledger.Claim, error) {
-	var out []ledger.Claim
-	for i, n := range vm.Spec.Devices.NICs {
-		if n.Type != "hostdev" {
-			continue
-		}
-		field := fmt.Sprintf("spec.devices.nics[%d].vf", i)
-		a, err := host.ParseAddress(n.VF)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w: %w", field, err, host.ErrInvalid)
-		}
-		fl, err := host.ReadFunctionLinks(l.o.Root, a)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		if fl.PhysFn == nil {
-			return nil, fmt.Errorf("%s: %s is not an SR-IOV VF (no physfn): give one of its PF's VFs (vgpu-host vf list): %w", field, a, host.ErrInvalid)
-		}
-		if fl.Driver != "vfio-pci" {
-			drv := fl.Driver
-			if drv == "" {
-				drv = "no driver"
-			}
-			return nil, fmt.Errorf("%s: VF %s is on %s, not vfio-pci: run vgpu-host vf enable %s --count N --driver vfio-pci (or vgpu-host bind %s): %w",
-				field, a, drv, fl.PhysFn, a, host.ErrRefused)
-		}
-		out = append(out, ledger.Claim{Kind: ledger.KindPCI, ID: a.String(), Detail: "nic"})
-	}
-	return out, nil
 }
