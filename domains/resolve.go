@@ -120,8 +120,17 @@ func DomainUUID(name string) string { return vgpu.DomainUUID(name) }
 
 // Resolve decides what each gpus[] entry of a valid vm gets from inv (nil when
 // opts.Offline). A selector that matches nothing is an error wrapping host.ErrNotFound that
-// names the selector, unless the entry's fallback is virtio-gpu.
+// names the selector, unless the entry's fallback is virtio-gpu; a *HeldError when it matches
+// only devices in opts.InUse.
 func Resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, error) {
+	alloc, err := resolve(vm, inv, opts)
+	if err != nil {
+		return nil, explainHeld(vm, inv, opts, err)
+	}
+	return alloc, nil
+}
+
+func resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, error) {
 	if vm == nil {
 		return nil, fmt.Errorf("resolve: no spec: %w", host.ErrInvalid)
 	}

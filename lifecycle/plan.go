@@ -142,6 +142,27 @@ type Plan struct {
 	// 64-bit BARs (nil when they are small); a window too small refuses (check mmio64).
 	MMIO64 *domains.MMIOFit `json:"mmio64,omitempty"`
 	XML    string           `json:"-"`
+	// records are Steps written down (step.RecordOf), read once when planned: the journal
+	// and the output take them from here.
+	records []step.Record
+}
+
+// record returns step i of the plan written down.
+func (p *Plan) record(i int) step.Record {
+	for len(p.records) < len(p.Steps) { // each step written down once
+		p.records = append(p.records, step.RecordOf(p.Steps[len(p.records)].Step))
+	}
+	return p.records[i]
+}
+
+// starts reports whether the plan starts the domain.
+func (p *Plan) starts() bool {
+	for i := range p.Steps {
+		if p.record(i).Action == step.ActStart {
+			return true
+		}
+	}
+	return false
 }
 
 // specHash identifies a spec and the choices that shape its domain.
@@ -249,7 +270,7 @@ func holders(book *ledger.Book, vm string, foreign map[host.Address]string) stri
 
 // pinnedHolders says who holds the GPUs vm's spec names by address: `0000:41:00.0 is
 // allocated to VM "b"`, or "" when nobody else does.
-func pinnedHolders(vm *domains.VM, book *ledger.Book, foreign map[host.Address]string) string {
+func pinnedHolders(vm *domains.VM, holder func(ledger.Claim) string, foreign map[host.Address]string) string {
 	var out []string
 	for _, g := range vm.Spec.GPUs {
 		if g.Passthrough == nil || g.Passthrough.Address == "" {
@@ -259,7 +280,7 @@ func pinnedHolders(vm *domains.VM, book *ledger.Book, foreign map[host.Address]s
 		if err != nil {
 			continue
 		}
-		if h := book.Holder(ledger.Claim{Kind: ledger.KindPCI, ID: a.String()}); h != "" && h != vm.Metadata.Name {
+		if h := holder(ledger.Claim{Kind: ledger.KindPCI, ID: a.String()}); h != "" && h != vm.Metadata.Name {
 			out = append(out, fmt.Sprintf("%s is allocated to VM %q", a, h))
 		} else if d := foreign[a]; d != "" {
 			out = append(out, fmt.Sprintf("%s is used by domain %q, which vgpu-host did not create", a, d))
@@ -282,31 +303,43 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		// Without the host's SMT siblings (a fake root without them) every CPU is a core.
 		siblings, _ = host.ThreadSiblings(l.o.Root)
 	}
-	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings,
-		HostDevices: true, Root: l.o.Root, ImagesDir: l.o.PoolDir})
-	var deviceErr *domains.HostDeviceError
-	if err != nil && !errors.As(err, &deviceErr) {
-		if errors.Is(err, host.ErrNotFound) && len(book.AllClaims())+len(foreignPCI) > 0 {
-			// Devices exist but others hold them: say busy, not absent, and who holds them
-			// when the spec would resolve on a host where nobody held anything.
-			if _, ferr := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt}); ferr == nil {
-				return nil, fmt.Errorf("%s; the others are allocated to %s (vgpu-host status lists them): %w",
-					strings.TrimSuffix(err.Error(), ": "+host.ErrNotFound.Error()), holders(book, name, foreignPCI), host.ErrBusy)
-			}
-			return nil, fmt.Errorf("%w (devices held by other VMs are skipped): %w", err, host.ErrBusy)
-		}
-		if errors.Is(err, host.ErrBusy) {
-			if held := pinnedHolders(vm, book, foreignPCI); held != "" {
-				return nil, fmt.Errorf("%w (%s)", err, held)
-			}
-		}
+	holder := func(c ledger.Claim) string { return book.Holder(c) }
+	var customize func(d *libvirtxml.Domain) error
+	if l.o.Customize != nil {
+		customize = func(d *libvirtxml.Domain) error { return l.o.Customize(vm, d) }
 	}
-	if err != nil {
+	prep, err := domains.Prepare(vm, inv, domains.PrepareOptions{
+		Resolve: domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings,
+			HostDevices: true, Root: l.o.Root, ImagesDir: l.o.PoolDir},
+		Build:        l.buildOpts(),
+		Owned:        func(c ledger.Claim) bool { return holder(c) == name },
+		Customize:    customize,
+		PhysAddrBits: host.PhysAddrBits(l.o.Root),
+	})
+	var held *domains.HeldError
+	var deviceErr *domains.HostDeviceError
+	switch {
+	case err == nil:
+	case errors.As(err, &deviceErr):
+		return nil, err
+	case errors.As(err, &held) && len(book.AllClaims())+len(foreignPCI) > 0:
+		// Devices exist but others hold them: say busy, not absent, and who holds them.
+		return nil, fmt.Errorf("%s; the others are allocated to %s (vgpu-host status lists them): %w",
+			strings.TrimSuffix(err.Error(), ": "+host.ErrNotFound.Error()), holders(book, name, foreignPCI), host.ErrBusy)
+	case errors.Is(err, host.ErrNotFound) && len(book.AllClaims())+len(foreignPCI) > 0:
+		return nil, fmt.Errorf("%w (devices held by other VMs are skipped): %w", err, host.ErrBusy)
+	case errors.Is(err, host.ErrBusy):
+		if held := pinnedHolders(vm, holder, foreignPCI); held != "" {
+			return nil, fmt.Errorf("%w (%s)", err, held)
+		}
+		return nil, err
+	default:
 		return nil, err
 	}
-	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
+	alloc := prep.Alloc
+	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: prep.Claims, XML: prep.XML}
 	p.SpecHash = specHash(vm, vt, l.o.Customize != nil)
-	if err := checkClaims(p.Claims, name, book, foreignMdev); err != nil {
+	if err := checkClaims(p.Claims, name, holder, foreignMdev); err != nil {
 		return nil, err
 	}
 	for _, g := range alloc.GPUs {
@@ -314,12 +347,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 			p.Fallback = append(p.Fallback, fmt.Sprintf("gpus[%d]: no physical GPU or vGPU free, attached virtio-gpu instead (%s)", g.Index, g.Reason))
 		}
 	}
-	hostSteps, notes, err := alloc.HostSteps(&domains.Numbering{Owned: func(c ledger.Claim) bool { return book.Holder(c) == name }})
-	if err != nil {
-		return nil, err
-	}
-	p.Alloc.Notes = append(p.Alloc.Notes, notes...)
-	p.add(hostSteps...)
+	p.add(prep.HostSteps...)
 	if err := l.preflight(ctx, p); err != nil {
 		return nil, err
 	}
@@ -333,11 +361,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		return nil, err
 	}
 	p.add(storage...)
-	var dom *libvirtxml.Domain
-	if p.XML, dom, err = l.domainXML(vm, alloc); err != nil {
-		return nil, err
-	}
-	l.predictMMIO(p, alloc, dom)
+	l.predictMMIO(p, prep.MMIO)
 	p.add(step.Define{VM: name, VirtType: vt})
 	if !l.o.NoStart {
 		p.add(step.Start{VM: name})
@@ -411,14 +435,14 @@ func (p *Plan) add(ss ...step.Step) {
 
 // checkClaims refuses claims another VM holds in the ledger, or mdevs a domain vgpu-host did
 // not create uses.
-func checkClaims(claims []ledger.Claim, name string, book *ledger.Book, foreignMdev map[string]string) error {
+func checkClaims(claims []ledger.Claim, name string, holder func(ledger.Claim) string, foreignMdev map[string]string) error {
 	for _, c := range claims {
 		if c.Kind == ledger.KindMdev {
 			if h := foreignMdev[c.ID]; h != "" {
 				return fmt.Errorf("mdev %s is used by domain %q, which vgpu-host did not create: %w", c.ID, h, host.ErrBusy)
 			}
 		}
-		if h := book.Holder(c); h != "" && h != name {
+		if h := holder(c); h != "" && h != name {
 			return fmt.Errorf("%s %s is allocated to VM %q: %w", c.Kind, c.ID, h, host.ErrBusy)
 		}
 	}
@@ -463,30 +487,10 @@ func (l *Lifecycle) storageSteps(vm *domains.VM, alloc *domains.Allocation) ([]s
 	return out, nil
 }
 
-// domainXML builds, customizes and marshals vm's domain.
-func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string, *libvirtxml.Domain, error) {
-	name := vm.Metadata.Name
-	d, err := domains.Build(vm, alloc, l.buildOpts())
-	if err != nil {
-		return "", nil, err
-	}
-	if l.o.Customize != nil {
-		if err := l.o.Customize(vm, d); err != nil {
-			return "", nil, fmt.Errorf("customize domain %s: %w", name, err)
-		}
-	}
-	x, err := domains.Marshal(d)
-	if err != nil {
-		return "", nil, fmt.Errorf("marshal domain %s: %w", name, err)
-	}
-	return x, d, nil
-}
-
 // predictMMIO records whether the guest's 64-bit MMIO window will hold the domain's BARs, and
 // refuses the plan (check mmio64, forceable) when it will not: the guest would boot without
 // mapping the device.
-func (l *Lifecycle) predictMMIO(p *Plan, alloc *domains.Allocation, d *libvirtxml.Domain) {
-	f := domains.PredictMMIO(alloc, d, host.PhysAddrBits(l.o.Root))
+func (l *Lifecycle) predictMMIO(p *Plan, f *domains.MMIOFit) {
 	p.MMIO64 = f
 	if f == nil || f.Fits {
 		return
