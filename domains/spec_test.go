@@ -108,9 +108,9 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ve *domains.ValidationError
+	var ve *domains.InvalidSpecError
 	if err := vm.Validate(); !errors.As(err, &ve) {
-		t.Fatalf("want *ValidationError, got %v", err)
+		t.Fatalf("want *InvalidSpecError, got %v", err)
 	}
 	paths := map[string]int{}
 	for _, p := range ve.Problems {

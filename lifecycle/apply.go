@@ -137,7 +137,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*VMApplyResult, 
 
 // claimed is what apply's claiming transaction decided.
 type claimed struct {
-	plan *Plan
+	plan *VMPlan
 	// unchanged: the VM is applied with this very spec; fresh: it was not in the ledger.
 	unchanged, fresh bool
 	// preN is the journal number of the first step, recorded with the claims (0 when none).
@@ -275,7 +275,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 
 // keepRunning handles a re-apply of the same spec: nothing changes, but a domain removed
 // behind vgpu-host's back is converged from scratch, and a stopped one is started.
-func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan, res *VMApplyResult) (*VMApplyResult, error) {
+func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *VMPlan, res *VMApplyResult) (*VMApplyResult, error) {
 	name := vm.Metadata.Name
 	st, err := l.o.Conn.State(ctx, name)
 	if errors.Is(err, virt.ErrNoDomain) {
@@ -414,7 +414,7 @@ func (l *Lifecycle) do(ctx context.Context, name string, ps step.Step, rec step.
 // markApplied marks the last step done and the VM applied with the plan's spec. Nothing is
 // done on the strength of that record, so it settles (ledger.Settle): a power loss may leave
 // the last step recorded as taken, not done, as a kill -9 before it would.
-func (l *Lifecycle) markApplied(name string, plan *Plan, pending int) error {
+func (l *Lifecycle) markApplied(name string, plan *VMPlan, pending int) error {
 	err := l.o.Ledger.Settle(func(b *ledger.Book) error {
 		e := b.Entry(name)
 		if pending > 0 {
@@ -447,7 +447,7 @@ func (l *Lifecycle) fail(ctx context.Context, name string, fresh bool, taken []l
 }
 
 // env is what a step of vm (spec spec, plan plan; both nil for an undo) is taken in.
-func (l *Lifecycle) env(vm string, spec *domains.VM, plan *Plan) step.Env {
+func (l *Lifecycle) env(vm string, spec *domains.VM, plan *VMPlan) step.Env {
 	return &stepEnv{l: l, vm: vm, spec: spec, plan: plan}
 }
 
@@ -455,7 +455,7 @@ type stepEnv struct {
 	l    *Lifecycle
 	vm   string
 	spec *domains.VM
-	plan *Plan
+	plan *VMPlan
 }
 
 func (e *stepEnv) VM() string        { return e.vm }

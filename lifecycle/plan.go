@@ -123,8 +123,8 @@ func New(o Options) *Lifecycle {
 	return &Lifecycle{o: o, checked: map[string][]vfio.Refusal{}}
 }
 
-// Plan is what apply would do for one VM.
-type Plan struct {
+// VMPlan is what apply would do for one VM.
+type VMPlan struct {
 	VM       string              `json:"vm"`
 	SpecHash string              `json:"spec_hash"`
 	VirtType string              `json:"virt_type"`
@@ -148,7 +148,7 @@ type Plan struct {
 }
 
 // record returns step i of the plan written down.
-func (p *Plan) record(i int) step.Record {
+func (p *VMPlan) record(i int) step.Record {
 	for len(p.records) < len(p.Steps) { // each step written down once
 		p.records = append(p.records, step.RecordOf(p.Steps[len(p.records)].Step))
 	}
@@ -156,7 +156,7 @@ func (p *Plan) record(i int) step.Record {
 }
 
 // starts reports whether the plan starts the domain.
-func (p *Plan) starts() bool {
+func (p *VMPlan) starts() bool {
 	for i := range p.Steps {
 		if p.record(i).Action == step.ActStart {
 			return true
@@ -296,7 +296,7 @@ func (l *Lifecycle) buildOpts() domains.BuildOptions {
 
 // resolve resolves vm (domain type vt) against inv and the book, and lists the steps. It asks
 // libvirt nothing, so apply can call it while it holds the ledger's lock.
-func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*Plan, error) {
+func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*VMPlan, error) {
 	name := vm.Metadata.Name
 	var siblings map[int][]int
 	if vm.Spec.CPU.Pin != nil && vm.Spec.CPU.Pin.Auto {
@@ -337,7 +337,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 		return nil, err
 	}
 	alloc := prep.Alloc
-	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: prep.Claims, XML: prep.XML}
+	p := &VMPlan{VM: name, VirtType: vt, Alloc: alloc, Claims: prep.Claims, XML: prep.XML}
 	p.SpecHash = specHash(vm, vt, l.o.Customize != nil)
 	if err := checkClaims(p.Claims, name, holder, foreignMdev); err != nil {
 		return nil, err
@@ -371,7 +371,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 
 // preflight runs the binder's safety checks for every group the plan binds, and for every
 // passthrough slot libvirt will bind itself (managed: true), before anything changes.
-func (l *Lifecycle) preflight(ctx context.Context, p *Plan) error {
+func (l *Lifecycle) preflight(ctx context.Context, p *VMPlan) error {
 	if l.o.Host == nil {
 		return nil
 	}
@@ -413,7 +413,7 @@ func (l *Lifecycle) preflight(ctx context.Context, p *Plan) error {
 // Refused returns the error apply gives for the plan's refusals that are not forced: busy
 // (host.ErrBusy, exit 5) when processes hold the devices and nothing else refuses, refused
 // (host.ErrRefused, exit 4) otherwise; nil when there are none.
-func (p *Plan) Refused() error {
+func (p *VMPlan) Refused() error {
 	var rs []vfio.Refusal
 	for _, r := range p.Refusals {
 		if !slices.Contains(p.Forced, r.Check) {
@@ -427,7 +427,7 @@ func (p *Plan) Refused() error {
 }
 
 // add appends steps to the plan.
-func (p *Plan) add(ss ...step.Step) {
+func (p *VMPlan) add(ss ...step.Step) {
 	for _, s := range ss {
 		p.Steps = append(p.Steps, step.Planned{Step: s})
 	}
@@ -490,7 +490,7 @@ func (l *Lifecycle) storageSteps(vm *domains.VM, alloc *domains.Allocation) ([]s
 // predictMMIO records whether the guest's 64-bit MMIO window will hold the domain's BARs, and
 // refuses the plan (check mmio64, forceable) when it will not: the guest would boot without
 // mapping the device.
-func (l *Lifecycle) predictMMIO(p *Plan, f *domains.MMIOFit) {
+func (l *Lifecycle) predictMMIO(p *VMPlan, f *domains.MMIOFit) {
 	p.MMIO64 = f
 	if f == nil || f.Fits {
 		return
@@ -502,7 +502,7 @@ func (l *Lifecycle) predictMMIO(p *Plan, f *domains.MMIOFit) {
 }
 
 // Plan returns what Apply would do for each spec, changing nothing.
-func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error) {
+func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*VMPlan, error) {
 	l.checked = map[string][]vfio.Refusal{}
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {
@@ -516,7 +516,7 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 	if err != nil {
 		return nil, err
 	}
-	var out []*Plan
+	var out []*VMPlan
 	for _, vm := range vms {
 		vt, err := l.virtType(ctx, vm)
 		if err != nil {
