@@ -13,6 +13,7 @@ import (
 // TestDefineOnTestDriver lets libvirt judge every example: DOMAIN_DEFINE_VALIDATE checks the
 // RNG schema (without it the test driver silently drops what it doesn't know).
 func TestDefineOnTestDriver(t *testing.T) {
+	t.Parallel()
 	conn, err := libvirt.NewConnect("test:///default")
 	if err != nil {
 		t.Fatalf("connect test:///default: %v", err)
@@ -42,6 +43,7 @@ func TestDefineOnTestDriver(t *testing.T) {
 // TestVirtXMLValidate runs libvirt's own schema validator (libvirt-clients + xmllint) over
 // every rendering.
 func TestVirtXMLValidate(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("virt-xml-validate"); err != nil {
 		skipOrFail(t, "virt-xml-validate not installed (libvirt-clients)")
 	}

@@ -53,6 +53,7 @@ type guestFn struct {
 // its companions are functions of the same guest slot, GPU at function 0 with
 // multifunction='on' (and only there); on pc each GPU gets a bus-0 slot the same way.
 func TestMultiGPUTopology(t *testing.T) {
+	t.Parallel()
 	for _, machine := range []string{"q35", "pc"} {
 		body := multiGPU
 		if machine == "pc" {
@@ -171,6 +172,7 @@ func TestMultiGPUTopologyNative(t *testing.T) {
 // functions of its slot are its PF and siblings), and an address naming a GPU's companion is
 // refused with the GPU to name instead.
 func TestPassthroughAddressChecks(t *testing.T) {
+	t.Parallel()
 	inv := testInventory()
 	alloc, err := domains.Resolve(mustSpec(t, "  gpus:\n    - passthrough: {address: \"41:00.4\"}\n"), inv, domains.ResolveOptions{})
 	if err != nil {
@@ -199,6 +201,7 @@ func TestPassthroughAddressChecks(t *testing.T) {
 // TestMdevUUIDOfAnotherType: a UUID that exists on the host as another type is busy, not
 // something to create again.
 func TestMdevUUIDOfAnotherType(t *testing.T) {
+	t.Parallel()
 	inv := testInventory()
 	u := "6f0b6b0e-0a4e-4b8e-9d1a-1f2e3d4c5b6a"
 	inv.MdevParents[0].Types[1].Instances = []string{u}
@@ -211,6 +214,7 @@ func TestMdevUUIDOfAnotherType(t *testing.T) {
 // TestVGPUDisplayOptions: display alone gets ramfb too; ramfb: false keeps display only; the
 // result is accepted by libvirt's schema.
 func TestVGPUDisplayOptions(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		body           string
 		display, ramfb string
@@ -239,6 +243,7 @@ func TestVGPUDisplayOptions(t *testing.T) {
 
 // TestMACCanonical: MAC spellings net.ParseMAC accepts become the colon form libvirt parses.
 func TestMACCanonical(t *testing.T) {
+	t.Parallel()
 	for _, mac := range []string{"52-54-00-AA-BB-CC", "5254.00aa.bbcc", "52:54:00:AA:bb:cc"} {
 		vm := mustSpec(t, "  network: {mac: \""+mac+"\"}\n")
 		alloc, err := domains.Resolve(vm, nil, domains.ResolveOptions{Offline: true})
@@ -259,6 +264,7 @@ func TestMACCanonical(t *testing.T) {
 
 // TestIDEDiskNames: on machine pc, SATA disks become IDE (hda, hdb), and libvirt takes them.
 func TestIDEDiskNames(t *testing.T) {
+	t.Parallel()
 	vm := mustSpec(t, "  machine: pc\n  firmware: bios\n  disks:\n    - {path: /var/lib/a.raw, bus: sata}\n  cloudInit: {metaData: \"instance-id: x\"}\n")
 	alloc, err := domains.Resolve(vm, nil, domains.ResolveOptions{Offline: true})
 	if err != nil {
