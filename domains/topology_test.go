@@ -53,7 +53,6 @@ type guestFn struct {
 // its companions are functions of the same guest slot, GPU at function 0 with
 // multifunction='on' (and only there); on pc each GPU gets a bus-0 slot the same way.
 func TestMultiGPUTopology(t *testing.T) {
-	t.Parallel()
 	for _, machine := range []string{"q35", "pc"} {
 		body := multiGPU
 		if machine == "pc" {
@@ -214,7 +213,6 @@ func TestMdevUUIDOfAnotherType(t *testing.T) {
 // TestVGPUDisplayOptions: display alone gets ramfb too; ramfb: false keeps display only; the
 // result is accepted by libvirt's schema.
 func TestVGPUDisplayOptions(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct {
 		body           string
 		display, ramfb string
@@ -243,7 +241,6 @@ func TestVGPUDisplayOptions(t *testing.T) {
 
 // TestMACCanonical: MAC spellings net.ParseMAC accepts become the colon form libvirt parses.
 func TestMACCanonical(t *testing.T) {
-	t.Parallel()
 	for _, mac := range []string{"52-54-00-AA-BB-CC", "5254.00aa.bbcc", "52:54:00:AA:bb:cc"} {
 		vm := mustSpec(t, "  network: {mac: \""+mac+"\"}\n")
 		alloc, err := domains.Resolve(vm, nil, domains.ResolveOptions{Offline: true})
@@ -264,7 +261,6 @@ func TestMACCanonical(t *testing.T) {
 
 // TestIDEDiskNames: on machine pc, SATA disks become IDE (hda, hdb), and libvirt takes them.
 func TestIDEDiskNames(t *testing.T) {
-	t.Parallel()
 	vm := mustSpec(t, "  machine: pc\n  firmware: bios\n  disks:\n    - {path: /var/lib/a.raw, bus: sata}\n  cloudInit: {metaData: \"instance-id: x\"}\n")
 	alloc, err := domains.Resolve(vm, nil, domains.ResolveOptions{Offline: true})
 	if err != nil {
