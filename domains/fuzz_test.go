@@ -116,7 +116,6 @@ func renderSeeds(tb testing.TB) [][]byte {
 // is accepted renders a domain libvirt's schema accepts (DOMAIN_DEFINE_VALIDATE on the test
 // driver checks the RNG schema).
 func TestRenderCorpusSchemaValid(t *testing.T) {
-	t.Parallel()
 	inputs := renderSeeds(t)
 	files, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzRender", "*"))
 	for _, p := range files {
