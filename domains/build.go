@@ -49,8 +49,8 @@ type Builder struct {
 	nextSlot     uint // i440fx: next bus-0 slot for a GPU
 	targets      targets
 	block        *baseBlock // backing store of the base domain and the steps' fixed parts
-	files        []DiskFile // vm.DiskFiles(Opts), computed once
-	seed         string     // vm.SeedISOPath(Opts)
+	files        []DiskFile // Alloc.Storage(VM, Opts): the disk files
+	seed         string     // and the seed ISO path
 }
 
 // BuildStep is one small part of the build: it reads the builder and fills part of the domain.
@@ -89,7 +89,7 @@ func Build(vm *VM, alloc *Allocation, opts BuildOptions) (*libvirtxml.Domain, er
 		return nil, fmt.Errorf("build %s: allocation has %d gpus for %d in the spec: %w", vm.Metadata.Name, len(alloc.GPUs), len(vm.Spec.GPUs), host.ErrInvalid)
 	}
 	p := &Builder{VM: vm, Alloc: alloc, Opts: opts, nextRootPort: 1, nextSlot: 0x10}
-	p.files, p.seed = vm.DiskFiles(opts), vm.SeedISOPath(opts)
+	p.files, p.seed = alloc.Storage(vm, opts)
 	d := base(p)
 	for _, step := range BuildSteps {
 		if err := step(p, d); err != nil {

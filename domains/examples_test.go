@@ -74,6 +74,7 @@ func renderExamples(t testing.TB) []rendering {
 }
 
 func TestExamplesParseAndValidate(t *testing.T) {
+	t.Parallel()
 	for _, f := range exampleFiles(t) {
 		vm, err := domains.Load(f)
 		if err != nil {
@@ -87,6 +88,7 @@ func TestExamplesParseAndValidate(t *testing.T) {
 }
 
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	for _, r := range renderExamples(t) {
 		path := filepath.Join("testdata", r.name+".xml")
 		if *update {
@@ -108,6 +110,7 @@ func TestGolden(t *testing.T) {
 // TestRoundTrip: marshal -> unmarshal -> marshal gives the same document, so nothing the
 // builder sets is lost on the way through libvirtxml.
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, r := range renderExamples(t) {
 		var back libvirtxml.Domain
 		if err := back.Unmarshal(r.xml); err != nil {
@@ -125,6 +128,7 @@ func TestRoundTrip(t *testing.T) {
 
 // TestExampleExpectations pins what each example must contain, independent of goldens.
 func TestExampleExpectations(t *testing.T) {
+	t.Parallel()
 	got := map[string]string{}
 	for _, r := range renderExamples(t) {
 		got[r.name] = r.xml
@@ -176,6 +180,7 @@ func TestExampleExpectations(t *testing.T) {
 // Marshal (xml.MarshalIndent) writes, for every example, offline and online, on the first use
 // of a pooled writer and on every reuse after it, with failed builds in between.
 func TestRenderMatchesMarshal(t *testing.T) {
+	t.Parallel()
 	want := renderExamples(t)
 	for round := 0; round < 3; round++ {
 		for _, r := range want {

@@ -26,6 +26,7 @@ spec:
 // TestFloatsForIntegersRefused: yaml.v3 decoded `vcpus: 1.5` as 1 (and 1e1 as 10) without a
 // word. A float where an integer is meant is now an error naming the line and the field.
 func TestFloatsForIntegersRefused(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ from, to, field string }{
 		{"vcpus: 2", "vcpus: 1.5", "spec.vcpus"},
 		{"vcpus: 2", "vcpus: 2.0", "spec.vcpus"},
@@ -48,6 +49,7 @@ func TestFloatsForIntegersRefused(t *testing.T) {
 // TestHugeSpecRefusedCheaply: a 64 MiB spec made the process grow to ~577 MB. It is now refused
 // before parsing, naming the limit, and reading it allocates little more than the limit.
 func TestHugeSpecRefusedCheaply(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "huge.yaml")
 	f, err := os.Create(p)
 	if err != nil {
@@ -80,6 +82,7 @@ func TestHugeSpecRefusedCheaply(t *testing.T) {
 // "/a//b" and "/a/./b" slipped through, and so did an overlay written over another disk's base
 // image.
 func TestDuplicateDiskPathsRefused(t *testing.T) {
+	t.Parallel()
 	for _, disks := range []string{
 		"    - name: a\n      path: /data/x.img\n    - name: b\n      path: /data//x.img\n",
 		"    - name: a\n      path: /data/x.img\n    - name: b\n      path: /data/./x.img\n",

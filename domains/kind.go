@@ -66,7 +66,7 @@ type Numbering struct {
 
 func (n *Numbering) owned(c vgpu.Claim) bool { return n.Owned != nil && n.Owned(c) }
 
-// Claims lists the devices the allocation takes, in spec order.
+// Claims lists the devices the allocation takes, in spec order: the GPUs', then the NIC VFs'.
 func (a *Allocation) Claims() []vgpu.Claim {
 	var out []vgpu.Claim
 	for _, g := range a.GPUs {
@@ -74,7 +74,7 @@ func (a *Allocation) Claims() []vgpu.Claim {
 			out = append(out, k.claims(g)...)
 		}
 	}
-	return out
+	return append(out, a.nicClaims()...)
 }
 
 // HostSteps lists the host changes apply takes for the allocation, in spec order, and notes

@@ -9,6 +9,7 @@ import (
 // Every kind of the vocabulary has its implementation, and every kind of spec entry is wanted
 // by exactly one kind (the MIG-backed vendor-VFIO kind by none: vendor-vfio's resolve picks it).
 func TestKindsRegistered(t *testing.T) {
+	t.Parallel()
 	for _, k := range vgpu.Kinds {
 		impl, ok := kinds[k]
 		if !ok || impl.Name() != k {
@@ -41,6 +42,7 @@ func TestKindsRegistered(t *testing.T) {
 // managed='no' so libvirt does not detach and reattach behind it); managed: true hands it to
 // libvirt (managed='yes', no bind-group step).
 func TestPassthroughBindingOwner(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		managed   bool
 		want      string

@@ -42,6 +42,7 @@ func TestDefineOnTestDriver(t *testing.T) {
 // TestVirtXMLValidate runs libvirt's own schema validator (libvirt-clients + xmllint) over
 // every rendering.
 func TestVirtXMLValidate(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("virt-xml-validate"); err != nil {
 		skipOrFail(t, "virt-xml-validate not installed (libvirt-clients)")
 	}

@@ -15,6 +15,7 @@ import (
 // it once GPU instances exist, an assign-vgpu step per VF, a managed='no' PCI hostdev; the
 // allocation is named mig-vendor-vfio.
 func TestResolveMIGBackedVendorVFIO(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:80:01.0", "0000:81:00.0", 0, 4, []hosttest.NvidiaVGPUType{
 		{ID: 1210, Name: "NVIDIA H100-1-10C", MaxPerGPU: 7, MIGProfile: "1g.10gb"},

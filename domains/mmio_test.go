@@ -8,6 +8,7 @@ import (
 )
 
 func TestWindowFor(t *testing.T) {
+	t.Parallel()
 	const G = uint64(1) << 30
 	for _, c := range []struct{ sum, largest, want uint64 }{
 		{128*G + 32<<20, 128 * G, 256 * G}, // an A100 80GB: BAR1 128 GiB + BAR3 32 MiB
@@ -26,6 +27,7 @@ func TestWindowFor(t *testing.T) {
 // with the host's, QEMU's default), and what refuses: too small a window, more emulated bits
 // than a KVM host has, a window over RAM; SeaBIOS and unknown host bits are not predicted.
 func TestPredictMMIO(t *testing.T) {
+	t.Parallel()
 	const G = uint64(1) << 30
 	alloc := func(bar uint64) *Allocation {
 		return &Allocation{GPUs: []GPUAllocation{{Slots: []Slot{{BAR64: bar, BAR64Max: bar}}}}}

@@ -33,6 +33,16 @@ type Allocation struct {
 	EmulatorPin string   `json:"emulator_pin,omitempty"`
 	// Notes explain choices a user may want to know about (placeholders, defaults kept).
 	Notes []string `json:"notes,omitempty"`
+
+	// NICVFs are the SR-IOV NIC VFs of devices.nics[] (type hostdev), checked on the host
+	// (ResolveOptions.HostDevices); Claims lists them after the GPUs' claims.
+	NICVFs []host.Address `json:"-"`
+	// Disks are the files of spec.disks and SeedISO the cloud-init seed's path ("" without
+	// cloudInit), listed once by Resolve under ResolveOptions.ImagesDir; Storage returns them.
+	Disks   []DiskFile `json:"-"`
+	SeedISO string     `json:"-"`
+	// storageDir is the images directory Disks and SeedISO are for; "" when Resolve listed none.
+	storageDir string
 }
 
 // GPUAllocation is the resolution of one gpus[] entry.
@@ -94,6 +104,15 @@ type ResolveOptions struct {
 	// ThreadSiblings are the host's SMT sibling sets (host.ThreadSiblings), for cpu.pin: auto;
 	// nil treats every CPU as a core of its own.
 	ThreadSiblings map[int][]int
+	// HostDevices resolves the spec's other host devices on Root too, as plan and apply do:
+	// each devices.nics[] VF must be an SR-IOV VF on vfio-pci (Allocation.NICVFs), each
+	// devices.usb[] device plugged in. A failure is a *HostDeviceError. Render leaves them to
+	// libvirt.
+	HostDevices bool
+	Root        host.Root
+	// ImagesDir is where the VM's overlays and seed go (BuildOptions.ImagesDir): when set,
+	// Resolve lists the disk files and the seed there once (Allocation.Disks, SeedISO).
+	ImagesDir string
 }
 
 // DomainUUID is vgpu.DomainUUID: the domain UUID vgpu-host gives VM name.
@@ -101,8 +120,17 @@ func DomainUUID(name string) string { return vgpu.DomainUUID(name) }
 
 // Resolve decides what each gpus[] entry of a valid vm gets from inv (nil when
 // opts.Offline). A selector that matches nothing is an error wrapping host.ErrNotFound that
-// names the selector, unless the entry's fallback is virtio-gpu.
+// names the selector, unless the entry's fallback is virtio-gpu; a *HeldError when it matches
+// only devices in opts.InUse.
 func Resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, error) {
+	alloc, err := resolve(vm, inv, opts)
+	if err != nil {
+		return nil, explainHeld(vm, inv, opts, err)
+	}
+	return alloc, nil
+}
+
+func resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, error) {
 	if vm == nil {
 		return nil, fmt.Errorf("resolve: no spec: %w", host.ErrInvalid)
 	}
@@ -155,6 +183,19 @@ func Resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, err
 	placePins(vm, alloc, opts.ThreadSiblings)
 	if err := r.sizeMMIO(alloc); err != nil {
 		return nil, err
+	}
+	if opts.HostDevices && inv != nil {
+		var err error
+		if alloc.NICVFs, err = resolveNICVFs(opts.Root, vm); err != nil {
+			return nil, err
+		}
+		if err := checkUSB(opts.Root, vm); err != nil {
+			return nil, err
+		}
+	}
+	if opts.ImagesDir != "" {
+		bo := BuildOptions{ImagesDir: opts.ImagesDir}
+		alloc.Disks, alloc.SeedISO, alloc.storageDir = vm.DiskFiles(bo), vm.SeedISOPath(bo), bo.imagesDir()
 	}
 	return alloc, nil
 }

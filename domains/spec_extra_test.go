@@ -12,6 +12,7 @@ import (
 
 // TestNewKeysInvalid: every new key's bad value is an error naming its path (and line).
 func TestNewKeysInvalid(t *testing.T) {
+	t.Parallel()
 	cases := []struct{ name, yaml, want string }{
 		{"os", "  os: windows10\n", "line 8: spec.os"},
 		{"windows bios", "  os: windows11\n  firmware: bios\n", "spec.firmware: windows11 needs firmware uefi"},
@@ -112,6 +113,7 @@ func render(t *testing.T, text, virtType string) string {
 }
 
 func TestNewKeysRender(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, yaml, virtType string
 		want, not            []string
@@ -166,6 +168,7 @@ func TestNewKeysRender(t *testing.T) {
 // TestLookingGlassMiB pins the documented formula: width*height*4*2 + 10 MiB, rounded up to a
 // power of two MiB.
 func TestLookingGlassMiB(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ w, h, mib uint64 }{{1920, 1080, 32}, {2560, 1440, 64}, {3840, 2160, 128}, {1280, 720, 32}, {800, 600, 16}} {
 		if got := domains.LookingGlassMiB(c.w, c.h); got != c.mib {
 			t.Errorf("%dx%d: %d MiB, want %d", c.w, c.h, got, c.mib)
@@ -177,6 +180,7 @@ func TestLookingGlassMiB(t *testing.T) {
 // 16-31) keeps a guest core's threads on one host core's siblings, gives the emulator the
 // node's first core, and says what it chose.
 func TestPinAuto(t *testing.T) {
+	t.Parallel()
 	vm, err := domains.Parse([]byte(minimal + "  cpu:\n    topology: {cores: 1, threads: 2}\n    pin: auto\n  gpus:\n    - passthrough: {address: \"0000:17:00.0\"}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ spec:
 `
 
 func TestBadSpecs(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		yaml string
@@ -103,14 +104,15 @@ func TestBadSpecs(t *testing.T) {
 
 // TestValidateReportsEveryProblem: one pass names all problems, not just the first.
 func TestValidateReportsEveryProblem(t *testing.T) {
+	t.Parallel()
 	y := strings.Replace(strings.Replace(minimal, "vcpus: 2", "vcpus: -1", 1), "2GiB", "2XB", 1) + "  firmware: coreboot\n"
 	vm, err := domains.Parse([]byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ve *domains.ValidationError
+	var ve *domains.InvalidSpecError
 	if err := vm.Validate(); !errors.As(err, &ve) {
-		t.Fatalf("want *ValidationError, got %v", err)
+		t.Fatalf("want *InvalidSpecError, got %v", err)
 	}
 	paths := map[string]int{}
 	for _, p := range ve.Problems {
@@ -124,6 +126,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 }
 
 func TestSizes(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]uint64{"32GiB": 32 << 30, "512MiB": 512 << 20, "1G": 1 << 30, "500MB": 500e6, "4 KiB": 4096, "1TiB": 1 << 40} {
 		s, err := domains.ParseSize(in)
 		if err != nil || s.Bytes != want {
@@ -140,6 +143,7 @@ func TestSizes(t *testing.T) {
 // TestEscaping: XML-special characters in the description and in cloud-init data end up as
 // data, not markup, and survive a round trip through libvirtxml.
 func TestEscaping(t *testing.T) {
+	t.Parallel()
 	evil := `</description><devices><hostdev/></devices> & "quotes" 'x' ]]>`
 	y := minimal[:strings.Index(minimal, "spec:")] + "  description: " + yamlQuote(evil) + "\n" + minimal[strings.Index(minimal, "spec:"):] +
 		"  cloudInit:\n    userData: |\n      #cloud-config\n      runcmd: [\"echo '<b>&amp;</b>' > /tmp/x\"]\n"
@@ -175,6 +179,7 @@ func yamlQuote(s string) string {
 }
 
 func TestResolveSelectors(t *testing.T) {
+	t.Parallel()
 	parse := func(body string) *domains.VM {
 		t.Helper()
 		vm, err := domains.Parse([]byte(minimal + body))
@@ -259,6 +264,7 @@ func TestResolveSelectors(t *testing.T) {
 }
 
 func TestPhysBits(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		ram, win uint64
 		want     uint

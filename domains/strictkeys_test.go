@@ -47,6 +47,7 @@ func fastest(fn func()) time.Duration {
 // unknown keys cost 50 s of CPU. Now it is refused in about the time a valid spec of the same
 // size takes to parse, listing the first keys and counting the rest.
 func TestUnknownKeysLinear(t *testing.T) {
+	t.Parallel()
 	valid, unknown := bigSpecs(t)
 	if _, err := domains.Parse(valid); err != nil {
 		t.Fatalf("the valid spec: %v", err)
@@ -67,6 +68,7 @@ func TestUnknownKeysLinear(t *testing.T) {
 // TestRepeatedKeysLinear: 80k copies of one key are refused as quickly, naming the first
 // repeat (yaml.v3 made one error per pair: billions).
 func TestRepeatedKeysLinear(t *testing.T) {
+	t.Parallel()
 	valid, _ := bigSpecs(t)
 	var b strings.Builder
 	b.WriteString(minimal)

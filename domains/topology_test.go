@@ -171,6 +171,7 @@ func TestMultiGPUTopologyNative(t *testing.T) {
 // functions of its slot are its PF and siblings), and an address naming a GPU's companion is
 // refused with the GPU to name instead.
 func TestPassthroughAddressChecks(t *testing.T) {
+	t.Parallel()
 	inv := testInventory()
 	alloc, err := domains.Resolve(mustSpec(t, "  gpus:\n    - passthrough: {address: \"41:00.4\"}\n"), inv, domains.ResolveOptions{})
 	if err != nil {
@@ -199,6 +200,7 @@ func TestPassthroughAddressChecks(t *testing.T) {
 // TestMdevUUIDOfAnotherType: a UUID that exists on the host as another type is busy, not
 // something to create again.
 func TestMdevUUIDOfAnotherType(t *testing.T) {
+	t.Parallel()
 	inv := testInventory()
 	u := "6f0b6b0e-0a4e-4b8e-9d1a-1f2e3d4c5b6a"
 	inv.MdevParents[0].Types[1].Instances = []string{u}

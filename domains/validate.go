@@ -27,12 +27,12 @@ func (p Problem) String() string {
 	return fmt.Sprintf("%s: %s", p.Path, p.Msg)
 }
 
-// ValidationError lists every problem Validate found. It wraps host.ErrInvalid.
-type ValidationError struct {
+// InvalidSpecError lists every problem Validate found. It wraps host.ErrInvalid.
+type InvalidSpecError struct {
 	Problems []Problem
 }
 
-func (e *ValidationError) Error() string {
+func (e *InvalidSpecError) Error() string {
 	s := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
 		s[i] = p.String()
@@ -41,7 +41,7 @@ func (e *ValidationError) Error() string {
 }
 
 // Unwrap makes errors.Is(err, host.ErrInvalid) true.
-func (e *ValidationError) Unwrap() error { return host.ErrInvalid }
+func (e *InvalidSpecError) Unwrap() error { return host.ErrInvalid }
 
 // Limits on values that would be typos rather than intent.
 const (
@@ -64,7 +64,7 @@ var (
 	ifnameRE = lazyRE(`^[A-Za-z0-9._-]+$`)
 )
 
-// Validate checks every field and returns a *ValidationError naming each problem's field path
+// Validate checks every field and returns a *InvalidSpecError naming each problem's field path
 // (and YAML line when the VM came from Parse), or nil. It never changes vm.
 func (vm *VM) Validate() error {
 	v := &validator{vm: vm}
@@ -72,7 +72,7 @@ func (vm *VM) Validate() error {
 	if len(v.problems) == 0 {
 		return nil
 	}
-	return &ValidationError{Problems: v.problems}
+	return &InvalidSpecError{Problems: v.problems}
 }
 
 type validator struct {

@@ -13,6 +13,7 @@ import (
 // typed domain (read back through libvirtxml) and libvirt's schema accepts it (render checks
 // with virt-xml-validate, which make test installs).
 func TestXMLPatchesRender(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, yaml string
 		want, not  []string
@@ -58,6 +59,7 @@ func TestXMLPatchesRender(t *testing.T) {
 // need the document (nothing matches, several match, libvirtxml would drop it) fail the build,
 // naming the patch.
 func TestXMLPatchesInvalid(t *testing.T) {
+	t.Parallel()
 	spec := []struct{ name, yaml, want string }{
 		{"two ops", "  xmlPatches:\n    - {set: /domain/on_crash, remove: /domain/on_reboot}\n", "spec.xmlPatches[0]: give exactly one of set, remove, add"},
 		{"relative", "  xmlPatches:\n    - {set: devices/disk, value: x}\n", "must start at /domain"},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseAddress(t *testing.T) {
+	t.Parallel()
 	good := map[string]string{
 		"0000:01:00.0":     "0000:01:00.0",
 		"01:00.1":          "0000:01:00.1",
@@ -32,6 +33,7 @@ func TestParseAddress(t *testing.T) {
 }
 
 func TestAddressJSONAndLibvirt(t *testing.T) {
+	t.Parallel()
 	a := MustParseAddress("0000:41:00.1")
 	b, _ := json.Marshal(map[string]Address{"a": a})
 	if string(b) != `{"a":"0000:41:00.1"}` {
@@ -49,6 +51,7 @@ func TestAddressJSONAndLibvirt(t *testing.T) {
 // String is fmt's "%04x:%02x:%02x.%x" without fmt: the same text for every field value,
 // including domains wider than four digits (VMD's 10000+).
 func TestAddressStringIsPrintf(t *testing.T) {
+	t.Parallel()
 	for _, dom := range []uint32{0, 1, 0xa, 0xff, 0x1234, 0xffff, 0x10000, 0xabcdef, 0xffffffff} {
 		for _, bus := range []uint8{0, 1, 0x1f, 0x80, 0xff} {
 			for dev := uint8(0); dev <= 0x1f; dev += 0xf {

@@ -9,6 +9,7 @@ import (
 // parseBARs' allocation-free helpers agree with what they replace: strings.Fields on ASCII
 // text and strconv.ParseUint(s, 0, 64).
 func TestBARFieldHelpers(t *testing.T) {
+	t.Parallel()
 	for _, line := range []string{"", " ", "a", " a  b\tc ", "0x1 0x2 0x3", "0x1 0x2", "1 2 3 4 5", "\ta\vb\fc\r"} {
 		var f [3][]byte
 		n := fields([]byte(line), f[:])

@@ -13,6 +13,7 @@ import (
 // An A100 mdev parent whose types are alternatives: Capacity is the largest type's
 // available_instances, and check says so instead of the sum (10+4+2 = 16).
 func TestMdevCapacityIsOneTypesMaximum(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(a100)
@@ -45,6 +46,7 @@ func TestMdevCapacityIsOneTypesMaximum(t *testing.T) {
 // On the real-kernel snapshots, every parent's Capacity is one of its types' counts and at
 // least as large as each.
 func TestMdevCapacitySnapshot(t *testing.T) {
+	t.Parallel()
 	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
 	if p == "" {
 		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")

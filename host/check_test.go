@@ -29,6 +29,7 @@ func checks(t *testing.T, root host.Root) (*host.Readiness, map[string]host.Chec
 }
 
 func TestCheckReadyHost(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	dc := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	consumer, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
@@ -55,6 +56,7 @@ func TestCheckReadyHost(t *testing.T) {
 }
 
 func TestCheckNothingAssignable(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.NoIOMMU()
 	tr.SetCmdline("root=/dev/sda1 pcie_acs_override=downstream")
@@ -83,6 +85,7 @@ func TestCheckNothingAssignable(t *testing.T) {
 }
 
 func TestCheckVGPUCapabilities(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(a100)
@@ -105,6 +108,7 @@ func TestCheckVGPUCapabilities(t *testing.T) {
 }
 
 func TestCheckRealKernelSnapshot(t *testing.T) {
+	t.Parallel()
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"))
 	r, c, g := checks(t, root)
 	for name, want := range map[string]host.Verdict{"iommu": host.VerdictOK, "kernel-cmdline": host.VerdictOK, "interrupt-remapping": host.VerdictOK,
@@ -144,6 +148,7 @@ func amdHost(t *testing.T) *hosttest.Tree {
 }
 
 func TestCheckAMDHost(t *testing.T) {
+	t.Parallel()
 	tr := amdHost(t)
 	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "amdgpu")
 	r, c, g := checks(t, tr.Root)
@@ -182,6 +187,7 @@ func TestCheckAMDHost(t *testing.T) {
 }
 
 func TestCheckIntelWording(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t) // GenuineIntel, vmx, dmar0
 	os.Remove(filepath.Join(tr.Dir(), "dev/kvm"))
 	tr.NoIOMMU()
@@ -200,6 +206,7 @@ func TestCheckIntelWording(t *testing.T) {
 }
 
 func TestCheckCmdline(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cmdline string
 		noIOMMU bool

@@ -10,6 +10,7 @@ import (
 )
 
 func TestParseFormatCPUList(t *testing.T) {
+	t.Parallel()
 	got, err := host.ParseCPUList("8-10,0,12\n")
 	if err != nil || !reflect.DeepEqual(got, []int{0, 8, 9, 10, 12}) {
 		t.Fatalf("ParseCPUList = %v, %v", got, err)
@@ -25,6 +26,7 @@ func TestParseFormatCPUList(t *testing.T) {
 }
 
 func TestThreadSiblings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for cpu, sib := range map[string]string{"cpu0": "0,2", "cpu1": "1,3", "cpu2": "0,2", "cpu3": "1,3"} {
 		d := filepath.Join(dir, "sys/devices/system/cpu", cpu, "topology")
@@ -53,6 +55,7 @@ func TestThreadSiblings(t *testing.T) {
 }
 
 func TestPhysAddrBits(t *testing.T) {
+	t.Parallel()
 	root, err := host.NewRoot(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ func errText(err error) string {
 // A devDir, opened or fallen back to full paths, reads what the path-based readers read and
 // fails with the same messages: Scan's warnings quote them.
 func TestDevDirMatchesPathReaders(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) {
 		t.Helper()

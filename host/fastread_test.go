@@ -12,6 +12,7 @@ import (
 // readAttr takes short paths from a stack buffer and long ones from the heap; both must read
 // the file, and a missing file must satisfy fs.ErrNotExist and name the path.
 func TestReadAttrPaths(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	long := filepath.Join(dir, strings.Repeat("d", 200), strings.Repeat("e", 200))
 	if err := os.MkdirAll(long, 0o755); err != nil {

@@ -41,6 +41,7 @@ func problemChecks(h host.DeviceHealth) []string {
 }
 
 func TestCheckDeviceHealthy(t *testing.T) {
+	t.Parallel()
 	tr, _, gpu, _ := healthTree(t)
 	h := host.CheckDevice(tr.Root, gpu, host.CheckOptions{Driver: "vfio-pci"})
 	if !h.Healthy || len(h.Problems) > 0 {
@@ -56,6 +57,7 @@ func TestCheckDeviceHealthy(t *testing.T) {
 
 // Each failure the check knows, on a fake tree: its reason names it.
 func TestCheckDeviceProblems(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name   string
 		break_ func(tr *hosttest.Tree, a host.Address)
@@ -85,6 +87,7 @@ func TestCheckDeviceProblems(t *testing.T) {
 
 // A slower link is a warning, not a problem: GPUs downtrain when idle.
 func TestCheckDeviceSlowLinkWarns(t *testing.T) {
+	t.Parallel()
 	tr, _, gpu, _ := healthTree(t)
 	tr.SetLink(gpu, "2.5 GT/s PCIe", 16, "16.0 GT/s PCIe", 16)
 	tr.SetAER(gpu, 5, 0, 0)
@@ -97,6 +100,7 @@ func TestCheckDeviceSlowLinkWarns(t *testing.T) {
 // The emulator's reset_method follows the kernel: unsupported names are EINVAL, "default"
 // restores, reset takes only 1.
 func TestKernelResetMethod(t *testing.T) {
+	t.Parallel()
 	tr, k, gpu, _ := healthTree(t)
 	ctx := context.Background()
 	if err := k.Write(ctx, tr.Root.PCIDevice(gpu, "reset_method"), "pm"); !errors.Is(err, syscall.EINVAL) {
@@ -127,6 +131,7 @@ func TestKernelResetMethod(t *testing.T) {
 
 // A device whose BAR registers were lost is reset with FLR, comes back, and is not quarantined.
 func TestHandbackResetHeals(t *testing.T) {
+	t.Parallel()
 	tr, k, gpu, other := healthTree(t)
 	tr.LoseConfig(gpu)
 	res, err := host.Handback(context.Background(), tr.Root, k, []host.Released{{Address: gpu, Driver: "vfio-pci"}},
@@ -156,6 +161,7 @@ func TestHandbackResetHeals(t *testing.T) {
 // Each failure that no reset cures ends in a quarantine record naming it; nothing else is
 // touched.
 func TestHandbackQuarantines(t *testing.T) {
+	t.Parallel()
 	hang := func(ctx context.Context, _ host.Address, _ string) error { <-ctx.Done(); return ctx.Err() }
 	fail := func(context.Context, host.Address, string) error { return syscall.EIO }
 	cases := []struct {
@@ -218,6 +224,7 @@ func TestHandbackQuarantines(t *testing.T) {
 // release-quarantine refuses while the device still fails, and clears the record after a
 // clean check; AER counts that rose before the quarantine do not hold it for ever.
 func TestReleaseQuarantine(t *testing.T) {
+	t.Parallel()
 	tr, k, gpu, _ := healthTree(t)
 	tr.SetAER(gpu, 2, 4, 0)
 	tr.SetLink(gpu, "16.0 GT/s PCIe", 4, "16.0 GT/s PCIe", 16)
@@ -244,6 +251,7 @@ func TestReleaseQuarantine(t *testing.T) {
 
 // The policy file is strict and defaults to flr-if-supported.
 func TestHealthPolicy(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	p, err := host.LoadHealthPolicy(tr.Root)
 	if err != nil || p.Reset != host.ResetFLRIfSupported || p.ResetTimeout != 10*time.Second {
@@ -265,6 +273,7 @@ func TestHealthPolicy(t *testing.T) {
 
 // device_specific is tried only while vendor-reset is loaded.
 func TestResetOrder(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	m := []string{"device_specific", "flr", "pm", "bus"}
 	if got := host.ResetOrder(tr.Root, host.ResetAuto, m); !slices.Equal(got, []string{"flr", "pm", "bus"}) {
@@ -287,6 +296,7 @@ func TestResetOrder(t *testing.T) {
 // The agent's periodic check records what it sees and touches nothing: no reset, no
 // quarantine, and the baseline stays, so the handback still sees the AER errors.
 func TestObserveAll(t *testing.T) {
+	t.Parallel()
 	tr, k, gpu, other := healthTree(t)
 	tr.SetAER(gpu, 2, 1, 0)
 	hs, err := host.ObserveAll(tr.Root, time.Now())
@@ -316,6 +326,7 @@ func TestObserveAll(t *testing.T) {
 // as the kernel returned it, resource, reset_method) checks healthy. The emulator's config
 // space follows the same layout; here the real one is judged.
 func TestCheckDeviceOnLabSnapshot(t *testing.T) {
+	t.Parallel()
 	root := hosttest.Snapshot(t, hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz"))
 	ents, err := os.ReadDir(root.Sys("bus", "pci", "devices"))
 	if err != nil {
@@ -345,6 +356,7 @@ func TestCheckDeviceOnLabSnapshot(t *testing.T) {
 // A VF reads 0xffff as its vendor and device and 0 as its BARs (PCIe; the lab's capture) and
 // is healthy; a VF whose whole header reads all ones is not.
 func TestCheckVF(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
 		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 2)
@@ -363,6 +375,7 @@ func TestCheckVF(t *testing.T) {
 
 // An empty policy file is the default policy.
 func TestHealthPolicyEmpty(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.WriteFile("etc/vgpu-host/health.yaml", "")
 	if p, err := host.LoadHealthPolicy(tr.Root); err != nil || p != host.DefaultHealthPolicy {

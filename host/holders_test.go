@@ -9,6 +9,7 @@ import (
 )
 
 func TestDeviceNodes(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
 	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/card1/dev", "226:1\n")

@@ -90,6 +90,7 @@ func TestSysfsWriterStaysInRoot(t *testing.T) {
 // snapshot of a host where /etc links elsewhere, or a hostile one) had state files written
 // through the link. Root.WriteFileAtomic refuses a path that leads out of the root.
 func TestStateWritesStayInRoot(t *testing.T) {
+	t.Parallel()
 	outside := t.TempDir()
 	root, err := NewRoot(t.TempDir())
 	if err != nil {
@@ -123,6 +124,7 @@ func TestStateWritesStayInRoot(t *testing.T) {
 // TestRemoveStaysInRoot: removing a persisted file (a driverctl override, an mdev definition)
 // through a tree whose etc links out of it must not delete the real host's file.
 func TestRemoveStaysInRoot(t *testing.T) {
+	t.Parallel()
 	outside := t.TempDir()
 	victim := filepath.Join(outside, "override")
 	if err := os.WriteFile(victim, []byte("vfio-pci\n"), 0o644); err != nil {

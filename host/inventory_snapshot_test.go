@@ -14,6 +14,7 @@ func addr(s string) host.Address { return host.MustParseAddress(s) }
 // The real-kernel snapshot: Debian 12's 6.1 kernel in QEMU q35 with intel-iommu (see
 // ../../shared/fixtures/README.md for the table these assertions follow).
 func TestScanRealKernelSnapshot(t *testing.T) {
+	t.Parallel()
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"))
 	inv, err := host.Scan(root)
 	if err != nil {
@@ -190,6 +191,7 @@ func checkMdev(t *testing.T, parents []host.MdevParent) {
 
 // The lab's own snapshot, when the lab engineer has committed it: the same discovery invariants.
 func TestScanLabSnapshot(t *testing.T) {
+	t.Parallel()
 	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
 	if p == "" {
 		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
@@ -225,6 +227,7 @@ func TestScanLabSnapshot(t *testing.T) {
 }
 
 func TestReadDeviceMissing(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	_, err := host.ReadDevice(tr.Root, addr("0000:09:00.0"))
 	if !errors.Is(err, host.ErrNotFound) {

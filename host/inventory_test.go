@@ -29,6 +29,7 @@ func scan(t *testing.T, tr *hosttest.Tree) (*host.Inventory, map[host.Address]ho
 }
 
 func TestScanDatacenterGPU(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 1)
 	inv, devs, groups := scan(t, tr)
@@ -60,6 +61,7 @@ func TestScanDatacenterGPU(t *testing.T) {
 }
 
 func TestScanConsumerGPUWithAudio(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
 	_, devs, groups := scan(t, tr)
@@ -91,6 +93,7 @@ func TestScanConsumerGPUWithAudio(t *testing.T) {
 }
 
 func TestScanGPUSharingGroupWithNIC(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, nic := tr.GPUWithNIC("0000:00:0b.0", "0000:03:01.0", "0000:03:02.0")
 	_, devs, groups := scan(t, tr)
@@ -111,6 +114,7 @@ func TestScanGPUSharingGroupWithNIC(t *testing.T) {
 }
 
 func TestScanSRIOVAndVendorVGPU(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:80:01.0", "0000:81:00.0", 0, 3, nil)
 	_, devs, groups := scan(t, tr)
@@ -156,6 +160,7 @@ func TestScanSRIOVAndVendorVGPU(t *testing.T) {
 }
 
 func TestScanMdevParents(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(gpu)
@@ -183,6 +188,7 @@ func TestScanMdevParents(t *testing.T) {
 }
 
 func TestScanNoIOMMU(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.NoIOMMU()
 	tr.AddPCI(hosttest.PCI{Addr: "0000:00:02.0", Vendor: hosttest.VendorIntel, Device: 0x3e92, Class: 0x030000, Driver: "i915", BootVGA: true, Group: -1})
@@ -202,6 +208,7 @@ func TestScanNoIOMMU(t *testing.T) {
 // Bad input: missing attributes become warnings naming the path; a device that vanished
 // between listing and reading is reported; nothing panics.
 func TestScanBadInput(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	other, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "")
@@ -245,6 +252,7 @@ func TestScanBadInput(t *testing.T) {
 }
 
 func TestScanEmptyRoot(t *testing.T) {
+	t.Parallel()
 	r, err := host.NewRoot(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -259,6 +267,7 @@ func TestScanEmptyRoot(t *testing.T) {
 }
 
 func TestParseCreatableVGPUTypes(t *testing.T) {
+	t.Parallel()
 	got, err := host.ParseCreatableVGPUTypes("ID    : vGPU Name\n1155  : NVIDIA L40S-1Q\n1160  : NVIDIA L40S-8Q\n\n")
 	want := []host.VendorVGPUType{{ID: 1155, Name: "NVIDIA L40S-1Q"}, {ID: 1160, Name: "NVIDIA L40S-8Q"}}
 	if err != nil || !reflect.DeepEqual(got, want) {
@@ -276,6 +285,7 @@ func TestParseCreatableVGPUTypes(t *testing.T) {
 }
 
 func TestPCIIDs(t *testing.T) {
+	t.Parallel()
 	ids := host.NewPCIIDsFile(filepath.Join(t.TempDir(), "pci.ids"))
 	if ids.Vendor("10de") != "" {
 		t.Error("a missing pci.ids must give empty names")
@@ -305,6 +315,7 @@ func TestPCIIDs(t *testing.T) {
 // An mdev instance on a PCI parent (NVIDIA vGPU <= 16): Scan lists its own IOMMU group, with
 // the instance as a GroupMdev naming the parent's address and the type, and the group is viable.
 func TestScanMdevInstanceGroup(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:00:01.0", "0000:01:00.0", "nvidia", 0)
 	tr.A100Mdev(gpu)
@@ -343,6 +354,7 @@ func TestScanMdevInstanceGroup(t *testing.T) {
 }
 
 func TestIsMdevUUID(t *testing.T) {
+	t.Parallel()
 	for s, want := range map[string]bool{
 		"66666666-7777-8888-9999-000000000000": true,
 		"0B1F1A58-8F3C-4A1E-9D3E-111111111111": true,
@@ -360,6 +372,7 @@ func TestIsMdevUUID(t *testing.T) {
 // ReadDevice and MdevParents used alone drop the problems Scan reports; their *Warnings /
 // Read* forms return them, naming the device and path.
 func TestStandaloneWarnings(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
 	tr.WriteFile(filepath.Join("sys/bus/pci/devices", gpu.String(), "numa_node"), "not-a-number\n")

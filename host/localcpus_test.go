@@ -16,6 +16,7 @@ import (
 // The later function of each node here has no local_cpulist file at all: reading it would
 // leave its list empty and warn.
 func TestScanReadsLocalCPUsOncePerNode(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := func(addr string, numa int) host.Address {
 		return tr.AddPCI(hosttest.PCI{Addr: addr, Vendor: 0x10de, Device: 0x20b5, Class: 0x030200, Driver: "nvidia", NUMA: numa, NUMASet: true})

@@ -10,6 +10,7 @@ import (
 // TestLogWriter: each write is passed on and reported with its device, path, the value it
 // replaced and the new value; a write-only attribute (nothing to read) reports old "".
 func TestLogWriter(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dev := filepath.Join(dir, "sys", "bus", "pci", "devices", "0000:01:00.0")
 	os.MkdirAll(dev, 0o755)

@@ -15,6 +15,7 @@ import (
 // with the kernel's own links: the group that lists the UUID, the driver link, the parent
 // directory the instance lives in.
 func TestReadMdevInstanceSnapshots(t *testing.T) {
+	t.Parallel()
 	const uuid = "66666666-7777-8888-9999-000000000000"
 	for name, tarball := range map[string]string{
 		"shared fixture": hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"),
@@ -55,6 +56,7 @@ func TestReadMdevInstanceSnapshots(t *testing.T) {
 // A PCI parent (NVIDIA vGPU <= 16): the parent's address is set, the type's name read, and an
 // instance with no driver bound has driver "".
 func TestReadMdevInstancePCIParent(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(gpu)
@@ -78,6 +80,7 @@ func TestReadMdevInstancePCIParent(t *testing.T) {
 }
 
 func TestReadMdevInstanceErrors(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	root, _ := host.NewRoot(tr.Dir())

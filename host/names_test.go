@@ -9,6 +9,7 @@ import (
 )
 
 func TestCheckComponent(t *testing.T) {
+	t.Parallel()
 	for _, ok := range []string{"0000:41:00.0", "mbochs", "nvidia-471", "mbochs-small", "vm_1.a", "0b6c4a8e-1e4f-4b7a-9a43-5f2f3b1e9d10", "GRID A100-4C"} {
 		if err := CheckComponent("name", ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
@@ -23,6 +24,7 @@ func TestCheckComponent(t *testing.T) {
 }
 
 func TestReadFileLimit(t *testing.T) {
+	t.Parallel()
 	p := filepath.Join(t.TempDir(), "big.json")
 	if err := os.WriteFile(p, make([]byte, 2049), 0o644); err != nil {
 		t.Fatal(err)

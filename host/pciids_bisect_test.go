@@ -9,6 +9,7 @@ import (
 // TestVendorLineBisection: bisection finds every vendor of a pci.ids file exactly where a
 // search from the start does, and -1 for IDs that are not there.
 func TestVendorLineBisection(t *testing.T) {
+	t.Parallel()
 	small := []byte("# comment\n0001  SafeNet\n\t0001  eToken\n1002  AMD\n\t5046  Rage 4\n\t\t1002 0001  sub\n# 1af4 is next\n" +
 		"1af4  Red Hat, Inc.\n\t1050  Virtio GPU\n8086  Intel\nffff  Illegal\nC 00  Unclassified\n\t00  Non-VGA\n")
 	files := withMachinePCIIDs(t, small)
@@ -40,6 +41,7 @@ func TestVendorLineBisection(t *testing.T) {
 // TestDeviceLineBisection: in every vendor's section of a pci.ids file, bisection finds each
 // device where a search from the start does, and -1 for IDs that are not there.
 func TestDeviceLineBisection(t *testing.T) {
+	t.Parallel()
 	small := []byte("1002  AMD\n\t0001  first\n\t\t1002 0001  sub\n# comment\n\t5046  Rage 4\n\t\t1002 0001  sub\n\t\t1002 0002  sub2\n\t7000  last\n" +
 		"10de  NVIDIA\n\t0002  n\n\t8000  m\nC 00  Unclassified\n\t00  Non-VGA\n")
 	files := withMachinePCIIDs(t, small)
@@ -95,6 +97,7 @@ func withMachinePCIIDs(t *testing.T, small []byte) map[string][]byte {
 // sections, from several goroutines at once (as Scan does), are the names a resolver without
 // Prefetch gives. Run with -race, it also checks that a lookup waits for the section in flight.
 func TestPrefetchGivesTheSameNames(t *testing.T) {
+	t.Parallel()
 	const path = "/usr/share/misc/pci.ids"
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("no %s", path)

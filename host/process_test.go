@@ -8,6 +8,7 @@ import (
 )
 
 func TestProcessGroups(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r, _ := NewRoot(dir)
 	p := filepath.Join(dir, "proc", "42")

@@ -44,6 +44,7 @@ func linksAgreeWithReadDevice(t *testing.T, root host.Root) int {
 }
 
 func TestReadFunctionLinks(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 1, 2, nil)
 	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "")
@@ -68,6 +69,7 @@ func TestReadFunctionLinks(t *testing.T) {
 }
 
 func TestReadFunctionLinksSnapshot(t *testing.T) {
+	t.Parallel()
 	root := labSnapshot(t)
 	if n := linksAgreeWithReadDevice(t, root); n == 0 {
 		t.Fatal("lab snapshot lists no PCI function")
@@ -75,6 +77,7 @@ func TestReadFunctionLinksSnapshot(t *testing.T) {
 }
 
 func TestListPCIFunctions(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
@@ -94,6 +97,7 @@ func TestListPCIFunctions(t *testing.T) {
 }
 
 func TestDriverLoadedFollowsDriversDir(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.LoadDriver("vfio-pci")
 	if !host.DriverLoaded(tr.Root, "vfio-pci") || host.DriverLoaded(tr.Root, "no-such-driver") {
@@ -102,6 +106,7 @@ func TestDriverLoadedFollowsDriversDir(t *testing.T) {
 }
 
 func TestReadSRIOV(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 1, 2, nil) // offset 4, stride 1
 	sr, warnings, err := host.ReadSRIOV(tr.Root, pf)
@@ -154,6 +159,7 @@ func TestReadSRIOV(t *testing.T) {
 // On the real kernel the VFs computed from sriov_offset/sriov_stride are the ones its virtfn
 // links name, and each VF's physfn link names the PF.
 func TestReadSRIOVSnapshot(t *testing.T) {
+	t.Parallel()
 	root := labSnapshot(t)
 	addrs, err := host.ListPCIFunctions(root)
 	if err != nil {
@@ -192,6 +198,7 @@ func TestReadSRIOVSnapshot(t *testing.T) {
 }
 
 func TestVendorVFReaders(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 1, 2, nil)
 	a100 := tr.DatacenterGPU("0000:50:01.0", "0000:51:00.0", "nvidia", 0)
@@ -218,6 +225,7 @@ func TestVendorVFReaders(t *testing.T) {
 }
 
 func TestReadMdevInstances(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	dir := tr.Mbochs()
 	empty, warnings, err := host.ReadMdevInstances(tr.Root)
@@ -254,6 +262,7 @@ func TestReadMdevInstances(t *testing.T) {
 
 // On the real kernel every entry of /sys/bus/mdev/devices is listed, as ReadMdevInstance reads it.
 func TestReadMdevInstancesSnapshot(t *testing.T) {
+	t.Parallel()
 	root := labSnapshot(t)
 	ents, err := os.ReadDir(root.Sys("bus", "mdev", "devices"))
 	if err != nil || len(ents) == 0 {

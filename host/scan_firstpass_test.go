@@ -15,6 +15,7 @@ import (
 // the class, vendor, device and subsystem_* files: Scan and ReadDevice take them from uevent
 // (one open instead of five) and must not change a value by doing so.
 func TestUeventIDsEqualSeparateFiles(t *testing.T) {
+	t.Parallel()
 	onRealSnapshots(t, func(t *testing.T, root host.Root) {
 		addrs, err := host.ListPCIFunctions(root)
 		if err != nil {

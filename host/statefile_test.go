@@ -126,6 +126,7 @@ func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
 // TestStateFileReadStaysInRoot: a directory component linked out of the root resolves inside
 // it, and a regular state file is read as before; a missing one is fs.ErrNotExist.
 func TestStateFileReadStaysInRoot(t *testing.T) {
+	t.Parallel()
 	root, err := NewRoot(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // lands whole, a missing attribute is ENOENT naming the path and is never created, and a
 // read-only one fails naming it. The files are in t.TempDir(): nothing of the host is touched.
 func TestSysfsWriterRealRootRawFD(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	attr := filepath.Join(dir, "driver_override")
 	if err := os.WriteFile(attr, []byte("old\n"), 0o644); err != nil {
@@ -51,6 +52,7 @@ func TestSysfsWriterRealRootRawFD(t *testing.T) {
 // WaitFor looks once before arming its deadline: a condition that already holds returns at
 // once even with a context that is already done, and one that never holds is ErrWriteTimeout.
 func TestWaitForFirstLookThenPoll(t *testing.T) {
+	t.Parallel()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	looks := 0

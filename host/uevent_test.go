@@ -5,6 +5,7 @@ import "testing"
 // parseUevent takes only well-formed PCI lines: a field it cannot parse is left to its own
 // file (has* false), never guessed.
 func TestParseUevent(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   string
 		want identity

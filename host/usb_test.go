@@ -9,6 +9,7 @@ import (
 // TestUSBDevices reads a tree laid out as the kernel's USB sysfs ABI documents it: a root hub
 // (usb1), a device behind a hub port (1-2.3) and its interface (1-2.3:1.0), which is skipped.
 func TestUSBDevices(t *testing.T) {
+	t.Parallel()
 	root, err := NewRoot(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

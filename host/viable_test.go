@@ -4,6 +4,7 @@ import "testing"
 
 // The one viability rule shared by inspect and the binder.
 func TestMemberViable(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		class  uint32
 		driver string

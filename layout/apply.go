@@ -15,7 +15,7 @@ import (
 
 // Done is one change Apply made (or, in a dry run, would make).
 type Done struct {
-	Change
+	HostChange
 	// Result is "done", or "undone" when a later change failed and this one was undone.
 	Result string `json:"result"`
 	// Instances are the instances it created (mdev UUIDs, VF addresses).
@@ -31,10 +31,10 @@ type ApplyOptions struct {
 	DryRun bool
 }
 
-// ApplyResult is what Apply did.
-type ApplyResult struct {
-	Plan *Plan  `json:"plan"`
-	Done []Done `json:"done"`
+// HostApplyResult is what Apply did.
+type HostApplyResult struct {
+	Plan *HostPlan `json:"plan"`
+	Done []Done    `json:"done"`
 	// Files are the files a dry run would write (persistence); empty otherwise.
 	Files []string `json:"files,omitempty"`
 }
@@ -43,8 +43,8 @@ type ApplyResult struct {
 // uses (mdev remove --undefine, vf enable/disable --persist, mdev create + define, bind/unbind
 // --persist). A change that fails undoes, newest first, every change this run made, and the
 // error says both what failed and whether the undo did. A plan with refusals is not applied.
-func Apply(ctx context.Context, h *Host, plan *Plan, opts ApplyOptions) (*ApplyResult, error) {
-	res := &ApplyResult{Plan: plan, Done: []Done{}}
+func Apply(ctx context.Context, h *Host, plan *HostPlan, opts ApplyOptions) (*HostApplyResult, error) {
+	res := &HostApplyResult{Plan: plan, Done: []Done{}}
 	if err := plan.Err(); err != nil {
 		return res, err
 	}
@@ -52,7 +52,7 @@ func Apply(ctx context.Context, h *Host, plan *Plan, opts ApplyOptions) (*ApplyR
 	env := Env{Host: h, ApplyOptions: opts}
 	bg := context.WithoutCancel(ctx)
 	for _, c := range plan.Changes {
-		d := Done{Change: c, Result: "done"}
+		d := Done{HostChange: c, Result: "done"}
 		out, err := do(ctx, env, c)
 		res.Files = append(res.Files, out.Files...)
 		if err != nil {
@@ -79,7 +79,7 @@ func Apply(ctx context.Context, h *Host, plan *Plan, opts ApplyOptions) (*ApplyR
 }
 
 // do makes one change through its Op.
-func do(ctx context.Context, env Env, c Change) (Outcome, error) {
+func do(ctx context.Context, env Env, c HostChange) (Outcome, error) {
 	if c.Op == nil {
 		return Outcome{}, fmt.Errorf("layout: %w: unknown change %q", host.ErrInvalid, c.Action)
 	}
@@ -135,8 +135,8 @@ func (h *Host) recreate(ctx context.Context, ins []mdev.Instance) error {
 // (source is the file's path, data its content), applies the plan and, unless a dry run,
 // records the selection (SaveSelection). A plan with refusals changes nothing and is
 // returned with its error.
-func ApplyConfig(ctx context.Context, h *Host, f *File, name, source string, data []byte, opts ApplyOptions) (*ApplyResult, error) {
-	var res *ApplyResult
+func ApplyConfig(ctx context.Context, h *Host, f *File, name, source string, data []byte, opts ApplyOptions) (*HostApplyResult, error) {
+	var res *HostApplyResult
 	run := func() error {
 		plan, err := PlanConfig(ctx, h, f, name, opts.Force)
 		if plan == nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
-// Op is what a Change does to the host: one type per action below, each made and undone by
-// its own Do and Undo, as a VM's plan does with step.Step. A Change carries its Op beside the
+// Op is what a HostChange does to the host: one type per action below, each made and undone by
+// its own Do and Undo, as a VM's plan does with step.Step. A HostChange carries its Op beside the
 // words people and JSON see (Action, Target, Detail, Instances); the Op is never marshalled.
 //
 // A layout's ops are not step's types even where they sound alike (create-mdev, bind): a
@@ -20,7 +20,7 @@ import (
 // the VF count host restore applies) and made through the Manager and Binder the imperative
 // commands use, with their dry run.
 type Op interface {
-	// Action says which change this is (ActRemoveMdev, ...), as Change.Action spells it.
+	// Action says which change this is (ActRemoveMdev, ...), as HostChange.Action spells it.
 	Action() string
 	// Do makes the change. Its Outcome says what it created and, in a dry run, which files
 	// it would write; Files may be set with an error too.

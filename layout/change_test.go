@@ -10,12 +10,12 @@ import (
 	"github.com/vgpu-host/vgpu-host/mdev"
 )
 
-// TestChangeJSONKeepsItsShape: a Change and a Done marshal to the same bytes they did before
+// TestChangeJSONKeepsItsShape: a HostChange and a Done marshal to the same bytes they did before
 // changes were typed (action, target, detail, instances; result, created), the Op stays out,
 // and the JSON reads back.
 func TestChangeJSONKeepsItsShape(t *testing.T) {
 	c := newChange(CreateMdev{Parent: "mbochs", Type: "mbochs-medium", Count: 1, UUIDs: []string{"u1"}}, "mbochs", "1× mbochs-medium (defined, start=auto)", []string{"u1"})
-	d := Done{Change: c, Result: "done", Created: []string{"u1"}}
+	d := Done{HostChange: c, Result: "done", Created: []string{"u1"}}
 	for _, tc := range []struct {
 		v    any
 		want string
@@ -63,11 +63,11 @@ func TestEveryActionHasItsOp(t *testing.T) {
 	}
 }
 
-// TestApplyWithoutOpIsRefused: a Change with no Op (one read back from JSON) is not applied:
+// TestApplyWithoutOpIsRefused: a HostChange with no Op (one read back from JSON) is not applied:
 // host.ErrInvalid naming the action, and what came before it is undone.
 func TestApplyWithoutOpIsRefused(t *testing.T) {
 	l := newLab(t)
-	plan := &Plan{Config: "x", Changes: []Change{
+	plan := &HostPlan{Config: "x", Changes: []HostChange{
 		newChange(SetVFs{PF: l.nvme, Count: 2, Driver: mdev.DriverKeep}, l.nvme.String(), "0 → 2 VFs", nil),
 		{Action: "frobnicate", Target: "t", Detail: "d"},
 	}}

@@ -97,7 +97,7 @@ func mustParse(t *testing.T, s string) *File {
 	return f
 }
 
-func (l *lab) apply(t *testing.T, f *File, name string) *ApplyResult {
+func (l *lab) apply(t *testing.T, f *File, name string) *HostApplyResult {
 	t.Helper()
 	res, err := ApplyConfig(context.Background(), l.h, f, name, "test.yaml", []byte(labLayout), ApplyOptions{})
 	if err != nil {
@@ -106,7 +106,7 @@ func (l *lab) apply(t *testing.T, f *File, name string) *ApplyResult {
 	return res
 }
 
-func (l *lab) plan(t *testing.T, f *File, name string) *Plan {
+func (l *lab) plan(t *testing.T, f *File, name string) *HostPlan {
 	t.Helper()
 	p, err := PlanConfig(context.Background(), l.h, f, name, nil)
 	if err != nil {
@@ -115,7 +115,7 @@ func (l *lab) plan(t *testing.T, f *File, name string) *Plan {
 	return p
 }
 
-func actions(p *Plan) []string {
+func actions(p *HostPlan) []string {
 	var out []string
 	for _, c := range p.Changes {
 		out = append(out, c.Action+" "+c.Target)

@@ -46,7 +46,7 @@ type MIGChanges interface {
 	Steps() []string
 }
 
-// Change actions, in the order a plan makes them (Phase).
+// HostChange actions, in the order a plan makes them (Phase).
 const (
 	ActRemoveMdev   = "remove-mdev"   // remove an mdev instance and its definition
 	ActUndefineMdev = "undefine-mdev" // drop a definition whose instance is not active
@@ -75,8 +75,8 @@ var phase = map[string]int{
 // removing an instance a VM uses (in-use).
 var ForceableChecks = append(slices.Clone(vfio.ForceableChecks), vfio.CheckOwner, vfio.CheckNotInLedger, checkInUse)
 
-// Change is one planned change.
-type Change struct {
+// HostChange is one planned change.
+type HostChange struct {
 	Action string `json:"action"`
 	// Target is the device or parent it changes.
 	Target string `json:"target"`
@@ -86,21 +86,21 @@ type Change struct {
 	// UUIDs of the mdev instances it creates.
 	Instances []string `json:"instances,omitempty"`
 	// Op is what the change does to the host, typed per action; it is not marshalled, so a
-	// Change read back from JSON has none.
+	// HostChange read back from JSON has none.
 	Op Op `json:"-"`
 }
 
-// newChange is the Change that makes op, with its Action.
-func newChange(op Op, target, detail string, instances []string) Change {
-	return Change{Action: op.Action(), Target: target, Detail: detail, Instances: instances, Op: op}
+// newChange is the HostChange that makes op, with its Action.
+func newChange(op Op, target, detail string, instances []string) HostChange {
+	return HostChange{Action: op.Action(), Target: target, Detail: detail, Instances: instances, Op: op}
 }
 
-func (c Change) String() string {
+func (c HostChange) String() string {
 	return fmt.Sprintf("%-13s %-14s %s", c.Action, c.Target, c.Detail)
 }
 
-// Refusal is a reason the plan cannot be applied as it is.
-type Refusal struct {
+// HostRefusal is a reason the plan cannot be applied as it is.
+type HostRefusal struct {
 	Target string `json:"target"`
 	// Check names a safety check --force can go past; empty for a request the host cannot
 	// meet (more VFs or instances than it has), which no flag overrides.
@@ -109,24 +109,24 @@ type Refusal struct {
 	err    error
 }
 
-// Plan is what apply would change, and why it may not.
-type Plan struct {
-	Config   string    `json:"config"`
-	Targets  []Target  `json:"targets"`
-	Changes  []Change  `json:"changes"`
-	Refusals []Refusal `json:"refusals,omitempty"`
+// HostPlan is what apply would change, and why it may not.
+type HostPlan struct {
+	Config   string        `json:"config"`
+	Targets  []Target      `json:"targets"`
+	Changes  []HostChange  `json:"changes"`
+	Refusals []HostRefusal `json:"refusals,omitempty"`
 	// Warnings are things worth knowing that do not stop the plan (an entry that selects
 	// nothing here, a check --force went past).
 	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Empty reports whether the host already is in the configuration.
-func (p *Plan) Empty() bool { return len(p.Changes) == 0 }
+func (p *HostPlan) Empty() bool { return len(p.Changes) == 0 }
 
 // Err is the plan's refusals as one error: the first refusal's class (host.ErrInvalid for
 // more VFs than the device has, host.ErrBusy for more instances than available,
 // host.ErrUnsupported, host.ErrRefused naming the VM for a device in use) with every reason.
-func (p *Plan) Err() error {
+func (p *HostPlan) Err() error {
 	if len(p.Refusals) == 0 {
 		return nil
 	}
@@ -154,7 +154,7 @@ type planner struct {
 	h       *Host
 	ctx     context.Context
 	force   []string
-	plan    *Plan
+	plan    *HostPlan
 	inv     *host.Inventory
 	insts   []mdev.Instance
 	parent  map[string]mdev.Parent
@@ -169,7 +169,7 @@ func (pl *planner) refuse(target, check string, err error) {
 		pl.plan.Warnings = append(pl.plan.Warnings, fmt.Sprintf("%s: --force %s: %v", target, check, err))
 		return
 	}
-	pl.plan.Refusals = append(pl.plan.Refusals, Refusal{Target: target, Check: check, Reason: err.Error(), err: err})
+	pl.plan.Refusals = append(pl.plan.Refusals, HostRefusal{Target: target, Check: check, Reason: err.Error(), err: err})
 }
 
 // refuseQuarantined refuses a target that would give guests new instances or VFs while it is
@@ -193,7 +193,7 @@ func (pl *planner) add(op Op, target, detail string, instances []string) {
 // meet, a device a VM uses) found before anything is written. force names the checks (see
 // ForceableChecks) to go past. It writes nothing. A plan with refusals is returned together
 // with its Err.
-func PlanConfig(ctx context.Context, h *Host, f *File, name string, force []string) (*Plan, error) {
+func PlanConfig(ctx context.Context, h *Host, f *File, name string, force []string) (*HostPlan, error) {
 	name, c, err := f.Select(name)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func PlanConfig(ctx context.Context, h *Host, f *File, name string, force []stri
 	if err != nil {
 		return nil, err
 	}
-	pl := &planner{h: h, ctx: ctx, force: force, inv: inv, plan: &Plan{Config: name, Targets: targets, Changes: []Change{}, Warnings: unmatched},
+	pl := &planner{h: h, ctx: ctx, force: force, inv: inv, plan: &HostPlan{Config: name, Targets: targets, Changes: []HostChange{}, Warnings: unmatched},
 		parent: map[string]mdev.Parent{}, migWant: map[string][]string{}}
 	if pl.insts, err = h.Mdev.Instances(); err != nil {
 		return nil, err

@@ -245,15 +245,15 @@ func (f *File) Select(name string) (string, *Config, error) {
 		host.ErrInvalid, len(names), strings.Join(names, ", "))
 }
 
-// ValidationError lists every problem of a layout, each with its field path and line.
-type ValidationError struct{ Problems []string }
+// InvalidFileError lists every problem of a layout, each with its field path and line.
+type InvalidFileError struct{ Problems []string }
 
-func (e *ValidationError) Error() string {
+func (e *InvalidFileError) Error() string {
 	return "invalid layout:\n  - " + strings.Join(e.Problems, "\n  - ")
 }
 
-// Unwrap makes a ValidationError a host.ErrInvalid (exit 2).
-func (e *ValidationError) Unwrap() error { return host.ErrInvalid }
+// Unwrap makes an InvalidFileError a host.ErrInvalid (exit 2).
+func (e *InvalidFileError) Unwrap() error { return host.ErrInvalid }
 
 // Compiled on first use: compiled at package init they cost every vgpu-host command a third of
 // a millisecond of start-up (GODEBUG=inittrace=1), layout or not.
@@ -313,7 +313,7 @@ func (f *File) Validate() error {
 		v.add("configs", "%d configurations are marked default: true (%s); at most one may be", len(defaults), strings.Join(defaults, ", "))
 	}
 	if len(v.problems) > 0 {
-		return &ValidationError{Problems: v.problems}
+		return &InvalidFileError{Problems: v.problems}
 	}
 	return nil
 }

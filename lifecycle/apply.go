@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -136,7 +137,7 @@ func (l *Lifecycle) apply(ctx context.Context, vm *domains.VM) (*VMApplyResult, 
 
 // claimed is what apply's claiming transaction decided.
 type claimed struct {
-	plan *Plan
+	plan *VMPlan
 	// unchanged: the VM is applied with this very spec; fresh: it was not in the ledger.
 	unchanged, fresh bool
 	// preN is the journal number of the first step, recorded with the claims (0 when none).
@@ -198,24 +199,21 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 	if err != nil {
 		return c, "", err
 	}
-	// Devices of domains vgpu-host did not create only matter to an allocation that takes
-	// devices: look (one XML per domain on the connection) only when it claims something.
-	// The look before the transaction reads the claims index, and the VM names only then.
-	var known map[string]bool
-	if err := l.o.Ledger.View(func(before *ledger.Book) error {
-		if p, err := l.resolve(ctx, vm, vt, inv, before, nil, nil); err != nil || len(p.Claims) > 0 {
-			known = map[string]bool{}
+	// Devices of domains vgpu-host did not create only matter to a VM that takes devices:
+	// look (one XML per domain on the connection) only then, knowing the VM names the ledger
+	// has. The spec says whether it may take any; it is resolved once, in the transaction.
+	var fp map[host.Address]string
+	var fm map[string]string
+	if vm.TakesDevices() {
+		known := map[string]bool{}
+		if err := l.o.Ledger.View(func(before *ledger.Book) error {
 			for _, n := range before.Names() {
 				known[n] = true
 			}
+			return nil
+		}); err != nil {
+			return c, "", err
 		}
-		return nil
-	}); err != nil {
-		return c, "", err
-	}
-	var fp map[host.Address]string
-	var fm map[string]string
-	if known != nil {
 		if fp, fm, err = l.foreign(ctx, func(name string) bool { return known[name] }); err != nil {
 			return c, "", err
 		}
@@ -249,7 +247,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 				c.unchanged = true
 				return nil
 			}
-			if !sameClaims(e.Claims, plan.Claims) {
+			if !vgpu.SameClaims(e.Claims, plan.Claims) {
 				return errTeardown
 			}
 		}
@@ -264,8 +262,8 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 		e.Phase, e.URI, e.Pool, e.Fallback = ledger.PhaseApplying, l.o.Conn.URI(), l.o.Pool, plan.Fallback
 		if c.fresh && len(plan.Steps) > 0 {
 			// Record the first step in the claiming transaction (one fsync'd write less).
-			s0 := plan.Steps[0]
-			c.preN = e.Record(string(s0.Action()), s0.Target(), s0.Params())
+			r0 := plan.record(0)
+			c.preN = e.Record(string(r0.Action), r0.Target, r0.Params)
 		}
 		return nil
 	})
@@ -277,7 +275,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 
 // keepRunning handles a re-apply of the same spec: nothing changes, but a domain removed
 // behind vgpu-host's back is converged from scratch, and a stopped one is started.
-func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan, res *VMApplyResult) (*VMApplyResult, error) {
+func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *VMPlan, res *VMApplyResult) (*VMApplyResult, error) {
 	name := vm.Metadata.Name
 	st, err := l.o.Conn.State(ctx, name)
 	if errors.Is(err, virt.ErrNoDomain) {
@@ -290,7 +288,7 @@ func (l *Lifecycle) keepRunning(ctx context.Context, vm *domains.VM, plan *Plan,
 	if err != nil {
 		return res, err
 	}
-	if st != virt.StateRunning && !l.o.NoStart && slices.ContainsFunc(plan.Steps, func(s step.Planned) bool { return s.Action() == step.ActStart }) {
+	if st != virt.StateRunning && !l.o.NoStart && plan.starts() {
 		if err := l.o.Conn.Start(ctx, name); err != nil {
 			return res, fmt.Errorf("apply %s: %w", name, err)
 		}
@@ -313,14 +311,14 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 	preN := c.preN
 	var taken []ledger.JournalStep
 	pending := 0 // a step taken but not yet marked done
-	for _, pl := range c.plan.Steps {
-		ps := pl.Step
-		if handled, err := l.redoOrSkip(ctx, name, ps, c.journal, env, res); err != nil {
+	for i, pl := range c.plan.Steps {
+		ps, rec := pl.Step, c.plan.record(i)
+		if handled, err := l.redoOrSkip(ctx, name, ps, rec, c.journal, env, res); err != nil {
 			return pending, err
 		} else if handled {
 			continue
 		}
-		if ps.Action() == step.ActStart {
+		if rec.Action == step.ActStart {
 			if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
 				res.RestartNeeded = true
 				continue
@@ -335,7 +333,7 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 				// Recorded with the claims but not taken: nothing to undo.
 				_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(preN, ledger.StepUndone); return nil })
 			}
-			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
+			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: %s: %w", name, rec.Text, err))
 		}
 		n := preN
 		if n > 0 {
@@ -345,45 +343,41 @@ func (l *Lifecycle) takeSteps(ctx context.Context, vm *domains.VM, c claimed, re
 			if pending > 0 {
 				e.Mark(pending, ledger.StepDone)
 			}
-			n = e.Record(string(ps.Action()), ps.Target(), ps.Params())
+			n = e.Record(string(rec.Action), rec.Target, rec.Params)
 			return nil
 		}); err != nil {
-			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, ps.Text(), err))
+			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: record %s: %w", name, rec.Text, err))
 		}
 		pending = 0
-		taken = append(taken, ledger.JournalStep{N: n, Action: string(ps.Action()), Target: ps.Target(), Params: ps.Params()})
-		if err := l.take(ctx, name, ps, env, n); err != nil {
+		taken = append(taken, ledger.JournalStep{N: n, Action: string(rec.Action), Target: rec.Target, Params: rec.Params})
+		if err := l.take(ctx, name, ps, rec, env, n); err != nil {
 			if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
 				taken = taken[:len(taken)-1] // nothing was created: forgotten, not undone
 			}
-			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err))
+			return pending, l.fail(ctx, name, c.fresh, taken, fmt.Errorf("apply %s: %s: %w", name, rec.Text, err))
 		}
 		pending = n
-		res.Steps = append(res.Steps, ps.Text())
+		res.Steps = append(res.Steps, rec.Text)
 	}
 	return pending, nil
 }
 
 // redoOrSkip handles a step the journal lists as done: skipped, except the seed and the
 // definition, which are taken again. It returns true for a step it handled.
-func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, journal []ledger.JournalStep, env step.Env, res *VMApplyResult) (bool, error) {
+func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, rec step.Record, journal []ledger.JournalStep, env step.Env, res *VMApplyResult) (bool, error) {
 	if !slices.ContainsFunc(journal, func(s ledger.JournalStep) bool {
-		return s.Action == string(ps.Action()) && s.Target == ps.Target() && s.Status == ledger.StepDone
+		return s.Action == string(rec.Action) && s.Target == rec.Target && s.Status == ledger.StepDone
 	}) {
 		return false, nil
 	}
-	if ps.Action() != step.ActWriteSeed && ps.Action() != step.ActDefine {
+	if rec.Action != step.ActWriteSeed && rec.Action != step.ActDefine {
 		return true, nil
 	}
-	l.progress("%s: %s (again)", name, ps.Text())
-	if err := ps.Do(ctx, env); err != nil {
-		return true, fmt.Errorf("apply %s: %s: %w", name, ps.Text(), err)
+	if err := l.do(ctx, name, ps, rec, env, " (again)"); err != nil {
+		return true, fmt.Errorf("apply %s: %s: %w", name, rec.Text, err)
 	}
-	if err := l.afterDefine(ctx, ps, env); err != nil {
-		return true, fmt.Errorf("apply %s: %w", name, err)
-	}
-	res.Steps = append(res.Steps, ps.Text())
-	if ps.Action() == step.ActDefine {
+	res.Steps = append(res.Steps, rec.Text)
+	if rec.Action == step.ActDefine {
 		if st, err := l.o.Conn.State(ctx, name); err == nil && st == virt.StateRunning {
 			res.RestartNeeded = true
 		}
@@ -393,20 +387,16 @@ func (l *Lifecycle) redoOrSkip(ctx context.Context, name string, ps step.Step, j
 
 // take takes one step recorded as journal number n, stopping dead where the crash test asks
 // (CrashAt). A step that created nothing (errNotTaken, an existing volume) is marked undone.
-func (l *Lifecycle) take(ctx context.Context, name string, ps step.Step, env step.Env, n int) error {
+func (l *Lifecycle) take(ctx context.Context, name string, ps step.Step, rec step.Record, env step.Env, n int) error {
 	l.taken++
 	crash := l.o.CrashAt > 0 && l.taken == l.o.CrashAt && l.o.Crash != nil
 	if crash && l.o.CrashBefore {
 		l.o.Crash()
 	}
-	l.progress("%s: %s", name, ps.Text())
-	if err := ps.Do(ctx, env); err != nil {
+	if err := l.do(ctx, name, ps, rec, env, ""); err != nil {
 		if errors.Is(err, errNotTaken) || errors.Is(err, virt.ErrVolumeExists) {
 			_ = l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepUndone); return nil })
 		}
-		return err
-	}
-	if err := l.afterDefine(ctx, ps, env); err != nil {
 		return err
 	}
 	if crash {
@@ -415,10 +405,16 @@ func (l *Lifecycle) take(ctx context.Context, name string, ps step.Step, env ste
 	return nil
 }
 
+// do takes step ps (written down as rec), saying so on the progress writer (with note).
+func (l *Lifecycle) do(ctx context.Context, name string, ps step.Step, rec step.Record, env step.Env, note string) error {
+	l.progress("%s: %s%s", name, rec.Text, note)
+	return ps.Do(ctx, env)
+}
+
 // markApplied marks the last step done and the VM applied with the plan's spec. Nothing is
 // done on the strength of that record, so it settles (ledger.Settle): a power loss may leave
 // the last step recorded as taken, not done, as a kill -9 before it would.
-func (l *Lifecycle) markApplied(name string, plan *Plan, pending int) error {
+func (l *Lifecycle) markApplied(name string, plan *VMPlan, pending int) error {
 	err := l.o.Ledger.Settle(func(b *ledger.Book) error {
 		e := b.Entry(name)
 		if pending > 0 {
@@ -450,24 +446,8 @@ func (l *Lifecycle) fail(ctx context.Context, name string, fresh bool, taken []l
 	return cause
 }
 
-func sameClaims(a, b []ledger.Claim) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	keys := map[string]bool{}
-	for _, c := range a {
-		keys[c.Key()] = true
-	}
-	for _, c := range b {
-		if !keys[c.Key()] {
-			return false
-		}
-	}
-	return true
-}
-
 // env is what a step of vm (spec spec, plan plan; both nil for an undo) is taken in.
-func (l *Lifecycle) env(vm string, spec *domains.VM, plan *Plan) step.Env {
+func (l *Lifecycle) env(vm string, spec *domains.VM, plan *VMPlan) step.Env {
 	return &stepEnv{l: l, vm: vm, spec: spec, plan: plan}
 }
 
@@ -475,7 +455,7 @@ type stepEnv struct {
 	l    *Lifecycle
 	vm   string
 	spec *domains.VM
-	plan *Plan
+	plan *VMPlan
 }
 
 func (e *stepEnv) VM() string        { return e.vm }

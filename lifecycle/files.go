@@ -31,8 +31,13 @@ type SpecFile struct {
 // the base images of overlays, CD-ROM images, the virtio-win ISO, ROM files and evdev devices.
 // Files apply creates (overlays, blank disks, the seed) are not in it.
 func SpecFiles(vm *domains.VM, opts domains.BuildOptions) []SpecFile {
+	return specFiles(vm, vm.DiskFiles(opts))
+}
+
+// specFiles is SpecFiles with the disk files listed already (the allocation's).
+func specFiles(vm *domains.VM, disks []domains.DiskFile) []SpecFile {
 	var out []SpecFile
-	for i, f := range vm.DiskFiles(opts) {
+	for i, f := range disks {
 		p := fmt.Sprintf("spec.disks[%d]", i)
 		switch dk := vm.Spec.Disks[i]; {
 		case f.Create && f.Backing != "":

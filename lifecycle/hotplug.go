@@ -2,12 +2,9 @@ package lifecycle
 
 import (
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -273,65 +270,6 @@ func (l *Lifecycle) domainFacts(ctx context.Context, name string) (domainFacts, 
 	return f, nil
 }
 
-// FreeRootPorts returns the indexes of the pcie-root-port controllers of domain XML x that no
-// device sits behind, lowest first.
-func FreeRootPorts(x string) ([]uint, error) {
-	dec := xml.NewDecoder(strings.NewReader(x))
-	ports := map[uint]bool{}
-	used := map[uint]bool{}
-	attr := func(se xml.StartElement, name string) string {
-		for _, a := range se.Attr {
-			if a.Name.Local == name {
-				return a.Value
-			}
-		}
-		return ""
-	}
-	num := func(s string) (uint, bool) {
-		n, err := strconv.ParseUint(s, 0, 32)
-		return uint(n), err == nil
-	}
-	var stack []string
-	for {
-		t, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("domain XML: %w", err)
-		}
-		switch se := t.(type) {
-		case xml.StartElement:
-			parent := ""
-			if len(stack) > 0 {
-				parent = stack[len(stack)-1]
-			}
-			stack = append(stack, se.Name.Local)
-			if se.Name.Local == "controller" && attr(se, "type") == "pci" && attr(se, "model") == "pcie-root-port" {
-				if n, ok := num(attr(se, "index")); ok {
-					ports[n] = true
-				}
-			}
-			// A device's guest address (not a hostdev's <source><address>).
-			if se.Name.Local == "address" && attr(se, "type") == "pci" && parent != "source" {
-				if n, ok := num(attr(se, "bus")); ok {
-					used[n] = true
-				}
-			}
-		case xml.EndElement:
-			stack = stack[:len(stack)-1]
-		}
-	}
-	var out []uint
-	for p := range ports {
-		if !used[p] {
-			out = append(out, p)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 // attachPlan is what an attach would do.
 type attachPlan struct {
 	device string
@@ -490,7 +428,7 @@ func (l *Lifecycle) takeHotplug(ctx context.Context, name string, p *attachPlan,
 			return fail(fmt.Errorf("attach %s: record %s: %w", name, ps.Text(), err))
 		}
 		pending = 0
-		if err := l.take(ctx, name, ps, env, n); err != nil {
+		if err := l.take(ctx, name, ps, step.RecordOf(ps), env, n); err != nil {
 			if errors.Is(err, virt.ErrDeviceNotHotpluggable) {
 				err = fmt.Errorf("%w: %w", err, host.ErrUnsupported)
 			}
@@ -594,14 +532,14 @@ func (l *Lifecycle) planAttach(ctx context.Context, req AttachRequest, f domainF
 	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, "", fp)})
 	if err != nil {
 		if errors.Is(err, host.ErrBusy) {
-			if held := pinnedHolders(vm, book, fp); held != "" {
+			if held := pinnedHolders(vm, book.Holder, fp); held != "" {
 				return nil, fmt.Errorf("%w (%s)", err, held)
 			}
 		}
 		return nil, err
 	}
 	p.claims = alloc.Claims()
-	if err := checkClaims(p.claims, name, book, fm); err != nil {
+	if err := checkClaims(p.claims, name, book.Holder, fm); err != nil {
 		return nil, err
 	}
 	for _, c := range p.claims {
@@ -615,7 +553,7 @@ func (l *Lifecycle) planAttach(ctx context.Context, req AttachRequest, f domainF
 	if err != nil {
 		return nil, err
 	}
-	plan := &Plan{VM: name, Alloc: alloc, Claims: p.claims}
+	plan := &VMPlan{VM: name, Alloc: alloc, Claims: p.claims}
 	plan.add(hostSteps...)
 	if err := l.preflight(ctx, plan); err != nil {
 		return nil, err
@@ -640,7 +578,7 @@ func (l *Lifecycle) planAttach(ctx context.Context, req AttachRequest, f domainF
 			return nil, fmt.Errorf("VM %s runs machine %s: vgpu-host hotplugs devices into empty PCIe root ports, which only q35 has; "+
 				"attach it with --config (the next boot) or to the stopped VM: %w", name, f.machine, host.ErrUnsupported)
 		}
-		free, err := FreeRootPorts(f.live)
+		free, err := virt.FreeRootPorts(f.live)
 		if err != nil {
 			return nil, err
 		}
@@ -757,66 +695,4 @@ func (l *Lifecycle) Detach(ctx context.Context, name, device string, timeout tim
 	res.Changed = true
 	res.State, _ = l.o.Conn.State(ctx, name)
 	return res, nil
-}
-
-// reserveHotplugPorts makes the defined domain name keep at least want empty PCIe root
-// ports. The render adds spec.hotplugSlots empty ports, but libvirt places the devices it
-// addresses itself (USB and virtio-serial controllers, disks, balloon, rng) on empty root
-// ports before it adds ports of its own, so the reserved ones can be taken at define. Once
-// defined, every device has its address: ports added now stay empty, for attach.
-func (l *Lifecycle) reserveHotplugPorts(ctx context.Context, name string, want int) error {
-	if want <= 0 {
-		return nil
-	}
-	x, err := l.o.Conn.DomainXML(ctx, name)
-	if err != nil {
-		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
-	}
-	free, err := FreeRootPorts(x)
-	if err != nil || len(free) >= want {
-		return err
-	}
-	var d libvirtxml.Domain
-	if err := d.Unmarshal(x); err != nil {
-		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
-	}
-	if d.Devices == nil || !domains.IsQ35(machineOf(&d)) {
-		return nil
-	}
-	next := uint(0)
-	for _, c := range d.Devices.Controllers {
-		if c.Type == "pci" && c.Index != nil && *c.Index >= next {
-			next = *c.Index + 1
-		}
-	}
-	for i := len(free); i < want; i++ {
-		idx := next
-		next++
-		d.Devices.Controllers = append(d.Devices.Controllers, libvirtxml.DomainController{Type: "pci", Index: &idx, Model: "pcie-root-port"})
-	}
-	nx, err := domains.Marshal(&d)
-	if err != nil {
-		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
-	}
-	if _, err := l.o.Conn.Define(ctx, nx); err != nil {
-		return fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
-	}
-	l.progress("%s: added %d empty PCIe root ports for hotplug (libvirt placed devices on the reserved ones)", name, want-len(free))
-	return nil
-}
-
-func machineOf(d *libvirtxml.Domain) string {
-	if d.OS != nil && d.OS.Type != nil {
-		return d.OS.Type.Machine
-	}
-	return ""
-}
-
-// afterDefine runs what follows a define of spec's domain (apply): the hotplug ports.
-func (l *Lifecycle) afterDefine(ctx context.Context, ps step.Step, env step.Env) error {
-	se, ok := env.(*stepEnv)
-	if !ok || ps.Action() != step.ActDefine || se.spec == nil {
-		return nil
-	}
-	return l.reserveHotplugPorts(ctx, se.vm, se.spec.Spec.HotplugSlots)
 }

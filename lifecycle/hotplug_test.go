@@ -77,7 +77,7 @@ func TestAttachDetachGPU(t *testing.T) {
 		t.Fatalf("claims before attach: %v", got)
 	}
 	x, _ := e.conn.DomainXML(ctx, name)
-	if free, err := FreeRootPorts(x); err != nil || !slices.Equal(free, []uint{1, 2}) {
+	if free, err := virt.FreeRootPorts(x); err != nil || !slices.Equal(free, []uint{1, 2}) {
 		t.Fatalf("free root ports of the rendered domain: %v %v, want [1 2]", free, err)
 	}
 	res, err := e.lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"})
@@ -97,7 +97,7 @@ func TestAttachDetachGPU(t *testing.T) {
 		t.Fatalf("live hostdevs %v", got)
 	}
 	lx, _ := e.conn.LiveDomainXML(ctx, name)
-	if free, _ := FreeRootPorts(lx); len(free) != 0 {
+	if free, _ := virt.FreeRootPorts(lx); len(free) != 0 {
 		t.Fatalf("root ports still free after the attach: %v", free)
 	}
 	b, _ := e.ledger.Read()

@@ -9,8 +9,8 @@ import "encoding/json"
 // slices of its type with empty ones. Fields tagged omitempty stay omitted when empty.
 
 // MarshalJSON encodes p with claims and steps (and allocation.gpus) as arrays.
-func (p Plan) MarshalJSON() ([]byte, error) {
-	type plain Plan
+func (p VMPlan) MarshalJSON() ([]byte, error) {
+	type plain VMPlan
 	q := plain(p)
 	q.Claims = nonNil(q.Claims)
 	q.Steps = nonNil(q.Steps)

@@ -17,8 +17,8 @@ func TestResultJSONArraysNeverNull(t *testing.T) {
 		v    any
 		want []string
 	}{
-		{Plan{VM: "a", Alloc: &domains.Allocation{}}, []string{`"claims":[]`, `"steps":[]`, `"gpus":[]`}},
-		{&Plan{VM: "a"}, []string{`"claims":[]`, `"steps":[]`, `"allocation":null`}},
+		{VMPlan{VM: "a", Alloc: &domains.Allocation{}}, []string{`"claims":[]`, `"steps":[]`, `"gpus":[]`}},
+		{&VMPlan{VM: "a"}, []string{`"claims":[]`, `"steps":[]`, `"allocation":null`}},
 		{VMApplyResult{VM: "a"}, []string{`"steps":[]`, `"claims":[]`}},
 		{&DestroyResult{VM: "a"}, []string{`"undone":[]`, `"released":[]`}},
 		{DestroyResult{VM: "a", Released: []ledger.Claim{{Kind: "pci", ID: "0000:01:00.0"}}}, []string{`"released":[{"kind":"pci","id":"0000:01:00.0"}]`}},
@@ -35,7 +35,7 @@ func TestResultJSONArraysNeverNull(t *testing.T) {
 			}
 		}
 	}
-	// The one nullable field: a Plan built without an allocation (never by Plan itself) keeps
+	// The one nullable field: a VMPlan built without an allocation (never by Plan itself) keeps
 	// allocation null rather than inventing one; nothing else is null.
 	b, _ := json.Marshal(VMApplyResult{VM: "a"})
 	if strings.Contains(string(b), "null") {

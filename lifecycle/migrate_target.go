@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -143,10 +144,11 @@ func incomingSpec(req IncomingRequest) *domains.VM {
 
 // vendorTypeOf is the vendor vGPU type a vendor-vgpu claim's Detail names: "NAME" of
 // "ID (NAME)", else "ID".
-var vendorDetail = regexp.MustCompile(`^(\d+)(?: \((.+)\))?$`)
+// Compiled on first use (TestNoCompileAtInit): not at every start of the binary.
+var vendorDetail = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)(?: \((.+)\))?$`) })
 
 func vendorTypeOf(detail string) string {
-	m := vendorDetail.FindStringSubmatch(detail)
+	m := vendorDetail().FindStringSubmatch(detail)
 	if m == nil {
 		return detail
 	}
@@ -158,7 +160,7 @@ func vendorTypeOf(detail string) string {
 
 // incomingPlan resolves the request's devices on this host: the target's allocation (each
 // device's target filled in), its claims and its host steps. It changes nothing.
-func (l *Lifecycle) incomingPlan(ctx context.Context, req IncomingRequest) (*IncomingReply, *Plan, error) {
+func (l *Lifecycle) incomingPlan(ctx context.Context, req IncomingRequest) (*IncomingReply, *VMPlan, error) {
 	name := req.VM
 	if _, err := l.o.Conn.State(ctx, name); err == nil {
 		return nil, nil, fmt.Errorf("migration target: a domain %s exists on %s already: %w", name, l.o.Conn.URI(), host.ErrBusy)
@@ -191,7 +193,7 @@ func (l *Lifecycle) incomingPlan(ctx context.Context, req IncomingRequest) (*Inc
 	if err != nil {
 		return nil, nil, err
 	}
-	var p *Plan
+	var p *VMPlan
 	if err := l.o.Ledger.View(func(b *ledger.Book) error {
 		p, err = l.resolveIncoming(ctx, vm, vt, inv, b, fp, fm)
 		return err
@@ -205,19 +207,19 @@ func (l *Lifecycle) incomingPlan(ctx context.Context, req IncomingRequest) (*Inc
 
 // resolveIncoming is resolve for the devices only: the allocation, claims, host steps and
 // safety checks; no storage, no domain (the domain comes with the migration).
-func (l *Lifecycle) resolveIncoming(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, fp map[host.Address]string, fm map[string]string) (*Plan, error) {
+func (l *Lifecycle) resolveIncoming(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, fp map[host.Address]string, fm map[string]string) (*VMPlan, error) {
 	name := vm.Metadata.Name
 	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, fp)})
 	if err != nil {
 		return nil, fmt.Errorf("migration target %s: no equivalent device here: %w", name, err)
 	}
-	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
+	p := &VMPlan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
 	for _, g := range alloc.GPUs {
 		if g.FellBack || g.Kind == vgpu.VirtioGPU {
 			return nil, fmt.Errorf("migration target %s: gpus[%d]: no equivalent device here: %w", name, g.Index, host.ErrBusy)
 		}
 	}
-	if err := checkClaims(p.Claims, name, book, fm); err != nil {
+	if err := checkClaims(p.Claims, name, book.Holder, fm); err != nil {
 		return nil, fmt.Errorf("migration target %s: %w", name, err)
 	}
 	hostSteps, notes, err := alloc.HostSteps(&domains.Numbering{Owned: func(c ledger.Claim) bool { return book.Holder(c) == name }})
@@ -237,7 +239,7 @@ func (l *Lifecycle) resolveIncoming(ctx context.Context, vm *domains.VM, vt stri
 
 // incomingReply pairs the request's devices with the plan's claims: the n-th device of a kind
 // with the n-th claim of that kind (both in spec order).
-func incomingReply(req IncomingRequest, p *Plan) (*IncomingReply, error) {
+func incomingReply(req IncomingRequest, p *VMPlan) (*IncomingReply, error) {
 	rep := &IncomingReply{VM: req.VM, Claims: p.Claims, Steps: []string{}}
 	for _, s := range p.Steps {
 		rep.Steps = append(rep.Steps, s.Text())
@@ -280,7 +282,7 @@ func (l *Lifecycle) incomingPrepare(ctx context.Context, req IncomingRequest) (*
 		return nil, err
 	}
 	// Resolve again inside the transaction that claims: the ledger may have changed since.
-	var plan *Plan
+	var plan *VMPlan
 	fp, fm, err := l.foreign(ctx, func(string) bool { return true })
 	if err != nil {
 		return nil, err
@@ -328,7 +330,7 @@ func (l *Lifecycle) incomingPrepare(ctx context.Context, req IncomingRequest) (*
 			return nil, l.fail(ctx, name, true, taken, fmt.Errorf("migration target %s: record %s: %w", name, ps.Text(), err))
 		}
 		taken = append(taken, ledger.JournalStep{N: n, Action: string(ps.Action()), Target: ps.Target(), Params: ps.Params()})
-		if err := l.take(ctx, name, ps, env, n); err != nil {
+		if err := l.take(ctx, name, ps, step.RecordOf(ps), env, n); err != nil {
 			return nil, l.fail(ctx, name, true, taken, fmt.Errorf("migration target %s: %s: %w", name, ps.Text(), err))
 		}
 		if err := l.o.Ledger.Update(func(b *ledger.Book) error { b.Entry(name).Mark(n, ledger.StepDone); return nil }); err != nil {

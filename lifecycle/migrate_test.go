@@ -170,7 +170,7 @@ func TestMigrateFailureLeavesSource(t *testing.T) {
 		t.Errorf("source state %s", st)
 	}
 	after := entryOf(t, a.ledger, name)
-	if after == nil || after.Phase != ledger.PhaseApplied || !sameClaims(after.Claims, before.Claims) || len(after.Live()) != len(before.Live()) {
+	if after == nil || after.Phase != ledger.PhaseApplied || !vgpu.SameClaims(after.Claims, before.Claims) || len(after.Live()) != len(before.Live()) {
 		t.Errorf("source ledger changed: %+v, was %+v", after, before)
 	}
 	if len(a.host.mdevs) != 1 || len(a.host.vgpus) != 1 {

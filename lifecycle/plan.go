@@ -102,7 +102,7 @@ type Lifecycle struct {
 	o     Options
 	taken int // steps taken by this process (for CrashAt)
 	// checked holds the preflight refusals of each group read in this call (apply resolves
-	// twice, before and inside its ledger transaction; the binder checks again when it binds).
+	// again after converging or tearing down; the binder checks again when it binds).
 	checked map[string][]vfio.Refusal
 }
 
@@ -123,8 +123,8 @@ func New(o Options) *Lifecycle {
 	return &Lifecycle{o: o, checked: map[string][]vfio.Refusal{}}
 }
 
-// Plan is what apply would do for one VM.
-type Plan struct {
+// VMPlan is what apply would do for one VM.
+type VMPlan struct {
 	VM       string              `json:"vm"`
 	SpecHash string              `json:"spec_hash"`
 	VirtType string              `json:"virt_type"`
@@ -142,6 +142,27 @@ type Plan struct {
 	// 64-bit BARs (nil when they are small); a window too small refuses (check mmio64).
 	MMIO64 *domains.MMIOFit `json:"mmio64,omitempty"`
 	XML    string           `json:"-"`
+	// records are Steps written down (step.RecordOf), read once when planned: the journal
+	// and the output take them from here.
+	records []step.Record
+}
+
+// record returns step i of the plan written down.
+func (p *VMPlan) record(i int) step.Record {
+	for len(p.records) < len(p.Steps) { // each step written down once
+		p.records = append(p.records, step.RecordOf(p.Steps[len(p.records)].Step))
+	}
+	return p.records[i]
+}
+
+// starts reports whether the plan starts the domain.
+func (p *VMPlan) starts() bool {
+	for i := range p.Steps {
+		if p.record(i).Action == step.ActStart {
+			return true
+		}
+	}
+	return false
 }
 
 // specHash identifies a spec and the choices that shape its domain.
@@ -249,7 +270,7 @@ func holders(book *ledger.Book, vm string, foreign map[host.Address]string) stri
 
 // pinnedHolders says who holds the GPUs vm's spec names by address: `0000:41:00.0 is
 // allocated to VM "b"`, or "" when nobody else does.
-func pinnedHolders(vm *domains.VM, book *ledger.Book, foreign map[host.Address]string) string {
+func pinnedHolders(vm *domains.VM, holder func(ledger.Claim) string, foreign map[host.Address]string) string {
 	var out []string
 	for _, g := range vm.Spec.GPUs {
 		if g.Passthrough == nil || g.Passthrough.Address == "" {
@@ -259,7 +280,7 @@ func pinnedHolders(vm *domains.VM, book *ledger.Book, foreign map[host.Address]s
 		if err != nil {
 			continue
 		}
-		if h := book.Holder(ledger.Claim{Kind: ledger.KindPCI, ID: a.String()}); h != "" && h != vm.Metadata.Name {
+		if h := holder(ledger.Claim{Kind: ledger.KindPCI, ID: a.String()}); h != "" && h != vm.Metadata.Name {
 			out = append(out, fmt.Sprintf("%s is allocated to VM %q", a, h))
 		} else if d := foreign[a]; d != "" {
 			out = append(out, fmt.Sprintf("%s is used by domain %q, which vgpu-host did not create", a, d))
@@ -275,39 +296,50 @@ func (l *Lifecycle) buildOpts() domains.BuildOptions {
 
 // resolve resolves vm (domain type vt) against inv and the book, and lists the steps. It asks
 // libvirt nothing, so apply can call it while it holds the ledger's lock.
-func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*Plan, error) {
+func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv *host.Inventory, book *ledger.Book, foreignPCI map[host.Address]string, foreignMdev map[string]string) (*VMPlan, error) {
 	name := vm.Metadata.Name
 	var siblings map[int][]int
 	if vm.Spec.CPU.Pin != nil && vm.Spec.CPU.Pin.Auto {
 		// Without the host's SMT siblings (a fake root without them) every CPU is a core.
 		siblings, _ = host.ThreadSiblings(l.o.Root)
 	}
-	alloc, err := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings})
-	if err != nil {
-		if errors.Is(err, host.ErrNotFound) && len(book.AllClaims())+len(foreignPCI) > 0 {
-			// Devices exist but others hold them: say busy, not absent, and who holds them
-			// when the spec would resolve on a host where nobody held anything.
-			if _, ferr := domains.Resolve(vm, inv, domains.ResolveOptions{VirtType: vt}); ferr == nil {
-				return nil, fmt.Errorf("%s; the others are allocated to %s (vgpu-host status lists them): %w",
-					strings.TrimSuffix(err.Error(), ": "+host.ErrNotFound.Error()), holders(book, name, foreignPCI), host.ErrBusy)
-			}
-			return nil, fmt.Errorf("%w (devices held by other VMs are skipped): %w", err, host.ErrBusy)
-		}
-		if errors.Is(err, host.ErrBusy) {
-			if held := pinnedHolders(vm, book, foreignPCI); held != "" {
-				return nil, fmt.Errorf("%w (%s)", err, held)
-			}
+	holder := func(c ledger.Claim) string { return book.Holder(c) }
+	var customize func(d *libvirtxml.Domain) error
+	if l.o.Customize != nil {
+		customize = func(d *libvirtxml.Domain) error { return l.o.Customize(vm, d) }
+	}
+	prep, err := domains.Prepare(vm, inv, domains.PrepareOptions{
+		Resolve: domains.ResolveOptions{VirtType: vt, InUse: inUse(book, name, foreignPCI), ThreadSiblings: siblings,
+			HostDevices: true, Root: l.o.Root, ImagesDir: l.o.PoolDir},
+		Build:        l.buildOpts(),
+		Owned:        func(c ledger.Claim) bool { return holder(c) == name },
+		Customize:    customize,
+		PhysAddrBits: host.PhysAddrBits(l.o.Root),
+	})
+	var held *domains.HeldError
+	var deviceErr *domains.HostDeviceError
+	switch {
+	case err == nil:
+	case errors.As(err, &deviceErr):
+		return nil, err
+	case errors.As(err, &held) && len(book.AllClaims())+len(foreignPCI) > 0:
+		// Devices exist but others hold them: say busy, not absent, and who holds them.
+		return nil, fmt.Errorf("%s; the others are allocated to %s (vgpu-host status lists them): %w",
+			strings.TrimSuffix(err.Error(), ": "+host.ErrNotFound.Error()), holders(book, name, foreignPCI), host.ErrBusy)
+	case errors.Is(err, host.ErrNotFound) && len(book.AllClaims())+len(foreignPCI) > 0:
+		return nil, fmt.Errorf("%w (devices held by other VMs are skipped): %w", err, host.ErrBusy)
+	case errors.Is(err, host.ErrBusy):
+		if held := pinnedHolders(vm, holder, foreignPCI); held != "" {
+			return nil, fmt.Errorf("%w (%s)", err, held)
 		}
 		return nil, err
-	}
-	p := &Plan{VM: name, VirtType: vt, Alloc: alloc, Claims: alloc.Claims()}
-	nicVFs, err := l.nicVFs(vm)
-	if err != nil {
+	default:
 		return nil, err
 	}
-	p.Claims = append(p.Claims, nicVFs...)
+	alloc := prep.Alloc
+	p := &VMPlan{VM: name, VirtType: vt, Alloc: alloc, Claims: prep.Claims, XML: prep.XML}
 	p.SpecHash = specHash(vm, vt, l.o.Customize != nil)
-	if err := checkClaims(p.Claims, name, book, foreignMdev); err != nil {
+	if err := checkClaims(p.Claims, name, holder, foreignMdev); err != nil {
 		return nil, err
 	}
 	for _, g := range alloc.GPUs {
@@ -315,34 +347,22 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 			p.Fallback = append(p.Fallback, fmt.Sprintf("gpus[%d]: no physical GPU or vGPU free, attached virtio-gpu instead (%s)", g.Index, g.Reason))
 		}
 	}
-	hostSteps, notes, err := alloc.HostSteps(&domains.Numbering{Owned: func(c ledger.Claim) bool { return book.Holder(c) == name }})
-	if err != nil {
-		return nil, err
-	}
-	p.Alloc.Notes = append(p.Alloc.Notes, notes...)
-	p.add(hostSteps...)
+	p.add(prep.HostSteps...)
 	if err := l.preflight(ctx, p); err != nil {
 		return nil, err
 	}
 	if l.o.Root.IsReal() || l.o.CheckFiles {
-		if err := CheckSpecFiles(SpecFiles(vm, l.buildOpts()), QEMUUsers); err != nil {
+		if err := CheckSpecFiles(specFiles(vm, alloc.Disks), QEMUUsers); err != nil {
 			return nil, err
 		}
 	}
-	if err := checkUSB(l.o.Root, vm); err != nil {
-		return nil, err
-	}
-	storage, err := l.storageSteps(vm)
+	storage, err := l.storageSteps(vm, alloc)
 	if err != nil {
 		return nil, err
 	}
 	p.add(storage...)
-	var dom *libvirtxml.Domain
-	if p.XML, dom, err = l.domainXML(vm, alloc); err != nil {
-		return nil, err
-	}
-	l.predictMMIO(p, alloc, dom)
-	p.add(step.Define{VM: name, VirtType: vt})
+	l.predictMMIO(p, prep.MMIO)
+	p.add(step.Define{VM: name, VirtType: vt, HotplugSlots: vm.Spec.HotplugSlots})
 	if !l.o.NoStart {
 		p.add(step.Start{VM: name})
 	}
@@ -351,7 +371,7 @@ func (l *Lifecycle) resolve(ctx context.Context, vm *domains.VM, vt string, inv 
 
 // preflight runs the binder's safety checks for every group the plan binds, and for every
 // passthrough slot libvirt will bind itself (managed: true), before anything changes.
-func (l *Lifecycle) preflight(ctx context.Context, p *Plan) error {
+func (l *Lifecycle) preflight(ctx context.Context, p *VMPlan) error {
 	if l.o.Host == nil {
 		return nil
 	}
@@ -393,7 +413,7 @@ func (l *Lifecycle) preflight(ctx context.Context, p *Plan) error {
 // Refused returns the error apply gives for the plan's refusals that are not forced: busy
 // (host.ErrBusy, exit 5) when processes hold the devices and nothing else refuses, refused
 // (host.ErrRefused, exit 4) otherwise; nil when there are none.
-func (p *Plan) Refused() error {
+func (p *VMPlan) Refused() error {
 	var rs []vfio.Refusal
 	for _, r := range p.Refusals {
 		if !slices.Contains(p.Forced, r.Check) {
@@ -407,7 +427,7 @@ func (p *Plan) Refused() error {
 }
 
 // add appends steps to the plan.
-func (p *Plan) add(ss ...step.Step) {
+func (p *VMPlan) add(ss ...step.Step) {
 	for _, s := range ss {
 		p.Steps = append(p.Steps, step.Planned{Step: s})
 	}
@@ -415,14 +435,14 @@ func (p *Plan) add(ss ...step.Step) {
 
 // checkClaims refuses claims another VM holds in the ledger, or mdevs a domain vgpu-host did
 // not create uses.
-func checkClaims(claims []ledger.Claim, name string, book *ledger.Book, foreignMdev map[string]string) error {
+func checkClaims(claims []ledger.Claim, name string, holder func(ledger.Claim) string, foreignMdev map[string]string) error {
 	for _, c := range claims {
 		if c.Kind == ledger.KindMdev {
 			if h := foreignMdev[c.ID]; h != "" {
 				return fmt.Errorf("mdev %s is used by domain %q, which vgpu-host did not create: %w", c.ID, h, host.ErrBusy)
 			}
 		}
-		if h := book.Holder(c); h != "" && h != name {
+		if h := holder(c); h != "" && h != name {
 			return fmt.Errorf("%s %s is allocated to VM %q: %w", c.Kind, c.ID, h, host.ErrBusy)
 		}
 	}
@@ -430,10 +450,9 @@ func checkClaims(claims []ledger.Claim, name string, book *ledger.Book, foreignM
 }
 
 // storageSteps lists the pool, overlay and seed steps of vm's disks and cloud-init.
-func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
+func (l *Lifecycle) storageSteps(vm *domains.VM, alloc *domains.Allocation) ([]step.Step, error) {
 	var out []step.Step
-	files := vm.DiskFiles(l.buildOpts())
-	seed := vm.SeedISOPath(l.buildOpts())
+	files, seed := alloc.Disks, alloc.SeedISO
 	needPool := seed != ""
 	for _, f := range files {
 		needPool = needPool || f.Create || f.URL != ""
@@ -468,30 +487,10 @@ func (l *Lifecycle) storageSteps(vm *domains.VM) ([]step.Step, error) {
 	return out, nil
 }
 
-// domainXML builds, customizes and marshals vm's domain.
-func (l *Lifecycle) domainXML(vm *domains.VM, alloc *domains.Allocation) (string, *libvirtxml.Domain, error) {
-	name := vm.Metadata.Name
-	d, err := domains.Build(vm, alloc, l.buildOpts())
-	if err != nil {
-		return "", nil, err
-	}
-	if l.o.Customize != nil {
-		if err := l.o.Customize(vm, d); err != nil {
-			return "", nil, fmt.Errorf("customize domain %s: %w", name, err)
-		}
-	}
-	x, err := domains.Marshal(d)
-	if err != nil {
-		return "", nil, fmt.Errorf("marshal domain %s: %w", name, err)
-	}
-	return x, d, nil
-}
-
 // predictMMIO records whether the guest's 64-bit MMIO window will hold the domain's BARs, and
 // refuses the plan (check mmio64, forceable) when it will not: the guest would boot without
 // mapping the device.
-func (l *Lifecycle) predictMMIO(p *Plan, alloc *domains.Allocation, d *libvirtxml.Domain) {
-	f := domains.PredictMMIO(alloc, d, host.PhysAddrBits(l.o.Root))
+func (l *Lifecycle) predictMMIO(p *VMPlan, f *domains.MMIOFit) {
 	p.MMIO64 = f
 	if f == nil || f.Fits {
 		return
@@ -503,7 +502,7 @@ func (l *Lifecycle) predictMMIO(p *Plan, alloc *domains.Allocation, d *libvirtxm
 }
 
 // Plan returns what Apply would do for each spec, changing nothing.
-func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error) {
+func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*VMPlan, error) {
 	l.checked = map[string][]vfio.Refusal{}
 	inv, err := l.o.Scan(l.o.Root)
 	if err != nil {
@@ -517,7 +516,7 @@ func (l *Lifecycle) Plan(ctx context.Context, vms []*domains.VM) ([]*Plan, error
 	if err != nil {
 		return nil, err
 	}
-	var out []*Plan
+	var out []*VMPlan
 	for _, vm := range vms {
 		vt, err := l.virtType(ctx, vm)
 		if err != nil {
@@ -579,64 +578,4 @@ func (l *Lifecycle) seedOf(vm *domains.VM) (cloudinit.Seed, error) {
 		s.UserData = "#cloud-config\n"
 	}
 	return s, nil
-}
-
-// checkUSB finds every host USB device the spec names, so a device that is not plugged in
-// fails plan (exit 6, naming it) instead of the guest's start.
-func checkUSB(root host.Root, vm *domains.VM) error {
-	want := vm.Spec.Devices.USB
-	if len(want) == 0 {
-		return nil
-	}
-	have, err := host.USBDevices(root)
-	if err != nil {
-		return err
-	}
-	for i, u := range want {
-		found := slices.ContainsFunc(have, func(h host.USBDevice) bool {
-			if u.Vendor != "" {
-				return h.Vendor == u.Vendor && h.Product == u.Product
-			}
-			return h.Bus == u.Bus && h.Device == u.Device
-		})
-		if !found {
-			return fmt.Errorf("spec.devices.usb[%d]: no USB device %s on this host (%d USB devices; lsusb lists them; a device's bus/device number changes when it is plugged again): %w",
-				i, u, len(have), host.ErrNotFound)
-		}
-	}
-	return nil
-}
-
-// nicVFs checks the SR-IOV NIC VFs the spec gives the guest (devices.nics[] of type hostdev)
-// and returns their claims, so two VMs never get one VF: each must exist, be a VF, and be on
-// vfio-pci already (the domain says managed='no': libvirt binds nothing).
-func (l *Lifecycle) nicVFs(vm *domains.VM) ([]ledger.Claim, error) {
-	var out []ledger.Claim
-	for i, n := range vm.Spec.Devices.NICs {
-		if n.Type != "hostdev" {
-			continue
-		}
-		field := fmt.Sprintf("spec.devices.nics[%d].vf", i)
-		a, err := host.ParseAddress(n.VF)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w: %w", field, err, host.ErrInvalid)
-		}
-		fl, err := host.ReadFunctionLinks(l.o.Root, a)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		if fl.PhysFn == nil {
-			return nil, fmt.Errorf("%s: %s is not an SR-IOV VF (no physfn): give one of its PF's VFs (vgpu-host vf list): %w", field, a, host.ErrInvalid)
-		}
-		if fl.Driver != "vfio-pci" {
-			drv := fl.Driver
-			if drv == "" {
-				drv = "no driver"
-			}
-			return nil, fmt.Errorf("%s: VF %s is on %s, not vfio-pci: run vgpu-host vf enable %s --count N --driver vfio-pci (or vgpu-host bind %s): %w",
-				field, a, drv, fl.PhysFn, a, host.ErrRefused)
-		}
-		out = append(out, ledger.Claim{Kind: ledger.KindPCI, ID: a.String(), Detail: "nic"})
-	}
-	return out, nil
 }

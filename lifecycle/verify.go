@@ -80,24 +80,12 @@ func expectedDevices(d *libvirtxml.Domain) []Check {
 	if d.Devices == nil {
 		return out
 	}
-	for _, hd := range d.Devices.Hostdevs {
-		c := Check{}
-		if hd.Alias != nil {
-			c.Device = hd.Alias.Name
-		}
-		switch {
-		case hd.SubsysPCI != nil:
-			c.Kind = "hostdev-pci"
-			if a := hd.SubsysPCI.Source; a != nil && a.Address != nil && a.Address.Bus != nil && a.Address.Slot != nil && a.Address.Function != nil {
-				c.Source = fmt.Sprintf("%02x:%02x.%x", *a.Address.Bus, *a.Address.Slot, *a.Address.Function)
+	for _, hd := range virt.HostdevsOf(d).Devices {
+		c := Check{Device: hd.Alias, Kind: "hostdev-" + hd.Type, Source: hd.Mdev}
+		if hd.PCI != nil {
+			if hd.PCIComplete {
+				c.Source = fmt.Sprintf("%02x:%02x.%x", hd.PCI.Bus, hd.PCI.Device, hd.PCI.Function)
 			}
-		case hd.SubsysMDev != nil:
-			c.Kind = "hostdev-mdev"
-			if hd.SubsysMDev.Source != nil && hd.SubsysMDev.Source.Address != nil {
-				c.Source = hd.SubsysMDev.Source.Address.UUID
-			}
-		default:
-			continue
 		}
 		out = append(out, c)
 	}

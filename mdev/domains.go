@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/vgpu-host/vgpu-host/vgpu"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -41,7 +42,7 @@ func (l LibvirtUsers) DomainsUsing(ctx context.Context, in Instance) ([]string, 
 
 // domainUses reports whether the domain XML x gives its guest the instance: an mdev hostdev
 // with its UUID, or a PCI hostdev on its VF (virt.DomainHostdevs, the one reader of a domain's
-// hostdevs; a UUID is matched whole, never as a substring). XML that does not parse is taken
+// hostdevs; a UUID is matched parsed and whole, never as a substring). XML that does not parse is taken
 // to use the instance when it mentions it, so a safety check never passes on a parse failure.
 func domainUses(x string, in Instance) bool {
 	hd, ok := virt.DomainHostdevs(x)
@@ -52,7 +53,8 @@ func domainUses(x string, in Instance) bool {
 		return strings.Contains(x, fmt.Sprintf("bus='0x%02x' slot='0x%02x' function='0x%x'", in.VF.Bus, in.VF.Device, in.VF.Function))
 	}
 	if in.VF == nil {
-		return in.UUID != "" && slices.Contains(hd.Mdevs, strings.ToLower(in.UUID))
+		u, err := vgpu.ParseUUID(in.UUID)
+		return err == nil && slices.Contains(hd.Mdevs, u)
 	}
 	return slices.Contains(hd.PCI, *in.VF)
 }

@@ -309,6 +309,9 @@ func (FetchISO) Undo(context.Context, Env) error { return nil }
 // Define defines the libvirt domain VM (type VirtType) from the plan's XML.
 type Define struct {
 	VM, VirtType string
+	// HotplugSlots is spec.hotplugSlots: the empty PCIe root ports the defined domain keeps
+	// (virt.ReserveRootPorts; docs/hotplug.md).
+	HotplugSlots int
 }
 
 // Action implements Step.
@@ -317,15 +320,23 @@ func (Define) Action() Action { return ActDefine }
 // Target is the domain's name.
 func (s Define) Target() string { return s.VM }
 
-// Params is empty: the undo needs the name only.
-func (Define) Params() map[string]string { return nil }
+// Params records the hotplug ports when the spec asks for some; the undo needs the name only.
+func (s Define) Params() map[string]string {
+	if s.HotplugSlots > 0 {
+		return map[string]string{"hotplug_slots": strconv.Itoa(s.HotplugSlots)}
+	}
+	return nil
+}
 
 // Text implements Step.
 func (s Define) Text() string { return fmt.Sprintf("define domain %s (type %s)", s.VM, s.VirtType) }
 
 // Do implements Step.
 func (s Define) Do(ctx context.Context, env Env) error {
-	_, err := env.Conn().Define(ctx, env.DomainXML())
+	if _, err := env.Conn().Define(ctx, env.DomainXML()); err != nil {
+		return err
+	}
+	_, err := virt.ReserveRootPorts(ctx, env.Conn(), s.VM, s.HotplugSlots)
 	return err
 }
 

@@ -154,7 +154,7 @@ func Decode(action, target string, params map[string]string) (Step, error) {
 		}
 		return FetchISO{File: target, URL: f.params["url"], Checksum: f.params["checksum"]}, nil
 	case ActDefine:
-		return Define{VM: target, VirtType: f.params["virt_type"]}, nil
+		return f.step(Define{VM: target, VirtType: f.params["virt_type"], HotplugSlots: f.int("hotplug_slots", false)})
 	case ActStart:
 		return Start{VM: target}, nil
 	case ActHotplug, ActAttachDevice:
@@ -246,21 +246,28 @@ type Planned struct {
 	Step
 }
 
-type plannedJSON struct {
+// Record is how a step is written down: the journal's action, target and params, and the
+// text people read. RecordOf reads it from a step once; the plan carries it from then on.
+type Record struct {
 	Action Action            `json:"action"`
 	Target string            `json:"target"`
 	Params map[string]string `json:"params,omitempty"`
 	Text   string            `json:"text"`
 }
 
+// RecordOf returns s written down.
+func RecordOf(s Step) Record {
+	return Record{Action: s.Action(), Target: s.Target(), Params: s.Params(), Text: s.Text()}
+}
+
 // MarshalJSON writes the step's action, target, params and text.
 func (p Planned) MarshalJSON() ([]byte, error) {
-	return json.Marshal(plannedJSON{Action: p.Action(), Target: p.Target(), Params: p.Params(), Text: p.Text()})
+	return json.Marshal(RecordOf(p.Step))
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote back into the typed step.
 func (p *Planned) UnmarshalJSON(b []byte) error {
-	var j plannedJSON
+	var j Record
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}

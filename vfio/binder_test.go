@@ -42,6 +42,7 @@ func noNewID(t *testing.T, k *hosttest.Kernel) {
 }
 
 func TestBindGroupAsWholeAndRestore(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, audio := consumer(t, "")
 	vk := hosttest.NewVFIOKernel(tr)
 	k := vk.Kernel
@@ -134,6 +135,7 @@ func TestBindGroupAsWholeAndRestore(t *testing.T) {
 }
 
 func TestBindTwiceIsNoOp(t *testing.T) {
+	t.Parallel()
 	_, k, b, gpu, _ := consumer(t, "nvidia")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
 		t.Fatal(err)
@@ -157,6 +159,7 @@ func TestBindTwiceIsNoOp(t *testing.T) {
 }
 
 func TestBootVGARefusedWithoutForce(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	igpu := tr.IntelGVTg()
 	k := hosttest.NewKernel(tr)
@@ -178,6 +181,7 @@ func TestBootVGARefusedWithoutForce(t *testing.T) {
 }
 
 func TestBridgedGPUWithNIC(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, nic := tr.GPUWithNIC("0000:00:0b.0", "0000:03:01.0", "0000:03:02.0")
 	bridge := host.MustParseAddress("0000:00:0b.0")
@@ -219,6 +223,7 @@ func TestBridgedGPUWithNIC(t *testing.T) {
 }
 
 func TestHeldDeviceTimesOutAndReverts(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "nvidia")
 	b.Timeout = 150 * time.Millisecond
 	k.Hold(audio) // the audio function moves second: the GPU must be put back
@@ -248,6 +253,7 @@ func TestHeldDeviceTimesOutAndReverts(t *testing.T) {
 }
 
 func TestHolderRefusedAndNamedOnTimeout(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, _ := consumer(t, "nvidia")
 	b.Timeout = 150 * time.Millisecond
 	tr.WriteFile(filepath.Join("sys/bus/pci/devices", gpu.String(), "drm/card1/dev"), "226:1\n")
@@ -277,6 +283,7 @@ func TestHolderRefusedAndNamedOnTimeout(t *testing.T) {
 }
 
 func TestFailWriteMidGroupReverts(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "nvidia")
 	failed := false
 	k.FailWrite = func(path, value string) error {
@@ -304,6 +311,7 @@ func TestFailWriteMidGroupReverts(t *testing.T) {
 }
 
 func TestFailedRevertKeepsLedger(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "nvidia")
 	failed := false
 	k.FailWrite = func(path, value string) error {
@@ -330,6 +338,7 @@ func TestFailedRevertKeepsLedger(t *testing.T) {
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "")
 	os.RemoveAll(tr.Root.PCIDriver("vfio-pci")) // also plan the module load
 	before := hosttest.State(t, tr.Dir())
@@ -378,6 +387,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 }
 
 func TestUnbindDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
 		t.Fatal(err)
@@ -409,6 +419,7 @@ func TestUnbindDryRunChangesNothing(t *testing.T) {
 }
 
 func TestLoadsVFIOWhenMissing(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, _ := consumer(t, "")
 	os.RemoveAll(tr.Root.PCIDriver("vfio-pci"))
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
@@ -423,6 +434,7 @@ func TestLoadsVFIOWhenMissing(t *testing.T) {
 }
 
 func TestUnbindNotInLedger(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "")
 	tr.Bind(gpu, "vfio-pci") // bound by someone else
 	_, err := b.Unbind(ctx, []host.Address{gpu}, UnbindOptions{})
@@ -449,6 +461,7 @@ func TestUnbindNotInLedger(t *testing.T) {
 }
 
 func TestUnbindNotBoundIsNoOp(t *testing.T) {
+	t.Parallel()
 	_, k, b, gpu, audio := consumer(t, "nvidia")
 	res, err := b.Unbind(ctx, []host.Address{audio}, UnbindOptions{})
 	if err != nil {
@@ -465,6 +478,7 @@ func TestUnbindNotBoundIsNoOp(t *testing.T) {
 }
 
 func TestNoIOMMU(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, _ := consumer(t, "")
 	tr.NoIOMMU()
 	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Force: true})
@@ -474,6 +488,7 @@ func TestNoIOMMU(t *testing.T) {
 }
 
 func TestInterruptRemappingMissing(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, _ := consumer(t, "")
 	tr.WriteFile("proc/interrupts", "           CPU0\n  0:         10   IO-APIC    2-edge      timer\n 24:  0  PCI-MSI 65536-edge  PCIe PME\n")
 	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
@@ -492,6 +507,7 @@ func TestInterruptRemappingMissing(t *testing.T) {
 }
 
 func TestPersistWrittenAndRemoved(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, audio := consumer(t, "")
 	// Real sysfs links a modular driver to its module.
 	os.MkdirAll(filepath.Join(tr.Dir(), "sys/module/snd_hda_intel"), 0o755)
@@ -534,6 +550,7 @@ func TestPersistWrittenAndRemoved(t *testing.T) {
 }
 
 func TestPersistOnAlreadyBound(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
 		t.Fatal(err)
@@ -554,6 +571,7 @@ func TestPersistOnAlreadyBound(t *testing.T) {
 }
 
 func TestLedgerWrittenBeforeEachMoveAndAtomically(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "nvidia")
 	var seen []string
 	k.FailWrite = func(path, value string) error {
@@ -591,6 +609,7 @@ func TestLedgerWrittenBeforeEachMoveAndAtomically(t *testing.T) {
 }
 
 func TestCrashLeftoverKeepsOriginal(t *testing.T) {
+	t.Parallel()
 	// A run crashed after recording the audio function and unbinding it: the device is
 	// driverless with the override set. A new bind must keep the true original.
 	tr, _, b, gpu, audio := consumer(t, "")
@@ -612,6 +631,7 @@ func TestCrashLeftoverKeepsOriginal(t *testing.T) {
 }
 
 func TestLockSerializesRuns(t *testing.T) {
+	t.Parallel()
 	_, _, b, gpu, _ := consumer(t, "")
 	b.Timeout = 100 * time.Millisecond
 	unlock, err := lock(b.Root, time.Second)
@@ -629,6 +649,7 @@ func TestLockSerializesRuns(t *testing.T) {
 }
 
 func TestOwnerGuardsUnbind(t *testing.T) {
+	t.Parallel()
 	_, _, b, gpu, _ := consumer(t, "")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Owner: "vm-a"}); err != nil {
 		t.Fatal(err)
@@ -642,6 +663,7 @@ func TestOwnerGuardsUnbind(t *testing.T) {
 }
 
 func TestHostCriticalByMountAndRoute(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	// A "other class" function that carries a mounted disk, and one that carries a routed NIC.
 	disk := tr.AddPCI(hosttest.PCI{Addr: "0000:00:1e.0", Vendor: 0x1af4, Device: 0x1042, Class: 0xff0000, Driver: "virtio-pci"})
@@ -669,6 +691,7 @@ func TestHostCriticalByMountAndRoute(t *testing.T) {
 }
 
 func TestUnknownDevice(t *testing.T) {
+	t.Parallel()
 	_, _, b, _, _ := consumer(t, "")
 	_, err := b.Bind(ctx, []host.Address{host.MustParseAddress("0000:09:00.0")}, BindOptions{})
 	if !errors.Is(err, host.ErrNotFound) {
@@ -677,6 +700,7 @@ func TestUnknownDevice(t *testing.T) {
 }
 
 func TestTwoIdenticalCardsBindByAddress(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	a, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "nvidia")
 	other, _ := tr.ConsumerGPU("0000:00:05.0", "0000:02:00.0", "nvidia")
@@ -692,6 +716,7 @@ func TestTwoIdenticalCardsBindByAddress(t *testing.T) {
 }
 
 func TestBindBridgeOnlyGroupIsNoOp(t *testing.T) {
+	t.Parallel()
 	_, k, b, _, _ := consumer(t, "")
 	port := host.MustParseAddress("0000:00:04.0")
 	start := time.Now()
@@ -728,6 +753,7 @@ func BenchmarkBindUnbind(b *testing.B) {
 // HDA function blocks while a process holds its ALSA nodes and cannot be interrupted; so a
 // held /dev/snd/controlC0 must refuse the bind before any write, naming the process.
 func TestHeldHDARefusedBeforeAnyWrite(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, _ := consumer(t, "nvidia")
 	tr.HoldOpen(5150, "pulseaudio", "/dev/snd/controlC0")
 	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
@@ -753,6 +779,7 @@ func TestHeldHDARefusedBeforeAnyWrite(t *testing.T) {
 // TestUnbindRefusesWhatAVMOwns: a group apply bound for a VM is the VM's: a plain unbind
 // refuses (exit 4) naming the VM and the command that gives it back; --force restores it.
 func TestUnbindRefusesWhatAVMOwns(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "nvidia")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Owner: "train-01"}); err != nil {
 		t.Fatal(err)

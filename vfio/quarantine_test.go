@@ -13,6 +13,7 @@ import (
 // A quarantined function is refused by bind (exit 4, naming the record and the fix), even
 // with --force, and by Preflight (what plan, apply and layout ask); nothing is written.
 func TestBindRefusesQuarantined(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "")
 	q := &host.Quarantine{Address: audio, Problems: []host.Problem{{Check: host.HealthConfigOnes, Detail: "config space reads all ones"}}, Since: time.Now(), Op: "unbind"}
 	if err := host.SaveQuarantine(tr.Root, q); err != nil {

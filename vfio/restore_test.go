@@ -34,6 +34,7 @@ func ledgerLen(t *testing.T, root host.Root) int {
 }
 
 func TestRestoreAdminOverrideAndDriverless(t *testing.T) {
+	t.Parallel()
 	// The audio function is on snd_hda_intel with an override an admin set for another driver
 	// (it only takes effect at the next probe); the driverless GPU has an override for a driver
 	// that is not loaded. Both must come back byte for byte.
@@ -80,6 +81,7 @@ func TestRestoreAdminOverrideAndDriverless(t *testing.T) {
 }
 
 func TestRestoreReloadsUnloadedDriver(t *testing.T) {
+	t.Parallel()
 	tr, k, b, gpu, audio := consumer(t, "nvidia")
 	before := devState(tr, gpu, audio)
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
@@ -112,6 +114,7 @@ func (failingLoader) Load(context.Context, string) error {
 }
 
 func TestRestoreUnloadableDriverStaysBound(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, audio := consumer(t, "nvidia")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{}); err != nil {
 		t.Fatal(err)
@@ -137,6 +140,7 @@ func TestRestoreUnloadableDriverStaysBound(t *testing.T) {
 }
 
 func TestCorruptLedgerRefusesAndKeepsFile(t *testing.T) {
+	t.Parallel()
 	for _, content := range []string{"", `{"version": 1, "devices": {"0000:01:00.1": {"driver": "snd_h`} {
 		tr, k, b, gpu, _ := consumer(t, "nvidia")
 		tr.WriteFile("var/lib/vgpu-host/vfio.json", content)
@@ -197,6 +201,7 @@ func killed(b *Binder, n int, after bool, op func(*Binder)) bool {
 }
 
 func TestCrashAtEveryWriteConverges(t *testing.T) {
+	t.Parallel()
 	bind := func(b *Binder) { b.Bind(ctx, []host.Address{host.MustParseAddress("0000:01:00.0")}, BindOptions{}) }
 	unbind := func(b *Binder) { b.Unbind(ctx, []host.Address{host.MustParseAddress("0000:01:00.0")}, UnbindOptions{}) }
 	for _, phase := range []string{"bind", "unbind"} {
@@ -254,6 +259,7 @@ func TestCrashAtEveryWriteConverges(t *testing.T) {
 }
 
 func TestPersistRemovesOnlyWhatBindWrote(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, audio := consumer(t, "")
 	gpuConf, audioConf := "etc/driverctl.d/pci-"+gpu.String(), "etc/driverctl.d/pci-"+audio.String()
 	// The admin already persisted the audio function to another driver with driverctl.
@@ -293,6 +299,7 @@ func TestPersistRemovesOnlyWhatBindWrote(t *testing.T) {
 }
 
 func TestUnbindPersistKeepsAdminOverride(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, audio := consumer(t, "")
 	conf := "etc/driverctl.d/pci-" + audio.String()
 	tr.WriteFile(conf, "vfio-pci\n") // driverctl set-override by the admin, identical to ours
@@ -315,6 +322,7 @@ func TestUnbindPersistKeepsAdminOverride(t *testing.T) {
 }
 
 func TestUnbindPersistDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	tr, _, b, gpu, _ := consumer(t, "")
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Persist: true}); err != nil {
 		t.Fatal(err)

@@ -41,3 +41,20 @@ type Claim struct {
 
 // Key returns "kind:id", the unit of exclusivity.
 func (c Claim) Key() string { return string(c.Kind) + ":" + c.ID }
+
+// SameClaims reports whether a and b hold the same devices (by Key), in any order.
+func SameClaims(a, b []Claim) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	keys := map[string]bool{}
+	for _, c := range a {
+		keys[c.Key()] = true
+	}
+	for _, c := range b {
+		if !keys[c.Key()] {
+			return false
+		}
+	}
+	return true
+}

@@ -2,8 +2,12 @@ package virt
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -235,4 +239,109 @@ func EditDefinition(ctx context.Context, c Conn, name, deviceXML string, attach 
 		return fmt.Errorf("edit the definition of domain %s: %w", name, err)
 	}
 	return nil
+}
+
+// FreeRootPorts returns the indexes of the pcie-root-port controllers of domain XML x that no
+// device sits behind, lowest first.
+func FreeRootPorts(x string) ([]uint, error) {
+	dec := xml.NewDecoder(strings.NewReader(x))
+	ports := map[uint]bool{}
+	used := map[uint]bool{}
+	attr := func(se xml.StartElement, name string) string {
+		for _, a := range se.Attr {
+			if a.Name.Local == name {
+				return a.Value
+			}
+		}
+		return ""
+	}
+	num := func(s string) (uint, bool) {
+		n, err := strconv.ParseUint(s, 0, 32)
+		return uint(n), err == nil
+	}
+	var stack []string
+	for {
+		t, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("domain XML: %w", err)
+		}
+		switch se := t.(type) {
+		case xml.StartElement:
+			parent := ""
+			if len(stack) > 0 {
+				parent = stack[len(stack)-1]
+			}
+			stack = append(stack, se.Name.Local)
+			if se.Name.Local == "controller" && attr(se, "type") == "pci" && attr(se, "model") == "pcie-root-port" {
+				if n, ok := num(attr(se, "index")); ok {
+					ports[n] = true
+				}
+			}
+			// A device's guest address (not a hostdev's <source><address>).
+			if se.Name.Local == "address" && attr(se, "type") == "pci" && parent != "source" {
+				if n, ok := num(attr(se, "bus")); ok {
+					used[n] = true
+				}
+			}
+		case xml.EndElement:
+			stack = stack[:len(stack)-1]
+		}
+	}
+	var out []uint
+	for p := range ports {
+		if !used[p] {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ReserveRootPorts makes the defined q35 domain name keep at least want empty PCIe root ports
+// for hotplug: libvirt places the controllers it adds itself (USB, virtio-serial) on the first
+// free ports when it defines a domain, the empty ones the render reserved included, so the
+// domain is read back and defined again with more empty ports until want are free. It returns
+// how many ports it added (0: enough were free, or the machine is not q35).
+func ReserveRootPorts(ctx context.Context, c Conn, name string, want int) (int, error) {
+	if want <= 0 {
+		return 0, nil
+	}
+	x, err := c.DomainXML(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	free, err := FreeRootPorts(x)
+	if err != nil || len(free) >= want {
+		return 0, err
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(x); err != nil {
+		return 0, fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	if d.Devices == nil || d.OS == nil || d.OS.Type == nil || !strings.Contains(d.OS.Type.Machine, "q35") {
+		return 0, nil
+	}
+	next := uint(0)
+	for _, c := range d.Devices.Controllers {
+		if c.Type == "pci" && c.Index != nil && *c.Index >= next {
+			next = *c.Index + 1
+		}
+	}
+	added := want - len(free)
+	for range added {
+		idx := next
+		next++
+		d.Devices.Controllers = append(d.Devices.Controllers, libvirtxml.DomainController{Type: "pci", Index: &idx, Model: "pcie-root-port"})
+	}
+	nx, err := d.Marshal()
+	if err != nil {
+		return 0, fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	if _, err := c.Define(ctx, nx); err != nil {
+		return 0, fmt.Errorf("reserve hotplug ports of %s: %w", name, err)
+	}
+	return added, nil
 }

@@ -181,7 +181,7 @@ func runLayoutPlan(ctx context.Context, cmd *cli.Command) error {
 	return perr
 }
 
-func planTable(out io.Writer, p *layout.Plan) error {
+func planTable(out io.Writer, p *layout.HostPlan) error {
 	if p.Empty() {
 		fmt.Fprintf(out, "layout %s: nothing to do, the host is in it\n", p.Config)
 	} else {
@@ -231,7 +231,7 @@ func runLayoutApply(ctx context.Context, cmd *cli.Command) error {
 	return aerr
 }
 
-func applyLayoutTable(out io.Writer, r *layout.ApplyResult) error {
+func applyLayoutTable(out io.Writer, r *layout.HostApplyResult) error {
 	if len(r.Plan.Refusals) > 0 {
 		return planTable(out, r.Plan)
 	}

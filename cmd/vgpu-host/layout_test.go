@@ -79,7 +79,7 @@ func TestLayoutCLI(t *testing.T) {
 		}
 	}
 	out, code = run(t, append(g, "-o", "json", "host", "layout", "apply", f, "--config", "desks")...)
-	var res layout.ApplyResult
+	var res layout.HostApplyResult
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Done) != 2 || len(res.Done[0].Created) != 2 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}

@@ -45,7 +45,7 @@ func TestBootVGAPlannedRefusedForcedByName(t *testing.T) {
 		t.Fatalf("plan table: exit %d\n%s", code, out)
 	}
 	out, code = runCLI(t, append(g, "-o", "json", "plan", "--connect", uri, "--virt-type", "qemu", spec)...)
-	var plans []*lifecycle.Plan
+	var plans []*lifecycle.VMPlan
 	if code != 4 || json.Unmarshal([]byte(out), &plans) != nil || len(plans[0].Refusals) != 1 ||
 		plans[0].Refusals[0].Check != "boot-vga" || plans[0].Refusals[0].Address.String() != "0000:01:00.0" {
 		t.Fatalf("plan JSON: exit %d\n%s", code, out)

@@ -19,7 +19,7 @@ import (
 
 // planSpec writes a spec named name with the given gpus block and returns `plan -o json`'s
 // first plan, resolved against the fake host under root with libvirt's test driver.
-func planSpec(t *testing.T, root, name, gpus string) *lifecycle.Plan {
+func planSpec(t *testing.T, root, name, gpus string) *lifecycle.VMPlan {
 	t.Helper()
 	binary(t) // the libvirt helper plan starts
 	s := "apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata:\n  name: " + name +
@@ -29,7 +29,7 @@ func planSpec(t *testing.T, root, name, gpus string) *lifecycle.Plan {
 		t.Fatal(err)
 	}
 	out, code := runCLI(t, "--host-root", root, "-o", "json", "plan", "--connect", "test:///default", "--virt-type", "qemu", p)
-	var plans []*lifecycle.Plan
+	var plans []*lifecycle.VMPlan
 	if code != 0 || json.Unmarshal([]byte(out), &plans) != nil || len(plans) != 1 {
 		t.Fatalf("plan exit %d:\n%s", code, out)
 	}
