@@ -81,18 +81,24 @@ func main() {
 		os.Exit(2)
 	}
 	e.Host = *kind
-	// kube/dra names a whole GPU pci-<address>, a vendor-VFIO VF vf-<address>.
-	prefix := "pci-"
-	if *kind == "nvidia" {
-		prefix = "vf-"
-	}
-	e.DRADevices = map[string]string{}
-	for id := range e.Devices {
-		e.DRADevices[id] = prefix + strings.NewReplacer(":", "-", ".", "-").Replace(id)
-	}
+	e.DRADevices = draNames(*kind, e.Devices)
 	if err := json.NewEncoder(os.Stdout).Encode(e); err != nil {
 		fail(err)
 	}
+}
+
+// draNames is each device's name in the DRA driver's ResourceSlice: kube/dra names a whole GPU
+// pci-<address>, a vendor-VFIO VF vf-<address>.
+func draNames(kind string, devices map[string][]string) map[string]string {
+	prefix := "pci-"
+	if kind == "nvidia" {
+		prefix = "vf-"
+	}
+	out := map[string]string{}
+	for id := range devices {
+		out[id] = prefix + strings.NewReplacer(":", "-", ".", "-").Replace(id)
+	}
+	return out
 }
 
 func fail(err error) {
