@@ -68,16 +68,25 @@ if [ -z "${K8S_HOST:-}" ]; then
     for h in "${HOSTS[@]}"; do
       echo
       echo "######## host $h ########"
+      # A child that stops early must not pass a previous run's files off as its own.
+      rm -f "$W0/$h/summary.txt"
+      touch "$OUT/.start"
       K8S_HOST=$h K8S_WORK=$W0/$h "$0" $STEPS || rc=1
       rm -rf "${OUT:?}/$h"
       mkdir -p "$OUT/$h"
-      for f in logs cdi cri-record.jsonl expect.json summary.txt; do
-        [ -e "$W0/$h/$f" ] && cp -r "$W0/$h/$f" "$OUT/$h/"
-      done
+      [ -e "$W0/$h/summary.txt" ] && cp "$W0/$h/summary.txt" "$OUT/$h/"
+      if [ "$W0/$h/expect.json" -nt "$OUT/.start" ]; then
+        for f in logs cdi cri-record.jsonl expect.json; do
+          [ -e "$W0/$h/$f" ] && cp -r "$W0/$h/$f" "$OUT/$h/"
+        done
+      fi
     done
     echo
     echo "== all hosts ($((SECONDS - t0))s) =="
-    for h in "${HOSTS[@]}"; do sed "s/^/$h: /" "$OUT/$h/summary.txt" 2>/dev/null || echo "$h: FAIL no summary"; done
+    for h in "${HOSTS[@]}"; do
+      if [ -s "$OUT/$h/summary.txt" ]; then sed "s/^/$h: /" "$OUT/$h/summary.txt"; else echo "$h: FAIL the run stopped before any step (see above)"; fi
+    done
+    rm -f "$OUT/.start"
     echo "full log: $OUT/run.log; per host: $OUT/<host>/"
     return $rc
   }
@@ -141,8 +150,13 @@ cleanup() {
   log "logs and recordings kept in $W"
   echo
   echo "== summary ($((SECONDS - start))s) =="
-  printf '%s\n' "${results[@]}" | tee "$W/summary.txt"
-  [ ${#results[@]} -gt 0 ] && ! printf '%s\n' "${results[@]}" | grep -q '^FAIL' || exit 1
+  [ ${#results[@]} -gt 0 ] || results+=("FAIL no step ran: the run stopped before its first step (see above)")
+  if [ -e "$W/.vgpu-host-k8s" ]; then
+    printf '%s\n' "${results[@]}" | tee "$W/summary.txt"
+  else
+    printf '%s\n' "${results[@]}"
+  fi
+  ! printf '%s\n' "${results[@]}" | grep -q '^FAIL' || exit 1
 }
 trap cleanup EXIT
 trap "exit 130" INT TERM
