@@ -133,7 +133,8 @@ test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg 
 test: lint test-go fuzz race test-install test-deb e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, real-kernel lab
 
 .PHONY: test-k8s
-test-k8s: build-kube ## the device plugin and DRA driver on upstream Kubernetes built from source (root, slow first time; not in test): test/k8s
+test-k8s: build-kube ## the device plugin and DRA driver on upstream Kubernetes built from source, on three fake hosts (root; cold build far over CI's margin, so not in test: docs/k8s-upstream.md)
+	@scripts/deps.sh k8s
 	test/k8s/build.sh
 	test/k8s/run.sh
 

@@ -14,6 +14,8 @@
 #   e2e     the real-kernel lab: QEMU, Debian's kernel with headers and source and a C toolchain
 #           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl)
 #   bench   the peers and tools of make bench (lspci, hyperfine, jq)
+#   k8s     make test-k8s's script: curl and jq (the API server), openssl (its keys), unshare
+#           (util-linux), Debian's pci.ids (the lab host's real names)
 #   all     every group (make deps)
 #
 # `make demo` and `make build-static` need no group (make install builds the helper too). Needs
@@ -29,6 +31,7 @@ declare -A group=(
   [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
          mdevctl driverctl pciutils e2fsprogs"
   [bench]="pci.ids pciutils jq hyperfine"
+  [k8s]="pci.ids jq curl openssl util-linux"
 )
 [ $# -gt 0 ] || set -- all
 groups=("$@")
@@ -38,7 +41,7 @@ for g in "$@"; do
     for k in "${!group[@]}"; do want+=(${group[$k]}); done
     continue
   fi
-  [ -n "${group[$g]:-}" ] || { echo "deps: unknown group $g (helper, test, e2e, bench, all)" >&2; exit 2; }
+  [ -n "${group[$g]:-}" ] || { echo "deps: unknown group $g (helper, test, e2e, bench, k8s, all)" >&2; exit 2; }
   want+=(${group[$g]})
 done
 # swtpm's local CA (/var/lib/swtpm-localca) must belong to the user libvirtd runs swtpm as:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test/k8s/build.sh — build upstream Kubernetes (kube-apiserver, kube-scheduler, kubelet),
+# test/k8s/build.sh — build upstream Kubernetes (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet),
 # etcd, and the recording fake CRI runtime from the Go module proxy, at pinned versions,
 # into a cache directory OUTSIDE the repository (never committed).
 #
@@ -19,7 +20,8 @@ ETCD_VERSION=${ETCD_VERSION:-v3.7.3}
 NICE=${NICE:-nice -n 10}
 BIN=$CACHE/bin
 mkdir -p "$BIN"
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+# GOFLAGS from the caller are kept (e.g. GOFLAGS=-p=2 to bound the build's parallelism).
+export GOFLAGS="-mod=mod${GOFLAGS:+ $GOFLAGS}" GOTOOLCHAIN=local
 t() { local s=$SECONDS; "$@"; echo "build.sh: $* took $((SECONDS - s))s" >&2; }
 
 staging_version=v0.${K8S_VERSION#v1.}
@@ -29,7 +31,7 @@ k8s_module() {
   mkdir -p "$dir/fakecri"
   cp "$here/fakecri/main.go" "$dir/fakecri/main.go"
   # The commands are main packages: a tools file keeps k8s.io/kubernetes in the module graph.
-  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n)\n' >"$dir/tools.go"
+  printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n)\n' >"$dir/tools.go"
   if [ ! -f "$dir/go.sum" ] || ! grep -q '^\s*k8s.io/kubernetes ' "$dir/go.mod"; then
     (cd "$dir" && go mod download -x k8s.io/kubernetes@"$K8S_VERSION" 2>/dev/null || true)
     local kmod
@@ -54,7 +56,7 @@ k8s_module() {
 build_k8s() {
   local dir; dir=$(k8s_module)
   local want=()
-  for b in kube-apiserver kubelet kube-scheduler; do
+  for b in kube-apiserver kubelet kube-scheduler kube-controller-manager; do
     [ -x "$BIN/$b-$K8S_VERSION" ] || want+=("k8s.io/kubernetes/cmd/$b")
   done
   # fakecri is our own code: rebuilt whenever it changed
@@ -70,7 +72,7 @@ build_k8s() {
     local n=${p##*/}
     (cd "$dir" && t $NICE go build -trimpath -tags k8sfakecri -ldflags "$ld" -o "$BIN/$n-$K8S_VERSION" "$p")
   done
-  for b in kube-apiserver kube-scheduler kubelet fakecri; do ln -sf "$b-$K8S_VERSION" "$BIN/$b"; done
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet fakecri; do ln -sf "$b-$K8S_VERSION" "$BIN/$b"; done
 }
 
 build_etcd() {
