@@ -141,7 +141,7 @@ test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg 
 # A real login to Debian's cockpit-ws (a throwaway user, removed afterwards), the page in headless
 # chromium driven by puppeteer-core, a real agent on the lab snapshot (cockpit/test/run.sh).
 test-web: cockpit ## the Cockpit page in a real browser: cockpit-ws, chromium, the agent on the lab snapshot (root)
-	@scripts/deps.sh web
+	@scripts/deps.sh helper web
 	@cockpit/test/run.sh
 
 test: lint test-go fuzz race test-install test-deb test-web e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, the Cockpit page in a browser, real-kernel lab

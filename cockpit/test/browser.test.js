@@ -1,6 +1,7 @@
 // The page "GPUs" in a real browser against a real cockpit-ws and agent (run by test/run.sh,
 // which sets the environment): every step waits for the elements that prove it, takes a
 // screenshot, and the test fails (exit 1) naming the first step whose element did not appear.
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import puppeteer from "puppeteer-core";
@@ -26,6 +27,7 @@ const BOOT_VGA = "0000:00:02.0";
 
 let n = 0;
 let page;
+let agent2 = null; // the second agent (the H200 capture), stopped when the test ends
 const t0 = Date.now();
 
 async function shot(name) {
@@ -258,7 +260,32 @@ spec:
             await until(frame, "the message that the agent is not running", () =>
                 (document.querySelector("#agent-down")?.textContent || "").includes("The vgpu-host agent is not running"));
         });
+
+        if (!process.env.H200_ROOT) {
+            console.error("SKIP mig-from-h200-capture: the shared fixture is missing (run.sh said so)");
+        } else {
+            await step("agent-back-mig-from-h200-capture", async () => {
+                // A new agent on the same socket, serving the H200 capture: the page finds it by
+                // itself (it keeps polling) and shows the GPU's MIG profiles from NVML's answers.
+                const log = fs.openSync(env("AGENT2_LOG"), "w");
+                agent2 = spawn(env("AGENT_BIN"), ["agent", "--host-root", process.env.H200_ROOT, "--socket", env("AGENT_SOCKET"),
+                    "--group", USER, "--connect", `vgpu-fake://${process.env.H200_ROOT}/libvirt.json`], {
+                    env: { ...process.env, VGPU_HOST_NVML_FACTS: env("NVML_FACTS"), VGPU_HOST_NVML_HELPER: env("NVML_HELPER") },
+                    stdio: ["ignore", "ignore", log],
+                });
+                fs.writeFileSync(env("AGENT2_PIDFILE"), String(agent2.pid));
+                await until(frame, "the H200's MIG section: MIG off, the 7g.141gb and 1g.18gb profiles with their free placements", () => {
+                    const g = document.querySelector('[data-mig-gpu="0000:00:06.0"]');
+                    const t = g?.textContent || "";
+                    return !document.querySelector("#agent-down") && t.includes("NVIDIA H200") && t.includes("MIG off") &&
+                        t.includes("7g.141gb") && t.includes("1g.18gb");
+                });
+                await frame.$eval("#mig", e => e.scrollIntoView());
+            });
+        }
     } finally {
+        if (agent2)
+            agent2.kill("SIGTERM");
         await browser.close();
     }
     console.log(`browser.test: ${n} steps passed in ${((Date.now() - t0) / 1000).toFixed(1)} s; screenshots in ${SHOTS}`);

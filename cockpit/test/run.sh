@@ -13,7 +13,9 @@
 #     superuser "try" falls back to the user, a member of the socket's group);
 #   - the page, copied into that user's ~/.local/share/cockpit/vgpu-host, and the test's socket
 #     in ~/.config/cockpit/vgpu-host.override.json (how users name another socket);
-#   - cockpit-ws on 127.0.0.1, a free port, without TLS.
+#   - cockpit-ws on 127.0.0.1, a free port, without TLS;
+#   - for the last step, a second agent on the real H200 capture (../shared/fixtures/nvidia-h200:
+#     its sysfs, and NVML's answers replayed by the NVML helper) on the same socket.
 # The login leaves what any login leaves in wtmp/lastlog (PAM's session modules).
 # Screenshots of each step: .cache/web/screenshots/ (kept; gitignored).
 # Needs root (useradd, the agent), scripts/deps.sh web, node_modules (npm ci) and cockpit/dist.
@@ -30,6 +32,7 @@ user=vgpuweb$$
 pids=()
 cleanup() {
   local rc=$?
+  [ -f "$work/agent2.pid" ] && pids+=($(cat "$work/agent2.pid"))
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   if getent passwd "$user" >/dev/null; then
@@ -48,8 +51,23 @@ root=$work/root
 mkdir -p "$root"
 tar -xzf host/testdata/lab-snapshot.tar.gz -C "$root"
 
-echo "test-web: building the agent with the kernel emulator (-tags fakekernel)"
+echo "test-web: building the agent with the kernel emulator (-tags fakekernel) and the NVML helper"
 CGO_ENABLED=0 go build -trimpath -tags urfave_cli_no_template,agent,fakekernel -o "$work/vgpu-host-agent" ./cmd/vgpu-host
+go build -trimpath -o "$work/vgpu-host-nvml" ./cmd/vgpu-host-nvml
+
+# The last step's host: the real NVIDIA H200 capture (its sysfs, NVML's answers replayed), for
+# the MIG section. A shared fixture: missing, the test fails in CI and skips that step here.
+h200=../shared/fixtures/nvidia-h200
+if [ -f "$h200/sysfs-snapshot.tar.gz" ] && [ -f "$h200/nvml-facts.json" ]; then
+  mkdir -p "$work/h200"
+  tar -xzf "$h200/sysfs-snapshot.tar.gz" -C "$work/h200"
+  export H200_ROOT=$work/h200 NVML_FACTS=$(realpath "$h200/nvml-facts.json") NVML_HELPER=$work/vgpu-host-nvml
+elif [ -n "${CI:-}" ]; then
+  echo "test-web: CI must run the MIG step, but $h200 (sysfs-snapshot.tar.gz, nvml-facts.json) is missing" >&2
+  exit 1
+else
+  echo "test-web: WARNING: $h200 missing: the MIG step (the H200 capture) is skipped here (CI fails instead)" >&2
+fi
 
 useradd -M -d "$work/home" -s /bin/bash -U "$user"
 pass="vgpu-web-$RANDOM-$RANDOM"
@@ -83,10 +101,12 @@ mkdir -p .cache/web/screenshots
 rm -f .cache/web/screenshots/*.png
 rc=0
 (cd cockpit && COCKPIT_URL="http://127.0.0.1:$port" COCKPIT_USER="$user" COCKPIT_PASSWORD="$pass" \
-  VM_DISK="$root/web-vm.qcow2" AGENT_PID="$agent_pid" SCREENSHOTS="$repo/.cache/web/screenshots" CHROMIUM=/usr/bin/chromium \
+  VM_DISK="$root/web-vm.qcow2" AGENT_PID="$agent_pid" AGENT_BIN="$work/vgpu-host-agent" AGENT_SOCKET="$sock" \
+  AGENT2_PIDFILE="$work/agent2.pid" AGENT2_LOG="$work/agent2.log" SCREENSHOTS="$repo/.cache/web/screenshots" CHROMIUM=/usr/bin/chromium \
   node test/browser.test.js) || rc=$?
 if [ $rc -ne 0 ]; then
   echo "--- agent log (last 40 lines)"; tail -40 "$work/agent.log"
+  [ -f "$work/agent2.log" ] && { echo "--- the H200 agent's log (last 20 lines)"; tail -20 "$work/agent2.log"; }
   echo "--- cockpit-ws log"; tail -20 "$work/ws.log"
 fi
 exit $rc
