@@ -407,6 +407,7 @@ function App() {
     const [notice, setNotice] = useState(null);
     const [pending, setPending] = useState(null);
     const [destroying, setDestroying] = useState(null);
+    const [userName, setUserName] = useState("USER");
     const timer = useRef(null);
 
     const refresh = useCallback(async () => {
@@ -433,6 +434,10 @@ function App() {
     }, []);
 
     useEffect(() => {
+        cockpit.user().then(u => u && u.name && setUserName(u.name), () => {});
+    }, []);
+
+    useEffect(() => {
         refresh();
         timer.current = setInterval(refresh, REFRESH_MS);
         return () => clearInterval(timer.current);
@@ -453,15 +458,25 @@ function App() {
     const onDestroy = name => act(`destroyed ${name}`, () => run("destroy", {}, [name]));
 
     if (down) {
+        // The bridge could not connect: nobody listens (ENOENT, ECONNREFUSED), or the socket's
+        // mode keeps this user out (EACCES: not in the socket's group, no administrative access).
+        const denied = down.problem === "access-denied" || /permission denied|not permitted/i.test(down.message);
         return (
             <Page>
                 <PageSection>
-                    <EmptyState id="agent-down">
-                        <EmptyStateHeader titleText="The vgpu-host agent is not running" headingLevel="h1" />
+                    <EmptyState id="agent-down" data-reason={denied ? "denied" : "down"}>
+                        <EmptyStateHeader titleText={denied ? "The vgpu-host agent's socket keeps you out" : "The vgpu-host agent is not running"} headingLevel="h1" />
                         <EmptyStateBody>
-                            <p>Nothing answers on <code>{socketPath()}</code>: {down.message}.</p>
-                            <p>Start it with <code>sudo systemctl start vgpu-host-agent.service</code> (or <code>sudo vgpu-host agent</code>).
-                                A socket that keeps you out needs membership in its group (<code>vgpu-host</code>), or administrative access.</p>
+                            {denied
+                                ? <>
+                                    <p>The socket <code>{socketPath()}</code> refused this login: {down.message.replace(/\.+$/, "")}.</p>
+                                    <p>Changes and reads through the agent need root or membership in the socket's group (<code>vgpu-host</code>, or the agent's <code>--group</code>):
+                                        turn on administrative access in Cockpit, or have an administrator run <code>sudo usermod -aG vgpu-host {userName}</code> and log in again.</p>
+                                </>
+                                : <>
+                                    <p>Nothing answers on <code>{socketPath()}</code>: {down.message.replace(/\.+$/, "")}.</p>
+                                    <p>Start it with <code>sudo systemctl start vgpu-host-agent.service</code> (or <code>sudo vgpu-host agent</code>).</p>
+                                </>}
                             <Button variant="primary" onClick={refresh}>Try again</Button>
                         </EmptyStateBody>
                     </EmptyState>

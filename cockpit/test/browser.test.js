@@ -257,23 +257,45 @@ spec:
 
         await step("agent-not-running", async () => {
             process.kill(AGENT_PID, "SIGTERM");
-            await until(frame, "the message that the agent is not running", () =>
-                (document.querySelector("#agent-down")?.textContent || "").includes("The vgpu-host agent is not running"));
+            await until(frame, "the message that the agent is not running", () => {
+                const e = document.querySelector("#agent-down");
+                return e && e.dataset.reason === "down" && e.textContent.includes("The vgpu-host agent is not running");
+            });
         });
 
         if (!process.env.H200_ROOT) {
-            console.error("SKIP mig-from-h200-capture: the shared fixture is missing (run.sh said so)");
+            console.error("SKIP socket-keeps-non-member-out and agent-back-mig-from-h200-capture: the shared fixture is missing (run.sh said so)");
         } else {
-            await step("agent-back-mig-from-h200-capture", async () => {
-                // A new agent on the same socket, serving the H200 capture: the page finds it by
-                // itself (it keeps polling) and shows the GPU's MIG profiles from NVML's answers.
-                const log = fs.openSync(env("AGENT2_LOG"), "w");
-                agent2 = spawn(env("AGENT_BIN"), ["agent", "--host-root", process.env.H200_ROOT, "--socket", env("AGENT_SOCKET"),
-                    "--group", USER, "--connect", `vgpu-fake://${process.env.H200_ROOT}/libvirt.json`], {
+            const startAgent2 = group => {
+                const log = fs.openSync(env("AGENT2_LOG"), "a");
+                const a = spawn(env("AGENT_BIN"), ["agent", "--host-root", process.env.H200_ROOT, "--socket", env("AGENT_SOCKET"),
+                    "--group", group, "--connect", `vgpu-fake://${process.env.H200_ROOT}/libvirt.json`], {
                     env: { ...process.env, VGPU_HOST_NVML_FACTS: env("NVML_FACTS"), VGPU_HOST_NVML_HELPER: env("NVML_HELPER") },
                     stdio: ["ignore", "ignore", log],
                 });
-                fs.writeFileSync(env("AGENT2_PIDFILE"), String(agent2.pid));
+                fs.writeFileSync(env("AGENT2_PIDFILE"), String(a.pid));
+                return a;
+            };
+            const stopAgent2 = () => new Promise(resolve => {
+                agent2.once("exit", resolve);
+                agent2.kill("SIGTERM");
+            }).then(() => { agent2 = null });
+
+            await step("socket-keeps-non-member-out", async () => {
+                // An agent whose socket is root's only (--group ''): this login is not let in,
+                // and the page says so, with the fix, instead of "not running".
+                agent2 = startAgent2("");
+                await until(frame, "the page saying the socket keeps this user out, naming the user in the fix", u => {
+                    const e = document.querySelector("#agent-down");
+                    return e && e.dataset.reason === "denied" && e.textContent.includes("keeps you out") && e.textContent.includes(`usermod -aG vgpu-host ${u}`);
+                }, USER);
+                await stopAgent2();
+            });
+
+            await step("agent-back-mig-from-h200-capture", async () => {
+                // A new agent on the same socket, serving the H200 capture: the page finds it by
+                // itself (it keeps polling) and shows the GPU's MIG profiles from NVML's answers.
+                agent2 = startAgent2(USER);
                 await until(frame, "the H200's MIG section: MIG off, the 7g.141gb and 1g.18gb profiles with their free placements", () => {
                     const g = document.querySelector('[data-mig-gpu="0000:00:06.0"]');
                     const t = g?.textContent || "";
