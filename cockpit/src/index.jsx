@@ -85,6 +85,7 @@ function Readiness({ health, check }) {
 function GPUs({ inv, busy, onBind }) {
     const groups = new Map((inv.groups || []).map(g => [g.id, g]));
     const gpus = (inv.devices || []).filter(d => d.is_gpu);
+    const quarantined = new Set((inv.quarantined || []).map(q => q.address));
     if (gpus.length === 0)
         return <Section id="gpus" title="GPUs"><p>No GPU on this host.</p></Section>;
     return (
@@ -104,7 +105,10 @@ function GPUs({ inv, busy, onBind }) {
                         const allVFIO = g && g.members.filter(m => !m.is_bridge).every(m => m.driver === "vfio-pci");
                         return (
                             <tr key={d.address} data-gpu={d.address}>
-                                <td>{d.address}{d.boot_vga && <> <Label color="blue">boot VGA</Label></>}</td>
+                                <td>
+                                    {d.address}{d.boot_vga && <> <Label color="blue">boot VGA</Label></>}
+                                    {quarantined.has(d.address) && <> <Label color="red" data-field="quarantined">quarantined</Label></>}
+                                </td>
                                 <td>{[d.vendor_name, d.device_name].filter(Boolean).join(" ") || `${d.vendor_id}:${d.device_id}`}</td>
                                 <td data-field="driver">{d.driver || "(none)"}</td>
                                 <td data-field="group">
@@ -250,7 +254,7 @@ function Quarantined({ list }) {
                     <ul className="vgpu-list">
                         {list.map(q => (
                             <li key={q.address} data-quarantined={q.address}>
-                                {q.address} since {q.since}{q.op && ` (after ${q.op})`}: {(q.problems || []).map(p => p.detail || p.message || JSON.stringify(p)).join("; ")}
+                                {q.address} since {q.since}{q.op && ` (after ${q.op})`}: {(q.problems || []).map(p => `${p.check}: ${p.detail}`).join("; ")}
                                 {" "}— fix the device, then <code>vgpu-host host release-quarantine {q.address}</code>
                             </li>
                         ))}

@@ -115,6 +115,16 @@ async function main() {
                 /ok/.test(document.querySelector("[data-check=iommu]")?.textContent || ""));
         });
 
+        await step("quarantined-listed", async () => {
+            await until(frame, "0000:02:00.0 in the quarantined devices, with its problem and the command that lifts it, and marked in its GPU row", () => {
+                const t = document.querySelector('[data-quarantined="0000:02:00.0"]')?.textContent || "";
+                return t.includes("config-space: config space reads all ones") && t.includes("after destroy train-02") &&
+                    t.includes("vgpu-host host release-quarantine 0000:02:00.0") &&
+                    !!document.querySelector('[data-gpu="0000:02:00.0"] [data-field=quarantined]');
+            });
+            await frame.$eval("#quarantine", e => e.scrollIntoView());
+        });
+
         await step("bind-dry-run", async () => {
             const btn = await frame.$(`button[aria-label="Bind IOMMU group 10 of ${GPU} to vfio-pci"]`);
             if (!btn)

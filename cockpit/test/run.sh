@@ -82,6 +82,11 @@ mkdir -p "$work/home/.config/cockpit"
 jq -n --arg s "$sock" '{config: {socket: $s}}' >"$work/home/.config/cockpit/vgpu-host.override.json"
 chown -R "$user:$user" "$work/home"
 
+# A quarantine record (docs/health.md) for the second GPU, as a failed handback check leaves it.
+mkdir -p "$root/var/lib/vgpu-host/quarantine"
+echo '{"version":1,"address":"0000:02:00.0","problems":[{"check":"config-space","detail":"config space reads all ones: the function fell off the bus"}],"since":"2026-11-26T05:00:00Z","op":"destroy train-02"}' \
+  >"$root/var/lib/vgpu-host/quarantine/0000:02:00.0.json"
+
 # A VM disk for the spec the browser applies (QEMU never starts: the libvirt is a file).
 qemu-img create -q -f qcow2 "$root/web-vm.qcow2" 64M
 
