@@ -25,13 +25,15 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
 FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
+# The Cockpit page: Cockpit looks for packages in $(PREFIX)/share/cockpit (XDG_DATA_DIRS).
+COCKPITDIR ?= $(PREFIX)/share/cockpit
 UNIT := deploy/systemd/vgpu-host-restore.service
 # The agent's unit: the alternative to the restore unit (Conflicts=; docs/reconcile.md).
 AGENT_UNIT := deploy/systemd/vgpu-host-agent.service
 
 # Go first, before anything else: a missing or too old toolchain is said in one line. `make
 # help`, `make deps`, `make uninstall` and `make clean` work without Go.
-ifneq ($(filter-out help deps clean uninstall,$(or $(MAKECMDGOALS),help)),)
+ifneq ($(filter-out help deps clean uninstall cockpit,$(or $(MAKECMDGOALS),help)),)
 GO_PROBLEM := $(shell scripts/check-go.sh '$(GO)')
 ifneq ($(GO_PROBLEM),)
 $(error $(GO_PROBLEM))
@@ -39,7 +41,7 @@ endif
 endif
 
 .PHONY: help deps build build-static build-helper build-nvml build-kube demo test test-unit test-go test-install test-deb fuzz race e2e lab-snapshot bench lint \
-	install uninstall deb clean
+	install uninstall deb clean cockpit test-web
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -69,13 +71,19 @@ build-nvml: ## build the NVML (MIG) helper bin/vgpu-host-nvml (cgo; needs a C co
 build-kube: ## build the kubelet device plugin and DRA driver bin/vgpu-host-kube (pure Go, static)
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/vgpu-host-kube ./cmd/vgpu-host-kube
 
+# The Cockpit page needs Node.js and npm to build (npm ci from cockpit/package-lock.json, then
+# esbuild): kept out of `make build`, so the binaries build with Go alone. make install, make deb
+# and make test-web build it; a host without Node gets the built page from the .deb.
+cockpit: ## build the Cockpit page "GPUs" into cockpit/dist (Node.js 18+ and npm; npm ci when the lockfile changed): docs/cockpit.md
+	@scripts/cockpit-build.sh
+
 demo: build-static ## no root, installs nothing: check this host, then inspect, render and bind --dry-run on the bundled real-kernel snapshot
 	@scripts/demo.sh
 
 # go vet sees only the files of the tags it is given: every tag the builds and tests use is
 # vetted (the agent's own files are -tags agent, the NVML mock -tags nvmlmock, the crash
-# hooks -tags crashtest).
-VET_TAGS := "" agent nvmlmock crashtest urfave_cli_no_template,agent
+# hooks -tags crashtest, the browser test's kernel emulator -tags fakekernel).
+VET_TAGS := "" agent nvmlmock crashtest urfave_cli_no_template,agent agent,fakekernel
 lint: ## gofmt and go vet (every build tag the builds and tests use)
 	@scripts/deps.sh helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -130,7 +138,13 @@ test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg 
 	@scripts/deps.sh test
 	@scripts/test-deb.sh $(DEB)
 
-test: lint test-go fuzz race test-install test-deb e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, real-kernel lab
+# A real login to Debian's cockpit-ws (a throwaway user, removed afterwards), the page in headless
+# chromium driven by puppeteer-core, a real agent on the lab snapshot (cockpit/test/run.sh).
+test-web: cockpit ## the Cockpit page in a real browser: cockpit-ws, chromium, the agent on the lab snapshot (root)
+	@scripts/deps.sh helper web
+	@cockpit/test/run.sh
+
+test: lint test-go fuzz race test-install test-deb test-web e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, the Cockpit page in a browser, real-kernel lab
 
 .PHONY: test-k8s
 test-k8s: build-kube ## the device plugin and DRA driver on upstream Kubernetes built from source, on three fake hosts (root; cold build far over CI's margin, so not in test: docs/k8s-upstream.md)
@@ -143,9 +157,13 @@ bench: build ## benchmarks as ratios against peers measured in the same run
 	@bench/run.sh
 
 # The files make install puts under $(DESTDIR)$(PREFIX); scripts/test-install.sh checks the list.
-install: build ## install both binaries, the systemd units (restore and agent), bash/zsh/fish completions and man pages (PREFIX=/usr/local, DESTDIR)
+install: build cockpit ## install both binaries, the systemd units (restore and agent), bash/zsh/fish completions, man pages and the Cockpit page (PREFIX=/usr/local, DESTDIR)
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 \
-		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR) \
+		$(DESTDIR)$(COCKPITDIR)/vgpu-host/assets
+	install -m 0644 cockpit/dist/index.html cockpit/dist/index.js cockpit/dist/index.css \
+		cockpit/dist/manifest.json cockpit/dist/index.js.LEGAL.txt $(DESTDIR)$(COCKPITDIR)/vgpu-host/
+	install -m 0644 cockpit/dist/assets/* $(DESTDIR)$(COCKPITDIR)/vgpu-host/assets/
 	install -m 0755 $(BIN) $(HELPER) $(NVML_HELPER) $(AGENT_BIN) $(DESTDIR)$(BINDIR)/
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-restore.service
 	sed 's#^ExecStart=/usr/bin/vgpu-host #ExecStart=$(BINDIR)/vgpu-host #' $(AGENT_UNIT) >$(DESTDIR)$(UNITDIR)/vgpu-host-agent.service
@@ -163,6 +181,7 @@ uninstall: ## remove what make install installed (same PREFIX and DESTDIR)
 		$(DESTDIR)$(BASHCOMPDIR)/vgpu-host $(DESTDIR)$(ZSHCOMPDIR)/_vgpu-host $(DESTDIR)$(FISHCOMPDIR)/vgpu-host.fish \
 		$(DESTDIR)$(MANDIR)/man1/vgpu-host.1 $(DESTDIR)$(MANDIR)/man1/vgpu-host-*.1
 	rm -f $(DESTDIR)$(BINDIR)/vgpu-host-nvml $(DESTDIR)$(BINDIR)/vgpu-host-agent
+	rm -rf $(DESTDIR)$(COCKPITDIR)/vgpu-host
 
 # make deb: the Debian package, built by nFPM (a Go tool dependency pinned in go.mod) from a
 # make install into a staging tree with Debian's paths. Its version must start with a digit.
@@ -177,5 +196,5 @@ deb: ## build the Debian package bin/vgpu-host_VERSION_amd64.deb (nFPM, deploy/n
 	DEB_VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config deploy/nfpm.yaml --packager deb --target $(DEB)
 	@echo "built $(DEB)"
 
-clean: ## remove build outputs and the lab cache
-	rm -rf bin .cache
+clean: ## remove build outputs and the lab cache (cockpit/node_modules, npm's, stays)
+	rm -rf bin .cache cockpit/dist

@@ -16,6 +16,11 @@
 #   bench   the peers and tools of make bench (lspci, hyperfine, jq)
 #   k8s     make test-k8s's script: curl and jq (the API server), openssl (its keys), unshare
 #           (util-linux), Debian's pci.ids (the lab host's real names)
+#   node    Node.js and npm for building the Cockpit page (make cockpit), only when no node and
+#           npm are in PATH already (a Node.js from elsewhere, with its own npm, is kept)
+#   web     the Cockpit page's browser test (make test-web): Debian's Cockpit 287 (cockpit-ws,
+#           cockpit-bridge, cockpit-system for the shell and its login), chromium (headless, driven
+#           by puppeteer-core), qemu-img for the VM's disk, jq, curl, passwd (useradd/userdel)
 #   all     every group (make deps)
 #
 # `make demo` and `make build-static` need no group (make install builds the helper too). Needs
@@ -32,16 +37,24 @@ declare -A group=(
          mdevctl driverctl pciutils e2fsprogs"
   [bench]="pci.ids pciutils jq hyperfine"
   [k8s]="pci.ids jq curl openssl util-linux"
+  [node]="nodejs npm"
+  [web]="cockpit-ws cockpit-bridge cockpit-system chromium qemu-utils jq curl passwd python3"
 )
 [ $# -gt 0 ] || set -- all
 groups=("$@")
 want=()
 for g in "$@"; do
   if [ "$g" = all ]; then
-    for k in "${!group[@]}"; do want+=(${group[$k]}); done
+    for k in "${!group[@]}"; do
+      [ "$k" = node ] && command -v node >/dev/null && command -v npm >/dev/null && continue
+      want+=(${group[$k]})
+    done
     continue
   fi
-  [ -n "${group[$g]:-}" ] || { echo "deps: unknown group $g (helper, test, e2e, bench, k8s, all)" >&2; exit 2; }
+  if [ "$g" = node ] && command -v node >/dev/null && command -v npm >/dev/null; then
+    continue
+  fi
+  [ -n "${group[$g]:-}" ] || { echo "deps: unknown group $g (helper, test, e2e, bench, k8s, node, web, all)" >&2; exit 2; }
   want+=(${group[$g]})
 done
 # swtpm's local CA (/var/lib/swtpm-localca) must belong to the user libvirtd runs swtpm as:

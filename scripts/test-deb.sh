@@ -52,6 +52,9 @@ for u in vgpu-host-restore.service vgpu-host-agent.service; do
 done
 grep -qx 'ExecStart=/usr/bin/vgpu-host agent' /usr/lib/systemd/system/vgpu-host-agent.service ||
 	fail "vgpu-host-agent.service does not run /usr/bin/vgpu-host agent"
+for f in manifest.json index.html index.js index.css; do
+	[ -s "/usr/share/cockpit/vgpu-host/$f" ] || fail "the package does not install the Cockpit page's $f"
+done
 man -w vgpu-host-mdev >/dev/null || fail "man cannot find vgpu-host-mdev(1)"
 bash -c '. /usr/share/bash-completion/completions/vgpu-host && complete -p vgpu-host' >/dev/null ||
 	fail "the bash completion does not register"

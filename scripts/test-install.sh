@@ -20,12 +20,17 @@ cmds=$(bin/vgpu-host --generate-shell-completion | cut -d: -f1 | grep -vx 'help\
 	for c in $cmds; do echo "share/man/man1/vgpu-host-$c.1"; done
 	echo bin/vgpu-host-nvml # the NVML (MIG) helper
 	echo bin/vgpu-host-agent # the agent (the command tree with metrics, reconcile, drift)
+	# the Cockpit page: what make cockpit built, with its manifest
+	(cd cockpit/dist && find . -type f | sed 's#^\./#share/cockpit/vgpu-host/#')
 } | sed "s#^#$prefix/#" | sort >"$dest.want"
 (cd "$dest" && find . -type f -o -type l | sed 's#^\.##' | sort) >"$dest.got"
 diff -u "$dest.want" "$dest.got" >&2 || { rm -f "$dest.want" "$dest.got"; fail "make install DESTDIR=... PREFIX=$prefix did not install exactly the expected files"; }
 n=$(wc -l <"$dest.got")
 rm -f "$dest.want" "$dest.got"
 
+jq -e '.menu.index.label == "GPUs" and .config.socket == "/run/vgpu-host/agent.sock"' "$dest$prefix/share/cockpit/vgpu-host/manifest.json" >/dev/null ||
+	fail "the installed Cockpit manifest does not name the page GPUs and the agent's socket"
+grep -q '../base1/cockpit.js' "$dest$prefix/share/cockpit/vgpu-host/index.html" || fail "the installed page does not load Cockpit's cockpit.js"
 grep -qx "ExecStart=$prefix/bin/vgpu-host host restore" "$dest$prefix/lib/systemd/system/vgpu-host-restore.service" ||
 	fail "the installed unit does not run $prefix/bin/vgpu-host"
 agent_unit="$dest$prefix/lib/systemd/system/vgpu-host-agent.service"
@@ -60,4 +65,4 @@ done
 make --no-print-directory -s uninstall DESTDIR="$dest" PREFIX="$prefix" >/dev/null
 left=$(cd "$dest" && find . -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"
-echo "test-install: ok: make install put $n files under DESTDIR$prefix (binaries, restore and agent units, 3 completions, bash completing from the binary, man pages that man formats without warnings); make uninstall removed them"
+echo "test-install: ok: make install put $n files under DESTDIR$prefix (binaries, restore and agent units, 3 completions, bash completing from the binary, man pages that man formats without warnings, the Cockpit page); make uninstall removed them"

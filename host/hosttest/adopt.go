@@ -17,7 +17,8 @@ func UnpackSnapshot(tarball, dir string) error { return unpack(tarball, dir) }
 // Adopt returns a Tree over an existing host root — an unpacked real-kernel snapshot — so that
 // test setup such as Bind works on it as on a generated tree: it learns each PCI function's
 // directory from sys/bus/pci/devices and its uevent (less the DRIVER line, which Bind writes)
-// from the function itself. Nothing in the tree is changed until a setup call changes it.
+// from the function itself, and its native driver (the one bound now), so a Kernel can emulate
+// writes on it. Nothing in the tree is changed until a setup call changes it.
 func Adopt(tb testing.TB, dir string) *Tree {
 	tb.Helper()
 	t := &Tree{tb: tb, dir: dir, devPath: map[host.Address]string{}, native: map[host.Address]string{}, vfSpec: map[host.Address]VFSpec{}, uevent: map[host.Address]string{}}
@@ -44,6 +45,9 @@ func Adopt(tb testing.TB, dir string) *Tree {
 			tb.Fatalf("hosttest: adopt %s: %s leads out of the root", link, target)
 		}
 		t.devPath[a] = rel
+		// The native driver is the one bound now: what a probe without driver_override
+		// binds again, so the kernel emulator can restore it.
+		t.native[a] = t.Driver(a)
 		if b, err := os.ReadFile(filepath.Join(target, "uevent")); err == nil {
 			var lines []string
 			for _, l := range strings.SplitAfter(string(b), "\n") {
