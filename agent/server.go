@@ -472,12 +472,14 @@ func writeError(w http.ResponseWriter, status, exitCode int, format string, a ..
 	writeJSON(w, status, ErrorBody{Error: fmt.Sprintf(format, a...), ExitCode: exitCode})
 }
 
-// firstLine is the first line of s without vgpu-host's prefix: the error of a command's stderr.
+// errorText is the error of a command's stderr without vgpu-host's prefix: its last
+// "vgpu-host: " line and the indented lines that go on from it (the refusals a safety check
+// lists, the fix), as the CLI words them.
 func errorText(stderr string) string {
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if msg, ok := strings.CutPrefix(lines[i], "vgpu-host: "); ok {
-			return msg
+			return strings.Join(append([]string{msg}, lines[i+1:]...), "\n")
 		}
 	}
 	return strings.TrimSpace(stderr)

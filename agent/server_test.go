@@ -543,3 +543,16 @@ func TestHooks(t *testing.T) {
 		t.Errorf("observed %v", observed)
 	}
 }
+
+// TestErrorTextKeepsReasons: a refusal's error keeps the lines that say why and the fix (the
+// typed endpoints answered only its first line, "refused by a safety check ...:", before).
+func TestErrorTextKeepsReasons(t *testing.T) {
+	stderr := "progress: bind 0000:00:02.0\nvgpu-host: bind: refused by a safety check:\n  - [boot-vga] 0000:00:02.0: is the boot VGA\n  (re-run with --force)\n"
+	want := "bind: refused by a safety check:\n  - [boot-vga] 0000:00:02.0: is the boot VGA\n  (re-run with --force)"
+	if got := errorText(stderr); got != want {
+		t.Fatalf("errorText = %q, want %q", got, want)
+	}
+	if got := errorText("vgpu-host: not found\n"); got != "not found" {
+		t.Fatalf("errorText = %q", got)
+	}
+}

@@ -71,8 +71,16 @@ func (q Quarantine) Refusal() string {
 		q.Since.Format(time.RFC3339), q.Reason(), q.Path, q.Address)
 }
 
-// ErrQuarantined is wrapped when a quarantined function is asked for (exit 4 with ErrRefused).
-var ErrQuarantined = errors.New("device is quarantined")
+// ErrQuarantined is wrapped when a quarantined function is asked for. It is also ErrRefused
+// (exit 4) without ErrRefused's words, whose "use --force to override" no quarantine obeys.
+var ErrQuarantined error = quarantinedError{}
+
+type quarantinedError struct{}
+
+func (quarantinedError) Error() string { return "refused: device is quarantined" }
+
+// Is makes errors.Is(err, ErrRefused) hold for a quarantine refusal.
+func (quarantinedError) Is(target error) bool { return target == ErrRefused }
 
 // HealthStatePath is ROOT/var/lib/vgpu-host/health/ADDR.json.
 func HealthStatePath(root Root, a Address) string { return root.StateDir("health", a.String()+".json") }

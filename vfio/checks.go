@@ -67,9 +67,9 @@ func RefusalError(op string, rs []Refusal) error {
 	if i := slices.Index(names, CheckQuarantined); i >= 0 {
 		names = slices.Delete(names, i, i+1)
 		if len(names) == 0 {
-			return fmt.Errorf("%s: %w: %w:%s\n  (no --force passes a quarantine: fix the device, then run vgpu-host host release-quarantine ADDR; docs/health.md)", op, host.ErrRefused, host.ErrQuarantined, b.String())
+			return fmt.Errorf("%s: %w:%s\n  (no --force passes a quarantine: fix the device, then run vgpu-host host release-quarantine ADDR; docs/health.md)", op, host.ErrQuarantined, b.String())
 		}
-		return fmt.Errorf("%s: %w: %w:%s\n  (no --force passes a quarantine: fix the device, then run vgpu-host host release-quarantine ADDR (docs/health.md); the others pass with --force (bind) or --force=%s (apply))", op, host.ErrRefused, host.ErrQuarantined, b.String(), strings.Join(names, ","))
+		return fmt.Errorf("%s: %w:%s\n  (no --force passes a quarantine: fix the device, then run vgpu-host host release-quarantine ADDR (docs/health.md); the others pass with --force (bind) or --force=%s (apply))", op, host.ErrQuarantined, b.String(), strings.Join(names, ","))
 	}
 	return fmt.Errorf("%s: %w:%s\n  (re-run with --force (bind) or --force=%s (apply) if you mean it; docs/vfio.md explains each check)", op, host.ErrRefused, b.String(), strings.Join(names, ","))
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
-	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/direct"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
@@ -85,7 +84,7 @@ func TestHotplugLibvirtd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	free, err := lifecycle.FreeRootPorts(lx)
+	free, err := virt.FreeRootPorts(lx)
 	if err != nil || len(free) < 2 {
 		t.Fatalf("free root ports of the running guest: %v %v\n%s", free, err, lx)
 	}
