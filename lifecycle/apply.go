@@ -491,12 +491,17 @@ func (e *stepEnv) Fetch(ctx context.Context, url, checksum, dest string) error {
 
 // undo reverts one journal step and marks it undone. Every undo is safe to repeat.
 func (l *Lifecycle) undo(ctx context.Context, name string, s ledger.JournalStep) error {
+	return l.undoWith(ctx, name, s, l.env(name, nil, nil))
+}
+
+// undoWith is undo with the step taken in env (hotplug bounds its wait there).
+func (l *Lifecycle) undoWith(ctx context.Context, name string, s ledger.JournalStep, env step.Env) error {
 	st, err := step.Decode(s.Action, s.Target, s.Params)
 	if err != nil {
 		return fmt.Errorf("undo step %d of %s: %w; the ledger entry %s is damaged, so vgpu-host stops rather than guess "+
 			"what to undo: repair the step by hand and run again: %w", s.N, name, err, l.o.Ledger.VMPath(name), ErrDamagedJournal)
 	}
-	err = st.Undo(ctx, l.env(name, nil, nil))
+	err = st.Undo(ctx, env)
 	if err != nil && !virt.IsNotFound(err) {
 		return fmt.Errorf("undo %s %s: %w", s.Action, s.Target, err)
 	}

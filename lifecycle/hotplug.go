@@ -170,21 +170,7 @@ func (l *Lifecycle) undoGroup(ctx context.Context, name string, g group, timeout
 
 // undoIn is undo with the hotplug's wait bound.
 func (l *Lifecycle) undoIn(ctx context.Context, name string, s ledger.JournalStep, timeout time.Duration) error {
-	st, err := step.Decode(s.Action, s.Target, s.Params)
-	if err != nil {
-		return fmt.Errorf("undo step %d of %s: %w; the ledger entry %s is damaged, so vgpu-host stops rather than guess "+
-			"what to undo: repair the step by hand and run again: %w", s.N, name, err, l.o.Ledger.VMPath(name), ErrDamagedJournal)
-	}
-	if err := st.Undo(ctx, hotplugEnv{Env: l.env(name, nil, nil), timeout: timeout}); err != nil && !virt.IsNotFound(err) {
-		return fmt.Errorf("undo %s %s: %w", s.Action, s.Target, err)
-	}
-	l.progress("%s: undid %s %s", name, s.Action, s.Target)
-	return l.o.Ledger.Update(func(b *ledger.Book) error {
-		if e := b.VM(name); e != nil {
-			e.Mark(s.N, ledger.StepUndone)
-		}
-		return nil
-	})
+	return l.undoWith(ctx, name, s, hotplugEnv{Env: l.env(name, nil, nil), timeout: timeout})
 }
 
 // convergeHotplug undoes every attach of name that a crash left half-done.
