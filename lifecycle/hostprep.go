@@ -41,10 +41,11 @@ func (p *SysfsPrep) BindGroup(ctx context.Context, vm string, addrs []host.Addre
 	return nil
 }
 
-// RestoreGroup gives the groups of addrs back to the drivers they had before vm's bind.
-// Functions the binder's ledger does not list were on vfio-pci before the bind (vfio-pci.ids=,
-// another tool): the bind left them alone, so the restore does too, rather than refusing them
-// as devices vgpu-host did not bind.
+// RestoreGroup gives the groups of addrs back to the drivers they had before vm's bind: only
+// the functions the binder's ledger records for vm. Those it does not list were on vfio-pci
+// before the bind (vfio-pci.ids=, another tool), and those it records for no VM were bound by
+// the user (`vgpu-host bind`): the bind left both alone, so the restore does too, and
+// `vgpu-host unbind` gives the user's back.
 func (p *SysfsPrep) RestoreGroup(ctx context.Context, vm string, addrs []host.Address) error {
 	l, err := p.Binder.Ledger()
 	if err != nil {
@@ -52,7 +53,7 @@ func (p *SysfsPrep) RestoreGroup(ctx context.Context, vm string, addrs []host.Ad
 	}
 	var bound []host.Address
 	for _, a := range addrs {
-		if _, ok := l.Lookup(a); ok {
+		if e, ok := l.Lookup(a); ok && e.Owner == vm {
 			bound = append(bound, a)
 		}
 	}

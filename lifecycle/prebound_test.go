@@ -10,6 +10,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -72,5 +73,41 @@ func TestPreboundGroupsStayBound(t *testing.T) {
 				t.Errorf("domains left: %v", conn.Domains())
 			}
 		})
+	}
+}
+
+// TestGroupBoundByBindStaysBound: a group the user bound with `vgpu-host bind` (its ledger
+// entries own no VM) is used by apply as is, and destroy leaves it on vfio-pci with its
+// entries, for `vgpu-host unbind` to give back. Before the fix, destroy restored the user's
+// binding as if apply had made it.
+func TestGroupBoundByBindStaysBound(t *testing.T) {
+	tree := hosttest.New(t)
+	gpu, audio := tree.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
+	k := hosttest.NewKernel(tree)
+	ctx := context.Background()
+	b := &vfio.Binder{Root: tree.Root, W: k, Modules: k}
+	if _, err := b.Bind(ctx, []host.Address{gpu}, vfio.BindOptions{}); err != nil {
+		t.Fatalf("bind: %v", err)
+	}
+	conn := virt.NewFake("qemu")
+	lc := New(Options{Root: tree.Root, Conn: conn, Host: NewSysfsPrep(tree.Root, k, k), Ledger: ledger.Open(tree.Root)})
+	vm := spec(t, "vgpuhost-test-boundbybind", anyNvidia)
+	if _, err := lc.Apply(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Destroy(ctx, vm.Metadata.Name); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	l, err := b.Ledger()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []host.Address{gpu, audio} {
+		if d := tree.Driver(a); d != "vfio-pci" {
+			t.Errorf("%s on %q after destroy, want vfio-pci as the user's bind left it", a, d)
+		}
+		if e, ok := l.Lookup(a); !ok || e.Owner != "" {
+			t.Errorf("%s: ledger entry %+v (found %v) after destroy, want the user's (no owner)", a, e, ok)
+		}
 	}
 }
