@@ -33,17 +33,22 @@ func migrateCommand() *cli.Command {
 			"Exit codes: 0 migrated, 1 failed (the message says where the VM runs), 2 bad input,\n" +
 			"4 refused, 5 busy (no free equivalent device on the target), 6 not in the ledger,\n" +
 			"7 cannot migrate (driver, virgl).",
-		Flags: []cli.Flag{
-			connectFlag(),
-			&cli.StringFlag{Name: "to", Usage: "the target's libvirt `URI` as this host's libvirtd reaches it (qemu+ssh://HOST/system)", Required: true},
-			&cli.StringFlag{Name: "target-cmd", Usage: "how to run vgpu-host on the target: `WORDS` split on spaces, no shell (default for qemu+ssh URIs: ssh [-p PORT] [USER@]HOST vgpu-host); not through the agent"},
-			&cli.StringFlag{Name: "migrate-uri", Usage: "where QEMU's migration stream goes (`tcp://ADDR[:PORT]`); default: the target's host name"},
-			&cli.BoolFlag{Name: "copy-storage", Usage: "copy the VM's disks to the target while it runs (libvirt's copy-storage-all)"},
-			&cli.BoolFlag{Name: "shared-storage", Usage: "the VM's disks are on storage both hosts see at the same paths: do not copy them"},
+		Flags: append([]cli.Flag{connectFlag()}, append(migrateFlags(true),
 			&cli.BoolFlag{Name: "dry-run", Usage: "print both hosts' steps (the target's from its own plan); change nothing"},
 			resetFlag(),
-		},
+		)...),
 		Action: runMigrate,
+	}
+}
+
+// migrateFlags are the flags that say where and how a VM migrates (migrate, plan --migrate).
+func migrateFlags(toRequired bool) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "to", Usage: "the target's libvirt `URI` as this host's libvirtd reaches it (qemu+ssh://HOST/system)", Required: toRequired},
+		&cli.StringFlag{Name: "target-cmd", Usage: "how to run vgpu-host on the target: `WORDS` split on spaces, no shell (default for qemu+ssh URIs: ssh [-p PORT] [USER@]HOST vgpu-host); not through the agent"},
+		&cli.StringFlag{Name: "migrate-uri", Usage: "where QEMU's migration stream goes (`tcp://ADDR[:PORT]`); default: the target's host name"},
+		&cli.BoolFlag{Name: "copy-storage", Usage: "copy the VM's disks to the target while it runs (libvirt's copy-storage-all)"},
+		&cli.BoolFlag{Name: "shared-storage", Usage: "the VM's disks are on storage both hosts see at the same paths: do not copy them"},
 	}
 }
 
@@ -227,7 +232,13 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 1 {
 		return usageErr("migrate takes one VM name")
 	}
-	name, err := vmName(cmd.Args().First())
+	return migrateVM(ctx, cmd, cmd.Args().First(), cmd.Bool("dry-run"))
+}
+
+// migrateVM migrates VM arg to --to (only its plan on both hosts with dryRun): migrate, and
+// plan --migrate.
+func migrateVM(ctx context.Context, cmd *cli.Command, arg string, dryRun bool) error {
+	name, err := vmName(arg)
 	if err != nil {
 		return err
 	}
@@ -250,7 +261,7 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer conn.Close()
 	res, err := lc.Migrate(ctx, name, lifecycle.MigrateOptions{Target: tg, DestURI: to, MigrateURI: cmd.String("migrate-uri"),
-		CopyStorage: cmd.Bool("copy-storage"), SharedStorage: cmd.Bool("shared-storage"), DryRun: cmd.Bool("dry-run")})
+		CopyStorage: cmd.Bool("copy-storage"), SharedStorage: cmd.Bool("shared-storage"), DryRun: dryRun})
 	migrated := res != nil && !res.DryRun && slices.ContainsFunc(res.SourceSteps, func(s string) bool { return strings.HasPrefix(s, "migrate domain ") })
 	if err != nil && !migrated {
 		return err // the VM is where it was: nothing on stdout

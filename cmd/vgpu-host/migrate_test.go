@@ -74,6 +74,17 @@ func TestMigrateCLITwoFakeHosts(t *testing.T) {
 	if strings.Contains(statusOf(dirB.Dir(), uriB), name) {
 		t.Fatal("dry run changed the target")
 	}
+	// plan --migrate is the same dry run (the name for it), and plan's other use keeps
+	// its flags apart.
+	if pout, e, code := vh(dirA.Dir(), uriA, "-o", "json", "plan", "--migrate", name, "--to", uriB, "--target-cmd", targetCmd, "--shared-storage"); code != 0 || pout != out {
+		t.Errorf("plan --migrate: exit %d: %s\n%s\nwant migrate --dry-run's\n%s", code, e, pout, out)
+	}
+	if _, e, code := vh(dirA.Dir(), uriA, "plan", "--to", uriB, spec); code != 2 || !strings.Contains(e, "--to goes with --migrate") {
+		t.Errorf("plan --to without --migrate: exit %d: %s", code, e)
+	}
+	if _, e, code := vh(dirA.Dir(), uriA, "plan", "--migrate", name, spec); code != 2 || !strings.Contains(e, "takes no SPEC") {
+		t.Errorf("plan --migrate with a SPEC: exit %d: %s", code, e)
+	}
 
 	// The target has a VM of that name in its ledger: busy (5), and the source keeps it.
 	specB := deviceFreeVM(t, dirB.Dir(), name)

@@ -15,19 +15,36 @@ func planCommand() *cli.Command {
 		Usage: "print, in order, what apply would do for each SPEC, and every safety check that would refuse it; changes nothing (docs/apply.md)",
 		Description: "Exits as apply would: 4 when a safety check refuses (boot VGA, host-critical group\n" +
 			"member, missing interrupt remapping), 5 when only processes holding a device do; the plan\n" +
-			"(with its refusals) is printed either way. --force=CHECK predicts apply --force=CHECK.",
-		ArgsUsage: "SPEC...",
-		Flags: []cli.Flag{
+			"(with its refusals) is printed either way. --force=CHECK predicts apply --force=CHECK.\n" +
+			"--migrate VM --to URI prints what `vgpu-host migrate VM --to URI` would do on both hosts\n" +
+			"(the same as migrate --dry-run; docs/migrate.md).",
+		ArgsUsage: "SPEC... | --migrate VM --to URI",
+		Flags: append([]cli.Flag{
 			connectFlag(),
 			virtTypeFlag(),
 			forceFlag(),
 			&cli.BoolFlag{Name: "no-start", Usage: "plan without the start step"},
-		},
+			&cli.StringFlag{Name: "migrate", Usage: "plan the live migration of the applied `VM` to --to instead of SPECs"},
+		}, migrateFlags(false)...),
 		Action: runPlan,
 	}
 }
 
 func runPlan(ctx context.Context, cmd *cli.Command) error {
+	if cmd.IsSet("migrate") {
+		if cmd.Args().Len() > 0 {
+			return usageErr("plan --migrate VM takes no SPEC")
+		}
+		if cmd.String("to") == "" {
+			return usageErr("plan --migrate VM needs --to URI")
+		}
+		return migrateVM(ctx, cmd, cmd.String("migrate"), true)
+	}
+	for _, f := range []string{"to", "target-cmd", "migrate-uri", "copy-storage", "shared-storage"} {
+		if cmd.IsSet(f) {
+			return usageErr("plan: --%s goes with --migrate VM", f)
+		}
+	}
 	vms, err := loadSpecs(cmd)
 	if err != nil {
 		return err
