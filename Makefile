@@ -138,7 +138,7 @@ test-deb: deb ## the Debian package: dpkg -i, vgpu-host version and check, dpkg 
 	@scripts/deps.sh test
 	@scripts/test-deb.sh $(DEB)
 
-# A real login to Debian's cockpit-ws (a throwaway user, removed afterwards), the page in headless
+# A real login to Debian's cockpit-ws (a throwaway user that exists only in the test's mount namespace), the page in headless
 # chromium driven by puppeteer-core, a real agent on the lab snapshot (cockpit/test/run.sh).
 test-web: cockpit ## the Cockpit page in a real browser: cockpit-ws, chromium, the agent on the lab snapshot (root)
 	@scripts/deps.sh helper web

@@ -20,7 +20,8 @@
 #           npm are in PATH already (a Node.js from elsewhere, with its own npm, is kept)
 #   web     the Cockpit page's browser test (make test-web): Debian's Cockpit 287 (cockpit-ws,
 #           cockpit-bridge, cockpit-system for the shell and its login), chromium (headless, driven
-#           by puppeteer-core), qemu-img for the VM's disk, jq, curl, passwd (useradd/userdel)
+#           by puppeteer-core), qemu-img for the VM's disk, jq, curl, openssl (the throwaway
+#           user's password hash), util-linux (unshare: that user lives in a private namespace)
 #   all     every group (make deps)
 #
 # `make demo` and `make build-static` need no group (make install builds the helper too). Needs
@@ -38,7 +39,7 @@ declare -A group=(
   [bench]="pci.ids pciutils jq hyperfine"
   [k8s]="pci.ids jq curl openssl util-linux"
   [node]="nodejs npm"
-  [web]="cockpit-ws cockpit-bridge cockpit-system chromium qemu-utils jq curl passwd python3"
+  [web]="cockpit-ws cockpit-bridge cockpit-system chromium qemu-utils jq curl openssl util-linux python3"
 )
 [ $# -gt 0 ] || set -- all
 groups=("$@")

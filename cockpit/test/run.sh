@@ -8,21 +8,29 @@
 #   - the agent built with -tags fakekernel (cmd/vgpu-host/fakekernel_hook.go): its sysfs writes
 #     go to hosttest's kernel emulator, as in the Go tests, so a bind moves the group's drivers
 #     and an mdev create makes the instance; libvirt is the file-backed vgpu-fake:///;
-#   - a throwaway local user (useradd; userdel at the end) whose primary group is the agent's
-#     --group: a real PAM login, and a bridge that talks to the socket as that user (no sudo:
-#     superuser "try" falls back to the user, a member of the socket's group);
+#   - a throwaway local user whose primary group is the agent's --group: a real PAM login, and a
+#     bridge that talks to the socket as that user (no sudo: superuser "try" falls back to the
+#     user, a member of the socket's group). The user exists only in this script's own mount
+#     namespace (unshare -m): copies of /etc/passwd, /etc/shadow, /etc/group and /etc/gshadow
+#     with the user's lines added are bind-mounted over the real ones there, and so are empty
+#     copies of the login records (wtmp, btmp, lastlog), so the machine's own files never change;
 #   - the page, copied into that user's ~/.local/share/cockpit/vgpu-host, and the test's socket
 #     in ~/.config/cockpit/vgpu-host.override.json (how users name another socket);
 #   - cockpit-ws on 127.0.0.1, a free port, without TLS;
 #   - for the last step, a second agent on the real H200 capture (../shared/fixtures/nvidia-h200:
 #     its sysfs, and NVML's answers replayed by the NVML helper) on the same socket.
-# The login leaves what any login leaves in wtmp/lastlog (PAM's session modules).
 # Screenshots of each step: .cache/web/screenshots/ (kept; gitignored).
-# Needs root (useradd, the agent), scripts/deps.sh web, node_modules (npm ci) and cockpit/dist.
+# Needs root (the mount namespace, the agent), scripts/deps.sh web, node_modules (npm ci) and
+# cockpit/dist.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
-[ "$(id -u)" = 0 ] || { echo "test-web: needs root (a throwaway user for the real login, the agent)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "test-web: needs root (a private mount namespace for the throwaway user, the agent)" >&2; exit 1; }
+if [ -z "${VGPU_WEB_NS:-}" ]; then
+  # Everything below runs in a mount namespace of its own: the user's passwd lines and the
+  # login's records are bind mounts that vanish with it, even after a kill -9.
+  VGPU_WEB_NS=1 exec unshare --mount --propagation private "$0" "$@"
+fi
 [ -f cockpit/dist/index.js ] || { echo "test-web: cockpit/dist missing: run make cockpit" >&2; exit 1; }
 export PATH=/usr/local/go/bin:$PATH
 
@@ -30,18 +38,19 @@ work=$(mktemp -d /tmp/vgpu-web.XXXXXX)
 chmod 0755 "$work" # the user's bridge reaches the socket below it; the agent checks it is root's and not writable
 user=vgpuweb$$
 pids=()
+mounts=()
 cleanup() {
   local rc=$?
   [ -f "$work/agent2.pid" ] && pids+=($(cat "$work/agent2.pid"))
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  if getent passwd "$user" >/dev/null; then
+  if [ -n "${uid:-}" ]; then
     # The user's session (cockpit-session, cockpit-bridge) ends with cockpit-ws; wait for it.
-    for _ in $(seq 50); do pgrep -u "$user" >/dev/null || break; sleep 0.1; done
-    for p in $(pgrep -u "$user" || true); do kill "$p" 2>/dev/null || true; done
+    for _ in $(seq 50); do pgrep -U "$uid" >/dev/null || break; sleep 0.1; done
+    for p in $(pgrep -U "$uid" || true); do kill "$p" 2>/dev/null || true; done
     sleep 0.2
-    userdel "$user" || echo "test-web: userdel $user failed: remove it by hand" >&2
   fi
+  for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || true; done
   rm -rf "$work"
   exit $rc
 }
@@ -69,9 +78,34 @@ else
   echo "test-web: WARNING: $h200 missing: the MIG step (the H200 capture) is skipped here (CI fails instead)" >&2
 fi
 
-useradd -M -d "$work/home" -s /bin/bash -U "$user"
+# The throwaway user, in this namespace only: its lines appended to copies of the account
+# files, bind-mounted over the real ones (useradd and chpasswd would replace the real files by
+# rename, which a bind mount does not allow, and would change the machine). A uid and gid free
+# on this machine.
 pass="vgpu-web-$RANDOM-$RANDOM"
-echo "$user:$pass" | chpasswd
+uid=$(awk -F: 'BEGIN { u = 61000 } { used[$3] = 1 } END { while (used[u]) u++; print u }' /etc/passwd /etc/group)
+hash=$(openssl passwd -6 "$pass")
+mkdir -p "$work/etc" "$work/log"
+for f in passwd shadow group gshadow; do
+  [ -f "/etc/$f" ] || continue
+  cp -p "/etc/$f" "$work/etc/$f"
+done
+echo "$user:x:$uid:$uid::$work/home:/bin/bash" >>"$work/etc/passwd"
+echo "$user:$hash:20000:0:99999:7:::" >>"$work/etc/shadow"
+echo "$user:x:$uid:" >>"$work/etc/group"
+[ -f "$work/etc/gshadow" ] && echo "$user:!::" >>"$work/etc/gshadow"
+for f in passwd shadow group gshadow; do
+  [ -f "$work/etc/$f" ] || continue
+  mount --bind "$work/etc/$f" "/etc/$f"
+  mounts+=("/etc/$f")
+done
+for f in /var/log/wtmp /var/log/btmp /var/log/lastlog; do
+  [ -f "$f" ] || continue
+  : >"$work/log/${f##*/}"
+  mount --bind "$work/log/${f##*/}" "$f"
+  mounts+=("$f")
+done
+getent passwd "$user" >/dev/null || { echo "test-web: the throwaway user $user is not visible in the namespace" >&2; exit 1; }
 pkg=$work/home/.local/share/cockpit/vgpu-host
 mkdir -p "$pkg"
 cp -r cockpit/dist/. "$pkg/"
