@@ -93,8 +93,14 @@ func TestTakesDevices(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", yaml, err)
 		}
-		if got := vm.TakesDevices(); got != want {
+		if got := vm.TakesDevices(nil); got != want {
 			t.Errorf("%q: TakesDevices = %v, want %v", yaml, got, want)
+		}
+		// A host without GPUs or mdev parents has nothing for a gpus[] entry to take: only a
+		// NIC VF still takes a device there.
+		wantBare := strings.Contains(yaml, "hostdev")
+		if got := vm.TakesDevices(&host.Inventory{}); got != wantBare {
+			t.Errorf("%q on a host without GPUs: TakesDevices = %v, want %v", yaml, got, wantBare)
 		}
 	}
 }

@@ -19,10 +19,15 @@ func (e *HostDeviceError) Error() string { return e.Err.Error() }
 // Unwrap returns the error with its class.
 func (e *HostDeviceError) Unwrap() error { return e.Err }
 
-// TakesDevices reports whether vm may claim host devices when it is resolved: a gpus[] entry
-// of a kind other than virtio-gpu (or one that names no kind: resolving it fails), or an SR-IOV
-// NIC VF. A VM that takes none cannot meet another domain's devices.
-func (vm *VM) TakesDevices() bool {
+// TakesDevices reports whether vm may claim host devices when it is resolved against inv: a
+// gpus[] entry of a kind other than virtio-gpu (or one that names no kind: resolving it fails)
+// on a host with GPUs or mdev parents to give, or an SR-IOV NIC VF. A VM that takes none cannot
+// meet another domain's devices, so apply asks libvirt for those only when this holds (a
+// fallback spec on a host without GPUs, the common image-pipeline case, asks nothing).
+func (vm *VM) TakesDevices(inv *host.Inventory) bool {
+	if inv != nil && len(inv.Devices) == 0 && len(inv.MdevParents) == 0 {
+		return slices.ContainsFunc(vm.Spec.Devices.NICs, func(n NIC) bool { return n.Type == "hostdev" })
+	}
 	for _, g := range vm.Spec.GPUs {
 		if k, err := kindFor(g); err != nil || k.Name() != vgpu.VirtioGPU {
 			return true

@@ -204,7 +204,7 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 	// has. The spec says whether it may take any; it is resolved once, in the transaction.
 	var fp map[host.Address]string
 	var fm map[string]string
-	if vm.TakesDevices() {
+	if vm.TakesDevices(inv) {
 		known := map[string]bool{}
 		if err := l.o.Ledger.View(func(before *ledger.Book) error {
 			for _, n := range before.Names() {
