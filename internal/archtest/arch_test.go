@@ -107,30 +107,9 @@ func TestOnlyHostReadsTheHost(t *testing.T) {
 	root := moduleRoot(t)
 	pkgs := map[string][]*ast.File{}
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") || rel == "host" || rel == "bin" || rel == "test" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			return err
-		}
+	parseSources(t, root, fset, func(rel string) bool { return rel == "host" }, func(rel string, f *ast.File) {
 		pkgs[filepath.Dir(rel)] = append(pkgs[filepath.Dir(rel)], f)
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(pkgs) < 8 {
 		t.Fatalf("found only %d packages under %s", len(pkgs), root)
 	}
@@ -366,5 +345,36 @@ func writeByPath(r host.Root, w host.Writer) { w.Write(ctx, r.Path("sys", "bus",
 	want := []string{"byJoin", "byJoinVar", "byPath", "byPathJoined", "dirFSRoot", "dirFSSys", "direct", "fsRead", "literal", "viaFunc", "viaHelper", "viaVar"}
 	if strings.Join(funcs, ",") != strings.Join(want, ",") {
 		t.Fatalf("found %v, want reads in %v", got, want)
+	}
+}
+
+// parseSources parses every non-test Go file under root that the binaries build from (not
+// hidden directories, bin, test, testdata, nor the directories skip names by their path
+// relative to root) and hands each to fn with that path.
+func parseSources(t *testing.T, root string, fset *token.FileSet, skip func(rel string) bool, fn func(rel string, f *ast.File)) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || rel == "bin" || rel == "test" || skip(rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		fn(rel, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -55,33 +53,12 @@ func TestNoCompileAtInit(t *testing.T) {
 	fset := token.NewFileSet()
 	var bad []string
 	files := 0
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || rel == "bin" || rel == "test" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			return err
-		}
+	parseSources(t, root, fset, func(string) bool { return false }, func(_ string, f *ast.File) {
 		files++
 		for _, v := range startupViolations(fset, f) {
 			bad = append(bad, strings.TrimPrefix(v, root+"/"))
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if files < 100 {
 		t.Fatalf("found only %d Go files under %s", files, root)
 	}
