@@ -230,6 +230,9 @@ func TestAgentAuthorization(t *testing.T) {
 	for _, d := range []string{"--dry-run", "--dry-run=true", "--dry-run=1"} {
 		lines = append(lines, line{"attach", agent.Read, append([]string{"--host-root", dir, "--agent", "always"}, append(slices.Clone(ops["attach"]), d)...)})
 	}
+	// A migration's plan reaches another host over ssh: a change's right even as a dry run.
+	lines = append(lines, line{"migrate", agent.Mutation, append([]string{"--host-root", dir, "--agent", "always"}, append(slices.Clone(ops["migrate"]), "--dry-run")...)})
+	lines = append(lines, line{"plan", agent.Mutation, append(append([]string{"--host-root", dir, "--agent", "always", "plan"}, c...), "--migrate", "authvm", "--to", "qemu+ssh://nohost.invalid/system")})
 	for _, w := range []string{"--write", "--write=1", "--write=t", "--write=TRUE", "--write=True"} {
 		lines = append(lines, line{"kubevirt labels", agent.Mutation, []string{"--host-root", dir, "--agent", "always", "kubevirt", "labels", w}})
 	}

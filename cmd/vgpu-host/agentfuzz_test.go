@@ -55,7 +55,7 @@ func FuzzAgentRequest(f *testing.F) {
 			if op := opName(cmd); op != job.Op {
 				t.Fatalf("%s: authorized %s, the tree parsed %s from %q", body, job.Op, op, args)
 			}
-			if c := classOf(job.Op, cmd.Bool); c != job.Class {
+			if c := classOf(job.Op, cmd.Bool, cmd.IsSet); c != job.Class {
 				t.Fatalf("%s: authorized %s as a %s, the tree parsed a %s from %q", body, job.Op, job.Class, c, args)
 			}
 			return nil

@@ -204,9 +204,9 @@ func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunE
 	leaf := cl.path[len(cl.path)-1]
 	action := leaf.Action
 	leaf.Action = func(ctx context.Context, cmd *cli.Command) error {
-		if op := opName(cmd); op != job.Op || classOf(op, cmd.Bool) != job.Class {
+		if op := opName(cmd); op != job.Op || classOf(op, cmd.Bool, cmd.IsSet) != job.Class {
 			return fmt.Errorf("internal error: the agent authorized %s as a %s and the command tree parsed %s as a %s: not run (a bug in vgpu-host, please report it)",
-				job.Op, job.Class, op, classOf(op, cmd.Bool))
+				job.Op, job.Class, op, classOf(op, cmd.Bool, cmd.IsSet))
 		}
 		return action(ctx, cmd)
 	}
@@ -326,13 +326,18 @@ var cliOnlyFlags = map[string]bool{"agent": true, "agent-socket": true, "help": 
 // --dry-run, a change with `kubevirt labels --write`. boolFlag is a boolean flag's value (the
 // request's, or the parsed command's when the agent checks what it is about to run). One
 // function for both, so the class the agent authorizes is the class of what runs.
-func classOf(op string, boolFlag func(name string) bool) agentapi.Class {
+func classOf(op string, boolFlag, isSet func(name string) bool) agentapi.Class {
 	c := agentRules[op].class
 	if op == "kubevirt labels" && boolFlag("write") {
 		c = agentapi.Mutation
 	}
 	if boolFlag("dry-run") {
 		c = agentapi.Read
+	}
+	// A migration's plan, dry run or not, has the agent reach another host (ssh as the
+	// agent's user, to a host the caller names): a change's right, not a reader's.
+	if op == "migrate" || (op == "plan" && isSet("migrate")) {
+		c = agentapi.Mutation
 	}
 	return c
 }
@@ -462,7 +467,7 @@ func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, c
 		}
 		return false
 	}
-	job.Class = classOf(req.Command, boolFlag)
+	job.Class = classOf(req.Command, boolFlag, func(name string) bool { _, ok := req.Flags[name]; return ok })
 	if rule.fileOperands != nil {
 		for _, i := range rule.fileOperands(req.Operands) {
 			job.Files = append(job.Files, req.Operands[i])
