@@ -3,8 +3,10 @@
 # Issue 31 on a real libvirtd 9.0 and QEMU 7.2 inside the lab (docs/hotplug.md, docs/lab.md):
 # vgpu-host attach hot-adds an mdev of the kernel's mbochs and mtty samples to a running QEMU
 # guest (domain type qemu, q35, SeaBIOS without a boot disk: no guest OS) and QEMU opens it
-# (its vfio group among QEMU's fds, the device on the reserved root port in `info pci`); the
-# ledger is read after each step. With no guest OS nothing answers the unplug request, so
+# (its vfio group among QEMU's fds, the device on the reserved root port in `info pci`), and
+# attach --gpu passes GPU2 through the same way (its group bound to vfio-pci, QEMU reaching it
+# through the lab's emulated IOMMU); the ledger is read after each step. With no guest OS
+# nothing answers the unplug request, so
 # detach must end after --timeout with exit 5 and nothing released; stopping the VM and
 # detaching again releases it. An attach killed (exit 137, as kill -9) before and after its
 # libvirt call is undone by the next detach (once the guest is stopped, for the one QEMU
@@ -74,6 +76,18 @@ expect_match "$(output | tr '\r\n' '  ')" "Bus +$((0x$bus)), device +0, function
   "QEMU's info pci: mbochs's 1234:1111 on the reserved root port's bus $((0x$bus))"
 expect_eq "$(claims)" "mdev:$u" "ledger: the VM holds the mdev"
 
+# --- a whole GPU: GPU2's group on vfio-pci, through the lab's emulated IOMMU into QEMU -------
+gg=$(group_of "$LAB_GPU2")
+t=$(now_ms)
+run_ok vgpu-host attach "$vm" --gpu "$LAB_GPU2" -o json
+note "attach --gpu took $(since "$t") ms"
+[ "$E2E_RC" = 0 ] || note "qemu log: $(tail -5 "/var/log/libvirt/qemu/$vm.log")"
+expect_driver "$LAB_GPU2" vfio-pci "attach bound GPU2's group to vfio-pci"
+if ls -l "/proc/$(qemu_pid)/fd" 2>/dev/null | grep -q " /dev/vfio/$gg\$"; then pass "QEMU holds GPU2's group $gg open"; else fail "QEMU does not hold GPU2's group $gg"; fi
+run_ok vsh qemu-monitor-command "$vm" --hmp 'info pci'
+expect_match "$(output | tr '\r\n' '  ')" "VGA controller: PCI device 1002:5046 .*id \"hostdev1\"" "QEMU's info pci: GPU2's 1002:5046"
+expect_eq "$(claims | tr ',' '\n' | sort | tr '\n' ' ')" "$(printf '%s\n' "mdev:$u" "pci:$LAB_GPU2" | sort | tr '\n' ' ')" "ledger: the mdev and GPU2"
+
 # --- detach: no guest OS answers, so it times out with nothing released -----------------------
 # libvirt 9.0 itself waits 5 s for the guest before its detach call returns; --timeout counts
 # from the request, so a 6 s detach gives up after about 6 s, not 6 s after libvirt's 5.
@@ -83,14 +97,14 @@ took=$(since "$t")
 expect_eq "$E2E_RC" 5 "detach from a guest that does not release the device exits 5 (busy)"
 expect_match "$(output)" "did not release mdev:$u within 6s.*stop the VM and detach again" "the message names the device, the wait and the fix"
 expect_gt 10000 "$took" "detach --timeout 6s gave up after ${took} ms (libvirt's own 5 s wait counted in)"
-expect_eq "$(claims)" "mdev:$u" "ledger: the VM still holds the mdev"
+expect_match "$(claims)" "mdev:$u" "ledger: the VM still holds the mdev"
 expect_eq "$(mdevs)" "$boot$u " "the mdev is still there"
 if qemu_has "$u"; then pass "QEMU still has it open"; else fail "QEMU let the mdev go"; fi
 expect_eq "$(in_xml "$u")" 1 "the live XML still has it (the unplug is pending)"
 expect_eq "$(in_xml "$u" --inactive)" 1 "the definition still has it: nothing was released"
 run_fails vgpu-host detach "$vm" "$u" --timeout 1s
 expect_eq "$E2E_RC" 5 "detach again: exit 5 again, still nothing released"
-expect_eq "$(claims)" "mdev:$u" "ledger: still held"
+expect_match "$(claims)" "mdev:$u" "ledger: still held"
 
 # --- stop the VM, detach again: released ---------------------------------------------------------
 run_ok vsh destroy "$vm"
@@ -98,8 +112,12 @@ run_ok vgpu-host detach "$vm" "$u" -o json
 expect_eq "$(jqo '.steps | join(",")')" "attach-device $u,create-mdev $u" "detach of the stopped VM: the definition's hostdev, then the mdev"
 expect_no_file "/sys/bus/mdev/devices/$u" "the mdev is removed"
 expect_content "$mb" "$av" "available_instances back"
-expect_eq "$(claims)" "" "ledger: released"
+expect_eq "$(claims)" "pci:$LAB_GPU2" "ledger: the mdev released"
 expect_eq "$(in_xml "$u" --inactive)" 0 "the definition no longer has it"
+run_ok vgpu-host detach "$vm" "$LAB_GPU2"
+expect_driver "$LAB_GPU2" - "detach gave GPU2 back to no driver, as at boot"
+expect_content "$(pci_dev "$LAB_GPU2")/driver_override" "(null)" "GPU2's driver_override as at boot"
+expect_eq "$(claims)" "" "ledger: released"
 run_ok vgpu-host detach "$vm" "$u"
 expect_match "$(output)" "detached already" "a second detach says it is gone"
 t=$(now_ms)
