@@ -8,7 +8,7 @@
 #   test/e2e/run.sh --bench         run test/e2e/bench/*.sh instead (prints BENCH lines)
 #   test/e2e/run.sh --snapshot      capture the guest's sysfs into host/testdata/lab-snapshot.tar.gz
 #
-# Environment: VGPU_LAB_TIMEOUT (seconds for the whole guest run, default 600),
+# Environment: VGPU_LAB_TIMEOUT (seconds for the whole guest run, default 900),
 # VGPU_LAB_KVER (kernel version; default: newest with image, modules and headers installed),
 # VGPU_LAB_CACHE (default .cache/lab), VGPU_LAB_BIN (default bin/vgpu-host).
 set -euo pipefail
@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 mode="test"
 only=
-timeout_s=${VGPU_LAB_TIMEOUT:-600}
+timeout_s=${VGPU_LAB_TIMEOUT:-900} # 58-hotplug-libvirtd alone takes up to 220 s under load
 cache_root=${VGPU_LAB_CACHE:-$repo/.cache/lab}
 bin=${VGPU_LAB_BIN:-$repo/bin/vgpu-host}
 out=$here/out

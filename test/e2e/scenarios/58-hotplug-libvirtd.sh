@@ -171,5 +171,11 @@ expect_content "$mb" "$av" "available_instances as at boot"
 expect_eq "$(vgpu-host status -o json | jq -r '[.[].name] | join(",")')" "" "ledger: no VM"
 expect_eq "$(vsh list --all --name | grep -c .)" 0 "libvirt has no domain"
 
+# Whatever a failed check above left: no domain, QEMU or mdev may outlive the scenario (the
+# later scenarios expect the boot state), so tear down before libvirtd goes.
+if vsh domstate "$vm" >/dev/null 2>&1; then
+  vgpu-host destroy "$vm" >/dev/null 2>&1 || { vsh destroy "$vm"; vsh undefine "$vm"; } >/dev/null 2>&1
+  fail "the VM was still there at the end: destroyed it"
+fi
 kill "$(cat /run/libvirtd.pid)"
 wait_for 20 sh -c '! test -S /run/libvirt/libvirt-sock' || note "libvirtd did not remove its socket in 20 s"
