@@ -530,6 +530,9 @@ func (l *Lifecycle) teardown(ctx context.Context, name string) ([]string, error)
 		return nil, err
 	}
 	var undone []string
+	if err := l.stopForHotplugged(ctx, name, live); err != nil {
+		return undone, err
+	}
 	for i := len(live) - 1; i >= 0; i-- {
 		late := l.mayLandLate(ctx, live[i])
 		if err := l.undo(ctx, name, live[i]); err != nil {
@@ -543,6 +546,39 @@ func (l *Lifecycle) teardown(ctx context.Context, name string) ([]string, error)
 		undone = append(undone, live[i].Action+" "+live[i].Target)
 	}
 	return undone, l.o.Ledger.Update(func(b *ledger.Book) error { b.Delete(name); return nil })
+}
+
+// stopForHotplugged stops the running domain name before teardown undoes a device an attach
+// hotplugged into it: the undo would ask the guest to release it and wait (a guest with no OS
+// or one that refuses never does: seen in the lab with libvirt 9.0 and QEMU 7.2), and the
+// kernel blocks the removal of an mdev QEMU still holds, while the VM is going anyway. Stopping
+// the guest releases every device at once; each undo then finds it only in the definition.
+func (l *Lifecycle) stopForHotplugged(ctx context.Context, name string, live []ledger.JournalStep) error {
+	hot := false
+	for _, s := range live {
+		if s.Action != string(step.ActAttachDevice) {
+			continue
+		}
+		st, err := step.Decode(s.Action, s.Target, s.Params)
+		if err != nil {
+			return fmt.Errorf("journal step %d of %s: %w: %w", s.N, name, err, ErrDamagedJournal)
+		}
+		if a, ok := st.(step.AttachDevice); ok && a.Scope&virt.DeviceLive != 0 {
+			hot = true
+		}
+	}
+	if !hot {
+		return nil
+	}
+	state, err := l.o.Conn.State(ctx, name)
+	if err != nil || (state != virt.StateRunning && state != virt.StatePaused) {
+		return nil // no domain, or stopped: nothing holds the devices
+	}
+	l.progress("%s: stopping the domain first: it holds devices vgpu-host attach hotplugged", name)
+	if err := l.o.Conn.Destroy(ctx, name); err != nil {
+		return fmt.Errorf("stop domain %s before releasing its hotplugged devices: %w", name, err)
+	}
+	return nil
 }
 
 // LateDefineGrace is how long teardown watches for the domain of a define that an apply

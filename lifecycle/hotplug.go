@@ -173,8 +173,9 @@ func (l *Lifecycle) undoIn(ctx context.Context, name string, s ledger.JournalSte
 	return l.undoWith(ctx, name, s, hotplugEnv{Env: l.env(name, nil, nil), timeout: timeout})
 }
 
-// convergeHotplug undoes every attach of name that a crash left half-done.
-func (l *Lifecycle) convergeHotplug(ctx context.Context, name string) ([]string, error) {
+// convergeHotplug undoes every attach of name that a crash left half-done, waiting up to
+// timeout for the guest to release each device the attach had given it.
+func (l *Lifecycle) convergeHotplug(ctx context.Context, name string, timeout time.Duration) ([]string, error) {
 	var j []ledger.JournalStep
 	if err := l.o.Ledger.View(func(b *ledger.Book) error {
 		if e := b.VM(name); e != nil {
@@ -194,7 +195,7 @@ func (l *Lifecycle) convergeHotplug(ctx context.Context, name string) ([]string,
 			continue
 		}
 		l.progress("%s: undoing the interrupted attach of %s", name, g.mark.Target)
-		u, err := l.undoGroup(ctx, name, g, step.DetachTimeout)
+		u, err := l.undoGroup(ctx, name, g, timeout)
 		out = append(out, u...)
 		if err != nil {
 			return out, fmt.Errorf("converge the interrupted attach of %s: %w", g.mark.Target, err)
@@ -289,7 +290,7 @@ func (l *Lifecycle) Attach(ctx context.Context, req AttachRequest) (*HotplugResu
 	defer unlock()
 	l.checked = map[string][]vfio.Refusal{}
 	if !req.DryRun {
-		if res.Converged, err = l.convergeHotplug(ctx, name); err != nil {
+		if res.Converged, err = l.convergeHotplug(ctx, name, step.DetachTimeout); err != nil {
 			return res, fmt.Errorf("attach %s: %w", name, err)
 		}
 	}
@@ -623,7 +624,7 @@ func (l *Lifecycle) Detach(ctx context.Context, name, device string, timeout tim
 		return res, fmt.Errorf("detach %s: %w", name, err)
 	}
 	defer unlock()
-	if res.Converged, err = l.convergeHotplug(ctx, name); err != nil {
+	if res.Converged, err = l.convergeHotplug(ctx, name, timeout); err != nil {
 		return res, fmt.Errorf("detach %s: %w", name, err)
 	}
 	e, err := l.appliedEntry(name)

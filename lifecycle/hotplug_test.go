@@ -281,12 +281,88 @@ func TestDetachTimeout(t *testing.T) {
 	if len(e.claimsOf(t, name)) != 2 || e.host.bound["0000:42:00.0"] != name {
 		t.Fatal("a timed-out detach released the device")
 	}
+	// The definition keeps what the guest keeps (libvirt, asked for live and config at once,
+	// would have dropped it from the definition at once: seen with libvirt 9.0 in the lab).
+	for _, k := range []string{"pci:0000:42:00.0", "pci:0000:42:00.1"} {
+		x, _ := e.conn.DomainXML(ctx, name)
+		if n, _ := virt.CountDevice(x, k); n != 1 {
+			t.Fatalf("after a timed-out detach the definition has %d of %s, want 1", n, k)
+		}
+	}
+	if got := e.liveHostdevs(t, name); len(got) != 2 {
+		t.Fatalf("after a timed-out detach the guest has %v", got)
+	}
 	e.conn.HoldDetach(false)
 	if _, err := e.lc().Detach(ctx, name, "0000:42:00.0", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if len(e.claimsOf(t, name)) != 0 || !e.host.clean() {
 		t.Fatal("detach did not release the device")
+	}
+	x, _ := e.conn.DomainXML(ctx, name)
+	if n, _ := virt.CountDevice(x, "pci:0000:42:00.0"); n != 0 {
+		t.Fatal("detach left the GPU in the definition")
+	}
+}
+
+// TestDetachTimeoutCountsLibvirtsWait: --timeout bounds the whole detach, libvirt's own wait
+// for the guest inside DetachDevice included (libvirt 9.0 waits 5 s before it answers; in the
+// lab a --timeout 5s detach gave up after 11 s), and a detach that first undoes an attach a
+// crash left in the guest waits as long, not step.DetachTimeout.
+func TestDetachTimeoutCountsLibvirtsWait(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	vm := hotplugSpec(t, "vgpuhost-hp-w", 2)
+	if _, err := e.lc().Apply(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	name := vm.Metadata.Name
+	if _, err := e.lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"}); err != nil {
+		t.Fatal(err)
+	}
+	e.conn.HoldDetach(true)
+	e.conn.DetachWait(time.Second)
+	start := time.Now()
+	_, err := e.lc().Detach(ctx, name, "0000:42:00.0", time.Second)
+	if !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("detach from a guest that holds on: %v", err)
+	}
+	// Two functions: each waits libvirt's 1 s and nothing more (the first gives up, so one).
+	if d := time.Since(start); d < time.Second || d > 1800*time.Millisecond {
+		t.Fatalf("detach --timeout 1s with libvirt waiting 1 s itself gave up after %s, want about 1 s", d)
+	}
+
+	// An attach killed after its live attach: the next detach's convergence waits --timeout.
+	e.conn.HoldDetach(false)
+	e.conn.DetachWait(0)
+	if _, err := e.lc().Detach(ctx, name, "0000:42:00.0", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = e.lc(func(o *Options) { o.CrashAt, o.Crash = 3, runtime.Goexit }).Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"})
+	}()
+	<-done
+	if got := e.liveHostdevs(t, name); len(got) != 2 {
+		t.Fatalf("the killed attach left %v in the guest, want both functions", got)
+	}
+	e.conn.HoldDetach(true)
+	start = time.Now()
+	_, err = e.lc().Detach(ctx, name, "0000:42:00.0", 300*time.Millisecond)
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "interrupted attach") {
+		t.Fatalf("detach converging an attach the guest holds: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("converging waited %s, not the 300ms --timeout", d)
+	}
+	if len(e.claimsOf(t, name)) != 2 {
+		t.Fatalf("a convergence that timed out released %v", e.claimsOf(t, name))
+	}
+	e.conn.HoldDetach(false)
+	res, err := e.lc().Detach(ctx, name, "0000:42:00.0", time.Second)
+	if err != nil || len(res.Converged) == 0 || len(e.claimsOf(t, name)) != 0 || !e.host.clean() {
+		t.Fatalf("detach once the guest lets go: %+v %v (claims %v)", res, err, e.claimsOf(t, name))
 	}
 }
 
@@ -440,4 +516,32 @@ func TestAttachProfileNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.assertGone(t, name)
+}
+
+// TestDestroyRunningWithHotplugged: destroy of a running VM whose guest does not release a
+// hotplugged device (no guest OS, as in the lab) stops the domain first instead of asking the
+// guest and waiting: it ends at once with the device released and the ledger empty.
+func TestDestroyRunningWithHotplugged(t *testing.T) {
+	defer func(d time.Duration) { step.DetachTimeout = d }(step.DetachTimeout)
+	step.DetachTimeout = 500 * time.Millisecond // were it asked, the guest would not answer
+	e := newEnv(t)
+	ctx := context.Background()
+	vm := hotplugSpec(t, "vgpuhost-hp-d", 2)
+	if _, err := e.lc().Apply(ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	name := vm.Metadata.Name
+	if _, err := e.lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"}); err != nil {
+		t.Fatal(err)
+	}
+	e.conn.HoldDetach(true)
+	if _, err := e.lc().Destroy(ctx, name); err != nil {
+		t.Fatalf("destroy of a running VM holding a hotplugged GPU: %v", err)
+	}
+	if len(e.claimsOf(t, name)) != 0 || !e.host.clean() {
+		t.Fatalf("destroy left claims %v or host state", e.claimsOf(t, name))
+	}
+	if _, err := e.conn.State(ctx, name); !virt.IsNotFound(err) {
+		t.Fatalf("destroy left the domain: %v", err)
+	}
 }

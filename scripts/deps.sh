@@ -12,7 +12,9 @@
 #           image bake (TestBakeLibvirtd): libguestfs-tools (virt-sysprep, guestfish) and what
 #           scripts/test-image.sh builds the Debian cloud image with (debootstrap, extlinux, e2fsprogs)
 #   e2e     the real-kernel lab: QEMU, Debian's kernel with headers and source and a C toolchain
-#           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl)
+#           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl);
+#           libvirtd with its QEMU driver, virsh and SeaBIOS, copied into the guest for the
+#           hotplug scenario (58-hotplug-libvirtd: a real libvirtd inside the lab)
 #   bench   the peers and tools of make bench (lspci, hyperfine, jq)
 #   k8s     make test-k8s's script: curl and jq (the API server), openssl (its keys), unshare
 #           (util-linux), Debian's pci.ids (the lab host's real names)
@@ -35,7 +37,7 @@ declare -A group=(
           swtpm swtpm-tools acl busybox-static cpio linux-image-amd64
           libguestfs-tools debootstrap extlinux e2fsprogs"
   [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
-         mdevctl driverctl pciutils e2fsprogs"
+         mdevctl driverctl pciutils e2fsprogs libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients seabios"
   [bench]="pci.ids pciutils jq hyperfine"
   [k8s]="pci.ids jq curl openssl util-linux"
   [node]="nodejs npm"

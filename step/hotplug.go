@@ -131,23 +131,31 @@ func (s AttachDevice) Undo(ctx context.Context, env Env) error {
 			scope |= virt.DeviceConfig
 		}
 	}
-	if scope == 0 {
-		return nil
-	}
-	if scope == virt.DeviceConfig && s.isVideo() {
-		return virt.EditDefinition(ctx, c, s.VM, s.XML, false)
-	}
-	if err := c.DetachDevice(ctx, s.VM, s.XML, scope); err != nil {
-		return err
-	}
 	if scope&virt.DeviceLive != 0 {
+		// The running guest first, and the definition only once the guest has let go: a guest
+		// that keeps the device keeps it in the definition too, so a detach that times out
+		// changed nothing (libvirt, asked for both at once, drops it from the definition at
+		// once and leaves the live unplug pending). The timeout counts from the request:
+		// libvirt 9.0 itself waits up to 5 s for the guest before it answers.
 		timeout := DetachTimeout
 		if t, ok := env.(interface{ DetachTimeout() time.Duration }); ok {
 			timeout = t.DetachTimeout()
 		}
-		return virt.WaitDeviceGone(ctx, c, s.VM, key, live, timeout)
+		start := time.Now()
+		if err := c.DetachDevice(ctx, s.VM, s.XML, virt.DeviceLive); err != nil {
+			return err
+		}
+		if err := virt.WaitDeviceGoneSince(ctx, c, s.VM, key, live, start, timeout); err != nil {
+			return err
+		}
 	}
-	return nil
+	switch {
+	case scope&virt.DeviceConfig == 0:
+		return nil
+	case s.isVideo():
+		return virt.EditDefinition(ctx, c, s.VM, s.XML, false)
+	}
+	return c.DetachDevice(ctx, s.VM, s.XML, virt.DeviceConfig)
 }
 
 // decodeHotplug is Decode for the hotplug actions.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"libvirt.org/go/libvirtxml"
 )
@@ -22,6 +23,9 @@ type Fake struct {
 	calls []string
 	// holdDetach: guests ignore live detach requests (fakehotplug.go).
 	holdDetach bool
+	// detachWait: how long a live DetachDevice of a held device blocks, as libvirt's own
+	// wait for the guest does (fakehotplug.go).
+	detachWait time.Duration
 	QMPFunc    func(name, xml, command string) (string, error)
 	peers      map[string]*Fake // fake_migrate.go: the targets Migrate reaches, by URI
 }

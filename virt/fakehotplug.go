@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // HoldDetach makes the fake's guests ignore live detach requests (a guest that never releases
@@ -12,6 +13,15 @@ func (f *Fake) HoldDetach(hold bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.holdDetach = hold
+}
+
+// DetachWait makes a live DetachDevice that the guest does not answer (HoldDetach) block for
+// d before it returns, as libvirt 9.0's QEMU driver does: it waits 5 s for QEMU's
+// DEVICE_DELETED event itself and then returns success with the unplug still pending.
+func (f *Fake) DetachWait(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.detachWait = d
 }
 
 // AttachDevice adds the device to the fake domain's live XML (scope DeviceLive, running
@@ -24,7 +34,15 @@ func (f *Fake) AttachDevice(_ context.Context, name, deviceXML string, scope Dev
 // DetachDevice removes the device from the fake domain's live XML (unless HoldDetach) and/or
 // its persistent XML.
 func (f *Fake) DetachDevice(_ context.Context, name, deviceXML string, scope DeviceScope) error {
-	return f.changeDevice("DetachDevice", name, deviceXML, scope, false)
+	err := f.changeDevice("DetachDevice", name, deviceXML, scope, false)
+	f.mu.Lock()
+	wait := f.detachWait
+	if !f.holdDetach || scope&DeviceLive == 0 {
+		wait = 0
+	}
+	f.mu.Unlock()
+	time.Sleep(wait)
+	return err
 }
 
 // LiveDomainXML returns the live XML of a running fake domain, else its persistent XML.

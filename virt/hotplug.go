@@ -131,7 +131,14 @@ func CountDevice(domainXML, key string) (int, error) {
 // device-removed event says the same; polling works on every Conn (the fakes, the helper,
 // the socket) and costs one XML read per interval.
 func WaitDeviceGone(ctx context.Context, c Conn, name, key string, before int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+	return WaitDeviceGoneSince(ctx, c, name, key, before, time.Now(), timeout)
+}
+
+// WaitDeviceGoneSince is WaitDeviceGone with the timeout counted from start (when the detach
+// was asked for), so that the time libvirt's DetachDevice spent waiting for the guest itself
+// is part of it; it looks at the live XML at least once.
+func WaitDeviceGoneSince(ctx context.Context, c Conn, name, key string, before int, start time.Time, timeout time.Duration) error {
+	deadline := start.Add(timeout)
 	interval := 50 * time.Millisecond
 	for {
 		st, err := c.State(ctx, name)

@@ -8,7 +8,7 @@
 #   test/e2e/run.sh --bench         run test/e2e/bench/*.sh instead (prints BENCH lines)
 #   test/e2e/run.sh --snapshot      capture the guest's sysfs into host/testdata/lab-snapshot.tar.gz
 #
-# Environment: VGPU_LAB_TIMEOUT (seconds for the whole guest run, default 600),
+# Environment: VGPU_LAB_TIMEOUT (seconds for the whole guest run, default 900),
 # VGPU_LAB_KVER (kernel version; default: newest with image, modules and headers installed),
 # VGPU_LAB_CACHE (default .cache/lab), VGPU_LAB_BIN (default bin/vgpu-host).
 set -euo pipefail
@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 mode="test"
 only=
-timeout_s=${VGPU_LAB_TIMEOUT:-600}
+timeout_s=${VGPU_LAB_TIMEOUT:-900} # 58-hotplug-libvirtd alone takes up to 220 s under load
 cache_root=${VGPU_LAB_CACHE:-$repo/.cache/lab}
 bin=${VGPU_LAB_BIN:-$repo/bin/vgpu-host}
 out=$here/out
@@ -52,6 +52,24 @@ guest_modules=(
 guest_tools=(jq mdevctl)
 # The kernel's mdev sample drivers, built out of tree (linux-source samples/vfio-mdev).
 mdev_samples=(mtty mdpy mbochs)
+# A real libvirtd and QEMU inside the guest, for the scenarios that say "# lab: libvirtd"
+# (58-hotplug-libvirtd.sh): the monolithic daemon with only its QEMU connection driver, virsh,
+# qemu-system-x86_64 with the accel/display modules a TCG guest with a virtio-gpu loads, and
+# the firmware SeaBIOS boots it with. What a run without such a scenario leaves out.
+lab_libvirt_exes=(/usr/sbin/libvirtd /usr/bin/virsh /usr/bin/qemu-system-x86_64)
+lab_libvirt_libs=(
+  /usr/lib/x86_64-linux-gnu/libvirt/connection-driver/libvirt_driver_qemu.so
+  /usr/lib/x86_64-linux-gnu/qemu/accel-tcg-x86_64.so
+  /usr/lib/x86_64-linux-gnu/qemu/hw-display-virtio-gpu.so
+  /usr/lib/x86_64-linux-gnu/qemu/hw-display-virtio-gpu-pci.so
+  /usr/lib/x86_64-linux-gnu/qemu/hw-display-virtio-vga.so
+)
+lab_libvirt_data=(
+  /usr/share/seabios/bios-256k.bin /usr/share/seabios/vgabios-virtio.bin /usr/share/seabios/vgabios-stdvga.bin
+  /usr/share/qemu/kvmvapic.bin /usr/share/qemu/linuxboot_dma.bin /usr/share/libvirt/cpu_map
+  /usr/share/libvirt/schemas
+)
+lab_libvirt_pkgs=(libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt0 qemu-system-x86 seabios)
 
 need() {
   local missing=() t
@@ -189,6 +207,64 @@ copy_exe() {
   done < <(ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u)
 }
 
+# build_libvirt_part: libvirtd, virsh, QEMU, their libraries, modules and firmware, and a
+# minimal configuration (docs/lab.md "A libvirtd in the guest"), as a second cached cpio keyed
+# by the installed packages' versions and the lists above.
+build_libvirt_part() {
+  local k root f t0 vers
+  vers=$(dpkg-query -W -f '${Package}=${Version}\n' "${lab_libvirt_pkgs[@]}" 2>/dev/null) ||
+    die "libvirt and QEMU are not installed (${lab_libvirt_pkgs[*]}: make deps)"
+  k=$(key "$vers" "${lab_libvirt_exes[*]}" "${lab_libvirt_libs[*]}" "${lab_libvirt_data[*]}" "$(declare -f build_libvirt_part copy_exe)")
+  libvirt_part=$cache/libvirt-$k.cpio
+  if [ -f "$libvirt_part" ]; then
+    log "libvirt initramfs: cached ($libvirt_part, $(du -h "$libvirt_part" | cut -f1))"
+    return
+  fi
+  t0=$SECONDS
+  root=$(mktemp -d "$cache/build-libvirt.XXXXXX")
+  for f in "${lab_libvirt_exes[@]}" "${lab_libvirt_libs[@]}"; do
+    [ -e "$f" ] || die "$f missing (${lab_libvirt_pkgs[*]}: make deps)"
+    copy_exe "$f" "$root" "$f"
+  done
+  for f in "${lab_libvirt_data[@]}"; do
+    [ -e "$f" ] || die "$f missing (${lab_libvirt_pkgs[*]}: make deps)"
+    mkdir -p "$root$(dirname "$f")"
+    cp -rL "$f" "$root$f"
+  done
+  mkdir -p "$root"/etc/libvirt "$root"/var/{lib,cache,log}/libvirt
+  # Root's QEMU, no cgroups (the guest mounts none), no security driver, no namespaces, the
+  # domain's stdout to a file (no virtlogd), no polkit or dbus: the socket is root's only.
+  cat >"$root/etc/libvirt/libvirtd.conf" <<'CONF'
+unix_sock_group = "root"
+unix_sock_ro_perms = "0700"
+unix_sock_rw_perms = "0700"
+auth_unix_ro = "none"
+auth_unix_rw = "none"
+log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
+CONF
+  cat >"$root/etc/libvirt/qemu.conf" <<'CONF'
+user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+security_driver = "none"
+cgroup_controllers = [ ]
+namespaces = [ ]
+stdio_handler = "file"
+CONF
+  # libvirt resolves Debian's built-in QEMU user and group (libvirt-qemu) before it reads
+  # qemu.conf, so they must exist even though QEMU runs as root.
+  printf 'root:x:0:0:root:/root:/bin/sh\nlibvirt-qemu:x:64055:64055::/var/lib/libvirt:/bin/false\n' >"$root/etc/passwd"
+  printf 'root:x:0:\nlibvirt-qemu:x:64055:\nkvm:x:64056:\n' >"$root/etc/group"
+  # libvirt's clients and vgpu-host look for the socket under /var/run.
+  ln -s ../run "$root/var/run"
+  rm -f "$cache"/libvirt-*.cpio
+  mkcpio "$root" "$libvirt_part.tmp"
+  mv "$libvirt_part.tmp" "$libvirt_part"
+  rm -rf "$root"
+  log "libvirt initramfs: built in $((SECONDS - t0))s ($(du -h "$libvirt_part" | cut -f1))"
+}
+
 # build_run_part: init, lib.sh, scenarios, the binary and its shared libraries. Rebuilt every
 # run (it is small and changes with every edit).
 build_run_part() {
@@ -238,10 +314,21 @@ build_run_part() {
   rm -rf "$root"
 }
 
+# A selected scenario that says "# lab: libvirtd" gets libvirtd and QEMU in the guest (every
+# test run selects 58-hotplug-libvirtd, so make test always has them).
+libvirt_part=
+want_libvirt=
+if [ "$mode" = test ]; then
+  for f in "$here"/scenarios/*.sh; do
+    case ${f##*/} in *"$only"*) ;; *) continue ;; esac
+    if grep -q '^# lab: libvirtd' "$f"; then want_libvirt=1; fi
+  done
+fi
 build_mdev_samples
 build_base
+[ -z "$want_libvirt" ] || build_libvirt_part
 build_run_part
-cat "$base" "$out/run.cpio" >"$out/initrd.cpio"
+cat "$base" ${libvirt_part:+"$libvirt_part"} "$out/run.cpio" >"$out/initrd.cpio"
 rm -f "$out/run.cpio"
 
 # The result/snapshot disk (virtio-blk at 00:1e.0, as in the shared fixture). The guest writes
