@@ -63,9 +63,6 @@ const (
 // each start is also most of the lab's bind and mdev rows. Costs a build of the binary
 // (seconds with the build cache warm).
 func TestLightBinaryInits(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	bin := filepath.Join(t.TempDir(), "vgpu-host")
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	build := exec.Command(gobin, "build", "-trimpath", "-tags", "urfave_cli_no_template", "-o", bin, ".")
