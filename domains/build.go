@@ -637,7 +637,7 @@ func (p *Builder) guestSlot(d *libvirtxml.Domain) (GuestSlot, error) {
 func stepGPUs(p *Builder, d *libvirtxml.Domain) error {
 	var v video
 	for i, ga := range p.Alloc.GPUs {
-		k, ok := kinds[ga.Kind]
+		k, ok := kinds.Get()[ga.Kind]
 		if !ok {
 			return fmt.Errorf("spec.gpus[%d]: unknown allocation kind %q: %w", i, ga.Kind, host.ErrInvalid)
 		}

@@ -53,7 +53,7 @@ func HotplugDevices(vm *VM, alloc *Allocation) ([]libvirtxml.DomainHostdev, []li
 	d := &libvirtxml.Domain{Devices: &libvirtxml.DomainDeviceList{}}
 	var v video
 	for i, ga := range alloc.GPUs {
-		k, ok := kinds[ga.Kind]
+		k, ok := kinds.Get()[ga.Kind]
 		if !ok || i >= len(vm.Spec.GPUs) {
 			return nil, nil, fmt.Errorf("spec.gpus[%d]: unknown allocation kind %q: %w", i, ga.Kind, host.ErrInvalid)
 		}

@@ -6,6 +6,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -20,7 +21,7 @@ import (
 //   - which host changes apply takes for it, as typed steps whose undo destroy runs (hostSteps).
 //
 // What the guest must show (verify) is read back from the defined domain's hostdevs, the same
-// for every kind. Adding a kind means adding one file that registers itself in kinds.
+// for every kind. Adding a kind means adding its file and its entry in allKinds.
 type GPUKind interface {
 	// Name is the kind's stable name.
 	Name() vgpu.Kind
@@ -31,15 +32,26 @@ type GPUKind interface {
 	hostSteps(ga GPUAllocation, n *Numbering) ([]step.Step, []string, error)
 }
 
-// kinds are the registered kinds by name; each kind file adds itself.
-var kinds = map[vgpu.Kind]GPUKind{}
+// allKinds are the kinds. A list here rather than an init in each kind's file: package
+// initialisers run at every start of every binary that links domains (TestKindsRegistered
+// checks the list against vgpu.Kinds).
+func allKinds() []GPUKind {
+	return []GPUKind{mdevKind{}, migVendorVFIOKind{}, passthroughKind{}, sriovVFKind{}, vendorVFIOKind{}, virtioKind{}}
+}
 
-func register(k GPUKind) { kinds[k.Name()] = k }
+// kinds are the kinds by name, built on first use.
+var kinds = lazy.Value[map[vgpu.Kind]GPUKind]{New: func() map[vgpu.Kind]GPUKind {
+	m := make(map[vgpu.Kind]GPUKind)
+	for _, k := range allKinds() {
+		m[k.Name()] = k
+	}
+	return m
+}}
 
 // kindFor returns the kind spec entry g asks for.
 func kindFor(g GPU) (GPUKind, error) {
 	for _, name := range vgpu.Kinds {
-		if k, ok := kinds[name]; ok && k.wants(g) {
+		if k, ok := kinds.Get()[name]; ok && k.wants(g) {
 			return k, nil
 		}
 	}
@@ -70,7 +82,7 @@ func (n *Numbering) owned(c vgpu.Claim) bool { return n.Owned != nil && n.Owned(
 func (a *Allocation) Claims() []vgpu.Claim {
 	var out []vgpu.Claim
 	for _, g := range a.GPUs {
-		if k, ok := kinds[g.Kind]; ok {
+		if k, ok := kinds.Get()[g.Kind]; ok {
 			out = append(out, k.claims(g)...)
 		}
 	}
@@ -83,7 +95,7 @@ func (a *Allocation) HostSteps(n *Numbering) ([]step.Step, []string, error) {
 	var out []step.Step
 	var notes []string
 	for _, g := range a.GPUs {
-		k, ok := kinds[g.Kind]
+		k, ok := kinds.Get()[g.Kind]
 		if !ok {
 			return nil, nil, fmt.Errorf("gpus[%d]: unknown allocation kind %q: %w", g.Index, g.Kind, host.ErrInvalid)
 		}

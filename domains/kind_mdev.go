@@ -17,8 +17,6 @@ import (
 // kernel's mbochs/mdpy samples), with its display and ramfb when asked.
 type mdevKind struct{}
 
-func init() { register(mdevKind{}) }
-
 func (mdevKind) Name() vgpu.Kind { return vgpu.Mdev }
 
 func (mdevKind) wants(g GPU) bool { return g.VGPU != nil && g.VGPU.Mode != "vendor-vfio" }

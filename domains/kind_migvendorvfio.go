@@ -10,8 +10,6 @@ import "github.com/vgpu-host/vgpu-host/vgpu"
 // when the type it resolved is MIG-backed.
 type migVendorVFIOKind struct{ vendorVFIOKind }
 
-func init() { register(migVendorVFIOKind{}) }
-
 func (migVendorVFIOKind) Name() vgpu.Kind { return vgpu.MIGVendorVFIO }
 
 func (migVendorVFIOKind) wants(GPU) bool { return false }

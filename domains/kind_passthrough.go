@@ -20,11 +20,6 @@ type passthroughKind struct{}
 
 type sriovVFKind struct{ passthroughKind }
 
-func init() {
-	register(passthroughKind{})
-	register(sriovVFKind{})
-}
-
 func (passthroughKind) Name() vgpu.Kind { return vgpu.Passthrough }
 func (sriovVFKind) Name() vgpu.Kind     { return vgpu.SRIOVVF }
 

@@ -11,10 +11,13 @@ import (
 func TestKindsRegistered(t *testing.T) {
 	t.Parallel()
 	for _, k := range vgpu.Kinds {
-		impl, ok := kinds[k]
+		impl, ok := kinds.Get()[k]
 		if !ok || impl.Name() != k {
 			t.Errorf("kind %s: no implementation", k)
 		}
+	}
+	if len(allKinds()) != len(vgpu.Kinds) {
+		t.Errorf("allKinds lists %d kinds, vgpu.Kinds %d", len(allKinds()), len(vgpu.Kinds))
 	}
 	entries := map[string]GPU{
 		"passthrough": {Passthrough: &Passthrough{Address: "0000:01:00.0"}},
@@ -24,7 +27,7 @@ func TestKindsRegistered(t *testing.T) {
 	}
 	for want, g := range entries {
 		var hits []vgpu.Kind
-		for name, k := range kinds {
+		for name, k := range kinds.Get() {
 			if k.wants(g) {
 				hits = append(hits, name)
 			}

@@ -19,8 +19,6 @@ import (
 // named vgpu.MIGVendorVFIO (kind_migvendorvfio.go).
 type vendorVFIOKind struct{}
 
-func init() { register(vendorVFIOKind{}) }
-
 func (vendorVFIOKind) Name() vgpu.Kind { return vgpu.VendorVFIO }
 
 func (vendorVFIOKind) wants(g GPU) bool { return g.VGPU != nil && g.VGPU.Mode == "vendor-vfio" }

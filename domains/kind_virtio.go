@@ -11,8 +11,6 @@ import (
 // to when no GPU or vGPU is free. It takes nothing from the host.
 type virtioKind struct{}
 
-func init() { register(virtioKind{}) }
-
 func (virtioKind) Name() vgpu.Kind { return vgpu.VirtioGPU }
 
 func (virtioKind) wants(g GPU) bool { return g.VirtioGPU != nil }

@@ -202,7 +202,16 @@ func resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, err
 
 // errOffline marks selectors that cannot be resolved without an inventory (a bad spec for
 // render --offline, so it wraps host.ErrInvalid).
-var errOffline = fmt.Errorf("offline render has no inventory: %w", host.ErrInvalid)
+var errOffline error = offlineError{}
+
+// offlineError is errOffline's type: a value the compiler lays out as data, where
+// fmt.Errorf would run at every start of every binary that links domains.
+type offlineError struct{}
+
+func (offlineError) Error() string {
+	return "offline render has no inventory: " + host.ErrInvalid.Error()
+}
+func (offlineError) Unwrap() error { return host.ErrInvalid }
 
 type resolver struct {
 	vm       *VM

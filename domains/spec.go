@@ -25,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // APIVersion and Kind are the only values the spec header accepts.
@@ -280,13 +281,15 @@ func (s *Size) UnmarshalYAML(n *yaml.Node) error {
 
 var sizeRE = lazyRE(`^([0-9]+)\s*([A-Za-z]*)$`)
 
-var sizeUnits = map[string]uint64{
-	"b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1000,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1000 * 1000,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1000 * 1000 * 1000,
-	"t": 1 << 40, "tib": 1 << 40, "tb": 1000 * 1000 * 1000 * 1000,
-}
+var sizeUnits = lazy.Value[map[string]uint64]{New: func() map[string]uint64 {
+	return map[string]uint64{
+		"b": 1,
+		"k": 1 << 10, "kib": 1 << 10, "kb": 1000,
+		"m": 1 << 20, "mib": 1 << 20, "mb": 1000 * 1000,
+		"g": 1 << 30, "gib": 1 << 30, "gb": 1000 * 1000 * 1000,
+		"t": 1 << 40, "tib": 1 << 40, "tb": 1000 * 1000 * 1000 * 1000,
+	}
+}}
 
 func parseBytes(s string) (uint64, error) {
 	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
@@ -296,7 +299,7 @@ func parseBytes(s string) (uint64, error) {
 	if m[2] == "" {
 		return 0, fmt.Errorf("size %q: missing unit (B, KiB, MiB, GiB, TiB; K/M/G/T are binary, KB/MB/GB/TB decimal)", s)
 	}
-	unit, ok := sizeUnits[strings.ToLower(m[2])]
+	unit, ok := sizeUnits.Get()[strings.ToLower(m[2])]
 	if !ok {
 		return 0, fmt.Errorf("size %q: unknown unit %q (use B, KiB, MiB, GiB or TiB)", s, m[2])
 	}

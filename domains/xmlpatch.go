@@ -12,6 +12,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // XMLPatch is one spec.xmlPatches entry: the escape hatch for a libvirt setting the spec has
@@ -327,11 +328,13 @@ func (n *xnode) remove(steps []pathStep) error {
 }
 
 // owned are the parts of the domain vgpu-host keeps its own books by; patches leave them alone.
-var owned = map[string]string{
-	"name":     "metadata.name",
-	"uuid":     "derived from metadata.name",
-	"metadata": "its allocation record",
-}
+var owned = lazy.Value[map[string]string]{New: func() map[string]string {
+	return map[string]string{
+		"name":     "metadata.name",
+		"uuid":     "derived from metadata.name",
+		"metadata": "its allocation record",
+	}
+}}
 
 // check parses the patch without a document: the spec validator reports its mistakes.
 func (p XMLPatch) check() error {
@@ -345,8 +348,8 @@ func (p XMLPatch) check() error {
 		return errors.New("give exactly one of set, remove, add")
 	}
 	path := p.Set + p.Remove + p.Add
-	if steps, _, err := parsePath(path); err == nil && len(steps) > 1 && owned[steps[1].name] != "" {
-		return fmt.Errorf("%s is vgpu-host's (%s): change it there, not by patch", path, owned[steps[1].name])
+	if steps, _, err := parsePath(path); err == nil && len(steps) > 1 && owned.Get()[steps[1].name] != "" {
+		return fmt.Errorf("%s is vgpu-host's (%s): change it there, not by patch", path, owned.Get()[steps[1].name])
 	}
 	switch {
 	case p.Set != "":

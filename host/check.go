@@ -64,8 +64,9 @@ type Readiness struct {
 	Warnings []string `json:"warnings"`
 }
 
-// virtualDisplayMdev are the kernel's sample mdev drivers that present a display device.
-var virtualDisplayMdev = map[string]bool{"mbochs": true, "mdpy": true}
+// virtualDisplayMdev reports whether parent driver is one of the kernel's sample mdev drivers
+// that present a display device.
+func virtualDisplayMdev(driver string) bool { return driver == "mbochs" || driver == "mdpy" }
 
 // Check scans the host under root and judges it: CPU virtualization, /dev/kvm, IOMMU, kernel
 // command line, interrupt remapping, vfio, render nodes, and a verdict per GPU.
@@ -121,7 +122,7 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 		r.GPUs = append(r.GPUs, g)
 	}
 	for _, p := range inv.MdevParents {
-		if p.Address != nil || !virtualDisplayMdev[p.Parent] {
+		if p.Address != nil || !virtualDisplayMdev(p.Parent) {
 			continue
 		}
 		for _, t := range p.Types {

@@ -10,15 +10,17 @@ import (
 	"strconv"
 )
 
-// Drivers that may stay bound to a bridge in a group handed to vfio.
-var bridgeDrivers = map[string]bool{"": true, "pcieport": true, "shpchp": true}
+// bridgeDriver reports whether driver may stay bound to a bridge in a group handed to vfio.
+func bridgeDriver(driver string) bool {
+	return driver == "" || driver == "pcieport" || driver == "shpchp"
+}
 
 // MemberViable is the one rule for a group member: an endpoint must be on vfio-pci or have no
 // driver; a bridge may stay on pcieport or shpchp, or have none. inspect's verdict and the
 // binder's use it both, so they cannot disagree.
 func MemberViable(isBridge bool, driver string) bool {
 	if isBridge {
-		return bridgeDrivers[driver]
+		return bridgeDriver(driver)
 	}
 	return driver == "" || driver == VFIODriver
 }

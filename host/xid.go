@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // HealthXid is the check of a GPU that reported a fatal NVIDIA Xid error (NVML's
@@ -38,26 +40,28 @@ type XidEvent struct {
 // Every other Xid (13 and 43 application faults, 31 MMU faults, 45 preemptive cleanup, 63 a
 // row remapping pending, 92 a high single-bit ECC rate, 94 a contained ECC error whose
 // application was stopped) is informational: counted, and the GPU stays healthy.
-var xidFatal = map[uint64]string{
-	46:  "GPU stopped processing",
-	48:  "double-bit ECC error",
-	62:  "internal micro-controller halt",
-	64:  "ECC page retirement or row remapping failure",
-	74:  "NVLink error",
-	79:  "GPU has fallen off the bus",
-	95:  "uncontained ECC error",
-	119: "GSP RPC timeout",
-	120: "GSP error",
-	140: "unrecovered ECC error",
-	154: "GPU recovery action changed (reset or reboot required)",
-}
+var xidFatal = lazy.Value[map[uint64]string]{New: func() map[uint64]string {
+	return map[uint64]string{
+		46:  "GPU stopped processing",
+		48:  "double-bit ECC error",
+		62:  "internal micro-controller halt",
+		64:  "ECC page retirement or row remapping failure",
+		74:  "NVLink error",
+		79:  "GPU has fallen off the bus",
+		95:  "uncontained ECC error",
+		119: "GSP RPC timeout",
+		120: "GSP error",
+		140: "unrecovered ECC error",
+		154: "GPU recovery action changed (reset or reboot required)",
+	}
+}}
 
 // XidFatal reports whether Xid x leaves the GPU unhealthy until a reset (docs/health.md).
-func XidFatal(x uint64) bool { _, ok := xidFatal[x]; return ok }
+func XidFatal(x uint64) bool { _, ok := xidFatal.Get()[x]; return ok }
 
 // XidWhat names an Xid in words ("" for one vgpu-host has no words for).
 func XidWhat(x uint64) string {
-	if s, ok := xidFatal[x]; ok {
+	if s, ok := xidFatal.Get()[x]; ok {
 		return s
 	}
 	switch x {

@@ -9,13 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
-	"sync"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // KubeVirt's environment variable prefixes (kubevirt.io/api core/v1 PCIResourcePrefix and
@@ -39,18 +38,20 @@ func EnvVar(prefix, resourceName string) string {
 
 // vendorDomains are the resource-name domains by PCI vendor id. Other vendors, and virtual
 // mdev parents (mbochs, mdpy), get DefaultDomain.
-var vendorDomains = map[string]string{
-	"10de": "nvidia.com",
-	"8086": "intel.com",
-	"1002": "amd.com",
-}
+var vendorDomains = lazy.Value[map[string]string]{New: func() map[string]string {
+	return map[string]string{
+		"10de": "nvidia.com",
+		"8086": "intel.com",
+		"1002": "amd.com",
+	}
+}}
 
 // DefaultDomain prefixes resource names of vendors without an entry in vendorDomains.
 const DefaultDomain = "vgpu-host.io"
 
 // Domain returns the resource-name domain of a PCI vendor id ("10de" → "nvidia.com").
 func Domain(vendorID string) string {
-	if d, ok := vendorDomains[strings.ToLower(vendorID)]; ok {
+	if d, ok := vendorDomains.Get()[strings.ToLower(vendorID)]; ok {
 		return d
 	}
 	return DefaultDomain
@@ -155,11 +156,11 @@ func ValidResourceName(name string) error {
 		return fmt.Errorf("resource name %q: want DOMAIN/NAME outside kubernetes.io such as nvidia.com/A100_80GB", name)
 	case strings.HasPrefix(name, "requests."):
 		return fmt.Errorf("resource name %q: must not start with \"requests.\"", name)
-	case len("requests."+prefix) > 253 || !dnsSubdomainRE().MatchString("requests."+prefix):
+	case len("requests."+prefix) > 253 || !dnsSubdomainRE.Get().MatchString("requests."+prefix):
 		return fmt.Errorf("resource name %q: domain %q is not a lower-case DNS subdomain", name, prefix)
 	case len(part) > MaxNameLen:
 		return fmt.Errorf("resource name %q: name part is %d characters, at most %d allowed", name, len(part), MaxNameLen)
-	case !qualifiedPartRE().MatchString(part):
+	case !qualifiedPartRE.Get().MatchString(part):
 		return fmt.Errorf("resource name %q: name part %q must be letters, digits, '-', '_' or '.', with a letter or digit at both ends", name, part)
 	}
 	return nil
@@ -168,12 +169,8 @@ func ValidResourceName(name string) error {
 // The expressions of apimachinery's validation (dns1123SubdomainFmt, qualifiedNameFmt),
 // compiled on first use: vgpu-host's start-up must not pay for them.
 var (
-	dnsSubdomainRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	})
-	qualifiedPartRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
-	})
+	dnsSubdomainRE  = lazy.Regexp{Expr: `^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`}
+	qualifiedPartRE = lazy.Regexp{Expr: `^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`}
 )
 
 // Config is the plugin's configuration file (YAML), docs/kubevirt.md "Configuration":

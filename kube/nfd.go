@@ -3,14 +3,13 @@ package kube
 import (
 	"fmt"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // FeaturesFile is Node Feature Discovery's feature file for vgpu-host, relative to the etc
@@ -28,7 +27,7 @@ type Label struct {
 }
 
 // labelNameRE is compiled on first use: vgpu-host's start-up must not pay for it.
-var labelNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`) })
+var labelNameRE = lazy.Regexp{Expr: `^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`}
 
 // Labels returns the node labels of the host's state now; docs/kubevirt.md lists them. Only
 // what holds now is labelled: a model or type with no healthy device gets no label.
@@ -88,7 +87,7 @@ func Labels(inv *host.Inventory, cat *Catalog) ([]Label, []string) {
 	var out []Label
 	var skipped []string
 	add := func(name, value string) {
-		if len(name) > 63 || !labelNameRE().MatchString(name) {
+		if len(name) > 63 || !labelNameRE.Get().MatchString(name) {
 			skipped = append(skipped, fmt.Sprintf("label %s=%s: not a valid label name (at most 63 letters, digits, '-', '_', '.'); set a shorter resource name in the kubernetes config", name, value))
 			return
 		}

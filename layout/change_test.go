@@ -43,13 +43,13 @@ func TestEveryActionHasItsOp(t *testing.T) {
 		CreateMdev{}, DefineMdev{}, Bind{}, PersistBind{}, Unbind{}}
 	seen := map[string]bool{}
 	for _, op := range ops {
-		if _, ok := phase[op.Action()]; !ok || seen[op.Action()] {
+		if _, ok := phase.Get()[op.Action()]; !ok || seen[op.Action()] {
 			t.Errorf("%T: action %q is not in phase, or made by two types", op, op.Action())
 		}
 		seen[op.Action()] = true
 	}
-	if len(seen) != len(phase) {
-		t.Errorf("%d actions have an Op, phase orders %d", len(seen), len(phase))
+	if len(seen) != len(phase.Get()) {
+		t.Errorf("%d actions have an Op, phase orders %d", len(seen), len(phase.Get()))
 	}
 	l := newLab(t)
 	f := mustParse(t, labLayout)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vfio"
@@ -65,15 +66,21 @@ const (
 
 // phase orders the actions: removals before creations, then VFs → MIG → vendor types →
 // mdevs → bindings, as host restore orders them.
-var phase = map[string]int{
-	ActRemoveMdev: 0, ActUndefineMdev: 0, ActClearVGPU: 1, ActUnbind: 2, ActSetVFs: 3, ActPersistVFs: 3,
-	ActMIG: 4, ActSetVGPU: 5, ActCreateMdev: 6, ActDefineMdev: 6, ActBind: 7, ActPersistBind: 7,
-}
+var phase = lazy.Value[map[string]int]{New: func() map[string]int {
+	return map[string]int{
+		ActRemoveMdev: 0, ActUndefineMdev: 0, ActClearVGPU: 1, ActUnbind: 2, ActSetVFs: 3, ActPersistVFs: 3,
+		ActMIG: 4, ActSetVGPU: 5, ActCreateMdev: 6, ActDefineMdev: 6, ActBind: 7, ActPersistBind: 7,
+	}
+}}
 
 // ForceableChecks are the safety checks `host layout apply --force` may name: vfio's bind
 // checks, an unbind of a group bound for a VM (owner) or not by vgpu-host (not-in-ledger), and
 // removing an instance a VM uses (in-use).
-var ForceableChecks = append(slices.Clone(vfio.ForceableChecks), vfio.CheckOwner, vfio.CheckNotInLedger, checkInUse)
+// A function: a package-level append would run at every start of every binary that links
+// layout.
+func ForceableChecks() []string {
+	return append(slices.Clone(vfio.ForceableChecks), vfio.CheckOwner, vfio.CheckNotInLedger, checkInUse)
+}
 
 // HostChange is one planned change.
 type HostChange struct {
@@ -225,7 +232,9 @@ func PlanConfig(ctx context.Context, h *Host, f *File, name string, force []stri
 		pl.target(&targets[i])
 	}
 	pl.planMIG()
-	sort.SliceStable(pl.plan.Changes, func(i, j int) bool { return phase[pl.plan.Changes[i].Action] < phase[pl.plan.Changes[j].Action] })
+	sort.SliceStable(pl.plan.Changes, func(i, j int) bool {
+		return phase.Get()[pl.plan.Changes[i].Action] < phase.Get()[pl.plan.Changes[j].Action]
+	})
 	return pl.plan, pl.plan.Err()
 }
 

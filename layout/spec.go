@@ -13,12 +13,11 @@ package layout
 import (
 	"fmt"
 	"github.com/vgpu-host/vgpu-host/internal/strictyaml"
-	"regexp"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -258,8 +257,8 @@ func (e *InvalidFileError) Unwrap() error { return host.ErrInvalid }
 // Compiled on first use: compiled at package init they cost every vgpu-host command a third of
 // a millisecond of start-up (GODEBUG=inittrace=1), layout or not.
 var (
-	configNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
-	pciIDRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-fA-F]{4}$`) })
+	configNameRE = lazy.Regexp{Expr: `^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`}
+	pciIDRE      = lazy.Regexp{Expr: `^[0-9a-fA-F]{4}$`}
 )
 
 type validator struct {
@@ -297,7 +296,7 @@ func (f *File) Validate() error {
 	for _, name := range f.Names() {
 		c := f.Configs[name]
 		p := "configs." + name
-		if !configNameRE().MatchString(name) {
+		if !configNameRE.Get().MatchString(name) {
 			v.add(p, "configuration name %q: use letters, digits, '.', '_' and '-' (at most 63, starting with a letter or digit)", name)
 		}
 		if c == nil {
@@ -371,7 +370,7 @@ func (v *validator) selector(p string, s Selector) string {
 	case s.Vendor != "" || s.Device != "":
 		ok := true
 		for _, f := range []struct{ name, val string }{{"vendor", s.Vendor}, {"device", s.Device}} {
-			if !pciIDRE().MatchString(f.val) {
+			if !pciIDRE.Get().MatchString(f.val) {
 				v.add(p+"."+f.name, "%q: want a 4-digit hex PCI id (vendor and device go together, e.g. vendor: \"10de\", device: \"20b5\")", f.val)
 				ok = false
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
@@ -57,10 +58,12 @@ type MigrateResult struct {
 
 // migrationDrivers says, for the driver of an mdev type (its ID's prefix) whether the kernel
 // driver implements VFIO migration (the VFIO_DEVICE_FEATURE_MIGRATION feature), and since when.
-var migrationDrivers = map[string]string{
-	"mtty":   "Linux 6.7 (and QEMU 8.1) on both hosts",
-	"nvidia": "NVIDIA vGPU software with migration enabled on both hosts",
-}
+var migrationDrivers = lazy.Value[map[string]string]{New: func() map[string]string {
+	return map[string]string{
+		"mtty":   "Linux 6.7 (and QEMU 8.1) on both hosts",
+		"nvidia": "NVIDIA vGPU software with migration enabled on both hosts",
+	}
+}}
 
 // noMigrationDrivers are mdev drivers known to have no VFIO migration.
 var noMigrationDrivers = []string{"mbochs", "mdpy", "i915"}
@@ -238,13 +241,13 @@ func (l *Lifecycle) migrationSource(ctx context.Context, name string, o MigrateO
 		switch c.Kind {
 		case vgpu.ClaimMdev:
 			drv := mdevDriverOf(c.Detail)
-			if _, ok := migrationDrivers[drv]; !ok {
+			if _, ok := migrationDrivers.Get()[drv]; !ok {
 				why := "its driver is not known to implement VFIO migration"
 				if slices.Contains(noMigrationDrivers, drv) {
 					why = "its driver has no VFIO migration"
 				}
 				return nil, fmt.Errorf("migrate %s: mdev %s (type %s, driver %s): %s (migratable: %s): %w",
-					name, c.ID, c.Detail, drv, why, strings.Join(sortedKeys(migrationDrivers), ", "), host.ErrUnsupported)
+					name, c.ID, c.Detail, drv, why, strings.Join(sortedKeys(migrationDrivers.Get()), ", "), host.ErrUnsupported)
 			}
 			src.devices = append(src.devices, MigratingDevice{Kind: c.Kind, Type: c.Detail, Source: c.ID})
 		case vgpu.ClaimVendorVGPU:

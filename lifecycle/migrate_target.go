@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"sync"
 
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/step"
 	"github.com/vgpu-host/vgpu-host/vgpu"
@@ -145,10 +144,10 @@ func incomingSpec(req IncomingRequest) *domains.VM {
 // vendorTypeOf is the vendor vGPU type a vendor-vgpu claim's Detail names: "NAME" of
 // "ID (NAME)", else "ID".
 // Compiled on first use (TestNoCompileAtInit): not at every start of the binary.
-var vendorDetail = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)(?: \((.+)\))?$`) })
+var vendorDetail = lazy.Regexp{Expr: `^(\d+)(?: \((.+)\))?$`}
 
 func vendorTypeOf(detail string) string {
-	m := vendorDetail().FindStringSubmatch(detail)
+	m := vendorDetail.Get().FindStringSubmatch(detail)
 	if m == nil {
 		return detail
 	}

@@ -16,7 +16,7 @@ func parseName(name string) (g, gb int, suffix string, ok bool) {
 	if err != nil || r.Name == "" {
 		return 0, 0, "", false
 	}
-	m := profileNameRE().FindStringSubmatch(r.Name)
+	m := profileNameRE.Get().FindStringSubmatch(r.Name)
 	gb, err = strconv.Atoi(m[2])
 	if err != nil || gb < 1 {
 		return 0, 0, "", false

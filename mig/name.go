@@ -3,12 +3,11 @@ package mig
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // NVML's GPU-instance profile indices (nvml.GPU_INSTANCE_PROFILE_*, go-nvml v0.13.0-1): the
@@ -124,9 +123,7 @@ type ProfileRef struct {
 // profileNameRE is NVIDIA's profile name, after normalisation: compute slices, memory in GB
 // and an optional attribute ("+me", "-me", "+gfx", "+me.all", and whatever NVIDIA adds in
 // the same shape).
-var profileNameRE = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^([1-8])g\.([0-9]+)gb((?:\+|-)[a-z]+(?:\.[a-z]+)?)?$`)
-})
+var profileNameRE = lazy.Regexp{Expr: `^([1-8])g\.([0-9]+)gb((?:\+|-)[a-z]+(?:\.[a-z]+)?)?$`}
 
 // ParseProfile is the one parser of GPU-instance profile names, for every place a user names
 // one (mig plan/apply --profiles, host layouts, MIG-backed vGPU types, specs). It accepts
@@ -147,7 +144,7 @@ func ParseProfile(s string) (ProfileRef, error) {
 			n = rest
 		}
 	}
-	m := profileNameRE().FindStringSubmatch(n)
+	m := profileNameRE.Get().FindStringSubmatch(n)
 	if m == nil {
 		return ProfileRef{}, fmt.Errorf("MIG profile %q: %w: want a name as nvidia-smi prints it (3g.40gb, 1g.18gb+me, MIG 2g.35gb) or a profile ID (9)", s, host.ErrInvalid)
 	}

@@ -482,7 +482,7 @@ func TestNoIOMMU(t *testing.T) {
 	tr, _, b, gpu, _ := consumer(t, "")
 	tr.NoIOMMU()
 	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Force: true})
-	if !errors.Is(err, host.ErrUnsupported) || !errors.Is(err, ErrNoIOMMU) || !strings.Contains(err.Error(), "intel_iommu=on") || !strings.Contains(err.Error(), "amd_iommu=on") {
+	if !errors.Is(err, host.ErrUnsupported) || !errors.Is(err, host.ErrNoIOMMU) || !strings.Contains(err.Error(), "intel_iommu=on") || !strings.Contains(err.Error(), "amd_iommu=on") {
 		t.Fatalf("err = %v", err)
 	}
 }

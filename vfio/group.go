@@ -9,10 +9,6 @@ import (
 // DriverName is the driver every endpoint of a passed-through group must be bound to.
 const DriverName = host.VFIODriver
 
-// ErrNoIOMMU is host.ErrNoIOMMU: the kernel has no active IOMMU (no groups), so vfio-pci
-// cannot isolate devices, and --force cannot change that.
-var ErrNoIOMMU = host.ErrNoIOMMU
-
 // ErrNotInLedger is returned by Unbind for a device vgpu-host did not bind.
 var ErrNotInLedger = errors.New("not in the vgpu-host ledger")
 

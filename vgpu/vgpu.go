@@ -203,11 +203,14 @@ func distance(a, b string) int {
 
 // Namespace is the fixed name-based UUID namespace of vgpu-host's instance UUIDs (UUID v5 of
 // "https://github.com/vgpu-host/vgpu-host/mdev" in the URL namespace). Changing it would change
-// every derived instance UUID, so it is a constant.
-var Namespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/vgpu-host/vgpu-host/mdev"))
+// every derived instance UUID, so it is a constant. Written out (4336266f-025a-5c8b-b7a0-14741909dfa9,
+// TestNamespacesWrittenOut computes it) rather than computed by the package's initialiser at
+// every start.
+var Namespace = uuid.UUID{0x43, 0x36, 0x26, 0x6f, 0x02, 0x5a, 0x5c, 0x8b, 0xb7, 0xa0, 0x14, 0x74, 0x19, 0x09, 0xdf, 0xa9}
 
-// domainNamespace is the UUID v5 namespace of domain UUIDs derived from VM names.
-var domainNamespace = uuid.MustParse("8a3f6c1e-2b0d-5e4f-9c7a-6d1b0e2f3a45")
+// domainNamespace is the UUID v5 namespace of domain UUIDs derived from VM names:
+// 8a3f6c1e-2b0d-5e4f-9c7a-6d1b0e2f3a45, written out as bytes (TestNamespacesWrittenOut).
+var domainNamespace = uuid.UUID{0x8a, 0x3f, 0x6c, 0x1e, 0x2b, 0x0d, 0x5e, 0x4f, 0x9c, 0x7a, 0x6d, 0x1b, 0x0e, 0x2f, 0x3a, 0x45}
 
 // MaxInstanceIndex is the largest index a VM's instance can have: a spec has at most 16
 // gpus[] entries (domains.MaxGPUCount) of at most 16 instances each, numbered from 0.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/vgpu-host/vgpu-host/host"
 )
 
@@ -93,5 +95,16 @@ func TestMIGBacking(t *testing.T) {
 		if p, _, ok := MIGBacking(name); ok {
 			t.Errorf("MIGBacking(%q) = %q: a time-sliced type taken for MIG-backed", name, p)
 		}
+	}
+}
+
+// TestNamespacesWrittenOut: the namespaces written out as bytes are the ones their comments
+// name (changing them would change every derived UUID).
+func TestNamespacesWrittenOut(t *testing.T) {
+	if want := uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/vgpu-host/vgpu-host/mdev")); Namespace != want {
+		t.Errorf("Namespace = %s, want %s", Namespace, want)
+	}
+	if want := uuid.MustParse("8a3f6c1e-2b0d-5e4f-9c7a-6d1b0e2f3a45"); domainNamespace != want {
+		t.Errorf("domainNamespace = %s, want %s", domainNamespace, want)
 	}
 }

@@ -686,13 +686,13 @@ func TestEveryCommandHasAnAgentRule(t *testing.T) {
 				continue
 			}
 			seen[name] = true
-			if _, ok := agentRules[name]; !ok && !local[name] {
+			if _, ok := agentRules.Get()[name]; !ok && !local[name] {
 				t.Errorf("command %q has no rule in agentRules and is not local-only", name)
 			}
 		}
 	}
 	walk("", newApp().Commands)
-	for name := range agentRules {
+	for name := range agentRules.Get() {
 		if !seen[name] {
 			t.Errorf("agentRules names %q, which is not a command", name)
 		}

@@ -192,7 +192,7 @@ func TestAgentAuthorization(t *testing.T) {
 
 		"host release-quarantine": {"host", "release-quarantine", "0000:01:00.0"},
 	}
-	for op := range agentRules {
+	for op := range agentRules.Get() {
 		if _, ok := ops[op]; !ok {
 			t.Fatalf("no command line for %q: every operation the agent runs is in this table", op)
 		}
@@ -214,7 +214,7 @@ func TestAgentAuthorization(t *testing.T) {
 		}
 	}) {
 		args := append([]string{"--host-root", dir, "--agent", "always"}, ops[op]...)
-		class := agentRules[op].class
+		class := agentRules.Get()[op].class
 		lines = append(lines, line{op, class, args})
 		if class == agent.Read && op != "kubevirt labels" {
 			continue

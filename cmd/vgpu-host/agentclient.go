@@ -61,7 +61,7 @@ func wireAgent(app *cli.Command) {
 			if c.Action == nil || len(c.Commands) > 0 {
 				continue
 			}
-			if _, ok := agentRules[name]; !ok {
+			if _, ok := agentRules.Get()[name]; !ok {
 				continue
 			}
 			action := c.Action
@@ -152,7 +152,7 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 // command itself.
 func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 	op := opName(cmd)
-	rule := agentRules[op]
+	rule := agentRules.Get()[op]
 	req := agentapi.ExecRequest{Command: op, Flags: map[string]json.RawMessage{}, Operands: cmd.Args().Slice()}
 	abs := func(v string) string {
 		if a, err := filepath.Abs(v); err == nil {
@@ -164,7 +164,7 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 	for _, c := range cmd.Lineage() {
 		for _, f := range c.Flags {
 			name := f.Names()[0]
-			if seen[name] || cliOnlyFlags[name] || !f.IsSet() {
+			if seen[name] || cliOnlyFlag(name) || !f.IsSet() {
 				continue
 			}
 			seen[name] = true

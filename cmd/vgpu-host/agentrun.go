@@ -19,6 +19,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -273,61 +274,70 @@ func specOperands(operands []string) []int {
 
 // agentRules lists every command the agent runs, how, and which arguments are files. A
 // command not listed (agent, completion, the man page writer, device-plugin, dra-plugin)
-// never runs in the agent; the CLI runs it itself.
-var agentRules = map[string]agentRule{
-	"inspect":           {class: agentapi.Read},
-	"check":             {class: agentapi.Read},
-	"bind":              {class: agentapi.Mutation},
-	"unbind":            {class: agentapi.Mutation},
-	"vf list":           {class: agentapi.Read},
-	"vf enable":         {class: agentapi.Mutation},
-	"vf disable":        {class: agentapi.Mutation},
-	"mdev types":        {class: agentapi.Read},
-	"mdev list":         {class: agentapi.Read},
-	"mdev place":        {class: agentapi.Read},
-	"mdev create":       {class: agentapi.Mutation},
-	"mdev remove":       {class: agentapi.Mutation},
-	"mdev define":       {class: agentapi.Mutation},
-	"mdev undefine":     {class: agentapi.Mutation},
-	"host restore":      {class: agentapi.Mutation},
-	"host install-unit": {class: agentapi.RootMutation, absFlags: []string{"exec"}},
-	"render":            {class: agentapi.Read, fileOperands: allOperands, specs: true},
-	"plan":              {class: agentapi.Read, fileOperands: allOperands, specs: true},
-	"apply":             {class: agentapi.Mutation, fileOperands: allOperands, specs: true},
-	"destroy":           {class: agentapi.Mutation, fileOperands: specOperands},
-	// docs/migrate.md: both ends of a live migration change their host (--dry-run: a read).
-	"migrate":           {class: agentapi.Mutation},
-	"migrate-target":    {class: agentapi.Mutation},
-	"attach":            {class: agentapi.Mutation}, // a read with --dry-run (classOf)
-	"detach":            {class: agentapi.Mutation},
-	"status":            {class: agentapi.Read},
-	"verify":            {class: agentapi.Read},
-	"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},
-	"kubevirt config":   {class: agentapi.Read, fileFlags: []string{"config"}},
-	"kubevirt vm":       {class: agentapi.Read, fileOperands: allOperands, fileFlags: []string{"config"}},
-	"kubevirt labels":   {class: agentapi.Read, fileFlags: []string{"config"}},
-	"mig show":          {class: agentapi.Read},
-	"mig plan":          {class: agentapi.Read},
-	"mig apply":         {class: agentapi.Mutation},
-	"host layout plan":  {class: agentapi.Read, fileOperands: allOperands},
-	"host layout apply": {class: agentapi.Mutation, fileOperands: allOperands},
-	"host layout show":  {class: agentapi.Read},
-	"host health":       {class: agentapi.Read},
+// never runs in the agent; the CLI runs it itself. Built on first use (internal/lazy): not at
+// every start of the CLI.
+var agentRules = lazy.Value[map[string]agentRule]{New: func() map[string]agentRule {
+	return map[string]agentRule{
+		"inspect":           {class: agentapi.Read},
+		"check":             {class: agentapi.Read},
+		"bind":              {class: agentapi.Mutation},
+		"unbind":            {class: agentapi.Mutation},
+		"vf list":           {class: agentapi.Read},
+		"vf enable":         {class: agentapi.Mutation},
+		"vf disable":        {class: agentapi.Mutation},
+		"mdev types":        {class: agentapi.Read},
+		"mdev list":         {class: agentapi.Read},
+		"mdev place":        {class: agentapi.Read},
+		"mdev create":       {class: agentapi.Mutation},
+		"mdev remove":       {class: agentapi.Mutation},
+		"mdev define":       {class: agentapi.Mutation},
+		"mdev undefine":     {class: agentapi.Mutation},
+		"host restore":      {class: agentapi.Mutation},
+		"host install-unit": {class: agentapi.RootMutation, absFlags: []string{"exec"}},
+		"render":            {class: agentapi.Read, fileOperands: allOperands, specs: true},
+		"plan":              {class: agentapi.Read, fileOperands: allOperands, specs: true},
+		"apply":             {class: agentapi.Mutation, fileOperands: allOperands, specs: true},
+		"destroy":           {class: agentapi.Mutation, fileOperands: specOperands},
+		// docs/migrate.md: both ends of a live migration change their host (--dry-run: a read).
+		"migrate":           {class: agentapi.Mutation},
+		"migrate-target":    {class: agentapi.Mutation},
+		"attach":            {class: agentapi.Mutation}, // a read with --dry-run (classOf)
+		"detach":            {class: agentapi.Mutation},
+		"status":            {class: agentapi.Read},
+		"verify":            {class: agentapi.Read},
+		"image export":      {class: agentapi.RootMutation, absFlags: []string{"to"}},
+		"kubevirt config":   {class: agentapi.Read, fileFlags: []string{"config"}},
+		"kubevirt vm":       {class: agentapi.Read, fileOperands: allOperands, fileFlags: []string{"config"}},
+		"kubevirt labels":   {class: agentapi.Read, fileFlags: []string{"config"}},
+		"mig show":          {class: agentapi.Read},
+		"mig plan":          {class: agentapi.Read},
+		"mig apply":         {class: agentapi.Mutation},
+		"host layout plan":  {class: agentapi.Read, fileOperands: allOperands},
+		"host layout apply": {class: agentapi.Mutation, fileOperands: allOperands},
+		"host layout show":  {class: agentapi.Read},
+		"host health":       {class: agentapi.Read},
 
-	// docs/health.md: a clean check lifts a quarantine.
-	"host release-quarantine": {class: agentapi.Mutation},
-}
+		// docs/health.md: a clean check lifts a quarantine.
+		"host release-quarantine": {class: agentapi.Mutation},
+	}
+}}
 
-// cliOnlyFlags are flags of the tree that never travel to the agent: how the CLI reaches it,
+// cliOnlyFlag reports whether flag name never travels to the agent: how the CLI reaches it,
 // and what the CLI answers itself.
-var cliOnlyFlags = map[string]bool{"agent": true, "agent-socket": true, "help": true, "version": true}
+func cliOnlyFlag(name string) bool {
+	switch name {
+	case "agent", "agent-socket", "help", "version":
+		return true
+	}
+	return false
+}
 
 // classOf is how command op runs, decided on typed values: its rule's class, a read with
 // --dry-run, a change with `kubevirt labels --write`. boolFlag is a boolean flag's value (the
 // request's, or the parsed command's when the agent checks what it is about to run). One
 // function for both, so the class the agent authorizes is the class of what runs.
 func classOf(op string, boolFlag, isSet func(name string) bool) agentapi.Class {
-	c := agentRules[op].class
+	c := agentRules.Get()[op].class
 	if op == "kubevirt labels" && boolFlag("write") {
 		c = agentapi.Mutation
 	}
@@ -416,7 +426,7 @@ func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, c
 	if req.Command == "completion" || req.Command == "agent" {
 		return job, cl, fmt.Errorf("%s cannot run through the agent: run it with --agent never", req.Command)
 	}
-	rule, ok := agentRules[req.Command]
+	rule, ok := agentRules.Get()[req.Command]
 	if !ok {
 		return job, cl, fmt.Errorf("%q is not a command the agent runs (%s): run it with --agent never", req.Command, "docs/agent.md lists them")
 	}
@@ -432,7 +442,7 @@ func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, c
 	known := map[string]cli.Flag{}
 	for _, c := range cl.path {
 		for _, f := range c.Flags {
-			if n := f.Names()[0]; !cliOnlyFlags[n] {
+			if n := f.Names()[0]; !cliOnlyFlag(n) {
 				known[n] = f
 			}
 		}

@@ -16,11 +16,14 @@ import (
 const fetchISOFlag = "--fetch-iso"
 
 // fetchKinds are the error classes of a download that keep their sentinels (exit codes)
-// from vgpu-host-agent --fetch-iso back to vgpu-host.
-var fetchKinds = []remote.ErrorKind{
-	{Name: "not-found", Errs: []error{host.ErrNotFound}},
-	{Name: "invalid", Errs: []error{host.ErrInvalid}},
-	{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
-	{Name: "canceled", Errs: []error{context.Canceled}},
-	{Name: "deadline", Errs: []error{context.DeadlineExceeded}},
+// from vgpu-host-agent --fetch-iso back to vgpu-host. A function: a package-level table of
+// other packages' errors is filled in by main's initialiser, at every start.
+func fetchKinds() []remote.ErrorKind {
+	return []remote.ErrorKind{
+		{Name: "not-found", Errs: []error{host.ErrNotFound}},
+		{Name: "invalid", Errs: []error{host.ErrInvalid}},
+		{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
+		{Name: "canceled", Errs: []error{context.Canceled}},
+		{Name: "deadline", Errs: []error{context.DeadlineExceeded}},
+	}
 }

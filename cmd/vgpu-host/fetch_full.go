@@ -30,7 +30,7 @@ func fetchMain(args []string) (code int, ok bool) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := httpget.Fetch(ctx, args[1], args[2], args[3], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, remote.ToWire(fetchKinds, err))
+		fmt.Fprintln(os.Stderr, remote.ToWire(fetchKinds(), err))
 		return exitCode(err), true
 	}
 	return 0, true

@@ -40,7 +40,7 @@ func fetchISO(ctx context.Context, url, checksum, dest string, progress io.Write
 	}
 	msg := strings.TrimSpace(stderr.String())
 	var we *remote.WireError
-	if werr := remote.FromWire(fetchKinds, msg); !strings.Contains(msg, "\n") && errors.As(werr, &we) {
+	if werr := remote.FromWire(fetchKinds(), msg); !strings.Contains(msg, "\n") && errors.As(werr, &we) {
 		return werr
 	}
 	// Not the downloader's answer: it crashed, or it is an older vgpu-host-agent.

@@ -52,7 +52,7 @@ func layoutCommand() *cli.Command {
 	configFlag := &cli.StringFlag{Name: "config", Usage: "the configuration `NAME` to use (needed when the file has several and none is default: true)"}
 	connect := &cli.StringFlag{Name: "connect", Aliases: []string{"c"}, Usage: "libvirt `URI` asked which domains use an instance (default on this machine: qemu:///system; under a fake --host-root: none)",
 		Sources: cli.EnvVars("VGPU_HOST_CONNECT")}
-	layoutForce := &cli.StringSliceFlag{Name: "force", Usage: "go past the named safety `CHECK`s only: " + strings.Join(layout.ForceableChecks, ", ") + " (repeat, or comma-separate)"}
+	layoutForce := &cli.StringSliceFlag{Name: "force", Usage: "go past the named safety `CHECK`s only: " + strings.Join(layout.ForceableChecks(), ", ") + " (repeat, or comma-separate)"}
 	return &cli.Command{
 		Name:  "layout",
 		Usage: "make the host match a declarative layout of its GPUs: plan, apply, show (docs/layout.md)",
@@ -154,7 +154,7 @@ func startLayout(cmd *cli.Command) (*layoutRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	force, err := forcedFrom(cmd, layout.ForceableChecks)
+	force, err := forcedFrom(cmd, layout.ForceableChecks())
 	if err != nil {
 		return nil, err
 	}

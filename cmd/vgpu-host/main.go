@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/urfave/cli/v3"
 
@@ -87,17 +88,20 @@ func newAppFor(args []string) *cli.Command {
 	return app
 }
 
-// The cli's --version prints buildinfo's line (main answers a bare --version itself:
-// onlyVersion).
-func init() {
-	cli.VersionPrinter = func(cmd *cli.Command) {
-		fmt.Fprintln(cmd.Root().Writer, buildinfo.Get().Line(cmd.Root().Name))
-	}
+// printVersion is the cli's --version: buildinfo's line (main answers a bare --version itself:
+// onlyVersion). Set where the tree is built, not in an init: main's package initialiser would
+// run at every start.
+func printVersion(cmd *cli.Command) {
+	fmt.Fprintln(cmd.Root().Writer, buildinfo.Get().Line(cmd.Root().Name))
 }
+
+// setVersionPrinter sets the cli's printer once: the agent builds trees concurrently.
+var setVersionPrinter sync.Once
 
 // newAppOf builds the root with the top-level commands build says to build; the others are a
 // bare name, which pruneUnnamed would cut them down to anyway but for their usage.
 func newAppOf(build func(name string) bool) *cli.Command {
+	setVersionPrinter.Do(func() { cli.VersionPrinter = printVersion })
 	top := topCommands()
 	cmds := make([]*cli.Command, len(top))
 	for i, c := range top {

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // setUsageHandlers makes every command of the tree answer a mistyped command or flag with one
@@ -17,7 +17,7 @@ import (
 func setUsageHandlers(c *cli.Command, notFound *error) {
 	c.OnUsageError = func(_ context.Context, cmd *cli.Command, err error, _ bool) error {
 		msg := err.Error()
-		if m := undefinedFlagRE().FindStringSubmatch(msg); m != nil {
+		if m := undefinedFlagRE.FindStringSubmatch(msg); m != nil {
 			var names []string
 			for _, f := range append(append([]cli.Flag{}, cmd.Flags...), cmd.Root().Flags...) {
 				names = append(names, f.Names()...)
@@ -50,7 +50,7 @@ func setUsageHandlers(c *cli.Command, notFound *error) {
 }
 
 // undefinedFlagRE is compiled on first use (a usage error), not at every start.
-var undefinedFlagRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`flag provided but not defined: -+(\S+)`) })
+var undefinedFlagRE = lazy.Regexp{Expr: `flag provided but not defined: -+(\S+)`}
 
 func dashes(name string) string {
 	if len(name) == 1 {

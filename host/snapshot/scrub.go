@@ -3,42 +3,45 @@ package snapshot
 import (
 	"encoding/binary"
 	"path"
-	"regexp"
 	"strings"
-	"sync"
+
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
-// serialFiles are attributes that hold a serial number or an identifier unique to one machine
-// or device; their letters and digits are zeroed, keeping their length and punctuation.
-var serialFiles = map[string]bool{
-	"serial": true, "serial_number": true, "product_serial": true, "board_serial": true,
-	"chassis_serial": true, "uuid": true, "product_uuid": true, "wwid": true, "eui": true, "nguid": true,
+// serialFile reports whether attribute name holds a serial number or an identifier unique to
+// one machine or device; their letters and digits are zeroed, keeping their length and
+// punctuation. A switch, not a package-level map: a map is built at every start.
+func serialFile(name string) bool {
+	switch name {
+	case "serial", "serial_number", "product_serial", "board_serial",
+		"chassis_serial", "uuid", "product_uuid", "wwid", "eui", "nguid":
+		return true
+	}
+	return false
 }
 
 // uuidRE is a UUID written out (8-4-4-4-12 hex digits). Compiled on first use, as idRE: a
 // package-level regexp.MustCompile runs at every start of the binary, `vgpu-host --version`
 // included (#32: this package's init was the largest of vgpu-host's own).
-var uuidRE = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`)
-})
+var uuidRE = lazy.Regexp{Expr: `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`}
 
 // idRE is an identifier on the kernel command line or in /proc/mounts: UUID=…, PARTUUID=…,
 // by-uuid/…, by-partuuid/…, by-id/….
-var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`((?:PART)?UUID=|by-(?:part)?uuid/|by-id/)([^\s,]+)`) })
+var idRE = lazy.Regexp{Expr: `((?:PART)?UUID=|by-(?:part)?uuid/|by-id/)([^\s,]+)`}
 
 // Scrub zeroes serial numbers and UUIDs in the file at rel (relative to the host root) whose
-// content is b: attributes named like a serial (serialFiles), a PCI function's Device Serial
+// content is b: attributes named like a serial (serialFile), a PCI function's Device Serial
 // Number capability in config, and disk identifiers in /proc/cmdline and /proc/mounts. mdev
 // UUIDs are left alone: they name devices vgpu-host shows and a snapshot must reproduce.
 func Scrub(rel string, b []byte) []byte {
 	name := path.Base(rel)
 	switch {
-	case serialFiles[name]:
+	case serialFile(name):
 		return zeroAlnum(b)
 	case name == "config" && strings.HasPrefix(rel, "sys/devices/pci"):
 		return zeroDSN(b)
 	case rel == "proc/cmdline" || rel == "proc/mounts":
-		re := idRE()
+		re := idRE.Get()
 		return re.ReplaceAllFunc(b, func(m []byte) []byte {
 			sub := re.FindSubmatchIndex(m)
 			return append(append([]byte{}, m[:sub[3]]...), zeroAlnum(m[sub[4]:])...)
@@ -49,7 +52,7 @@ func Scrub(rel string, b []byte) []byte {
 
 // ScrubUUIDs zeroes every UUID written out in b (for text outside sysfs: nvidia-smi -q).
 func ScrubUUIDs(b []byte) []byte {
-	return uuidRE().ReplaceAllFunc(b, zeroAlnum)
+	return uuidRE.Get().ReplaceAllFunc(b, zeroAlnum)
 }
 
 func zeroAlnum(b []byte) []byte {

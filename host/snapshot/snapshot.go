@@ -240,10 +240,11 @@ func (s *snap) file(ctx context.Context, p string, st fs.FileInfo) error {
 	return s.put(&tar.Header{Typeflag: tar.TypeReg, Name: s.rel(p), Mode: int64(st.Mode().Perm() | 0o600)}, b)
 }
 
-// errSlow and errLarge say why a file was skipped.
+// errSlow and errLarge say why a file was skipped. errLarge's text is MaxFile's, written out
+// (TestErrLargeSaysMaxFile): errors.New is data, fmt.Errorf would run at every start.
 var (
 	errSlow  = errors.New("read timed out")
-	errLarge = fmt.Errorf("larger than %d KiB", MaxFile>>10)
+	errLarge = errors.New("larger than 1024 KiB")
 )
 
 // readBounded reads at most MaxFile bytes of p within timeout. The read runs in a goroutine:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -127,5 +128,12 @@ func TestScrubConfigDSN(t *testing.T) {
 	}
 	if short := Scrub("sys/devices/pci0000:00/0000:00:01.0/config", cfg[:64]); !bytes.Equal(short, cfg[:64]) {
 		t.Error("64-byte config space changed")
+	}
+}
+
+// TestErrLargeSaysMaxFile: errLarge's text, written out, follows MaxFile.
+func TestErrLargeSaysMaxFile(t *testing.T) {
+	if want := fmt.Sprintf("larger than %d KiB", MaxFile>>10); errLarge.Error() != want {
+		t.Fatalf("errLarge = %q, want %q", errLarge, want)
 	}
 }

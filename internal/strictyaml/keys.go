@@ -192,5 +192,5 @@ func decodesItself(t reflect.Type) bool {
 		return true
 	}
 	_, own := reflect.PointerTo(t).MethodByName("UnmarshalYAML")
-	return own || reflect.PointerTo(t).Implements(unmarshalerType)
+	return own || reflect.PointerTo(t).Implements(unmarshalerType())
 }

@@ -7,12 +7,12 @@ package strictyaml
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // recordLines walks a YAML tree and maps every field path to the line of its key, and every
@@ -51,12 +51,8 @@ func recordLines(n *yaml.Node, path string, lines map[string]int, values map[str
 // yaml.v3's messages, compiled on first use (a package-level MustCompile would run at every
 // start of every binary that links this package).
 var (
-	unknownFieldRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
-	})
-	cannotRE = sync.OnceValue(func() *regexp.Regexp {
-		return regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
-	})
+	unknownFieldRE = lazy.Regexp{Expr: `^line (\d+): field (\S+) not found in type \S+$`}
+	cannotRE       = lazy.Regexp{Expr: "^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$"}
 )
 
 // explainDecodeError rewrites yaml.v3's messages ("field x not found in type domains.Spec")
@@ -72,12 +68,12 @@ func explainDecodeError(err error, lines map[string]int, values map[string]strin
 			msgs = append(msgs, fmt.Sprintf("and %d more", len(te.Errors)-i))
 			break
 		}
-		if m := unknownFieldRE().FindStringSubmatch(e); m != nil {
+		if m := unknownFieldRE.Get().FindStringSubmatch(e); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			msgs = append(msgs, fmt.Sprintf("line %s: unknown field %q%s", m[1], m[2], atPath(lines, line, m[2])))
 			continue
 		}
-		if m := cannotRE().FindStringSubmatch(e); m != nil {
+		if m := cannotRE.Get().FindStringSubmatch(e); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			field := pathAtLine(lines, values, line, m[3])
 			if field == "" {

@@ -27,7 +27,9 @@ func checkWholeNumbers(doc *yaml.Node, v any) error {
 	return walkWholeNumbers(n, reflect.TypeOf(v), "", 0)
 }
 
-var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+// unmarshalerType is yaml.Unmarshaler's type. A function: a package-level reflect call would
+// run at every start of every binary that links the package.
+func unmarshalerType() reflect.Type { return reflect.TypeFor[yaml.Unmarshaler]() }
 
 func walkWholeNumbers(n *yaml.Node, t reflect.Type, path string, depth int) error {
 	if n == nil || depth > 64 {
@@ -39,7 +41,7 @@ func walkWholeNumbers(n *yaml.Node, t reflect.Type, path string, depth int) erro
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
+	if reflect.PointerTo(t).Implements(unmarshalerType()) {
 		return nil // decodes itself (Size): its own errors
 	}
 	switch t.Kind() {

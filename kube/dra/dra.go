@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/kube"
 )
 
@@ -91,7 +91,7 @@ func (d *Driver) Scan() ([]resourceapi.Device, error) {
 }
 
 // nonLabel and framebufferRE compile on first use, not at every start (archtest: TestNoCompileAtInit).
-var nonLabel = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[^a-z0-9-]+`) })
+var nonLabel = lazy.Regexp{Expr: `[^a-z0-9-]+`}
 
 // DeviceName is a device's name in a ResourceSlice (a DNS label): the kind and its ID,
 // "pci-0000-41-00-0", "mdev-0c6ed5e3-0b80-4f4c-9a8c-1c0a8a2f7d11".
@@ -102,17 +102,17 @@ func DeviceName(r kube.Resource, dev kube.Device) string {
 	} else if r.Kind == kube.KindVendorVFIO {
 		prefix = "vf"
 	}
-	return prefix + "-" + strings.Trim(nonLabel().ReplaceAllString(strings.ToLower(dev.ID), "-"), "-")
+	return prefix + "-" + strings.Trim(nonLabel.Get().ReplaceAllString(strings.ToLower(dev.ID), "-"), "-")
 }
 
-var framebufferRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`framebuffer=(\d+)M`) })
+var framebufferRE = lazy.Regexp{Expr: `framebuffer=(\d+)M`}
 
 // Devices lists the healthy devices of cat as ResourceSlice devices, sorted by name.
 func Devices(inv *host.Inventory, cat *kube.Catalog) []resourceapi.Device {
 	fb := map[string]int64{} // mdev type id → framebuffer MiB, from its description
 	for _, p := range inv.MdevParents {
 		for _, t := range p.Types {
-			if m := framebufferRE().FindStringSubmatch(t.Description); m != nil {
+			if m := framebufferRE.Get().FindStringSubmatch(t.Description); m != nil {
 				n, _ := strconv.ParseInt(m[1], 10, 64)
 				fb[t.ID] = n
 			}

@@ -95,7 +95,7 @@ func (c *Client) call(ctx context.Context, method string, args, reply any) error
 		}
 		return fmt.Errorf("NVML helper %s stopped answering: %w", HelperName, err)
 	}
-	return vremote.FromWire(kinds, se.Msg)
+	return vremote.FromWire(kinds(), se.Msg)
 }
 
 // State implements mig.Backend.
@@ -162,19 +162,23 @@ type (
 	}
 )
 
-// kinds are the error classes that keep their sentinels across the pipe (exit codes).
-var kinds = []vremote.ErrorKind{
-	{Name: "no-nvml", Errs: []error{mig.ErrNoNVML, host.ErrUnsupported}}, // before unsupported: it wraps it
-	{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
-	{Name: "not-found", Errs: []error{host.ErrNotFound}},
-	{Name: "busy", Errs: []error{host.ErrBusy}},
-	{Name: "invalid", Errs: []error{host.ErrInvalid}},
-	{Name: "refused", Errs: []error{host.ErrRefused}},
-	{Name: "canceled", Errs: []error{context.Canceled}},
-	{Name: "deadline", Errs: []error{context.DeadlineExceeded}},
+// kinds are the error classes that keep their sentinels across the pipe (exit codes). A
+// function: a package-level table of other packages' errors is filled in by the package's
+// initialiser, at every start of every binary that links it.
+func kinds() []vremote.ErrorKind {
+	return []vremote.ErrorKind{
+		{Name: "no-nvml", Errs: []error{mig.ErrNoNVML, host.ErrUnsupported}}, // before unsupported: it wraps it
+		{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
+		{Name: "not-found", Errs: []error{host.ErrNotFound}},
+		{Name: "busy", Errs: []error{host.ErrBusy}},
+		{Name: "invalid", Errs: []error{host.ErrInvalid}},
+		{Name: "refused", Errs: []error{host.ErrRefused}},
+		{Name: "canceled", Errs: []error{context.Canceled}},
+		{Name: "deadline", Errs: []error{context.DeadlineExceeded}},
+	}
 }
 
-func toWire(err error) error { return vremote.ToWire(kinds, err) }
+func toWire(err error) error { return vremote.ToWire(kinds(), err) }
 
 // Server is the helper's end: it answers the wire's calls on a mig.Backend that open makes at
 // Init (so a missing NVML is an answer, not a dead helper).

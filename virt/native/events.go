@@ -7,6 +7,7 @@ import (
 
 	"libvirt.org/go/libvirt"
 
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -31,17 +32,19 @@ func startEventLoop() {
 	})
 }
 
-var lifecycleNames = map[libvirt.DomainEventType]string{
-	libvirt.DOMAIN_EVENT_DEFINED:     "defined",
-	libvirt.DOMAIN_EVENT_UNDEFINED:   "undefined",
-	libvirt.DOMAIN_EVENT_STARTED:     "started",
-	libvirt.DOMAIN_EVENT_SUSPENDED:   "suspended",
-	libvirt.DOMAIN_EVENT_RESUMED:     "resumed",
-	libvirt.DOMAIN_EVENT_STOPPED:     "stopped",
-	libvirt.DOMAIN_EVENT_SHUTDOWN:    "shutdown",
-	libvirt.DOMAIN_EVENT_PMSUSPENDED: "pmsuspended",
-	libvirt.DOMAIN_EVENT_CRASHED:     "crashed",
-}
+var lifecycleNames = lazy.Value[map[libvirt.DomainEventType]string]{New: func() map[libvirt.DomainEventType]string {
+	return map[libvirt.DomainEventType]string{
+		libvirt.DOMAIN_EVENT_DEFINED:     "defined",
+		libvirt.DOMAIN_EVENT_UNDEFINED:   "undefined",
+		libvirt.DOMAIN_EVENT_STARTED:     "started",
+		libvirt.DOMAIN_EVENT_SUSPENDED:   "suspended",
+		libvirt.DOMAIN_EVENT_RESUMED:     "resumed",
+		libvirt.DOMAIN_EVENT_STOPPED:     "stopped",
+		libvirt.DOMAIN_EVENT_SHUTDOWN:    "shutdown",
+		libvirt.DOMAIN_EVENT_PMSUSPENDED: "pmsuspended",
+		libvirt.DOMAIN_EVENT_CRASHED:     "crashed",
+	}
+}}
 
 // DomainEvents implements virt.EventSource: every domain's lifecycle events until ctx ends or
 // the connection closes.
@@ -71,7 +74,7 @@ func (l *Libvirt) DomainEvents(ctx context.Context) (<-chan virt.DomainEvent, er
 	var once sync.Once
 	id, err := l.conn.DomainEventLifecycleRegister(nil, func(_ *libvirt.Connect, d *libvirt.Domain, e *libvirt.DomainEventLifecycle) {
 		name, _ := d.GetName()
-		ev, ok := lifecycleNames[e.Event]
+		ev, ok := lifecycleNames.Get()[e.Event]
 		if !ok {
 			ev = "other"
 		}

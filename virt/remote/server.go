@@ -196,25 +196,32 @@ func do(s *Server, f func(virt.Conn) error) error {
 // Errors cross the pipe as "KIND\x1fMESSAGE" so the client can restore the sentinel.
 const sep = "\x1f"
 
-var kinds = []struct {
+// wireKind is an error class that keeps its sentinel across the pipe.
+type wireKind struct {
 	name string
 	err  error
-}{
-	{"no-domain", virt.ErrNoDomain},
-	{"no-volume", virt.ErrNoVolume},
-	{"no-pool", virt.ErrNoPool},
-	{"volume-exists", virt.ErrVolumeExists},
-	{"connection", virt.ErrConnection},
-	{"not-hotpluggable", virt.ErrDeviceNotHotpluggable},
-	{"canceled", context.Canceled},
-	{"deadline", context.DeadlineExceeded},
+}
+
+// kinds are the error classes, a function: a package-level table of other packages' errors
+// is filled in by the package's initialiser, at every start of every binary that links it.
+func kinds() []wireKind {
+	return []wireKind{
+		{"no-domain", virt.ErrNoDomain},
+		{"no-volume", virt.ErrNoVolume},
+		{"no-pool", virt.ErrNoPool},
+		{"volume-exists", virt.ErrVolumeExists},
+		{"connection", virt.ErrConnection},
+		{"not-hotpluggable", virt.ErrDeviceNotHotpluggable},
+		{"canceled", context.Canceled},
+		{"deadline", context.DeadlineExceeded},
+	}
 }
 
 func toWire(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, k := range kinds {
+	for _, k := range kinds() {
 		if errors.Is(err, k.err) {
 			return errors.New(k.name + sep + err.Error())
 		}
@@ -244,7 +251,7 @@ func fromWire(err error) error {
 	if !ok {
 		return errors.New(string(se))
 	}
-	for _, k := range kinds {
+	for _, k := range kinds() {
 		if k.name == kind {
 			return &wireError{msg: msg, kind: k.err}
 		}

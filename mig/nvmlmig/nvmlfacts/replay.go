@@ -13,6 +13,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // Facts is a capture of what NVML answered on a real machine, in the format of
@@ -486,12 +488,14 @@ func sortedIDs[T any](m map[uint32]T) []uint32 {
 
 // ciSlices is the compute slices of each compute-instance profile index
 // (nvml.COMPUTE_INSTANCE_PROFILE_*).
-var ciSlices = map[int]uint32{
-	nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE: 1, nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE: 2,
-	nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE: 3, nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE: 4,
-	nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE: 7, nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE: 8,
-	nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE: 6,
-}
+var ciSlices = lazy.Value[map[int]uint32]{New: func() map[int]uint32 {
+	return map[int]uint32{
+		nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE: 1, nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE: 2,
+		nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE: 3, nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE: 4,
+		nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE: 7, nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE: 8,
+		nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE: 6,
+	}
+}}
 
 func (gi *factsGI) setFuncs() {
 	s := gi.d.s
@@ -501,7 +505,7 @@ func (gi *factsGI) setFuncs() {
 		if eng != nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
 			return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 		}
-		n, ok := ciSlices[index]
+		n, ok := ciSlices.Get()[index]
 		if !ok || n > gi.profile.SliceCount {
 			return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 		}
@@ -639,7 +643,7 @@ func (s *Server) Restore(st State) error {
 }
 
 func ciIndex(n uint32) uint32 {
-	for i, s := range ciSlices {
+	for i, s := range ciSlices.Get() {
 		if s == n {
 			return uint32(i)
 		}
