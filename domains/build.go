@@ -168,14 +168,21 @@ func (w *xmlWriter) encode(enc *xml.Encoder, v any) (string, error) {
 	return s, nil
 }
 
-// marshalIndented is xml.MarshalIndent(v, "", "  ") through a pooled writer.
+// marshalIndented is xml.MarshalIndent(v, "", "  "): a domain through the planned writer
+// (xmlenc.go), anything else through a pooled encoding/xml writer.
 func marshalIndented(v any) (string, error) {
+	if d, ok := v.(*libvirtxml.Domain); ok {
+		return encodeXML(d, true)
+	}
 	w := xmlWriters.Get().(*xmlWriter)
 	return w.encode(w.indented, v)
 }
 
-// marshalCompact is xml.Marshal(v) through a pooled writer.
+// marshalCompact is xml.Marshal(v), as marshalIndented.
 func marshalCompact(v any) (string, error) {
+	if d, ok := v.(*libvirtxml.Domain); ok {
+		return encodeXML(d, false)
+	}
 	w := xmlWriters.Get().(*xmlWriter)
 	return w.encode(w.compact, v)
 }

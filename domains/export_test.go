@@ -1,0 +1,15 @@
+package domains
+
+import "reflect"
+
+// EncodeXML is the planned writer (xmlenc.go), for the external tests.
+var EncodeXML = encodeXML
+
+// XMLHookTypes are the types whose MarshalXML the writer mirrors.
+func XMLHookTypes() []reflect.Type {
+	var ts []reflect.Type
+	for t := range xmlHooks() {
+		ts = append(ts, t)
+	}
+	return ts
+}
