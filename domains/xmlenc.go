@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding"
 	"encoding/xml"
+	"errors"
 	"reflect"
 	"strconv"
 	"strings"
@@ -79,9 +80,13 @@ type typePlan struct {
 }
 
 // xmlHook writes v (an addressable value of a type with MarshalXML) as its MarshalXML would,
-// given the start element encoding/xml's defaultStart builds (name only: vgpu-host's types
-// pass no template attributes).
-type xmlHook func(e *xmlEnc, v reflect.Value, name string) error
+// given the start element encoding/xml's defaultStart builds: its name, and the attributes
+// (name, value pairs) of the start template an enclosing MarshalXML passed, if any. It
+// returns errNoHook, having written nothing, to leave the value to encoding/xml.
+type xmlHook func(e *xmlEnc, v reflect.Value, name string, pairs []string) error
+
+// errNoHook: a hook declines a value (a part of it the writer cannot write itself).
+var errNoHook = errors.New("no hook")
 
 var typePlans sync.Map // reflect.Type -> *typePlan
 
@@ -338,6 +343,15 @@ func (e *xmlEnc) end(name string) {
 // value is encoding/xml's printer.marshalValue with no start template; name is the field's
 // name ("" at the top).
 func (e *xmlEnc) value(v reflect.Value, name string, omitEmpty bool) error {
+	return e.valueAs(v, name, omitEmpty, v.CanAddr(), nil, false)
+}
+
+// valueAs is encoding/xml's printer.marshalValue: name and omitEmpty are the field's, or with
+// tmpl set the start template's name (tmplAttrs its attributes, name=value pairs). addr says
+// whether encoding/xml sees v addressable: a MarshalXML that passes a struct by value to
+// EncodeElement makes its fields unaddressable, and then a pointer receiver's MarshalXML is
+// not called on them.
+func (e *xmlEnc) valueAs(v reflect.Value, name string, omitEmpty, addr bool, tmplAttrs []string, tmpl bool) error {
 	if !v.IsValid() {
 		return nil
 	}
@@ -349,25 +363,28 @@ func (e *xmlEnc) value(v reflect.Value, name string, omitEmpty bool) error {
 			return nil
 		}
 		v = v.Elem()
+		addr = true
 	}
 	t := v.Type()
 	p := planOf(t)
-	if (p.marshal == marshalValue && v.CanInterface()) || (p.marshal == marshalPointer && v.CanAddr()) {
+	if (p.marshal == marshalValue && v.CanInterface()) || (p.marshal == marshalPointer && addr) {
 		if name == "" {
 			name = t.Name()
 		}
 		if p.hook != nil && v.CanAddr() {
-			return p.hook(e, v, name)
+			if err := p.hook(e, v, name, tmplAttrs); err != errNoHook {
+				return err
+			}
 		}
-		return e.fallback(v, xml.StartElement{Name: xml.Name{Local: name}}, true)
+		return e.fallback(v, startOf(name, tmplAttrs), true, addr)
 	}
 	if p.text {
-		return e.fallback(v, startNamed(name), false)
+		return e.fallback(v, startOf(name, tmplAttrs), false, addr)
 	}
 	k := v.Kind()
 	if (k == reflect.Slice || k == reflect.Array) && t.Elem().Kind() != reflect.Uint8 {
 		for i, n := 0, v.Len(); i < n; i++ {
-			if err := e.value(v.Index(i), name, omitEmpty); err != nil {
+			if err := e.valueAs(v.Index(i), name, omitEmpty, addr || k == reflect.Slice, tmplAttrs, tmpl); err != nil {
 				return err
 			}
 		}
@@ -375,42 +392,63 @@ func (e *xmlEnc) value(v reflect.Value, name string, omitEmpty bool) error {
 	}
 	if k == reflect.Struct {
 		if !p.generic {
-			if nameFromXMLName(v) {
+			if !tmpl && nameFromXMLName(v) {
 				name = ""
 			}
-			return e.fallback(v, startNamed(name), false)
+			return e.fallback(v, startOf(name, tmplAttrs), false, addr)
 		}
-		if p.xmlName != "" {
+		if !tmpl && p.xmlName != "" {
 			name = p.xmlName
 		} else if name == "" {
 			name = t.Name()
 		}
 		if name == "" || strings.IndexByte(name, '[') >= 0 {
-			return e.fallback(v, xml.StartElement{}, false)
+			return e.fallback(v, startOf(name, tmplAttrs), false, addr)
 		}
-		e.open(name)
-		e.attrs(p.attrs, v)
-		e.closeStart()
-		if err := e.body(p.body, v); err != nil {
-			return err
-		}
-		e.end(name)
-		return nil
+		return e.element(name, tmplAttrs, addr, v)
 	}
 	if !simpleKind(k) {
-		return e.fallback(v, startNamed(name), false) // encoding/xml's error
+		return e.fallback(v, startOf(name, tmplAttrs), false, addr) // encoding/xml's error
 	}
 	if name == "" {
 		name = t.Name()
 	}
 	if name == "" {
-		return e.fallback(v, xml.StartElement{}, false)
+		return e.fallback(v, startOf(name, tmplAttrs), false, addr)
 	}
 	e.open(name)
+	e.pairs(tmplAttrs)
 	e.closeStart()
 	e.simple(v)
 	e.end(name)
 	return nil
+}
+
+// element writes one element named name: the attributes in pairs first, then the attribute
+// fields of every part in turn, then their elements and text in turn. One part is a struct
+// written as encoding/xml writes it; several are a struct that embeds them in that order,
+// as libvirtxml's MarshalXML methods build them. Every part's type must be generic.
+func (e *xmlEnc) element(name string, pairs []string, addr bool, parts ...reflect.Value) error {
+	e.open(name)
+	e.pairs(pairs)
+	for _, v := range parts {
+		e.attrs(planOf(v.Type()).attrs, v)
+	}
+	e.closeStart()
+	for _, v := range parts {
+		if err := e.body(planOf(v.Type()).body, v, addr); err != nil {
+			return err
+		}
+	}
+	e.end(name)
+	return nil
+}
+
+// pairs writes attributes given as name, value, name, value...
+func (e *xmlEnc) pairs(kv []string) {
+	for i := 0; i+1 < len(kv); i += 2 {
+		e.attr(kv[i], kv[i+1])
+	}
 }
 
 // attrs writes p's attribute fields of the struct v.
@@ -438,8 +476,8 @@ func (e *xmlEnc) attrs(fields []fieldPlan, v reflect.Value) {
 	}
 }
 
-// body writes p's element and text fields of the struct v.
-func (e *xmlEnc) body(fields []fieldPlan, v reflect.Value) error {
+// body writes p's element and text fields of the struct v (addr: as valueAs).
+func (e *xmlEnc) body(fields []fieldPlan, v reflect.Value, addr bool) error {
 	for i := range fields {
 		f := &fields[i]
 		fv := v.Field(f.index)
@@ -460,12 +498,12 @@ func (e *xmlEnc) body(fields []fieldPlan, v reflect.Value) error {
 			}
 		default:
 			if f.space != "" {
-				if err := e.namespaced(fv, f); err != nil {
+				if err := e.namespaced(fv, f, addr); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := e.value(fv, f.name, f.omitEmpty); err != nil {
+			if err := e.valueAs(fv, f.name, f.omitEmpty, addr, nil, false); err != nil {
 				return err
 			}
 		}
@@ -541,7 +579,7 @@ func (e *xmlEnc) escape(s string) {
 // set, else as encoding/xml's marshalValue would (start then carries only a field's name, or
 // nothing). The sub-encoder's prefix is this writer's indentation, so its output sits in the
 // document exactly where encoding/xml's own would.
-func (e *xmlEnc) fallback(v reflect.Value, start xml.StartElement, marshaler bool) error {
+func (e *xmlEnc) fallback(v reflect.Value, start xml.StartElement, marshaler, addr bool) error {
 	e.sub.Reset()
 	if e.subw == nil {
 		e.subw = bufio.NewWriterSize(&e.sub, 4096)
@@ -554,7 +592,7 @@ func (e *xmlEnc) fallback(v reflect.Value, start xml.StartElement, marshaler boo
 	var err error
 	if marshaler {
 		var m xml.Marshaler
-		if v.CanAddr() {
+		if v.CanAddr() && addr {
 			m, _ = v.Addr().Interface().(xml.Marshaler)
 		}
 		if m == nil {
@@ -563,7 +601,7 @@ func (e *xmlEnc) fallback(v reflect.Value, start xml.StartElement, marshaler boo
 		err = m.MarshalXML(enc, start)
 	} else {
 		iv := v.Interface()
-		if v.CanAddr() {
+		if v.CanAddr() && addr {
 			iv = v.Addr().Interface() // encoding/xml sees an addressable value, as in the parent
 		}
 		if start.Name.Local != "" {
@@ -595,7 +633,7 @@ func (e *xmlEnc) fallback(v reflect.Value, start xml.StartElement, marshaler boo
 // namespaced has encoding/xml write an element field with a namespace: given the field's
 // name as the start element, EncodeElement names it as marshalValue would (the name came
 // from the type's XMLName or the field's tag, and both say the same).
-func (e *xmlEnc) namespaced(v reflect.Value, f *fieldPlan) error {
+func (e *xmlEnc) namespaced(v reflect.Value, f *fieldPlan, addr bool) error {
 	if f.omitEmpty && isEmptyValue(v) {
 		return nil
 	}
@@ -604,14 +642,19 @@ func (e *xmlEnc) namespaced(v reflect.Value, f *fieldPlan) error {
 			return nil
 		}
 		v = v.Elem()
+		addr = true
 	}
-	return e.fallback(v, xml.StartElement{Name: xml.Name{Space: f.space, Local: f.name}}, false)
+	return e.fallback(v, xml.StartElement{Name: xml.Name{Space: f.space, Local: f.name}}, false, addr)
 }
 
-// startNamed is the start element a fallback passes to EncodeElement: the field's name, or
-// none (Encode) at the top.
-func startNamed(name string) xml.StartElement {
-	return xml.StartElement{Name: xml.Name{Local: name}}
+// startOf is the start element a fallback passes on: the field's or template's name (none:
+// Encode, at the top) and the template's attributes.
+func startOf(name string, pairs []string) xml.StartElement {
+	st := xml.StartElement{Name: xml.Name{Local: name}}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		st.Attr = append(st.Attr, xml.Attr{Name: xml.Name{Local: pairs[i]}, Value: pairs[i+1]})
+	}
+	return st
 }
 
 // nameFromXMLName reports whether encoding/xml names the struct v from its XMLName field (its
