@@ -823,7 +823,7 @@ func stepMetadata(p *Builder, d *libvirtxml.Domain) error {
 			m.Disks = append(m.Disks, metaDisk{Path: f.Path, Backing: f.Backing})
 		}
 	}
-	x, err := marshalCompact(m)
+	x, err := encodeXML(&m, false)
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
 	}

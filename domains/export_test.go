@@ -13,3 +13,6 @@ func XMLHookTypes() []reflect.Type {
 	}
 	return ts
 }
+
+// XMLMetadata is what vgpu-host writes in a domain's <metadata>.
+type XMLMetadata = metadata

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -53,6 +54,29 @@ type fieldPlan struct {
 	omitEmpty bool
 	// space is an element field's namespace: encoding/xml writes such a field (fallback).
 	space string
+	// plan caches the plan of the type last met in this field (a sync.Map lookup per
+	// element was a tenth of a render).
+	plan *atomic.Pointer[planCache]
+}
+
+// planCache is a field's last type and its plan.
+type planCache struct {
+	t reflect.Type
+	p *typePlan
+}
+
+// cachedPlan is planOf(t) through a field's cache (c may be nil).
+func cachedPlan(c *atomic.Pointer[planCache], t reflect.Type) *typePlan {
+	if c != nil {
+		if pc := c.Load(); pc != nil && pc.t == t {
+			return pc.p
+		}
+	}
+	p := planOf(t)
+	if c != nil {
+		c.Store(&planCache{t: t, p: p})
+	}
+	return p
 }
 
 // marshalKind says whether T or *T has a MarshalXML method.
@@ -138,7 +162,7 @@ func makePlan(t reflect.Type) *typePlan {
 			p.generic = false // a parent path
 			continue
 		}
-		fp := fieldPlan{index: i, name: name, space: space}
+		fp := fieldPlan{index: i, name: name, space: space, plan: new(atomic.Pointer[planCache])}
 		if flags != "" {
 			for fl := range strings.SplitSeq(flags, ",") {
 				switch fl {
@@ -343,7 +367,7 @@ func (e *xmlEnc) end(name string) {
 // value is encoding/xml's printer.marshalValue with no start template; name is the field's
 // name ("" at the top).
 func (e *xmlEnc) value(v reflect.Value, name string, omitEmpty bool) error {
-	return e.valueAs(v, name, omitEmpty, v.CanAddr(), nil, false)
+	return e.valueAs(v, name, omitEmpty, v.CanAddr(), nil, false, nil)
 }
 
 // valueAs is encoding/xml's printer.marshalValue: name and omitEmpty are the field's, or with
@@ -351,7 +375,9 @@ func (e *xmlEnc) value(v reflect.Value, name string, omitEmpty bool) error {
 // whether encoding/xml sees v addressable: a MarshalXML that passes a struct by value to
 // EncodeElement makes its fields unaddressable, and then a pointer receiver's MarshalXML is
 // not called on them.
-func (e *xmlEnc) valueAs(v reflect.Value, name string, omitEmpty, addr bool, tmplAttrs []string, tmpl bool) error {
+//
+// cache is the field's plan cache, or nil.
+func (e *xmlEnc) valueAs(v reflect.Value, name string, omitEmpty, addr bool, tmplAttrs []string, tmpl bool, cache *atomic.Pointer[planCache]) error {
 	if !v.IsValid() {
 		return nil
 	}
@@ -366,7 +392,7 @@ func (e *xmlEnc) valueAs(v reflect.Value, name string, omitEmpty, addr bool, tmp
 		addr = true
 	}
 	t := v.Type()
-	p := planOf(t)
+	p := cachedPlan(cache, t)
 	if (p.marshal == marshalValue && v.CanInterface()) || (p.marshal == marshalPointer && addr) {
 		if name == "" {
 			name = t.Name()
@@ -384,7 +410,7 @@ func (e *xmlEnc) valueAs(v reflect.Value, name string, omitEmpty, addr bool, tmp
 	k := v.Kind()
 	if (k == reflect.Slice || k == reflect.Array) && t.Elem().Kind() != reflect.Uint8 {
 		for i, n := 0, v.Len(); i < n; i++ {
-			if err := e.valueAs(v.Index(i), name, omitEmpty, addr || k == reflect.Slice, tmplAttrs, tmpl); err != nil {
+			if err := e.valueAs(v.Index(i), name, omitEmpty, addr || k == reflect.Slice, tmplAttrs, tmpl, cache); err != nil {
 				return err
 			}
 		}
@@ -405,7 +431,15 @@ func (e *xmlEnc) valueAs(v reflect.Value, name string, omitEmpty, addr bool, tmp
 		if name == "" || strings.IndexByte(name, '[') >= 0 {
 			return e.fallback(v, startOf(name, tmplAttrs), false, addr)
 		}
-		return e.element(name, tmplAttrs, addr, v)
+		e.open(name)
+		e.pairs(tmplAttrs)
+		e.attrs(p.attrs, v)
+		e.closeStart()
+		if err := e.body(p.body, v, addr); err != nil {
+			return err
+		}
+		e.end(name)
+		return nil
 	}
 	if !simpleKind(k) {
 		return e.fallback(v, startOf(name, tmplAttrs), false, addr) // encoding/xml's error
@@ -503,7 +537,7 @@ func (e *xmlEnc) body(fields []fieldPlan, v reflect.Value, addr bool) error {
 				}
 				continue
 			}
-			if err := e.valueAs(fv, f.name, f.omitEmpty, addr, nil, false); err != nil {
+			if err := e.valueAs(fv, f.name, f.omitEmpty, addr, nil, false, f.plan); err != nil {
 				return err
 			}
 		}

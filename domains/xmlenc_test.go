@@ -24,7 +24,7 @@ func TestXMLEncExamples(t *testing.T) {
 
 // TestXMLEncMatchesEncodingXML holds the planned writer against encoding/xml (libvirtxml's own
 // MarshalXML methods included) on random values: whole domains, and each type whose
-// MarshalXML the writer mirrors, alone. Union types get several members set at once, so the
+// MarshalXML the writer mirrors, alone, and vgpu-host's own <metadata>. Union types get several members set at once, so the
 // order in which a MarshalXML picks one is checked too. VGPU_XMLENC_SEED=N replays a seed,
 // VGPU_XMLENC_ROUNDS=N runs longer. About 2 s.
 func TestXMLEncMatchesEncodingXML(t *testing.T) {
@@ -45,7 +45,7 @@ func TestXMLEncMatchesEncodingXML(t *testing.T) {
 			return
 		}
 	}
-	for _, typ := range domains.XMLHookTypes() {
+	for _, typ := range append(domains.XMLHookTypes(), reflect.TypeFor[domains.XMLMetadata]()) {
 		for i := range rounds * 2 {
 			v := g.value(typ, 2)
 			// As a slice element (addressable, named by the field) and alone.

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"libvirt.org/go/libvirtxml"
 )
@@ -105,9 +106,20 @@ func fields(t reflect.Type, names ...string) (idx []int, ok bool) {
 // union is a libvirtxml union: member fields (pointers) with the value each gives an
 // attribute; the first member set wins.
 type union struct {
-	idx   []int
-	vals  []string
-	names []string
+	idx    []int
+	vals   []string
+	names  []string
+	caches []*atomic.Pointer[planCache] // each member's plan
+	typed  [][]string                   // each member's {"type", value}
+}
+
+// typedPairs is pairs plus attr="the value of member i", without allocating for the usual
+// type attribute and no template.
+func (u union) typedPairs(i int, attr string, pairs []string) []string {
+	if len(pairs) == 0 && attr == "type" {
+		return u.typed[i]
+	}
+	return with(pairs, attr, u.vals[i])
 }
 
 func newUnion(t reflect.Type, pairs []string) (union, bool) {
@@ -118,6 +130,10 @@ func newUnion(t reflect.Type, pairs []string) (union, bool) {
 	}
 	idx, ok := fields(t, u.names...)
 	u.idx = idx
+	for i := range idx {
+		u.caches = append(u.caches, new(atomic.Pointer[planCache]))
+		u.typed = append(u.typed, []string{"type", u.vals[i]})
+	}
 	return u, ok
 }
 
@@ -165,9 +181,9 @@ func hookUnion[T any](rename, attr string, members []string, cond func(member st
 			return nil
 		}
 		if attr != "" {
-			pairs = with(pairs, attr, u.vals[i])
+			pairs = u.typedPairs(i, attr, pairs)
 		}
-		return e.valueAs(mv, name, false, true, pairs, true)
+		return e.valueAs(mv, name, false, true, pairs, true, u.caches[i])
 	}, ok
 }
 
@@ -200,7 +216,7 @@ func hookTyped[T any](rename, source string, members []string) (reflect.Type, xm
 	return t, func(e *xmlEnc, v reflect.Value, _ string, pairs []string) error {
 		if s := v.Field(src[0]); !s.IsNil() {
 			if i := u.first(s.Elem()); i >= 0 {
-				pairs = with(pairs, "type", u.vals[i])
+				pairs = u.typedPairs(i, "type", pairs)
 			}
 		}
 		return e.alias(v, rename, pairs)
@@ -223,7 +239,7 @@ func hookAddressPCI() (reflect.Type, xmlHook, bool) {
 		}
 		e.closeStart()
 		if a.ZPCI != nil {
-			if err := e.valueAs(reflect.ValueOf(a.ZPCI), "zpci", false, true, nil, true); err != nil {
+			if err := e.valueAs(reflect.ValueOf(a.ZPCI), "zpci", false, true, nil, true, nil); err != nil {
 				return err
 			}
 		}
@@ -327,7 +343,7 @@ func hookChardev(t reflect.Type, rename string) (reflect.Type, xmlHook, bool) {
 	return t, func(e *xmlEnc, v reflect.Value, _ string, pairs []string) error {
 		if s := v.Field(src[0]); !s.IsNil() {
 			if i := u.first(s.Elem()); i >= 0 {
-				pairs = with(pairs, "type", u.vals[i])
+				pairs = u.typedPairs(i, "type", pairs)
 			}
 		}
 		return e.alias(v, rename, pairs)
@@ -371,7 +387,7 @@ func hookChardevSource() (reflect.Type, xmlHook, bool) {
 			e.udpSource(name, pairs, "connect", a.UDP.ConnectHost, a.UDP.ConnectService)
 			return nil
 		}
-		return e.valueAs(v.Field(u.idx[i]), name, false, true, pairs, true)
+		return e.valueAs(v.Field(u.idx[i]), name, false, true, pairs, true, u.caches[i])
 	}, ok
 }
 
@@ -436,7 +452,7 @@ func hookGraphic() (reflect.Type, xmlHook, bool) {
 		if err := e.body(planOf(mv.Type()).body, mv, false); err != nil {
 			return err
 		}
-		if err := e.valueAs(v.Field(audio[0]), "audio", false, false, nil, false); err != nil {
+		if err := e.valueAs(v.Field(audio[0]), "audio", false, false, nil, false, nil); err != nil {
 			return err
 		}
 		e.end(name)
