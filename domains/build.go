@@ -29,6 +29,10 @@ const MetadataNamespace = "https://github.com/vgpu-host/vgpu-host/xmlns/domain/v
 type BuildOptions struct {
 	// ImagesDir holds overlays and seed ISOs; default DefaultImagesDir.
 	ImagesDir string
+
+	// wholeReadBack makes xmlPatches decode the whole patched document (tests compare it
+	// with decoding only what the patches changed).
+	wholeReadBack bool
 }
 
 func (o BuildOptions) imagesDir() string {

@@ -16,3 +16,9 @@ func XMLHookTypes() []reflect.Type {
 
 // XMLMetadata is what vgpu-host writes in a domain's <metadata>.
 type XMLMetadata = metadata
+
+// WholeReadBack makes xmlPatches decode the whole patched document, as before readBackMarked.
+func WholeReadBack(o BuildOptions) BuildOptions {
+	o.wholeReadBack = true
+	return o
+}
