@@ -54,6 +54,8 @@ type fieldPlan struct {
 	omitEmpty bool
 	// space is an element field's namespace: encoding/xml writes such a field (fallback).
 	space string
+	// embed is 1 + the index of the embedded struct the field belongs to (0: none).
+	embed int
 	// plan caches the plan of the type last met in this field (a sync.Map lookup per
 	// element was a tenth of a render).
 	plan *atomic.Pointer[planCache]
@@ -101,6 +103,16 @@ type typePlan struct {
 	text bool
 	// hook mirrors the type's MarshalXML; nil for none (encoding/xml runs the method).
 	hook xmlHook
+	// embeds: some fields belong to an embedded struct.
+	embeds bool
+}
+
+// of returns the field f of the struct v.
+func (f *fieldPlan) of(v reflect.Value) reflect.Value {
+	if f.embed > 0 {
+		v = v.Field(f.embed - 1)
+	}
+	return v.Field(f.index)
 }
 
 // xmlHook writes v (an addressable value of a type with MarshalXML) as its MarshalXML would,
@@ -142,8 +154,24 @@ func makePlan(t reflect.Type) *typePlan {
 	p.generic = true
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
-		if f.Anonymous {
-			p.generic = false // embedded fields: encoding/xml's flattening rules
+		if f.Anonymous && f.Tag.Get("xml") != "-" {
+			// encoding/xml writes an embedded struct's fields in its place. The writer
+			// follows one level of an exported struct (not a pointer) that has no XMLName;
+			// a name two fields share is refused below.
+			inner := planOf(f.Type)
+			if !f.IsExported() || f.Type.Kind() != reflect.Struct || !inner.generic || inner.xmlName != "" || inner.embeds {
+				p.generic = false
+				continue
+			}
+			p.embeds = true
+			for _, fp := range inner.attrs {
+				fp.embed, fp.plan = i+1, new(atomic.Pointer[planCache])
+				p.attrs = append(p.attrs, fp)
+			}
+			for _, fp := range inner.body {
+				fp.embed, fp.plan = i+1, new(atomic.Pointer[planCache])
+				p.body = append(p.body, fp)
+			}
 			continue
 		}
 		if !f.IsExported() {
@@ -212,7 +240,22 @@ func makePlan(t reflect.Type) *typePlan {
 			p.body = append(p.body, fp)
 		}
 	}
+	if p.generic && (duplicateNames(p.attrs) || duplicateNames(p.body)) {
+		p.generic = false // encoding/xml's conflict rules
+	}
 	return p
+}
+
+// duplicateNames reports whether two of fields have the same name (and namespace).
+func duplicateNames(fields []fieldPlan) bool {
+	for i := range fields {
+		for j := i + 1; j < len(fields); j++ {
+			if fields[i].name == fields[j].name && fields[i].space == fields[j].space && fields[i].kind == fields[j].kind {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lookupXMLName is encoding/xml's: the name (and namespace) an element field with no name in
@@ -489,7 +532,7 @@ func (e *xmlEnc) pairs(kv []string) {
 func (e *xmlEnc) attrs(fields []fieldPlan, v reflect.Value) {
 	for i := range fields {
 		f := &fields[i]
-		fv := v.Field(f.index)
+		fv := f.of(v)
 		if f.omitEmpty && isEmptyValue(fv) {
 			continue
 		}
@@ -514,7 +557,7 @@ func (e *xmlEnc) attrs(fields []fieldPlan, v reflect.Value) {
 func (e *xmlEnc) body(fields []fieldPlan, v reflect.Value, addr bool) error {
 	for i := range fields {
 		f := &fields[i]
-		fv := v.Field(f.index)
+		fv := f.of(v)
 		switch f.kind {
 		case kindCharData:
 			for fv.Kind() == reflect.Pointer && !fv.IsNil() {

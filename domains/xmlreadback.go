@@ -298,14 +298,16 @@ func elementField(v reflect.Value, n *xnode) (reflect.Value, bool) {
 		}
 	}
 	var found reflect.Value
-	for _, f := range planOf(v.Type()).body {
+	body := planOf(v.Type()).body
+	for i := range body {
+		f := &body[i]
 		if f.name != n.name {
 			continue
 		}
 		if f.space != "" || found.IsValid() {
 			return reflect.Value{}, false
 		}
-		found = v.Field(f.index)
+		found = f.of(v)
 	}
 	return found, found.IsValid()
 }
