@@ -183,8 +183,8 @@ func makePlan(t reflect.Type) *typePlan {
 		}
 		name, flags, _ := strings.Cut(tag, ",")
 		space := ""
-		if i := strings.LastIndexByte(name, ' '); i >= 0 {
-			space, name = name[:i], name[i+1:]
+		if ns, local, ok := strings.Cut(name, " "); ok {
+			space, name = ns, local
 		}
 		if strings.IndexByte(name, '>') >= 0 {
 			p.generic = false // a parent path
@@ -273,8 +273,8 @@ func lookupXMLName(t reflect.Type) (space, name string) {
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("xml"), ",")
-		if i := strings.LastIndexByte(name, ' '); i >= 0 {
-			return name[:i], name[i+1:]
+		if ns, local, ok := strings.Cut(name, " "); ok {
+			return ns, local
 		}
 		return "", name
 	}
@@ -299,7 +299,7 @@ func fieldWritable(t reflect.Type, fp fieldPlan) bool {
 	}
 	switch fp.kind {
 	case kindInnerXML:
-		return t.Kind() == reflect.String
+		return t == reflect.TypeFor[string]() // encoding/xml writes a named string type as an element
 	case kindAttr:
 		if t.Kind() == reflect.Slice && t.Elem().Kind() != reflect.Uint8 {
 			return false

@@ -145,3 +145,95 @@ func (g *xmlGen) fill(v reflect.Value, depth int) {
 		v.SetFloat(g.r.Float64() * 100)
 	}
 }
+
+// Small types for the writer's corners that libvirtxml's domain may not reach today.
+type (
+	encNamed string
+	encInner struct {
+		Raw encNamed `xml:",innerxml"`
+	}
+	encInner2 struct {
+		Raw *string `xml:",innerxml"`
+	}
+	encEmbed struct {
+		A string `xml:"a,attr"`
+		B string `xml:"b"`
+	}
+	encOuter struct {
+		encEmbed
+		C string `xml:"c,attr"`
+	}
+	encOuterExported struct {
+		EncEmbedded
+		C string `xml:"c,attr"`
+		D string `xml:"d"`
+	}
+	EncEmbedded struct {
+		A string `xml:"a,attr"`
+		B string `xml:"b"`
+	}
+	encConflict struct {
+		EncEmbedded
+		B string `xml:"b"`
+	}
+	encNS struct {
+		X *struct {
+			XMLName xml.Name `xml:"urn:x thing"`
+			V       string   `xml:"v,attr"`
+		}
+		Y string `xml:"urn:y why"`
+	}
+	encPtrMarshaler struct{ N int }
+	encByValue      struct {
+		M encPtrMarshaler   `xml:"m"`
+		P *encPtrMarshaler  `xml:"p"`
+		S []encPtrMarshaler `xml:"s"`
+	}
+	encText  struct{ V int }
+	encTexts struct {
+		T  encText  `xml:"t"`
+		TA encText  `xml:"ta,attr"`
+		TP *encText `xml:"tp"`
+	}
+	encChar struct {
+		Text  string  `xml:",chardata"`
+		Attr  *string `xml:"x,attr"`
+		Empty string  `xml:"e,omitempty"`
+		Ints  []int   `xml:"i"`
+		F     float32 `xml:"f,attr"`
+		B     bool    `xml:"b"`
+	}
+)
+
+func (m *encPtrMarshaler) MarshalXML(e *xml.Encoder, start xml.StartElement) error {
+	start.Attr = append(start.Attr, xml.Attr{Name: xml.Name{Local: "n"}, Value: strconv.Itoa(m.N)})
+	return e.EncodeElement(struct{}{}, start)
+}
+
+func (t encText) MarshalText() ([]byte, error) { return []byte("text" + strconv.Itoa(t.V)), nil }
+
+// TestXMLEncCorners: encoding/xml's rules the planned writer must keep or leave to
+// encoding/xml, on small types: named strings in innerxml, embedded structs (exported,
+// unexported, conflicting), namespaces, a pointer receiver's MarshalXML on values encoding/xml
+// can and cannot address, TextMarshalers, chardata, omitempty, floats and bools.
+func TestXMLEncCorners(t *testing.T) {
+	t.Parallel()
+	s := "<raw/>"
+	for _, v := range []any{
+		&encInner{Raw: "<b>x</b>"}, &encInner2{Raw: &s}, &encInner2{},
+		&encOuter{encEmbed{"a", "b"}, "c"}, &encOuterExported{EncEmbedded{"a", "b"}, "c", "d"},
+		&encConflict{EncEmbedded{"a", "b"}, "b2"},
+		&encNS{Y: "y"}, &encNS{X: &struct {
+			XMLName xml.Name `xml:"urn:x thing"`
+			V       string   `xml:"v,attr"`
+		}{V: "v"}},
+		&encByValue{M: encPtrMarshaler{1}, P: &encPtrMarshaler{2}, S: []encPtrMarshaler{{3}}},
+		encByValue{M: encPtrMarshaler{1}, P: &encPtrMarshaler{2}, S: []encPtrMarshaler{{3}}},
+		[]encByValue{{M: encPtrMarshaler{4}}},
+		&encTexts{T: encText{1}, TA: encText{2}, TP: &encText{3}},
+		&encChar{Text: "a<b\n", Attr: &s, Ints: []int{1, -2}, F: 1.5, B: true},
+		&encChar{},
+	} {
+		checkXMLEnc(t, reflect.TypeOf(v).String(), v)
+	}
+}
