@@ -5,6 +5,7 @@ import (
 	"encoding"
 	"encoding/xml"
 	"reflect"
+	"sort"
 	"strings"
 
 	"libvirt.org/go/libvirtxml"
@@ -147,6 +148,15 @@ func readBackMarked(d *libvirtxml.Domain, doc *xnode, m *patchMarks) (bool, erro
 		kept = append(kept, tg)
 	}
 	targets = kept
+	if len(targets) > 1 {
+		// In document order, as decoding the whole document meets them: the first element
+		// that does not decode is the one its error names.
+		order := map[*xnode]int{}
+		doc.number(order)
+		sort.SliceStable(targets, func(i, j int) bool {
+			return order[targets[i].chain[len(targets[i].chain)-1]] < order[targets[j].chain[len(targets[j].chain)-1]]
+		})
+	}
 	// Decode each element into a fresh value, then place them all.
 	vals := make([]reflect.Value, len(targets))
 	var b bytes.Buffer
@@ -248,6 +258,16 @@ func (n *xnode) chainTo(target *xnode) []*xnode {
 		}
 	}
 	return nil
+}
+
+// number numbers n and the elements below it in document order.
+func (n *xnode) number(order map[*xnode]int) {
+	order[n] = len(order)
+	for _, k := range n.kids {
+		if c, ok := k.(*xnode); ok {
+			c.number(order)
+		}
+	}
 }
 
 // position returns c's index among n's children of its name, and how many there are.
