@@ -151,11 +151,7 @@ func readBackMarked(d *libvirtxml.Domain, doc *xnode, m *patchMarks) (bool, erro
 	if len(targets) > 1 {
 		// In document order, as decoding the whole document meets them: the first element
 		// that does not decode is the one its error names.
-		order := map[*xnode]int{}
-		doc.number(order)
-		sort.SliceStable(targets, func(i, j int) bool {
-			return order[targets[i].chain[len(targets[i].chain)-1]] < order[targets[j].chain[len(targets[j].chain)-1]]
-		})
+		sort.SliceStable(targets, func(i, j int) bool { return before(targets[i].chain, targets[j].chain) })
 	}
 	// Decode each element into a fresh value, then place them all.
 	vals := make([]reflect.Value, len(targets))
@@ -260,14 +256,23 @@ func (n *xnode) chainTo(target *xnode) []*xnode {
 	return nil
 }
 
-// number numbers n and the elements below it in document order.
-func (n *xnode) number(order map[*xnode]int) {
-	order[n] = len(order)
-	for _, k := range n.kids {
-		if c, ok := k.(*xnode); ok {
-			c.number(order)
+// before reports whether the element at the end of chain a comes before b's in document
+// order (both chains start at the root; an ancestor comes first).
+func before(a, b []*xnode) bool {
+	for k := 1; k < len(a) && k < len(b); k++ {
+		if a[k] == b[k] {
+			continue
+		}
+		for _, c := range a[k-1].kids {
+			switch c {
+			case any(a[k]):
+				return true
+			case any(b[k]):
+				return false
+			}
 		}
 	}
+	return len(a) < len(b)
 }
 
 // position returns c's index among n's children of its name, and how many there are.
