@@ -20,14 +20,15 @@ import (
 // encoding/xml's indentation state exactly (printer.writeIndent).
 //
 // What it writes itself: structs whose tags use only name, attr, chardata, innerxml and
-// omitempty, simple values (strings, numbers, bools), and the libvirtxml types in xmlHooks,
-// whose MarshalXML methods it mirrors. Anything else (another MarshalXML, a TextMarshaler or
-// MarshalerAttr, namespaces, embedded structs, cdata, comments, a>b paths, ...) is handed to
-// encoding/xml itself for that element and its subtree, so a libvirtxml release that adds a
-// type or a method costs speed, never correctness. TestXMLEncMatchesEncodingXML holds the
-// whole writer against encoding/xml on random values of every type reachable from
-// libvirtxml.Domain (and the goldens on the examples); TestXMLHooksCoverMarshalers fails when a
-// hooked type's MarshalXML changes in a libvirtxml update without the hook being looked at.
+// omitempty (with one level of embedded struct), simple values (strings, numbers, bools),
+// and the libvirtxml types in xmlHooks, whose MarshalXML methods it mirrors. Anything else
+// (another MarshalXML, a TextMarshaler or MarshalerAttr, a namespace, cdata, comments, a>b
+// paths, ...) is handed to encoding/xml itself for that element and its subtree, so a
+// libvirtxml release that adds a type or a method costs speed, never correctness.
+// TestXMLEncMatchesEncodingXML holds the whole writer against encoding/xml on random values
+// of the types reachable from libvirtxml.Domain, and of each hooked type alone, so a
+// libvirtxml update that changes a mirrored MarshalXML fails it; TestXMLEncCorners covers
+// encoding/xml's rules on small types, and the goldens the examples.
 
 var (
 	marshalerType     = reflect.TypeFor[xml.Marshaler]()
