@@ -103,10 +103,9 @@ func Build(vm *VM, alloc *Allocation, opts BuildOptions) (*libvirtxml.Domain, er
 	return d, nil
 }
 
-// Render is Build followed by Marshal. Its output is byte for byte what
-// (*libvirtxml.Domain).Marshal gives (xml.MarshalIndent with two spaces), written through a
-// pooled encoder so that rendering many domains reuses one buffer instead of growing a new one
-// each time.
+// Render is Build followed by Marshal: byte for byte what (*libvirtxml.Domain).Marshal gives
+// (xml.MarshalIndent with two spaces) but for Marshal's USB fix, written by the planned writer
+// (xmlenc.go) into a pooled buffer.
 func Render(vm *VM, alloc *Allocation, opts BuildOptions) (string, error) {
 	d, err := Build(vm, alloc, opts)
 	if err != nil {
