@@ -29,6 +29,10 @@ const MetadataNamespace = "https://github.com/vgpu-host/vgpu-host/xmlns/domain/v
 type BuildOptions struct {
 	// ImagesDir holds overlays and seed ISOs; default DefaultImagesDir.
 	ImagesDir string
+
+	// wholeReadBack makes xmlPatches decode the whole patched document (tests compare it
+	// with decoding only what the patches changed).
+	wholeReadBack bool
 }
 
 func (o BuildOptions) imagesDir() string {
@@ -99,10 +103,9 @@ func Build(vm *VM, alloc *Allocation, opts BuildOptions) (*libvirtxml.Domain, er
 	return d, nil
 }
 
-// Render is Build followed by Marshal. Its output is byte for byte what
-// (*libvirtxml.Domain).Marshal gives (xml.MarshalIndent with two spaces), written through a
-// pooled encoder so that rendering many domains reuses one buffer instead of growing a new one
-// each time.
+// Render is Build followed by Marshal: byte for byte what (*libvirtxml.Domain).Marshal gives
+// (xml.MarshalIndent with two spaces) but for Marshal's USB fix, written by the planned writer
+// (xmlenc.go) into a pooled buffer.
 func Render(vm *VM, alloc *Allocation, opts BuildOptions) (string, error) {
 	d, err := Build(vm, alloc, opts)
 	if err != nil {
@@ -168,14 +171,21 @@ func (w *xmlWriter) encode(enc *xml.Encoder, v any) (string, error) {
 	return s, nil
 }
 
-// marshalIndented is xml.MarshalIndent(v, "", "  ") through a pooled writer.
+// marshalIndented is xml.MarshalIndent(v, "", "  "): a domain through the planned writer
+// (xmlenc.go), anything else through a pooled encoding/xml writer.
 func marshalIndented(v any) (string, error) {
+	if d, ok := v.(*libvirtxml.Domain); ok {
+		return encodeXML(d, true)
+	}
 	w := xmlWriters.Get().(*xmlWriter)
 	return w.encode(w.indented, v)
 }
 
-// marshalCompact is xml.Marshal(v) through a pooled writer.
+// marshalCompact is xml.Marshal(v), as marshalIndented.
 func marshalCompact(v any) (string, error) {
+	if d, ok := v.(*libvirtxml.Domain); ok {
+		return encodeXML(d, false)
+	}
 	w := xmlWriters.Get().(*xmlWriter)
 	return w.encode(w.compact, v)
 }
@@ -816,7 +826,7 @@ func stepMetadata(p *Builder, d *libvirtxml.Domain) error {
 			m.Disks = append(m.Disks, metaDisk{Path: f.Path, Backing: f.Backing})
 		}
 	}
-	x, err := marshalCompact(m)
+	x, err := encodeXML(&m, false)
 	if err != nil {
 		return fmt.Errorf("metadata: %w", err)
 	}

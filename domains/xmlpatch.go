@@ -245,11 +245,12 @@ func (n *xnode) attr(name string) (string, bool) {
 	return "", false
 }
 
-func (n *xnode) setAttr(name, val string) {
+// setAttr sets an attribute and reports whether that changed anything.
+func (n *xnode) setAttr(name, val string) bool {
 	for i, a := range n.attrs {
 		if qname(a.Name) == name {
 			n.attrs[i].Value = val
-			return
+			return a.Value != val
 		}
 	}
 	space, local, ok := strings.Cut(name, ":")
@@ -257,6 +258,7 @@ func (n *xnode) setAttr(name, val string) {
 		space, local = "", name
 	}
 	n.attrs = append(n.attrs, xml.Attr{Name: xml.Name{Space: space, Local: local}, Value: val})
+	return true
 }
 
 // child finds the one element child s names. create adds it when absent (set's paths).
@@ -387,16 +389,21 @@ func (p XMLPatch) check() error {
 }
 
 // apply applies the patch to the document rooted at doc.
-func (p XMLPatch) apply(doc *xnode) error {
+func (p XMLPatch) apply(doc *xnode) error { return p.applyMarked(doc, nil) }
+
+// applyMarked is apply, noting in m (when not nil) which elements the patch changed.
+func (p XMLPatch) applyMarked(doc *xnode, m *patchMarks) error {
 	switch {
 	case p.Set != "":
 		steps, attr, _ := parsePath(p.Set)
-		el, err := doc.walk(steps, true)
+		el, err := doc.walkCreate(steps, m)
 		if err != nil {
 			return err
 		}
 		if attr != "" {
-			el.setAttr(attr, p.Value)
+			if el.setAttr(attr, p.Value) {
+				m.changed(el)
+			}
 			return nil
 		}
 		for _, k := range el.kids {
@@ -404,10 +411,18 @@ func (p XMLPatch) apply(doc *xnode) error {
 				return fmt.Errorf("<%s> has child elements: set an @attribute or a child, not its text", el.name)
 			}
 		}
+		if len(el.kids) != 1 || !isText(el.kids[0], p.Value) {
+			m.changed(el)
+		}
 		el.kids = []any{xml.CharData(p.Value)}
 	case p.Remove != "":
 		steps, attr, _ := parsePath(p.Remove)
 		if attr == "" {
+			parent, err := doc.walk(steps[:len(steps)-1], false)
+			if err != nil {
+				return err
+			}
+			m.changed(parent)
 			return doc.remove(steps)
 		}
 		el, err := doc.walk(steps, false)
@@ -417,6 +432,7 @@ func (p XMLPatch) apply(doc *xnode) error {
 		for i, a := range el.attrs {
 			if qname(a.Name) == attr {
 				el.attrs = append(el.attrs[:i], el.attrs[i+1:]...)
+				m.changed(el)
 				return nil
 			}
 		}
@@ -429,8 +445,35 @@ func (p XMLPatch) apply(doc *xnode) error {
 		}
 		frag, _ := parseXML(p.XML)
 		el.kids = append(el.kids, frag)
+		m.added(frag)
 	}
 	return nil
+}
+
+// isText reports whether k is the text s.
+func isText(k any, s string) bool {
+	t, ok := k.(xml.CharData)
+	return ok && string(t) == s
+}
+
+// walkCreate is walk(steps, true) that notes the first element it creates, if any, as added.
+func (n *xnode) walkCreate(steps []pathStep, m *patchMarks) (*xnode, error) {
+	cur, where := n, "/domain"
+	first := true
+	for _, s := range steps[1:] {
+		c, err := cur.child(s, where, false)
+		if err != nil {
+			if c, err = cur.child(s, where, true); err != nil {
+				return nil, err
+			}
+			if first {
+				m.added(c)
+				first = false
+			}
+		}
+		cur, where = c, where+"/"+s.String()
+	}
+	return cur, nil
 }
 
 // what names the patch in errors.
@@ -462,16 +505,32 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 	if err != nil {
 		return fmt.Errorf("xmlPatches: read the built domain: %w", err)
 	}
+	marks := &patchMarks{}
 	for i, pt := range patches {
-		if err := pt.apply(doc); err != nil {
+		if err := pt.applyMarked(doc, marks); err != nil {
 			return fmt.Errorf("spec.xmlPatches[%d] (%s): %w: %w", i, pt.what(), err, host.ErrInvalid)
 		}
 	}
-	var b bytes.Buffer
-	doc.write(&b)
+	// Read the patched document back into a typed domain: only what the patches changed
+	// when that can be placed (decoding the whole document was half of rendering a spec
+	// with patches), else all of it.
 	var out libvirtxml.Domain
-	if err := out.Unmarshal(b.String()); err != nil {
-		return fmt.Errorf("spec.xmlPatches: the patched domain is not a domain: %w: %w", err, host.ErrInvalid)
+	done := false
+	if !p.Opts.wholeReadBack {
+		if done, err = readBackMarked(d, doc, marks); err != nil {
+			return fmt.Errorf("spec.xmlPatches: the patched domain is not a domain: %w: %w", err, host.ErrInvalid)
+		}
+		if done {
+			out = *d
+		}
+	}
+	if !done {
+		var b bytes.Buffer
+		doc.write(&b)
+		// (*libvirtxml.Domain).Unmarshal is this, after copying the text once more.
+		if err := xml.Unmarshal(b.Bytes(), &out); err != nil {
+			return fmt.Errorf("spec.xmlPatches: the patched domain is not a domain: %w: %w", err, host.ErrInvalid)
+		}
 	}
 	back, err := marshalCompact(&out)
 	if err != nil {
@@ -497,8 +556,8 @@ func stepXMLPatches(p *Builder, d *libvirtxml.Domain) error {
 // again to it, they change nothing. All of them are applied to one copy first; only when that
 // changes something is each applied alone, to name the one libvirtxml dropped. (Once per
 // patch, it was half of rendering a spec with patches.) The first pass applies them to backDoc
-// itself, not a copy: when it writes the same bytes after, backDoc is as it was; when not,
-// backDoc is read again from back (the document it was parsed from) before anything else.
+// itself, not a copy: when they change nothing, backDoc is as it was; when they do, backDoc
+// is read again from back (the document it was parsed from) before anything else.
 func keptSets(patches []XMLPatch, back string, backDoc *xnode) error {
 	n := 0
 	for _, pt := range patches {
@@ -509,24 +568,27 @@ func keptSets(patches []XMLPatch, back string, backDoc *xnode) error {
 	if n == 0 {
 		return nil
 	}
-	var before, after bytes.Buffer
-	backDoc.write(&before)
+	// Applied again, the set patches note what they change (an attribute's or a text's
+	// value, an element created): writing the document before and after to compare them
+	// was most of keptSets' cost.
+	var m patchMarks
 	for _, pt := range patches {
 		if pt.Remove == "" && pt.Add == "" {
-			if err := pt.apply(backDoc); err != nil {
+			if err := pt.applyMarked(backDoc, &m); err != nil {
 				break // the loop below names it
 			}
 		}
 	}
-	backDoc.write(&after)
-	if before.String() == after.String() {
+	if len(m.changedEls) == 0 && len(m.addedEls) == 0 {
 		return nil
 	}
+	var before, after bytes.Buffer
 	fresh, err := parseMarshaled(back)
 	if err != nil {
 		return fmt.Errorf("spec.xmlPatches: read the patched domain back: %w", err)
 	}
 	*backDoc = *fresh
+	backDoc.write(&before)
 	for i, pt := range patches {
 		if pt.Remove != "" || pt.Add != "" {
 			continue // covers checks them, comparing documents

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"libvirt.org/go/libvirtxml"
+
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 )
@@ -119,5 +121,81 @@ func TestXMLPatchesInvalid(t *testing.T) {
 				t.Errorf("%v is not ErrInvalid (exit 2)", err)
 			}
 		})
+	}
+}
+
+// TestPatchReadBackMatchesUnmarshal: reading a patched domain back by decoding only what the
+// patches changed gives the domain that decoding the whole patched document gives, byte for
+// byte once marshalled (or the same error), for every kind of patch and where it lands: plain
+// structs, lists, types that decode themselves (a disk), elements set into being, several
+// patches on one list.
+func TestPatchReadBackMatchesUnmarshal(t *testing.T) {
+	t.Parallel()
+	patches := []string{
+		"    - {set: \"/domain/devices/disk[1]/driver/@cache\", value: none}\n",
+		"    - {set: \"/domain/devices/interface[@type='network']/model/@type\", value: e1000e}\n",
+		"    - {set: /domain/on_crash, value: restart}\n",
+		"    - {set: /domain/on_reboot, value: destroy}\n",
+		"    - {set: /domain/features/hyperv/relaxed/@state, value: \"on\"}\n",
+		"    - {set: /domain/cpu/@mode, value: host-model}\n",
+		"    - {set: /domain/os/type/@machine, value: pc-q35-8.2}\n",
+		"    - {remove: /domain/devices/memballoon}\n",
+		"    - {remove: \"/domain/devices/graphics/@listen\"}\n",
+		"    - {remove: /domain/clock}\n",
+		"    - {remove: \"/domain/devices/disk[1]/driver\"}\n",
+		"    - add: /domain/devices\n      xml: <watchdog model=\"i6300esb\" action=\"reset\"/>\n",
+		"    - add: /domain/devices\n      xml: <watchdog model=\"i6300esb\" action=\"reset\"/>\n    - add: /domain/devices\n      xml: <watchdog model=\"itco\" action=\"poweroff\"/>\n",
+		"    - add: /domain/devices\n      xml: <watchdog model=\"i6300esb\" action=\"reset\"/>\n    - {set: \"/domain/devices/watchdog/@action\", value: poweroff}\n",
+		"    - add: \"/domain/devices/disk[1]\"\n      xml: <serial>abc</serial>\n",
+		"    - add: /domain/devices\n      xml: <disk type=\"file\" device=\"cdrom\"><source file=\"/x.iso\"/><target dev=\"sdz\" bus=\"sata\"/></disk>\n",
+		"    - add: /domain/devices\n      xml: <disk type=\"file\" device=\"cdrom\"><source file=\"/x.iso\"/><target dev=\"sdz\" bus=\"sata\"/></disk>\n    - {set: \"/domain/devices/disk[1]/driver/@cache\", value: none}\n",
+		"    - add: /domain/devices\n      xml: <frobnicator/>\n",
+		"    - {set: \"/domain/devices/graphics/@colour\", value: blue}\n",
+		"    - {set: \"/domain/@type\", value: qemu}\n",
+		"    - add: /domain\n      xml: <devices><watchdog model=\"itco\"/></devices>\n",
+		"    - {set: /domain/vcpu, value: \"x\"}\n",
+		"    - {set: \"/domain/vcpu/@placement\", value: auto}\n",
+	}
+	base := minimal + "  disks: [{image: /img/debian.qcow2, size: 10GiB}, {path: /b.raw}]\n"
+	for _, p := range append(patches, strings.Join(patches[:12], "")) {
+		vm, err := domains.Parse([]byte(base + "  xmlPatches:\n" + p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc, err := domains.Resolve(vm, nil, domains.ResolveOptions{Offline: true, VirtType: "kvm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out [2]string
+		for i, opts := range []domains.BuildOptions{{}, domains.WholeReadBack(domains.BuildOptions{})} {
+			x, err := domains.Render(vm, alloc, opts)
+			if err != nil {
+				x = "error: " + err.Error()
+			}
+			out[i] = x
+		}
+		if out[0] != out[1] {
+			t.Errorf("patches\n%s: reading back only the changes differs from reading the whole document:\n%s", p, diffAt(out[0], out[1]))
+		}
+	}
+}
+
+// TestBuiltDomainsRoundTrip: every example's domain, marshalled, decoded and marshalled
+// again, is what it was: what a patch leaves alone keeps its built value, as a whole round
+// trip would give it.
+func TestBuiltDomainsRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, r := range renderExamples(t) {
+		var back libvirtxml.Domain
+		if err := back.Unmarshal(r.xml); err != nil {
+			t.Fatal(err)
+		}
+		again, err := back.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again != r.xml {
+			t.Errorf("%s: a round trip through libvirtxml changes it:\n%s", r.name, diffAt(again, r.xml))
+		}
 	}
 }
