@@ -27,9 +27,11 @@ type PCIIDs struct {
 	path  string
 	err   error
 
-	mu     sync.Mutex
-	memo   map[string]string         // lookups already answered: a host has many functions with the same IDs
-	blocks map[string]*vendorSection // vendor ID -> its section, found or being found
+	mu      sync.Mutex
+	memo    map[string]string         // lookups already answered: a host has many functions with the same IDs
+	blocks  map[string]*vendorSection // vendor ID -> its section, found or being found
+	queue   []string                  // vendors Prefetch asked for, not yet being found
+	working bool                      // a goroutine is finding the queued sections (work)
 
 	classOnce  sync.Once
 	classStart int // offset of the device-class section ("C 00  ..."), at the end of the file
@@ -57,12 +59,24 @@ func (p *PCIIDs) vendorBlock(vendor string) []byte {
 		<-f.done
 		return f.b
 	}
+	f := p.newSection(vendor)
+	p.mu.Unlock()
+	p.find(vendor, f)
+	return f.b
+}
+
+// newSection records that vendor's section is being found; p.mu is held.
+func (p *PCIIDs) newSection(vendor string) *vendorSection {
 	f := &vendorSection{done: make(chan struct{})}
 	if p.blocks == nil {
 		p.blocks = map[string]*vendorSection{}
 	}
 	p.blocks[vendor] = f
-	p.mu.Unlock()
+	return f
+}
+
+// find finds vendor's section into f and closes f.done.
+func (p *PCIIDs) find(vendor string, f *vendorSection) {
 	data := p.load()
 	if vs := vendorLineIn(data, vendor, &p.gaps); vs >= 0 {
 		f.b = data[vs:]
@@ -71,23 +85,46 @@ func (p *PCIIDs) vendorBlock(vendor string) []byte {
 		}
 	}
 	close(f.done)
-	return f.b
 }
 
-// Prefetch starts finding vendor's section in its own goroutine, so that the names of its
-// devices are ready when asked for. Scan calls it as it reads each function's vendor: finding
-// Intel's section (370 KB of pci.ids, walked line by line) cost a tenth of `inspect` on a
-// small host, and it now runs on another core while Scan reads sysfs.
+// Prefetch has vendor's section found in the background, so that the names of its devices are
+// ready when asked for. Scan calls it as it reads each function's vendor: finding Intel's
+// section (370 KB of pci.ids, walked line by line) cost a tenth of `inspect` on a small host,
+// and it now runs on another core while Scan reads sysfs. One goroutine finds the sections
+// asked for, one after the other: each search then skips what the ones before it walked
+// (gaps), where searches side by side walked the same big sections at the same time.
 func (p *PCIIDs) Prefetch(vendor string) {
 	if p == nil {
 		return
 	}
 	vendor = strings.ToLower(vendor)
 	p.mu.Lock()
-	_, ok := p.blocks[vendor]
-	p.mu.Unlock()
-	if !ok {
-		go p.vendorBlock(vendor)
+	defer p.mu.Unlock()
+	if _, ok := p.blocks[vendor]; ok {
+		return
+	}
+	p.newSection(vendor)
+	p.queue = append(p.queue, vendor)
+	if !p.working {
+		p.working = true
+		go p.work()
+	}
+}
+
+// work finds the sections Prefetch queued, in order, until the queue is empty.
+func (p *PCIIDs) work() {
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.working = false
+			p.mu.Unlock()
+			return
+		}
+		vendor := p.queue[0]
+		p.queue = p.queue[1:]
+		f := p.blocks[vendor]
+		p.mu.Unlock()
+		p.find(vendor, f)
 	}
 }
 
