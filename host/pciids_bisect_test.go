@@ -2,6 +2,7 @@ package host
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"os"
 	"testing"
 )
@@ -130,6 +131,52 @@ func TestPrefetchGivesTheSameNames(t *testing.T) {
 		for range ids {
 			if e := <-errs; e != "" {
 				t.Fatal(e)
+			}
+		}
+	}
+}
+
+// TestTopLineMemo: topLine with one memo shared by many searches, from random places in both
+// directions (as the bisections of several vendors and the ends of their sections ask), answers
+// what a walk without memo answers, and the vendors' sections it gives are sectionOf's.
+func TestTopLineMemo(t *testing.T) {
+	t.Parallel()
+	small := []byte("# comment\n0001  SafeNet\n\t0001  eToken\n\n1002  AMD\n\t5046  Rage 4\n\t\t1002 0001  sub\n# 1af4 is next\n" +
+		"1af4  Red Hat, Inc.\n\t1050  Virtio GPU\n8086  Intel\nffff  Illegal\nC 00  Unclassified\n\t00  Non-VGA\n")
+	for name, data := range withMachinePCIIDs(t, small) {
+		var m gapMemo
+		rng := rand.New(rand.NewPCG(1, uint64(len(data))))
+		for k := 0; k < 3000; k++ {
+			from := rng.IntN(len(data))
+			to := from + rng.IntN(len(data)-from+1)
+			if got, want := topLine(data, from, to, &m), topLine(data, from, to, nil); got != want {
+				t.Fatalf("%s: topLine(%d, %d) with the memo of %d searches = %d, without = %d", name, from, to, k, got, want)
+			}
+		}
+		for i := 0; ; {
+			vs := nextVendorLineIn(data, i, len(data), &m)
+			if vs != nextVendorLine(data, i, len(data)) {
+				t.Fatalf("%s: next vendor line from %d differs with the memo", name, i)
+			}
+			if vs < 0 {
+				break
+			}
+			id := string(data[vs+1 : vs+5])
+			if got := vendorLineIn(data, id, &m); got != vs {
+				t.Fatalf("%s: vendor %s at %d with the memo, %d without", name, id, got, vs)
+			}
+			end := len(data)
+			if e := topLine(data, vs+1, len(data), &m); e >= 0 {
+				end = e
+			}
+			if want := sectionOf(data, vs, 0); !bytes.Equal(data[vs:end], want) {
+				t.Fatalf("%s: vendor %s's section is %d bytes with the memo, sectionOf's %d", name, id, end-vs, len(want))
+			}
+			i = vs + 1
+		}
+		for k := 1; k < len(m.gaps); k++ {
+			if m.gaps[k-1][1] >= m.gaps[k][0] {
+				t.Fatalf("%s: stretches %v and %v overlap or touch: not merged", name, m.gaps[k-1], m.gaps[k])
 			}
 		}
 	}

@@ -12,27 +12,44 @@ import (
 )
 
 // BenchmarkScan measures Scan alone on the generated hosts that bench/inspect.sh and
-// bench/scale.sh compare with lspci (~2,000 functions, a workstation, 64 GPUs);
+// bench/scale.sh compare with lspci (~2,000 functions, a workstation, 64 GPUs) and on the two
+// real-kernel snapshots bench/start.sh compares (snapshot: ../shared/fixtures' QEMU q35,
+// skipped when absent outside CI; lab: host/testdata's, 19 functions each);
 // BenchmarkScanJSON adds the JSON encoding `inspect --output json` does. Run: go test ./host -run '^$' -bench Scan -cpuprofile cpu.out
 func BenchmarkScan(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		spec hosttest.HostSpec
-	}{{"big", hosttest.BenchHost}, {"small", hosttest.SmallHost}, {"gpu64", hosttest.GPUHost64}} {
+		tgz  func(b *testing.B) string // a real-kernel snapshot instead of spec
+	}{{"big", hosttest.BenchHost, nil}, {"small", hosttest.SmallHost, nil}, {"gpu64", hosttest.GPUHost64, nil},
+		{"snapshot", hosttest.HostSpec{}, func(b *testing.B) string { return hosttest.SharedFixture(b, "qemu-q35-iommu-6.1.tar.gz") }},
+		{"lab", hosttest.HostSpec{}, func(b *testing.B) string {
+			p := hosttest.RepoFile(b, "host/testdata/lab-snapshot.tar.gz")
+			if p == "" {
+				b.Fatal("host/testdata/lab-snapshot.tar.gz is missing (make lab-snapshot captures it)")
+			}
+			return p
+		}}} {
 		// Generated once, and only when -bench selects it (a big tree takes seconds to
 		// write): b.Run calls its function again for every b.N it tries.
-		var tr *hosttest.Tree
+		var root *host.Root
 		outer := b
 		b.Run(c.name, func(b *testing.B) {
-			if tr == nil {
-				tr = hosttest.New(outer)
-				tr.GenerateHost(c.spec)
+			if root == nil {
+				if c.tgz != nil {
+					r := hosttest.Snapshot(outer, c.tgz(b))
+					root = &r
+				} else {
+					tr := hosttest.New(outer)
+					tr.GenerateHost(c.spec)
+					root = &tr.Root
+				}
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			cpu0 := cpuTime(b)
 			for i := 0; i < b.N; i++ {
-				if _, err := host.Scan(tr.Root); err != nil {
+				if _, err := host.Scan(*root); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -203,3 +203,33 @@ func TestMkdirAllStaysInRoot(t *testing.T) {
 	}
 	noOpenat2 = false
 }
+
+// TestQuarantinesAbsentOrOutside: a root without the quarantine directory has no quarantine
+// (one stat, nothing listed); one whose var/lib/vgpu-host leads out of the root is still
+// refused, not listed, whatever lies on the other side.
+func TestQuarantinesAbsentOrOutside(t *testing.T) {
+	root, err := NewRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qs, err := Quarantines(root); err != nil || qs != nil {
+		t.Fatalf("no state directory: %v, %v; want none and no error", qs, err)
+	}
+	outside := t.TempDir()
+	a := MustParseAddress("0000:41:00.0")
+	if err := os.MkdirAll(filepath.Join(outside, "quarantine"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "quarantine", a.String()+".json"), []byte(`{"version":1,"address":"0000:41:00.0"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(root.Path("var", "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, root.Path("var", "lib", "vgpu-host")); err != nil {
+		t.Fatal(err)
+	}
+	if qs, err := Quarantines(root); !errors.Is(err, ErrRefused) || len(qs) != 0 {
+		t.Errorf("state directory linked to %s: %v, %v; want refused", outside, qs, err)
+	}
+}

@@ -42,15 +42,17 @@ type migInventory struct {
 // migInventoryTimeout bounds inspect's wait for NVML: inspect never fails or hangs because of it.
 const migInventoryTimeout = 10 * time.Second
 
-// readMIGInventory reports MIG when inv has an NVIDIA display function and NVML describes the
-// host inv was read from: the real root, or a mock NVML (the helper's test build,
-// VGPU_HOST_NVML_MOCK). From the MIG state cache when there is one and live is false (no NVML
-// start: docs/inspect.md, "MIG and speed"); otherwise NVML is asked now, and what it says is
-// cached. Any failure becomes a note, never an error.
+// readMIGInventory reports MIG when inv has an NVIDIA display function bound to the nvidia
+// driver and NVML describes the host inv was read from: the real root, or a mock NVML (the
+// helper's test build, VGPU_HOST_NVML_MOCK). From the MIG state cache when there is one and
+// live is false (no NVML start: docs/inspect.md, "MIG and speed"); otherwise NVML is asked
+// now, and what it says is cached. Any failure becomes a note, never an error.
 func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory, live bool) *migInventory {
 	nvidia := false
 	for _, d := range inv.Devices {
-		if strings.EqualFold(d.VendorID, "10de") && strings.HasPrefix(d.Class, "03") {
+		// NVML sees only the GPUs bound to NVIDIA's driver: with every NVIDIA GPU on
+		// vfio-pci (a passthrough host) it has nothing to say, and no helper is started.
+		if strings.EqualFold(d.VendorID, "10de") && strings.HasPrefix(d.Class, "03") && d.Driver == "nvidia" {
 			nvidia = true
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
@@ -95,13 +96,22 @@ func TestMIGWithoutNVML(t *testing.T) {
 	}
 }
 
-// inspect reports MIG when the host has an NVIDIA GPU and NVML answers, and says quietly why
-// not otherwise, exiting 0 either way.
+// inspect reports MIG when the host has an NVIDIA GPU on NVIDIA's driver and NVML answers, and
+// says quietly why not otherwise, exiting 0 either way. With every NVIDIA GPU on another driver
+// (vfio-pci, nouveau) NVML has nothing to say: no helper is started and there is no section.
 func TestInspectReportsMIG(t *testing.T) {
-	tr := fakeHost(t) // has an A100-like NVIDIA GPU at 0000:41:00.0
+	tr := fakeHost(t) // has an A100-like NVIDIA GPU at 0000:41:00.0 on vfio-pci, an RTX on nouveau
 	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
 	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100") // ask even under --host-root
 	out, code := run(t, "--host-root", tr.Dir(), "inspect")
+	if code != 0 || strings.Contains(out, "\nMIG") {
+		t.Errorf("inspect with no GPU on nvidia: exit %d, and a MIG section (a helper was asked)\n%s", code, out)
+	}
+	if out, code := run(t, "--host-root", tr.Dir(), "inspect", "-o", "json"); code != 0 || strings.Contains(out, `"mig"`) {
+		t.Errorf("inspect -o json with no GPU on nvidia: exit %d, and a mig section\n%s", code, out)
+	}
+	tr.Bind(host.MustParseAddress("0000:41:00.0"), "nvidia")
+	out, code = run(t, "--host-root", tr.Dir(), "inspect")
 	if code != 0 || !strings.Contains(out, "MIG: ") || !strings.Contains(out, "vgpu-host-nvml not found") {
 		t.Errorf("inspect without the helper: exit %d\n%s", code, out)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vgpu-host/vgpu-host/host"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
@@ -38,6 +39,7 @@ func inspectMIGOf(t *testing.T, root []string, flags ...string) inspectMIG {
 // cache with what it made.
 func TestInspectMIGFromCache(t *testing.T) {
 	tr := fakeHost(t)
+	tr.Bind(host.MustParseAddress("0000:41:00.0"), "nvidia") // what NVML sees
 	root := []string{"--host-root", tr.Dir()}
 	mockNVML(t)
 	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
