@@ -30,12 +30,11 @@ import (
 // libvirtxml update that changes a mirrored MarshalXML fails it; TestXMLEncCorners covers
 // encoding/xml's rules on small types, and the goldens the examples.
 
-var (
-	marshalerType     = reflect.TypeFor[xml.Marshaler]()
-	marshalerAttrType = reflect.TypeFor[xml.MarshalerAttr]()
-	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
-	xmlNameType       = reflect.TypeFor[xml.Name]()
-)
+// The interface and name types the planner compares fields with: functions, not package
+// variables, so that the package has no initialiser (TestLightBinaryInits).
+func marshalerType() reflect.Type     { return reflect.TypeFor[xml.Marshaler]() }
+func marshalerAttrType() reflect.Type { return reflect.TypeFor[xml.MarshalerAttr]() }
+func textMarshalerType() reflect.Type { return reflect.TypeFor[encoding.TextMarshaler]() }
 
 // fieldKind is how encoding/xml writes a struct field.
 type fieldKind uint8
@@ -140,12 +139,12 @@ func planOf(t reflect.Type) *typePlan {
 func makePlan(t reflect.Type) *typePlan {
 	p := &typePlan{}
 	switch {
-	case t.Implements(marshalerType):
+	case t.Implements(marshalerType()):
 		p.marshal = marshalValue
-	case reflect.PointerTo(t).Implements(marshalerType):
+	case reflect.PointerTo(t).Implements(marshalerType()):
 		p.marshal = marshalPointer
 	}
-	p.text = t.Implements(textMarshalerType) || reflect.PointerTo(t).Implements(textMarshalerType)
+	p.text = t.Implements(textMarshalerType()) || reflect.PointerTo(t).Implements(textMarshalerType())
 	if p.marshal != marshalNone {
 		p.hook = xmlHooks()[t]
 	}
@@ -310,7 +309,7 @@ func fieldWritable(t reflect.Type, fp fieldPlan) bool {
 }
 
 func implementsAny(t reflect.Type) bool {
-	for _, i := range []reflect.Type{marshalerType, marshalerAttrType, textMarshalerType} {
+	for _, i := range []reflect.Type{marshalerType(), marshalerAttrType(), textMarshalerType()} {
 		if t.Implements(i) || reflect.PointerTo(t).Implements(i) {
 			return true
 		}

@@ -29,10 +29,10 @@ func (m *patchMarks) added(n *xnode) {
 	}
 }
 
-var (
-	unmarshalerType     = reflect.TypeFor[xml.Unmarshaler]()
-	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
-)
+// unmarshalerType and textUnmarshalerType are functions, not package variables, so that the
+// package has no initialiser (TestLightBinaryInits).
+func unmarshalerType() reflect.Type     { return reflect.TypeFor[xml.Unmarshaler]() }
+func textUnmarshalerType() reflect.Type { return reflect.TypeFor[encoding.TextUnmarshaler]() }
 
 // readBackMarked reads the patched document doc back into d as xml.Unmarshal of the whole
 // document would, but decoding only the elements the patches changed or added (found by m)
@@ -293,7 +293,7 @@ func (n *xnode) position(c *xnode) (index, count int) {
 // else in play: no UnmarshalXML or UnmarshalText, and only attribute and element fields
 // (the planned writer's plan, which also rules out namespaces and embedded structs).
 func plainDecode(t reflect.Type) bool {
-	for _, i := range []reflect.Type{unmarshalerType, textUnmarshalerType} {
+	for _, i := range []reflect.Type{unmarshalerType(), textUnmarshalerType()} {
 		if t.Implements(i) || reflect.PointerTo(t).Implements(i) {
 			return false
 		}
