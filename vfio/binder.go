@@ -342,8 +342,16 @@ func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 			}
 			p.devices = append(p.devices, c)
 		}
+	}
+	// What the moves' checks read from the whole host (mounts, routes, every process's open
+	// files) is read once for the call, not once per group or function.
+	var hc hostChecks
+	if len(p.moves) > 0 {
+		hc = readHostChecks(root, p.moves)
+	}
+	for _, g := range groups {
 		p.refusals = append(p.refusals, quarantineRefusals(root, g)...)
-		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID])...)
+		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID], hc)...)
 	}
 	if len(p.moves) > 0 {
 		ir, warn := interruptRemapping(root)
