@@ -158,3 +158,41 @@ func TestRemoveNamedInstancesOnly(t *testing.T) {
 		t.Fatal("the unnamed instance was removed")
 	}
 }
+
+// Remove reads each named instance's two links and each type's name once: what it returns
+// must be what the full read (Instances) lists, type names included, for instances of two
+// types.
+func TestRemoveReadsEachTypeNameOnce(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	m, _ := newMgr(tr)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "mbochs-small", Count: 2, Owner: "vm1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "mbochs-medium", Owner: "vm1", FirstIndex: 2}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := m.Instances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Instance{}
+	for _, in := range before {
+		want[in.UUID] = in
+	}
+	rm, err := m.RemoveOwner(ctx, "vm1", RemoveOptions{})
+	if err != nil || len(rm) != 3 {
+		t.Fatalf("remove: %v %+v", err, rm)
+	}
+	names := map[string]bool{}
+	for _, in := range rm {
+		if w := want[in.UUID]; in != w {
+			t.Errorf("removed %+v, the full read listed %+v", in, w)
+		}
+		names[in.TypeName] = true
+	}
+	if len(names) != 2 || names[""] {
+		t.Errorf("type names of the removed instances: %v, want two distinct non-empty names", names)
+	}
+}
