@@ -835,3 +835,34 @@ func TestOneHolderSearchNamesTheRightFunction(t *testing.T) {
 		t.Fatal("the refused unbind wrote")
 	}
 }
+
+// TestBindSeesAFunctionThatJoinedTheGroup: after a bind, each moved function's driver is the
+// one the kernel was seen to give it, and the group is not read member by member again; but a
+// function that joined the group meanwhile (hot-plugged onto a host driver) must still make
+// the group not viable, and the bind say so.
+func TestBindSeesAFunctionThatJoinedTheGroup(t *testing.T) {
+	t.Parallel()
+	tr, k, b, gpu, _ := consumer(t, "nvidia")
+	g := tr.Group(gpu)
+	joined := false
+	k.FailWrite = func(path, value string) error {
+		if !joined && strings.HasSuffix(path, "drivers_probe") {
+			joined = true
+			tr.AddPCI(hosttest.PCI{Addr: "0000:01:00.2", Parent: "0000:00:04.0", Vendor: 0x10de, Device: 0x1aec, Class: 0x0c0330, Driver: "xhci_hcd", Group: g})
+		}
+		return nil
+	}
+	res, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
+	if !errors.Is(err, ErrGroupNotViable) || !strings.Contains(err.Error(), "0000:01:00.2 on xhci_hcd") {
+		t.Fatalf("bind while a function joined the group: %v", err)
+	}
+	if len(res.Groups) != 1 || res.Groups[0].Viable {
+		t.Fatalf("groups %+v, want group %d not viable", res.Groups, g)
+	}
+	// Without a hot-plug the group is viable, from the drivers the bind saw.
+	_, _, b2, gpu2, _ := consumer(t, "nvidia")
+	res, err = b2.Bind(ctx, []host.Address{gpu2}, BindOptions{})
+	if err != nil || len(res.Groups) != 1 || !res.Groups[0].Viable {
+		t.Fatalf("plain bind: %v %+v", err, res)
+	}
+}

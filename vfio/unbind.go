@@ -195,7 +195,11 @@ func (r *run) restoreTargets(ctx context.Context, targets []unbindTarget) error 
 	for i := range r.res.Devices {
 		c := &r.res.Devices[i]
 		if c.Changed && !r.dry {
-			c.To, _ = host.Driver(r.root, c.Address)
+			if d, ok := r.confirmed[c.Address]; ok {
+				c.To = d // the driver link read after the restore's write
+			} else {
+				c.To, _ = host.Driver(r.root, c.Address)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -205,7 +209,7 @@ func (r *run) restoreTargets(ctx context.Context, targets []unbindTarget) error 
 func (r *run) groupStates(groups []*host.Group) {
 	for _, g := range groups {
 		st := GroupState{ID: g.ID}
-		if now, err := host.ReadGroup(r.root, g.ID); err == nil {
+		if now, err := r.groupAfter(g); err == nil {
 			st.Viable = now.Viable
 		}
 		if host.VFIODevExists(r.root, g.ID) {
