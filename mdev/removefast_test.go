@@ -2,6 +2,8 @@ package mdev
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -194,5 +196,31 @@ func TestRemoveReadsEachTypeNameOnce(t *testing.T) {
 	}
 	if len(names) != 2 || names[""] {
 		t.Errorf("type names of the removed instances: %v, want two distinct non-empty names", names)
+	}
+}
+
+// Remove searches the processes' open files once for all the instances it checks; the busy
+// refusal must still name the instance whose /dev/vfio/GROUP is held, and nothing is removed.
+func TestRemoveOneHolderSearchNamesTheHeldInstance(t *testing.T) {
+	tr, _, m, _, ins := twoForVM1(t)
+	mi, _, err := host.ReadMdevInstance(tr.Root, ins[1].UUID)
+	if err != nil || mi.IOMMUGroup < 0 {
+		t.Fatalf("instance %s: %+v %v", ins[1].UUID, mi, err)
+	}
+	tr.HoldOpen(4711, "qemu-system-x86", fmt.Sprintf("/dev/vfio/%d", mi.IOMMUGroup))
+	_, err = m.RemoveOwner(context.Background(), "vm1", RemoveOptions{})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "remove "+ins[1].UUID) || !strings.Contains(err.Error(), "pid 4711 (qemu-system-x86)") {
+		t.Fatalf("remove with %s held: %v", ins[1].UUID, err)
+	}
+	for _, in := range ins {
+		if !host.Exists(tr.Root.Sys("bus", "mdev", "devices", in.UUID)) {
+			t.Fatalf("%s was removed though another instance of the call is held", in.UUID)
+		}
+	}
+	if err := m.CheckRemove(context.Background(), []string{ins[0].UUID}, RemoveOptions{}); err != nil {
+		t.Fatalf("check of the instance nobody holds: %v", err)
+	}
+	if err := m.CheckRemove(context.Background(), []string{ins[0].UUID, ins[1].UUID}, RemoveOptions{}); !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("check of both: %v", err)
 	}
 }
