@@ -77,6 +77,36 @@ func ReadGroup(root Root, id int) (Group, error) {
 	return g, nil
 }
 
+// GroupUnchanged reports whether ROOT/sys/kernel/iommu_groups/ID/devices still lists exactly
+// g's members and mdev instances: one directory read, for a caller that changed the members'
+// drivers itself, saw each change confirmed, and needs to know only that no function joined or
+// left the group meanwhile (a hot-plug), instead of reading every member again.
+func GroupUnchanged(root Root, g *Group) bool {
+	ents, err := os.ReadDir(root.Sys("kernel", "iommu_groups", strconv.Itoa(g.ID), "devices"))
+	if err != nil {
+		return false
+	}
+	want := map[string]bool{}
+	for _, m := range g.Members {
+		want[m.Address.String()] = true
+	}
+	for _, m := range g.Mdevs {
+		want[m.UUID] = true
+	}
+	n := 0
+	for _, e := range ents {
+		name := e.Name()
+		if _, err := ParseAddress(name); err != nil && !IsMdevUUID(name) {
+			continue // as ReadGroup: neither a PCI function nor an mdev
+		}
+		if !want[name] {
+			return false
+		}
+		n++
+	}
+	return n == len(want)
+}
+
 // IsMdevUUID reports whether name has the shape of an mdev instance name, a UUID
 // (8-4-4-4-12 hex digits), as listed in /sys/bus/mdev/devices and in an mdev's IOMMU group.
 func IsMdevUUID(name string) bool {

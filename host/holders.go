@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Who uses a device, as the host shows it: processes holding its device nodes open (from
@@ -72,39 +75,106 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 }
 
 // Holders scans ROOT/proc/*/fd for descriptors open on any of paths (host paths; a trailing
-// "*" matches a prefix) and returns the processes, sorted by pid. Unreadable processes (other
-// users' without root) are skipped.
+// "*" matches a prefix) and returns the processes, sorted by pid (a process holding several of
+// the paths is listed once per path). Unreadable processes (other users' without root) are
+// skipped.
+//
+// It is the one search of every process's open files, and callers ask it once for all the
+// paths of a call (bind: every function it moves; unbind: every group). Each process costs an
+// open of its fd directory, a directory read and one readlinkat per descriptor, relative to
+// that directory (the kernel does not walk /proc/PID/fd again for each one). On procfs a
+// directory read that leaves room for another entry has listed them all, so the read that
+// would return nothing is not made; only a match reads the process's comm.
 func Holders(root Root, paths []string) []Holder {
 	if len(paths) == 0 {
 		return nil
 	}
-	ents, err := os.ReadDir(root.Proc())
+	proc, err := openat(atCWD, root.Proc(), unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil
 	}
-	var out []Holder
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	defer unix.Close(proc)
+	var fs unix.Statfs_t
+	procfs := unix.Fstatfs(proc, &fs) == nil && fs.Type == unix.PROC_SUPER_MAGIC
+	var pids []string
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := getdents(proc, buf)
+		if err != nil || n <= 0 {
+			break
 		}
-		fds, err := os.ReadDir(root.Proc(e.Name(), "fd"))
-		if err != nil {
-			continue
-		}
-		seen := map[string]bool{}
-		for _, fd := range fds {
-			t, err := os.Readlink(root.Proc(e.Name(), "fd", fd.Name()))
-			if err != nil || seen[t] || !matchAny(t, paths) {
-				continue
+		_, _, names := unix.ParseDirent(buf[:n], -1, nil)
+		for _, name := range names {
+			if name[0] >= '0' && name[0] <= '9' {
+				pids = append(pids, name)
 			}
-			seen[t] = true
-			comm, _ := readAttr(root.Proc(e.Name(), "comm"))
-			out = append(out, Holder{PID: pid, Comm: comm, Path: t})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	link := make([]byte, 4096)
+	var out []Holder
+	var names []string
+	for _, p := range pids {
+		pid, err := strconv.Atoi(p)
+		if err != nil {
+			continue
+		}
+		fd, err := openat(proc, p+"/fd", unix.O_RDONLY|unix.O_DIRECTORY)
+		if err != nil {
+			continue
+		}
+		var seen []string
+		for {
+			n, err := getdents(fd, buf)
+			if err != nil || n <= 0 {
+				break
+			}
+			_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+			for _, name := range names {
+				l, err := readlinkat(fd, name, link)
+				if err != nil || !matchAnyBytes(link[:l], paths) {
+					continue
+				}
+				t := string(link[:l])
+				if slices.Contains(seen, t) {
+					continue
+				}
+				seen = append(seen, t)
+				comm, _ := readAttr(root.Proc(p, "comm"))
+				out = append(out, Holder{PID: pid, Comm: comm, Path: t})
+			}
+			// procfs lists a process's descriptors until the buffer is full: room left for
+			// another entry (a name of at most 10 digits takes 32 bytes) means the end.
+			if procfs && len(buf)-n >= 64 {
+				break
+			}
+		}
+		unix.Close(fd)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].PID != out[j].PID {
+			return out[i].PID < out[j].PID
+		}
+		return out[i].Path < out[j].Path
+	})
 	return out
+}
+
+func getdents(fd int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+func readlinkat(dirfd int, name string, buf []byte) (int, error) {
+	for {
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 // ProcessName returns the command name of process pid (ROOT/proc/PID/comm), "" when it
@@ -114,13 +184,20 @@ func ProcessName(root Root, pid int) string {
 	return c
 }
 
-func matchAny(t string, paths []string) bool {
+// MatchesAny reports whether the link target t (a Holder's Path) is one of paths, with Holders'
+// rule: a trailing "*" matches a prefix. A caller that searched for several devices' nodes at
+// once tells by it which device a holder holds.
+func MatchesAny(t string, paths []string) bool { return matchAnyBytes([]byte(t), paths) }
+
+// matchAnyBytes is MatchesAny on a link target still in readlinkat's buffer: most descriptors
+// match nothing, and no string is made for them.
+func matchAnyBytes(t []byte, paths []string) bool {
 	for _, p := range paths {
 		if pre, ok := strings.CutSuffix(p, "*"); ok {
-			if strings.HasPrefix(t, pre) {
+			if len(t) >= len(pre) && string(t[:len(pre)]) == pre {
 				return true
 			}
-		} else if t == p {
+		} else if string(t) == p {
 			return true
 		}
 	}

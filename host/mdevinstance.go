@@ -43,14 +43,14 @@ func MdevInstanceExists(root Root, uuid string) bool {
 	return err == nil
 }
 
-// ReadMdevInstance reads the mdev instance uuid (any case; the kernel names instances in
-// lowercase) from ROOT/sys/bus/mdev/devices. It returns an error satisfying
-// errors.Is(err, ErrNotFound) when no such instance exists, and ErrInvalid when uuid is not a
-// UUID. Optional attributes (the type's name and device_api) that cannot be read are returned
-// as warnings naming the instance and the path.
-func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
+// ReadMdevInstanceLinks reads what the two links of instance uuid say: that it exists, its
+// parent (the bus link's target directory) and its type (the mdev_type link), with two
+// readlinks and none of ReadMdevInstance's other reads: for a caller that removes or lists
+// instances by parent and type and reads a type's name once for all its instances. TypeName,
+// DeviceAPI and Driver are left empty and IOMMUGroup -1; errors are ReadMdevInstance's.
+func ReadMdevInstanceLinks(root Root, uuid string) (MdevInstance, error) {
 	if !IsMdevUUID(uuid) {
-		return MdevInstance{}, nil, fmt.Errorf("mdev instance %q: want a UUID (8-4-4-4-12 hex digits): %w", uuid, ErrInvalid)
+		return MdevInstance{}, fmt.Errorf("mdev instance %q: want a UUID (8-4-4-4-12 hex digits): %w", uuid, ErrInvalid)
 	}
 	uuid = strings.ToLower(uuid)
 	m := MdevInstance{UUID: uuid, IOMMUGroup: -1}
@@ -58,9 +58,9 @@ func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
 	target, err := os.Readlink(link)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return m, nil, fmt.Errorf("mdev instance %s: no %s (list instances with `vgpu-host mdev list`): %w", uuid, link, ErrNotFound)
+			return m, fmt.Errorf("mdev instance %s: no %s (list instances with `vgpu-host mdev list`): %w", uuid, link, ErrNotFound)
 		}
-		return m, nil, fmt.Errorf("mdev instance %s: read link %s: %w", uuid, link, err)
+		return m, fmt.Errorf("mdev instance %s: read link %s: %w", uuid, link, err)
 	}
 	m.Parent = filepath.Base(filepath.Dir(target))
 	if a, err := ParseAddress(m.Parent); err == nil {
@@ -70,10 +70,37 @@ func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
 	m.Type, err = LinkBase(typeLink)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return m, nil, fmt.Errorf("mdev instance %s: no mdev_type link at %s (removed during the read?): %w", uuid, typeLink, ErrNotFound)
+			return m, fmt.Errorf("mdev instance %s: no mdev_type link at %s (removed during the read?): %w", uuid, typeLink, ErrNotFound)
 		}
-		return m, nil, fmt.Errorf("mdev instance %s: %w", uuid, err)
+		return m, fmt.Errorf("mdev instance %s: %w", uuid, err)
 	}
+	return m, nil
+}
+
+// MdevInstanceTypeName reads the name attribute of instance uuid's type through its mdev_type
+// link: "" when the type has none (name is optional in the mdev ABI), an error when it cannot
+// be read.
+func MdevInstanceTypeName(root Root, uuid string) (string, error) {
+	v, err := readAttr(root.Sys("bus", "mdev", "devices", strings.ToLower(uuid), "mdev_type", "name"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return v, err
+}
+
+// ReadMdevInstance reads the mdev instance uuid (any case; the kernel names instances in
+// lowercase) from ROOT/sys/bus/mdev/devices. It returns an error satisfying
+// errors.Is(err, ErrNotFound) when no such instance exists, and ErrInvalid when uuid is not a
+// UUID. Optional attributes (the type's name and device_api) that cannot be read are returned
+// as warnings naming the instance and the path.
+func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
+	m, err := ReadMdevInstanceLinks(root, uuid)
+	if err != nil {
+		return m, nil, err
+	}
+	uuid = m.UUID
+	link := root.Sys("bus", "mdev", "devices", uuid)
+	typeLink := filepath.Join(link, "mdev_type")
 	var warnings []string
 	if v, err := readAttr(filepath.Join(typeLink, "name")); err == nil {
 		m.TypeName = v

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -139,36 +141,51 @@ func WriteFileAtomicVia(tmpDir, path string, data []byte, perm os.FileMode) erro
 // power loss (the directory is synced by the caller, or the next fsync that commits the file
 // system's journal). For a caller to whom the previous version is as good as a lost update.
 func ReplaceFileVia(tmpDir, path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create directory %s: %w", dir, err)
-	}
-	if err := os.MkdirAll(tmpDir, 0o755); err != nil {
-		return fmt.Errorf("create directory %s: %w", tmpDir, err)
-	}
+	// The directories exist on every write but the first: each is made only when the
+	// temporary file cannot be created (tmpDir) or renamed (path's) without it.
 	f, err := os.CreateTemp(tmpDir, "."+filepath.Base(path)+".tmp*")
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(tmpDir, 0o755); err != nil {
+			return fmt.Errorf("create directory %s: %w", tmpDir, err)
+		}
+		f, err = os.CreateTemp(tmpDir, "."+filepath.Base(path)+".tmp*")
+	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(data); err != nil {
+	fail := func(err error) error {
 		f.Close()
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
 	}
 	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: sync: %w", path, err)
+		return fail(fmt.Errorf("sync: %w", err))
 	}
 	if err := f.Close(); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	// rename(2) itself: os.Rename first lstats the target to refuse a directory, which
+	// rename(2) refuses too (EISDIR) when the source is a file.
+	err = syscall.Rename(tmp, path)
+	if err == syscall.ENOENT { // path's directory is not tmpDir and does not exist yet
+		dir := filepath.Dir(path)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("create directory %s: %w", dir, err)
+		}
+		err = syscall.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err})
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ func (m *Manager) CheckRemove(ctx context.Context, ids []string, opts RemoveOpti
 	if err != nil {
 		return err
 	}
+	var named []Instance
 	for _, raw := range ids {
 		id, err := instanceID(raw)
 		if err != nil {
@@ -29,10 +30,14 @@ func (m *Manager) CheckRemove(ctx context.Context, ids []string, opts RemoveOpti
 		}
 		for _, in := range all {
 			if in.ID() == id {
-				if err := m.checkRemovable(ctx, in, st, opts); err != nil {
-					return err
-				}
+				named = append(named, in)
 			}
+		}
+	}
+	hx := m.holderIndex(named, opts)
+	for _, in := range named {
+		if err := m.checkRemovable(ctx, in, st, opts, hx); err != nil {
+			return err
 		}
 	}
 	return nil

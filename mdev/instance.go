@@ -175,10 +175,13 @@ func (m *Manager) removeFrom(ctx context.Context, all []Instance, st *state, ids
 		if found == nil {
 			continue // already gone
 		}
-		if err := m.checkRemovable(ctx, *found, st, opts); err != nil {
+		todo = append(todo, *found)
+	}
+	hx := m.holderIndex(todo, opts)
+	for _, in := range todo {
+		if err := m.checkRemovable(ctx, in, st, opts, hx); err != nil {
 			return nil, err
 		}
-		todo = append(todo, *found)
 	}
 	var done []Instance
 	var rerr error
@@ -254,7 +257,52 @@ func (m *Manager) OwnerInstances(owner string) ([]Instance, error) {
 	return out, nil
 }
 
-func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, opts RemoveOptions) error {
+// holders are the processes holding instances' /dev/vfio/GROUP open, from one search of every
+// process's open files for all the instances a call checks (not one per instance).
+type holders struct {
+	node map[string]string        // instance ID -> its /dev/vfio/GROUP (host path), "" for none
+	by   map[string][]host.Holder // node -> holders
+}
+
+// holderIndex searches once for the holders of every active instance of ins; nil when no
+// check will ask (opts.Force).
+func (m *Manager) holderIndex(ins []Instance, opts RemoveOptions) *holders {
+	if opts.Force {
+		return nil
+	}
+	hx := &holders{node: map[string]string{}, by: map[string][]host.Holder{}}
+	var nodes []string
+	for _, in := range ins {
+		if !in.Active {
+			continue
+		}
+		if n := m.vfioNode(in); n != "" {
+			hx.node[in.ID()] = n
+			nodes = append(nodes, n)
+		}
+	}
+	for _, h := range host.Holders(m.Root, nodes) {
+		hx.by[h.Path] = append(hx.by[h.Path], h)
+	}
+	return hx
+}
+
+// vfioNode is the host path of the /dev/vfio/GROUP through which a guest uses in, "" when it
+// has no group.
+func (m *Manager) vfioNode(in Instance) string {
+	if in.Backend == BackendMdev {
+		if mi, _, err := host.ReadMdevInstance(m.Root, in.UUID); err == nil && mi.IOMMUGroup >= 0 {
+			return host.HostPath(m.Root, host.VFIODev(m.Root, mi.IOMMUGroup))
+		}
+	} else if in.VF != nil {
+		if l, err := host.ReadFunctionLinks(m.Root, *in.VF); err == nil && l.IOMMUGroup >= 0 {
+			return host.HostPath(m.Root, host.VFIODev(m.Root, l.IOMMUGroup))
+		}
+	}
+	return ""
+}
+
+func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, opts RemoveOptions, hx *holders) error {
 	i, recorded := st.find(in.ID())
 	if opts.Owner != "" && recorded && st.Instances[i].Owner != opts.Owner && !opts.Force {
 		return fmt.Errorf("remove %s: %w: it was created for %q, not %q", in.ID(), host.ErrRefused, st.Instances[i].Owner, opts.Owner)
@@ -266,7 +314,7 @@ func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, op
 	if opts.Force || !in.Active {
 		return nil
 	}
-	return m.inUse(ctx, in, opts.Owner)
+	return m.inUse(ctx, in, opts.Owner, hx)
 }
 
 // inUse says whether an active instance is in use, judged by the kernel first: a process
@@ -275,16 +323,9 @@ func (m *Manager) checkRemovable(ctx context.Context, in Instance, st *state, op
 // refused (host.ErrRefused): destroy that VM instead. libvirt, when reachable, names the
 // domains whose configuration uses it (refused too); an unreachable libvirtd is no reason
 // to refuse by itself.
-func (m *Manager) inUse(ctx context.Context, in Instance, owner string) error {
-	var names []string
-	if in.Backend == BackendMdev {
-		if mi, _, err := host.ReadMdevInstance(m.Root, in.UUID); err == nil && mi.IOMMUGroup >= 0 {
-			names = append(names, host.HostPath(m.Root, host.VFIODev(m.Root, mi.IOMMUGroup)))
-		}
-	} else if in.VF != nil {
-		if l, err := host.ReadFunctionLinks(m.Root, *in.VF); err == nil && l.IOMMUGroup >= 0 {
-			names = append(names, host.HostPath(m.Root, host.VFIODev(m.Root, l.IOMMUGroup)))
-		}
+func (m *Manager) inUse(ctx context.Context, in Instance, owner string, hx *holders) error {
+	if hx == nil {
+		hx = m.holderIndex([]Instance{in}, RemoveOptions{})
 	}
 	var doms []string
 	if m.Domains != nil {
@@ -294,7 +335,7 @@ func (m *Manager) inUse(ctx context.Context, in Instance, owner string) error {
 	if len(doms) > 0 {
 		used = " (libvirt domain " + strings.Join(doms, ", ") + ")"
 	}
-	if hs := host.Holders(m.Root, names); len(hs) > 0 {
+	if hs := hx.by[hx.node[in.ID()]]; len(hs) > 0 {
 		var parts []string
 		for _, h := range hs {
 			parts = append(parts, h.String())

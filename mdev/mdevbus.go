@@ -82,11 +82,24 @@ func (m *Manager) mdevInstances(st *state, only []string) ([]Instance, error) {
 			return nil, err
 		}
 	} else {
+		// Only what an Instance holds: parent and type from the two links, and each type's
+		// name read once for all its instances (a remove of 16 instances of one type read the
+		// name, device_api, driver and group of each: 96 reads where 33 say the same).
+		names := map[string]string{}
 		for _, id := range only {
 			// As ReadMdevInstances: one that is gone or cannot be read is not listed.
-			if a, _, err := host.ReadMdevInstance(m.Root, id); err == nil {
-				act = append(act, a)
+			a, err := host.ReadMdevInstanceLinks(m.Root, id)
+			if err != nil {
+				continue
 			}
+			key := a.Parent + "/" + a.Type
+			name, ok := names[key]
+			if !ok {
+				name, _ = host.MdevInstanceTypeName(m.Root, a.UUID)
+				names[key] = name
+			}
+			a.TypeName = name
+			act = append(act, a)
 		}
 	}
 	defs, err := m.Definitions()

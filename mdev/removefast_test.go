@@ -2,6 +2,8 @@ package mdev
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,69 @@ func TestRemoveNamedInstancesOnly(t *testing.T) {
 	}
 	if !host.Exists(tr.Root.Sys("bus", "mdev", "devices", loose[0].UUID)) {
 		t.Fatal("the unnamed instance was removed")
+	}
+}
+
+// Remove reads each named instance's two links and each type's name once: what it returns
+// must be what the full read (Instances) lists, type names included, for instances of two
+// types.
+func TestRemoveReadsEachTypeNameOnce(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	m, _ := newMgr(tr)
+	ctx := context.Background()
+	if _, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "mbochs-small", Count: 2, Owner: "vm1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create(ctx, CreateRequest{Parent: "mbochs", Profile: "mbochs-medium", Owner: "vm1", FirstIndex: 2}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := m.Instances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Instance{}
+	for _, in := range before {
+		want[in.UUID] = in
+	}
+	rm, err := m.RemoveOwner(ctx, "vm1", RemoveOptions{})
+	if err != nil || len(rm) != 3 {
+		t.Fatalf("remove: %v %+v", err, rm)
+	}
+	names := map[string]bool{}
+	for _, in := range rm {
+		if w := want[in.UUID]; in != w {
+			t.Errorf("removed %+v, the full read listed %+v", in, w)
+		}
+		names[in.TypeName] = true
+	}
+	if len(names) != 2 || names[""] {
+		t.Errorf("type names of the removed instances: %v, want two distinct non-empty names", names)
+	}
+}
+
+// Remove searches the processes' open files once for all the instances it checks; the busy
+// refusal must still name the instance whose /dev/vfio/GROUP is held, and nothing is removed.
+func TestRemoveOneHolderSearchNamesTheHeldInstance(t *testing.T) {
+	tr, _, m, _, ins := twoForVM1(t)
+	mi, _, err := host.ReadMdevInstance(tr.Root, ins[1].UUID)
+	if err != nil || mi.IOMMUGroup < 0 {
+		t.Fatalf("instance %s: %+v %v", ins[1].UUID, mi, err)
+	}
+	tr.HoldOpen(4711, "qemu-system-x86", fmt.Sprintf("/dev/vfio/%d", mi.IOMMUGroup))
+	_, err = m.RemoveOwner(context.Background(), "vm1", RemoveOptions{})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "remove "+ins[1].UUID) || !strings.Contains(err.Error(), "pid 4711 (qemu-system-x86)") {
+		t.Fatalf("remove with %s held: %v", ins[1].UUID, err)
+	}
+	for _, in := range ins {
+		if !host.Exists(tr.Root.Sys("bus", "mdev", "devices", in.UUID)) {
+			t.Fatalf("%s was removed though another instance of the call is held", in.UUID)
+		}
+	}
+	if err := m.CheckRemove(context.Background(), []string{ins[0].UUID}, RemoveOptions{}); err != nil {
+		t.Fatalf("check of the instance nobody holds: %v", err)
+	}
+	if err := m.CheckRemove(context.Background(), []string{ins[0].UUID, ins[1].UUID}, RemoveOptions{}); !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("check of both: %v", err)
 	}
 }

@@ -160,6 +160,11 @@ type run struct {
 	dry    bool
 	ledger *Bindings
 	res    *Result
+	// touched are the functions this run moved or restored, and confirmed the driver the
+	// kernel was seen to give each (the driver link read after the write): what is reported
+	// after the run comes from these instead of a second read of every member.
+	touched   map[host.Address]bool
+	confirmed map[host.Address]string
 }
 
 func (b *Binder) start(action string, dry bool) (*run, func(), error) {
@@ -168,6 +173,7 @@ func (b *Binder) start(action string, dry bool) (*run, func(), error) {
 	}
 	r := &run{b: b, root: b.Root, w: b.W, dry: dry, res: &Result{Action: action, DryRun: dry, Ledger: host.HostPath(b.Root, LedgerPath(b.Root)),
 		Devices: []DriverChange{}, Groups: []GroupState{}, Steps: []HostOp{}}}
+	r.touched, r.confirmed = map[host.Address]bool{}, map[host.Address]string{}
 	r.rec = &host.Recorder{Next: b.W}
 	if dry {
 		r.rec.Next = nil
@@ -342,8 +348,16 @@ func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 			}
 			p.devices = append(p.devices, c)
 		}
+	}
+	// What the moves' checks read from the whole host (mounts, routes, every process's open
+	// files) is read once for the call, not once per group or function.
+	var hc hostChecks
+	if len(p.moves) > 0 {
+		hc = readHostChecks(root, p.moves)
+	}
+	for _, g := range groups {
 		p.refusals = append(p.refusals, quarantineRefusals(root, g)...)
-		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID])...)
+		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID], hc)...)
 	}
 	if len(p.moves) > 0 {
 		ir, warn := interruptRemapping(root)
@@ -437,6 +451,7 @@ func (r *run) bindGroup(ctx context.Context, g *host.Group, moves []host.GroupMe
 func (r *run) bindOne(ctx context.Context, m host.GroupMember) error {
 	t := r.b.timeout()
 	a := m.Address
+	r.touched[a] = true
 	if err := SetDriverOverride(ctx, r.root, r.w, t, a, DriverName); err != nil {
 		return err
 	}
@@ -453,6 +468,7 @@ func (r *run) bindOne(ctx context.Context, m host.GroupMember) error {
 	if err := WaitDriver(ctx, r.root, t, a, DriverName); err != nil {
 		return fmt.Errorf("%w (is %s's override taken? check dmesg for vfio-pci errors)", err, a)
 	}
+	r.confirmed[a] = DriverName
 	return nil
 }
 
@@ -525,6 +541,8 @@ func entryFor(m host.GroupMember, group int) Binding {
 func (r *run) restoreOne(ctx context.Context, e Binding, native bool) error {
 	t := r.b.timeout()
 	a := e.Address
+	r.touched[a] = true
+	delete(r.confirmed, a)
 	if !native && e.Driver != "" {
 		if err := r.ensureDriverLoaded(ctx, e); err != nil {
 			return err
@@ -539,7 +557,12 @@ func (r *run) restoreOne(ctx context.Context, e Binding, native bool) error {
 	}
 	finish := func() error {
 		if late {
-			return SetDriverOverride(ctx, r.root, r.w, t, a, e.Override)
+			if err := SetDriverOverride(ctx, r.root, r.w, t, a, e.Override); err != nil {
+				return err
+			}
+		}
+		if !r.dry {
+			r.confirmed[a] = e.Driver
 		}
 		return nil
 	}
@@ -559,7 +582,11 @@ func (r *run) restoreOne(ctx context.Context, e Binding, native bool) error {
 		if r.dry {
 			return nil
 		}
-		return WaitDriver(ctx, r.root, t, a, "")
+		if err := WaitDriver(ctx, r.root, t, a, ""); err != nil {
+			return err
+		}
+		r.confirmed[a] = ""
+		return nil
 	}
 	if r.dry {
 		if err := r.w.Write(ctx, probePath(r.root), a.String()); err != nil {
@@ -639,7 +666,7 @@ func orModule(e Binding) string {
 func (r *run) verifyBound(ctx context.Context, groups []*host.Group) error {
 	var errs []error
 	for _, g := range groups {
-		now, err := host.ReadGroup(r.root, g.ID)
+		now, err := r.groupAfter(g)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -669,6 +696,31 @@ func (r *run) verifyBound(ctx context.Context, groups []*host.Group) error {
 		r.res.Groups = append(r.res.Groups, st)
 	}
 	return errors.Join(errs...)
+}
+
+// groupAfter returns g as this run left it: its members as read before the run, each function
+// the run touched on the driver the kernel was seen to give it. When the group's member list
+// changed meanwhile (a hot-plug), or a touched function's driver was not confirmed (a failed
+// restore), the group is read again instead.
+func (r *run) groupAfter(g *host.Group) (host.Group, error) {
+	if !host.GroupUnchanged(r.root, g) {
+		return host.ReadGroup(r.root, g.ID)
+	}
+	now := *g
+	now.Members = slices.Clone(g.Members)
+	for i := range now.Members {
+		a := now.Members[i].Address
+		if !r.touched[a] {
+			continue
+		}
+		d, ok := r.confirmed[a]
+		if !ok {
+			return host.ReadGroup(r.root, g.ID)
+		}
+		now.Members[i].Driver = d
+	}
+	host.EvaluateGroup(&now)
+	return now, nil
 }
 
 func addrList(addrs []host.Address) string {

@@ -799,3 +799,70 @@ func TestUnbindRefusesWhatAVMOwns(t *testing.T) {
 		t.Fatalf("audio on %q", tr.Driver(audio))
 	}
 }
+
+// TestOneHolderSearchNamesTheRightFunction: bind and unbind search every process's open files
+// once for all the groups of the call; each refusal must still name the function (bind) or
+// group (unbind) whose node is held, and no other.
+func TestOneHolderSearchNamesTheRightFunction(t *testing.T) {
+	t.Parallel()
+	tr := hosttest.New(t)
+	gpu1, audio1 := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "nvidia")
+	gpu2, audio2 := tr.ConsumerGPU("0000:00:05.0", "0000:02:00.0", "nvidia")
+	k := hosttest.NewKernel(tr)
+	b := &Binder{Root: tr.Root, W: k, Modules: k, Timeout: 2 * time.Second}
+	tr.HoldOpen(4242, "speaker-test", "/dev/snd/pcmC1D3p") // card 1: the second GPU's audio
+	_, err := b.Bind(ctx, []host.Address{gpu1, gpu2}, BindOptions{})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), audio2.String()+": is held open") || strings.Contains(err.Error(), audio1.String()) {
+		t.Fatalf("bind with card 1 held: %v, want a refusal of %s alone", err, audio2)
+	}
+	if len(k.Writes()) != 0 {
+		t.Fatalf("refused bind wrote %v", k.Writes())
+	}
+	if err := os.RemoveAll(filepath.Join(tr.Dir(), "proc/4242")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Bind(ctx, []host.Address{gpu1, gpu2}, BindOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g1, g2 := tr.Group(gpu1), tr.Group(gpu2)
+	tr.HoldOpen(4243, "qemu-system-x86", fmt.Sprintf("/dev/vfio/%d", g2))
+	n := len(k.Writes())
+	_, err = b.Unbind(ctx, []host.Address{gpu1, gpu2}, UnbindOptions{})
+	if !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), fmt.Sprintf("IOMMU group %d is in use", g2)) || strings.Contains(err.Error(), fmt.Sprintf("IOMMU group %d is in use", g1)) {
+		t.Fatalf("unbind with group %d held: %v, want a refusal of that group alone", g2, err)
+	}
+	if len(k.Writes()) != n {
+		t.Fatal("the refused unbind wrote")
+	}
+}
+
+// TestBindSeesAFunctionThatJoinedTheGroup: after a bind, each moved function's driver is the
+// one the kernel was seen to give it, and the group is not read member by member again; but a
+// function that joined the group meanwhile (hot-plugged onto a host driver) must still make
+// the group not viable, and the bind say so.
+func TestBindSeesAFunctionThatJoinedTheGroup(t *testing.T) {
+	t.Parallel()
+	tr, k, b, gpu, _ := consumer(t, "nvidia")
+	g := tr.Group(gpu)
+	joined := false
+	k.FailWrite = func(path, value string) error {
+		if !joined && strings.HasSuffix(path, "drivers_probe") {
+			joined = true
+			tr.AddPCI(hosttest.PCI{Addr: "0000:01:00.2", Parent: "0000:00:04.0", Vendor: 0x10de, Device: 0x1aec, Class: 0x0c0330, Driver: "xhci_hcd", Group: g})
+		}
+		return nil
+	}
+	res, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
+	if !errors.Is(err, ErrGroupNotViable) || !strings.Contains(err.Error(), "0000:01:00.2 on xhci_hcd") {
+		t.Fatalf("bind while a function joined the group: %v", err)
+	}
+	if len(res.Groups) != 1 || res.Groups[0].Viable {
+		t.Fatalf("groups %+v, want group %d not viable", res.Groups, g)
+	}
+	// Without a hot-plug the group is viable, from the drivers the bind saw.
+	_, _, b2, gpu2, _ := consumer(t, "nvidia")
+	res, err = b2.Bind(ctx, []host.Address{gpu2}, BindOptions{})
+	if err != nil || len(res.Groups) != 1 || !res.Groups[0].Viable {
+		t.Fatalf("plain bind: %v %+v", err, res)
+	}
+}

@@ -137,11 +137,43 @@ func hostCriticalClass(class uint32) string {
 	return ""
 }
 
-// bindRefusals runs the safety checks for moving members of g to vfio-pci.
-func bindRefusals(root host.Root, g *host.Group, moves []host.GroupMember) []Refusal {
+// hostChecks are the facts about the whole host that a bind's checks need, read once for all
+// the functions it moves: mounted block devices and routed interfaces by function, and the
+// processes holding each function's device nodes open.
+type hostChecks struct {
+	mounts  map[host.Address][]string
+	routes  map[host.Address][]string
+	holders map[host.Address][]host.Holder
+}
+
+// readHostChecks reads the host facts for moves (by group): mounts, routes, and one search of
+// every process's open files for all the moving functions' device nodes together.
+func readHostChecks(root host.Root, moves map[int][]host.GroupMember) hostChecks {
+	hc := hostChecks{mounts: host.MountedBlockDevices(root), routes: host.RoutedInterfaces(root), holders: map[host.Address][]host.Holder{}}
+	nodes := map[host.Address][]string{}
+	var all []string
+	for _, ms := range moves {
+		for _, m := range ms {
+			n := host.DeviceNodes(root, m.Address, m.Driver, -1)
+			nodes[m.Address] = n
+			all = append(all, n...)
+		}
+	}
+	for _, h := range host.Holders(root, all) {
+		for a, n := range nodes {
+			if host.MatchesAny(h.Path, n) {
+				hc.holders[a] = append(hc.holders[a], h)
+			}
+		}
+	}
+	return hc
+}
+
+// bindRefusals runs the safety checks for moving members of g to vfio-pci, on the host facts
+// hc read for the whole call.
+func bindRefusals(root host.Root, g *host.Group, moves []host.GroupMember, hc hostChecks) []Refusal {
 	var rs []Refusal
-	mounts := host.MountedBlockDevices(root)
-	routes := host.RoutedInterfaces(root)
+	mounts, routes := hc.mounts, hc.routes
 	for _, m := range moves {
 		a := m.Address
 		if m.BootVGA {
@@ -160,7 +192,7 @@ func bindRefusals(root host.Root, g *host.Group, moves []host.GroupMember) []Ref
 		for _, ifc := range routes[a] {
 			rs = append(rs, Refusal{Address: &a, Check: CheckHostCritical, Reason: fmt.Sprintf("is network interface %s, which has an active route (see ip route): the host loses that network; take the interface down first (ip link set %s down)", ifc, ifc)})
 		}
-		if hs := host.Holders(root, host.DeviceNodes(root, m.Address, m.Driver, -1)); len(hs) > 0 {
+		if hs := hc.holders[a]; len(hs) > 0 {
 			rs = append(rs, heldRefusal(a, hs))
 		}
 	}

@@ -56,25 +56,44 @@ func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts Unb
 	}
 	var targets []unbindTarget
 	var refusals []Refusal
-	for _, g := range groups {
-		var held []host.GroupMember
+	byGroup := make([][]Refusal, len(groups))
+	held := make([]*host.Address, len(groups)) // a member that moves, for the held refusal
+	var nodes []string
+	for i, g := range groups {
 		for _, m := range g.Members {
 			c, t, rs := r.unbindMember(g, m, named[m.Address], opts)
-			refusals = append(refusals, rs...)
+			byGroup[i] = append(byGroup[i], rs...)
 			if t != nil {
 				targets = append(targets, *t)
-				if c.Changed {
-					held = append(held, m)
+				if c.Changed && held[i] == nil {
+					a := m.Address
+					held[i] = &a
 				}
 			}
 			r.res.Devices = append(r.res.Devices, c)
 		}
-		if len(held) > 0 {
-			if hs := host.Holders(r.root, []string{host.HostPath(r.root, host.VFIODev(r.root, g.ID))}); len(hs) > 0 {
-				rf := heldRefusal(held[0].Address, hs)
-				rf.Reason = fmt.Sprintf("IOMMU group %d is in use (a VM runs on it?): %s", g.ID, strings.TrimPrefix(rf.Reason, "is held open, so unbinding it would block until they let go: "))
-				refusals = append(refusals, rf)
+		if held[i] != nil {
+			nodes = append(nodes, host.HostPath(r.root, host.VFIODev(r.root, g.ID)))
+		}
+	}
+	// One search of every process's open files for all the groups' /dev/vfio/N.
+	hs := host.Holders(r.root, nodes)
+	for i, g := range groups {
+		refusals = append(refusals, byGroup[i]...)
+		if held[i] == nil {
+			continue
+		}
+		var mine []host.Holder
+		dev := host.HostPath(r.root, host.VFIODev(r.root, g.ID))
+		for _, h := range hs {
+			if h.Path == dev {
+				mine = append(mine, h)
 			}
+		}
+		if len(mine) > 0 {
+			rf := heldRefusal(*held[i], mine)
+			rf.Reason = fmt.Sprintf("IOMMU group %d is in use (a VM runs on it?): %s", g.ID, strings.TrimPrefix(rf.Reason, "is held open, so unbinding it would block until they let go: "))
+			refusals = append(refusals, rf)
 		}
 	}
 	return targets, refusals
@@ -176,7 +195,11 @@ func (r *run) restoreTargets(ctx context.Context, targets []unbindTarget) error 
 	for i := range r.res.Devices {
 		c := &r.res.Devices[i]
 		if c.Changed && !r.dry {
-			c.To, _ = host.Driver(r.root, c.Address)
+			if d, ok := r.confirmed[c.Address]; ok {
+				c.To = d // the driver link read after the restore's write
+			} else {
+				c.To, _ = host.Driver(r.root, c.Address)
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -186,7 +209,7 @@ func (r *run) restoreTargets(ctx context.Context, targets []unbindTarget) error 
 func (r *run) groupStates(groups []*host.Group) {
 	for _, g := range groups {
 		st := GroupState{ID: g.ID}
-		if now, err := host.ReadGroup(r.root, g.ID); err == nil {
+		if now, err := r.groupAfter(g); err == nil {
 			st.Viable = now.Viable
 		}
 		if host.VFIODevExists(r.root, g.ID) {

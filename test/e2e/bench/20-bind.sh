@@ -44,7 +44,7 @@ check_round() { # check_round WHAT: the group is back in its boot state
 raw_bind && raw_unbind
 check_round "warm-up" || return 1
 
-tool=0 raw=0 start=0 bare=0 ok=1 i=0
+tool=0 raw=0 start=0 bare=0 tree=0 ok=1 i=0
 while [ "$i" -lt "$n" ]; do
   t0=$(now_ms)
   vgpu-host bind "$gpu" >/dev/null || { fail "vgpu-host bind failed in round $i"; ok=0; break; }
@@ -63,13 +63,18 @@ while [ "$i" -lt "$n" ]; do
   bare-go >/dev/null
   bare-go >/dev/null
   t6=$(now_ms)
-  tool=$((tool + t1 - t0)) raw=$((raw + t3 - t2)) start=$((start + t5 - t4)) bare=$((bare + t6 - t5))
+  # The command tree: the same two commands stopped at their usage error (no address), after
+  # the start, the command line's parse and the command's set-up, before any read of the host.
+  vgpu-host bind >/dev/null 2>&1
+  vgpu-host unbind >/dev/null 2>&1
+  t7=$(now_ms)
+  tool=$((tool + t1 - t0)) raw=$((raw + t3 - t2)) start=$((start + t5 - t4)) bare=$((bare + t6 - t5)) tree=$((tree + t7 - t6))
   i=$((i + 1))
 done
 [ "$ok" = 1 ] || return 1
 pass "$n alternating rounds left the group in its boot state each time"
 
-tool=$((tool / n)) raw=$((raw / n)) start=$((start / n)) bare=$((bare / n))
+tool=$((tool / n)) raw=$((raw / n)) start=$((start / n)) bare=$((bare / n)) tree=$((tree / n))
 ratio=$(awk -v a="$tool" -v b="$raw" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 net=$((tool - start))
 [ "$net" -ge 0 ] || net=0
@@ -84,6 +89,15 @@ echo "BENCH bind+unbind without process start ($start ms for 2 x vgpu-host --ver
 # raw sequence's kernel work and two bare Go starts, in units of the raw sequence.
 own=$(awk -v r="$ratio" -v f="$floor" 'BEGIN {printf "%.2f", r - f}')
 echo "BENCH bind+unbind own cost: ratio $ratio - floor $floor = $own (goal <= 0.10)"
+# Where the own cost goes, in units of the raw sequence (#32): the process start beyond a bare
+# Go binary's (2 x --version less 2 bare starts: the binary's size and package initialisers),
+# the command tree (2 usage errors less 2 x --version: the command line's parse and each
+# command's set-up), and what bind and unbind do beyond the raw sequence's kernel work.
+split=$(awk -v s="$start" -v b="$bare" -v tr="$tree" -v t="$tool" -v r="$raw" 'BEGIN {if (r > 0) printf "%.2f %.2f %.2f", (s - b) / r, (tr - s) / r, (t - tr - r) / r}')
+read -r su ct wk <<EOF
+$split
+EOF
+echo "BENCH bind+unbind own cost split: start-up beyond a bare Go binary $su + command tree $ct + bind/unbind's work beyond the kernel's $wk ($tree ms for 2 usage errors)"
 bench bind_unbind_vgpu_host_ms "$tool" ms/round
 bench bind_unbind_raw_shell_ms "$raw" ms/round
 bench bind_unbind_process_start_ms "$start" ms/round
@@ -91,3 +105,7 @@ bench bind_unbind_ratio "$ratio" x
 bench bind_unbind_bare_go_start_ms "$bare" ms/round
 bench bind_unbind_go_floor_ratio "$floor" x
 bench bind_unbind_own_cost "$own" x
+bench bind_unbind_usage_error_ms "$tree" ms/round
+bench bind_unbind_own_startup "$su" x
+bench bind_unbind_own_tree "$ct" x
+bench bind_unbind_own_work "$wk" x

@@ -76,6 +76,16 @@ t0=$(now_ms)
 i=0
 while [ "$i" -lt 10 ]; do bare-go >/dev/null; i=$((i + 1)); done
 tg=$((($(now_ms) - t0) / 10))
+# The command tree: mdev create and mdev remove stopped at their usage error (no parent and
+# type, no instance), after the start, the parse and the command's set-up.
+t0=$(now_ms)
+i=0
+while [ "$i" -lt 5 ]; do
+  vgpu-host mdev create >/dev/null 2>&1
+  vgpu-host mdev remove >/dev/null 2>&1
+  i=$((i + 1))
+done
+tt=$((($(now_ms) - t0) / 10))
 # The floor for any Go tool doing the batch: the raw sequence plus two bare Go process starts.
 rf=$(awk -v a="$((tr + 2 * tg))" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
 rb=$(awk -v a="$tb" -v b="$tr" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
@@ -98,5 +108,17 @@ bench mdev_each_ratio "$re" x
 bench mdev_mdevctl_over_batch "$rm_" x
 bench mdev_own_cost "$own" x
 echo "BENCH mdev create+remove own cost: batch ratio $rb - floor $rf = $own (goal <= 0.30)"
+# Where the own cost goes, in units of the raw sequence (#32): the two process starts beyond a
+# bare Go binary's, the command tree (a usage error less --version, twice), and what create and
+# remove do beyond the raw sequence's kernel work.
+split=$(awk -v s="$ts" -v g="$tg" -v t="$tt" -v b="$tb" -v r="$tr" 'BEGIN {if (r > 0) printf "%.2f %.2f %.2f", 2 * (s - g) / r, 2 * (t - s) / r, (b - 2 * t - r) / r}')
+read -r su ct wk <<EOF
+$split
+EOF
+echo "BENCH mdev create+remove own cost split: start-up beyond a bare Go binary $su + command tree $ct + create/remove's work beyond the kernel's $wk (one usage error: $tt ms)"
+bench mdev_usage_error_ms "$tt" ms
+bench mdev_own_startup "$su" x
+bench mdev_own_tree "$ct" x
+bench mdev_own_work "$wk" x
 pass "mdev bench: $n instances created and removed by all four, nothing left"
 rm -f /var/lib/vgpu-host/vgpu-instances.json
