@@ -40,6 +40,8 @@ type (
 	Peer        = agentapi.Peer
 	RunEnv      = agentapi.RunEnv
 	Runner      = agentapi.Runner
+	Operation   = agentapi.Operation
+	Operator    = agentapi.Operator
 	ExecRequest = agentapi.ExecRequest
 	ExecResult  = agentapi.ExecResult
 	ErrorBody   = agentapi.ErrorBody

@@ -14,6 +14,8 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
+	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // routes mounts every endpoint (docs/agent.md has the table).
@@ -21,9 +23,9 @@ func (s *Server) routes(mux *http.ServeMux) {
 	v := "/" + APIVersion
 	mux.HandleFunc("GET "+v+"/version", s.version)
 	mux.HandleFunc("GET "+v+"/health", s.health)
-	mux.HandleFunc("GET "+v+"/inventory", s.typed(command("inspect")))
-	mux.HandleFunc("GET "+v+"/check", s.typed(command("check"), 3))
-	mux.HandleFunc("GET "+v+"/status", s.typed(command("status")))
+	mux.HandleFunc("GET "+v+"/inventory", s.operation(fixed(&ops.InventoryRequest{})))
+	mux.HandleFunc("GET "+v+"/check", s.operation(fixed(&ops.CheckRequest{}), 3))
+	mux.HandleFunc("GET "+v+"/status", s.operation(fixed(&ops.StatusRequest{})))
 	mux.HandleFunc("POST "+v+"/vms", s.typed(specRequest("apply")))
 	mux.HandleFunc("POST "+v+"/plan", s.typed(specRequest("plan")))
 	mux.HandleFunc("DELETE "+v+"/vms/{name}", s.typed(func(r *http.Request, _ []byte) (ExecRequest, error) {
@@ -291,6 +293,76 @@ func (s *Server) typed(build requestFunc, okCodes ...int) http.HandlerFunc {
 		}
 		status := StatusOf(res.ExitCode)
 		if res.ExitCode == 0 {
+			status = http.StatusInternalServerError // exit 0 without JSON: a bug
+			eb.Error = "the command printed no JSON"
+		}
+		writeJSON(w, status, eb)
+	}
+}
+
+// opFunc builds a typed endpoint's operation from the HTTP request, decoded strictly.
+type opFunc func(r *http.Request, body []byte) (Operation, error)
+
+// fixed is the operation of an endpoint that takes no parameters.
+func fixed(op Operation) opFunc {
+	return func(*http.Request, []byte) (Operation, error) { return op, nil }
+}
+
+// operation serves a typed endpoint by its operation, called directly through the Runner's
+// Operator side (no command line): the operation's JSON on success, an ErrorBody (with the
+// operation's JSON output, if any) and StatusOf(exit) when it fails. Exit codes listed in
+// okCodes answer 200 with the output (check's 3: the report is the answer). The answer is
+// the one the command with --output json gave: its JSON is encoded the same way.
+func (s *Server) operation(build opFunc, okCodes ...int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, ok := s.readBody(w, r)
+		if !ok {
+			return
+		}
+		o, isOp := s.Runner.(Operator)
+		if !isOp {
+			writeError(w, http.StatusNotImplemented, 7, "this agent's runner has no typed operations (a bug in vgpu-host, please report it)")
+			return
+		}
+		op, err := build(r, body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, 2, "%v", err)
+			return
+		}
+		out := s.runOperation(r.Context(), o, op)
+		if out.status != http.StatusOK {
+			writeError(w, out.status, exitOfStatus(out.status), "%s", out.msg)
+			return
+		}
+		var printed bytes.Buffer
+		if out.value != nil {
+			if err := jsonindent.Encode(&printed, out.value); err != nil {
+				printed.Reset()
+				if out.code == 0 {
+					out.code, out.errMsg = 1, fmt.Sprintf("encode %s's answer as JSON: %v", op.Op(), err)
+				}
+			}
+		}
+		w.Header().Set("X-Vgpu-Host-Exit-Code", strconv.Itoa(out.code))
+		okCode := out.code == 0
+		for _, c := range okCodes {
+			okCode = okCode || c == out.code
+		}
+		if okCode && printed.Len() > 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.Write(printed.Bytes())
+			return
+		}
+		eb := struct {
+			ErrorBody
+			Output json.RawMessage `json:"output,omitempty"`
+		}{ErrorBody: ErrorBody{Error: out.errMsg, ExitCode: out.code}}
+		if p := bytes.TrimSpace(printed.Bytes()); len(p) > 0 {
+			eb.Output = p
+		}
+		status := StatusOf(out.code)
+		if out.code == 0 {
 			status = http.StatusInternalServerError // exit 0 without JSON: a bug
 			eb.Error = "the command printed no JSON"
 		}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// opsEnv is the operations' environment of the invocation cmd on root: its libvirt at uri
+// (opened as openConnFor opens it), its host writer (hostIOFor), the agent's key files when
+// the agent runs the command line, inspect's MIG reader, the ISO fetcher and the crash
+// tests' hook.
+func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
+	env := ops.Env{
+		Root:     root,
+		OpenConn: func() (virt.Conn, error) { return openConnFor(cmd, uri) },
+		HostIO:   func() (host.Writer, host.ModuleLoader) { return hostIOFor(cmd, root) },
+	}
+	if rv := runEnvOf(cmd); rv != nil {
+		env.ReadKey, env.Peer = rv.readKey, rv.peer
+	}
+	withHostParts(&env)
+	return env
+}
+
+// withHostParts gives env what this binary adds to every operation, in the CLI and in the
+// agent alike: inspect's MIG reader (NVML through vgpu-host-nvml, or the MIG state cache),
+// the ISO fetcher and the crash tests' hook.
+func withHostParts(env *ops.Env) {
+	root := env.Root
+	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
+		return readMIGInventory(ctx, root, inv, live)
+	}
+	env.Lifecycle = func(o *lifecycle.Options) error {
+		o.Fetch = fetchISO
+		return crashHook(o)
+	}
+}
