@@ -10,6 +10,7 @@
 package ops
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,15 +101,36 @@ func Fail(err error) error {
 // Event is one progress event of an operation (a step begun, a wait, a download): the CLI
 // prints each as a progress line on a terminal, the agent logs them.
 type Event struct {
+	// Kind is what it is: a step taken (shown on a terminal, with table output), or a warning
+	// (always shown).
+	Kind EventKind `json:"kind"`
 	// Op is the operation ("apply").
 	Op string `json:"op"`
 	// Subject is what it is about: a VM's name, a device's address.
 	Subject string `json:"subject,omitempty"`
-	// Message is the progress line, as the CLI prints it.
+	// Message is the line the CLI prints on stderr, without its newline.
 	Message string `json:"message"`
+	// Partial says the line was not ended (the last output of a helper that printed no
+	// newline): the CLI prints no newline after it.
+	Partial bool `json:"partial,omitempty"`
 	// At is when it happened.
 	At time.Time `json:"at"`
 }
+
+// EventKind is the kind of an Event.
+type EventKind string
+
+// Event kinds.
+const (
+	// EventStep is a step of the operation as it is taken ("vm1: define domain vm1").
+	EventStep EventKind = "step"
+	// EventTick redraws the line of a wait in place ("vm1: waiting for the guest to power
+	// off (12s)"); one with an empty Message ends the wait (a terminal goes to the next line).
+	EventTick EventKind = "tick"
+	// EventWarning is something the caller must know although the operation went on (a
+	// device quarantined by its handback check).
+	EventWarning EventKind = "warning"
+)
 
 // Env is what an operation gets from outside: the CLI fills it from its flags and the
 // process, the agent from its own settings and the caller's connection.
@@ -128,7 +150,8 @@ type Env struct {
 	// ReadKey reads a public key file a spec names (lifecycle.Options.ReadKey): in the agent,
 	// only the files the caller's CLI read and sent; nil: the file itself.
 	ReadKey func(path string, limit int64) ([]byte, error)
-	// Progress receives the operation's progress events; nil: none.
+	// Progress receives the operation's progress events (the CLI prints each Message as a
+	// line on stderr, the agent logs them); nil: none.
 	Progress func(Event)
 	// MIG reads inspect's MIG section for inv (NVML, or the MIG state cache unless live):
 	// nil, or a nil answer, means no section.
@@ -146,16 +169,51 @@ func (e Env) now() time.Time {
 	return time.Now()
 }
 
-// progress sends one event to e's sink, if any.
-func (e Env) progress(op, subject, format string, a ...any) {
+// warn sends one warning event to e's sink, if any.
+func (e Env) warn(op, subject, format string, a ...any) {
 	if e.Progress != nil {
-		e.Progress(Event{Op: op, Subject: subject, Message: fmt.Sprintf(format, a...), At: e.now()})
+		e.Progress(Event{Kind: EventWarning, Op: op, Subject: subject, Message: fmt.Sprintf(format, a...), At: e.now()})
 	}
 }
 
-// lifecycle builds the Lifecycle of an operation on e: o's own settings, e's root, its
-// libvirt connection (opened here: its error comes first), host writer and key reader.
-func (e Env) lifecycle(o lifecycle.Options) (*lifecycle.Lifecycle, virt.Conn, error) {
+// tick sends one tick event to e's sink, if any.
+func (e Env) tick(op, subject, format string, a ...any) {
+	if e.Progress != nil {
+		e.Progress(Event{Kind: EventTick, Op: op, Subject: subject, Message: fmt.Sprintf(format, a...), At: e.now()})
+	}
+}
+
+// stepWriter turns the lines a lifecycle writes on its progress writer into step events.
+type stepWriter struct {
+	env Env
+	op  string
+	buf []byte
+}
+
+func (w *stepWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.env.Progress(Event{Kind: EventStep, Op: w.op, Message: string(w.buf[:i]), At: w.env.now()})
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// flush sends what is left of an unended line.
+func (w *stepWriter) flush() {
+	if len(w.buf) > 0 {
+		w.env.Progress(Event{Kind: EventStep, Op: w.op, Message: string(w.buf), Partial: true, At: w.env.now()})
+		w.buf = nil
+	}
+}
+
+// lifecycle builds the Lifecycle of operation op on e: o's own settings, e's root, its
+// libvirt connection (opened here: its error comes first), host writer, key reader and its
+// progress lines as step events. done closes the connection and sends the last progress.
+func (e Env) lifecycle(op string, o lifecycle.Options) (lc *lifecycle.Lifecycle, done func(), err error) {
 	conn, err := e.OpenConn()
 	if err != nil {
 		return nil, nil, err
@@ -165,13 +223,22 @@ func (e Env) lifecycle(o lifecycle.Options) (*lifecycle.Lifecycle, virt.Conn, er
 	if e.ReadKey != nil {
 		o.ReadKey = e.ReadKey
 	}
+	sw := &stepWriter{env: e, op: op}
+	if e.Progress != nil {
+		o.Progress = sw
+	}
 	if e.Lifecycle != nil {
 		if err := e.Lifecycle(&o); err != nil {
 			conn.Close()
 			return nil, nil, err
 		}
 	}
-	return lifecycle.New(o), conn, nil
+	return lifecycle.New(o), func() {
+		conn.Close()
+		if e.Progress != nil {
+			sw.flush()
+		}
+	}, nil
 }
 
 // Request is a typed request of one operation. Op names it as the CLI's command ("inspect",
@@ -206,6 +273,36 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 			return nil, Fail(err)
 		}
 		return res.VMs, Fail(err)
+	case *ApplyRequest:
+		res, err := Apply(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res, Fail(err)
+	case *PlanRequest:
+		res, err := Plan(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Plans, Fail(err)
+	case *DestroyRequest:
+		res, err := Destroy(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res, Fail(err)
+	case *BindRequest:
+		res, err := Bind(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res, Fail(err)
+	case *UnbindRequest:
+		res, err := Unbind(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res, Fail(err)
 	}
 	return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", req)}
 }

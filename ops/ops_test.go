@@ -144,3 +144,31 @@ func TestRequestsSettings(t *testing.T) {
 		t.Errorf("Run(nil): %v", err)
 	}
 }
+
+func TestDestroyRefusals(t *testing.T) {
+	tr := hosttest.New(t)
+	env := fakeEnv(t, tr)
+	opened := 0
+	open := env.OpenConn
+	env.OpenConn = func() (virt.Conn, error) { opened++; return open() }
+	for _, c := range []struct {
+		names []string
+		code  int
+		words string
+	}{
+		{nil, ExitUsage, "destroy needs at least one VM name or spec file"},
+		{[]string{"ok", "../../etc"}, ExitUsage, `VM name "../../etc"`},
+	} {
+		v, err := Run(context.Background(), env, &DestroyRequest{Names: c.names})
+		if v != nil || ExitCode(err) != c.code || !strings.Contains(err.Error(), c.words) {
+			t.Errorf("destroy %q: %v, %v; want exit %d saying %q", c.names, v, err, c.code, c.words)
+		}
+	}
+	if opened != 0 {
+		t.Errorf("a refused destroy opened libvirt %d times; want none (names are checked first)", opened)
+	}
+	v, err := Run(context.Background(), env, &DestroyRequest{Names: []string{"gone"}})
+	if v != nil || ExitCode(err) != ExitNotFound || !strings.Contains(err.Error(), "gone") || opened != 1 {
+		t.Errorf("destroy gone: %v, %v (libvirt opened %d times); want exit 6 naming it, nothing printed", v, err, opened)
+	}
+}

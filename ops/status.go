@@ -62,11 +62,11 @@ type StatusResult struct {
 // state. A damaged ledger lists the entries that are intact and fails with the reason (exit
 // 1); a named VM not in the ledger fails with exit 6 after the others are listed.
 func Status(ctx context.Context, env Env, req StatusRequest) (*StatusResult, error) {
-	lc, conn, err := env.lifecycle(lifecycle.Options{})
+	lc, done, err := env.lifecycle("status", lifecycle.Options{})
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
+	defer done()
 	all, damaged := lc.Status(ctx)
 	if all == nil {
 		return nil, damaged
@@ -88,4 +88,78 @@ func Status(ctx context.Context, env Env, req StatusRequest) (*StatusResult, err
 			strings.Join(missing, ", "), ledger.Open(env.Root).Path(), host.ErrNotFound))
 	}
 	return res, damaged
+}
+
+// DestroyRequest is `destroy NAME...`, DELETE /v1/vms/{name}.
+type DestroyRequest struct {
+	// Names are the VMs (the CLI reads a spec file's metadata.name for it).
+	Names []string
+	// Reset is --reset: every released device reset and checked again (docs/health.md).
+	Reset bool
+}
+
+// Op is "destroy".
+func (DestroyRequest) Op() string { return "destroy" }
+
+// Bool is the request's boolean setting by its flag's name.
+func (r DestroyRequest) Bool(name string) bool { return name == "reset" && r.Reset }
+
+// IsSet reports whether the request sets the named setting.
+func (r DestroyRequest) IsSet(name string) bool { return r.Bool(name) }
+
+// Destroy is destroy: each VM's journal undone, newest first, and the functions it released
+// handed back. A record for each VM destroyed; one that failed has none (its error decides
+// the exit code), so a failed destroy is never reported as done. Nothing destroyed and an
+// error: no result.
+func Destroy(ctx context.Context, env Env, req DestroyRequest) ([]*lifecycle.DestroyResult, error) {
+	if len(req.Names) == 0 {
+		return nil, Usagef("destroy needs at least one VM name or spec file")
+	}
+	// Every name first: a malformed one is a usage error and nothing is destroyed. A VM
+	// name is a file name in the ledger and a domain name: "../../etc" is a malformed name
+	// (exit 2), not a VM that does not exist (exit 6).
+	for _, n := range req.Names {
+		if err := host.CheckComponent("VM name", n); err != nil {
+			return nil, err
+		}
+	}
+	lc, done, err := env.lifecycle("destroy", lifecycle.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	results := []*lifecycle.DestroyResult{}
+	var firstErr error
+	for _, name := range req.Names {
+		r, err := lc.Destroy(ctx, name)
+		if err == nil {
+			results = append(results, r)
+		} else if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if len(results) == 0 && firstErr != nil {
+		return nil, firstErr // nothing was destroyed: nothing on stdout
+	}
+	w, _ := env.HostIO()
+	for _, r := range results {
+		HandBack(ctx, env, w, ReleasedBy(r), "destroy "+r.VM, req.Reset)
+	}
+	return results, firstErr
+}
+
+// ReleasedBy are the PCI functions a destroy gave back: whole functions and the VFs of
+// vendor vGPU instances. An mdev instance is gone with its UUID; its parent is checked when
+// `mdev remove` hands it back.
+func ReleasedBy(r *lifecycle.DestroyResult) []host.Released {
+	var rel []host.Released
+	for _, c := range r.Released {
+		if c.Kind != ledger.KindPCI && c.Kind != ledger.KindVendorVGPU {
+			continue
+		}
+		if a, err := host.ParseAddress(c.ID); err == nil {
+			rel = append(rel, host.Released{Address: a})
+		}
+	}
+	return rel
 }

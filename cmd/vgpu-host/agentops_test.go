@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -82,10 +83,23 @@ func TestAgentTypedEndpointsCallOps(t *testing.T) {
 			t.Errorf("GET %s: status %d, exit code %q, body:\n%s\nwant 200, %d and what %v prints:\n%s", c.path, status, code, body, exit, c.cli, stdout)
 		}
 	}
+	// A change and its dry run, byte for byte as the CLI's, then done and undone.
+	status, code, body := rawCall(t, dir, "POST", "/v1/bind", []byte(`{"addresses": ["0000:01:00.0"], "dry_run": true}`))
+	stdout, stderr, exit := runVia(t, agentNever, "--host-root", dir, "-o", "json", "bind", "--dry-run", "0000:01:00.0")
+	if exit != 0 || status != http.StatusOK || code != "0" || string(body) != stdout {
+		t.Errorf("POST /v1/bind dry run: %d, exit %q:\n%s\nwant what the CLI prints (exit %d, %s):\n%s", status, code, body, exit, stderr, stdout)
+	}
+	gpu, _ := host.ParseAddress("0000:01:00.0")
+	for _, c := range []struct{ path, driver string }{{"/v1/bind", "vfio-pci"}, {"/v1/unbind", "nouveau"}} {
+		status, code, body := rawCall(t, dir, "POST", c.path, []byte(`{"addresses": ["0000:01:00.0"]}`))
+		if status != http.StatusOK || code != "0" || tr.Driver(gpu) != c.driver {
+			t.Errorf("POST %s: %d, exit %q, driver %q (want %s):\n%s", c.path, status, code, tr.Driver(gpu), c.driver, body)
+		}
+	}
 	if n := cr.runs.Load(); n != 0 {
 		t.Errorf("the typed endpoints ran %d command line(s) through the command tree; want none", n)
 	}
-	body, _ := json.Marshal(agentapi.ExecRequest{Command: "inspect"})
+	body, _ = json.Marshal(agentapi.ExecRequest{Command: "inspect"})
 	if status, _, b := rawCall(t, dir, "POST", "/v1/exec", body); status != http.StatusOK {
 		t.Fatalf("POST /v1/exec inspect: %d %s", status, b)
 	}
@@ -132,5 +146,81 @@ func TestAgentTypedEndpointErrorIsTheCLIs(t *testing.T) {
 	}
 	if status != agent.StatusOf(exit) || code != strconv.Itoa(exit) || eb.ExitCode != exit || "vgpu-host: "+eb.Error+"\n" != stderr || got.String() != want.String() {
 		t.Errorf("GET /v1/status on a damaged ledger: %d, exit %q, %s\nwant %d, exit %d, the CLI's stderr %q and output %s", status, code, body, agent.StatusOf(exit), exit, stderr, want.String())
+	}
+}
+
+// TestAgentDestroyEndpointIsTheCLIs: DELETE /v1/vms/NAME of a VM not in the ledger answers
+// 404 with the CLI's exit code and words, without running a command line.
+func TestAgentDestroyEndpointIsTheCLIs(t *testing.T) {
+	tr := agentHost(t)
+	dir := tr.Dir()
+	var cr *countingRunner
+	uri, _ := startAgentWith(t, dir, func(s *agent.Server) {
+		cr = &countingRunner{cliRunner: s.Runner.(*cliRunner)}
+		s.Runner = cr
+	})
+	status, code, body := rawCall(t, dir, "DELETE", "/v1/vms/nope", nil)
+	_, stderr, exit := runVia(t, agentNever, "--host-root", dir, "-o", "json", "destroy", "--connect", uri, "nope")
+	var eb agent.ErrorBody
+	if err := json.Unmarshal(body, &eb); err != nil {
+		t.Fatalf("%s: %v", body, err)
+	}
+	if exit != 6 || status != http.StatusNotFound || code != "6" || eb.ExitCode != 6 || "vgpu-host: "+eb.Error+"\n" != stderr {
+		t.Errorf("DELETE /v1/vms/nope: %d, exit %q, %s; want 404 and the CLI's exit %d and %q", status, code, body, exit, stderr)
+	}
+	if n := cr.runs.Load(); n != 0 {
+		t.Errorf("DELETE /v1/vms ran %d command line(s); want none", n)
+	}
+}
+
+// TestAgentSpecEndpointsCallOps: POST /v1/plan answers byte for byte what plan --output json
+// prints for the same spec, POST /v1/vms applies it and DELETE /v1/vms/NAME destroys it, with
+// no command line run; a spec the CLI refuses is refused with its words, naming spec.yaml.
+func TestAgentSpecEndpointsCallOps(t *testing.T) {
+	tr := agentHost(t)
+	dir := tr.Dir()
+	var cr *countingRunner
+	uri, logs := startAgentWith(t, dir, func(s *agent.Server) {
+		cr = &countingRunner{cliRunner: s.Runner.(*cliRunner)}
+		s.Runner = cr
+	})
+	path := deviceFreeVM(t, dir, "opsvm")
+	spec, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, code, body := rawCall(t, dir, "POST", "/v1/plan?no_start=true", spec)
+	stdout, stderr, exit := runVia(t, agentNever, "--host-root", dir, "-o", "json", "plan", "--connect", uri, "--no-start", path)
+	if exit != 0 || status != http.StatusOK || code != "0" || string(body) != stdout {
+		t.Errorf("POST /v1/plan: %d, exit %q:\n%s\nwant what plan prints (exit %d, %s):\n%s", status, code, body, exit, stderr, stdout)
+	}
+	status, code, body = rawCall(t, dir, "POST", "/v1/vms?no_start=true", spec)
+	var applied []map[string]any
+	if err := json.Unmarshal(body, &applied); err != nil || status != http.StatusOK || code != "0" || len(applied) != 1 || applied[0]["vm"] != "opsvm" {
+		t.Fatalf("POST /v1/vms: %d, exit %q: %s (%v)", status, code, body, err)
+	}
+	if !strings.Contains(logs.String(), "opsvm: ") {
+		t.Errorf("the agent logged none of apply's steps:\n%s", logs.String())
+	}
+	if status, code, body = rawCall(t, dir, "DELETE", "/v1/vms/opsvm", nil); status != http.StatusOK || code != "0" {
+		t.Errorf("DELETE /v1/vms/opsvm: %d, exit %q: %s", status, code, body)
+	}
+	for _, c := range []struct {
+		path, body, words string
+		status            int
+	}{
+		{"/v1/vms", strings.Replace(string(spec), "memory:", "memry:", 1), "spec.yaml", http.StatusBadRequest},
+		{"/v1/vms?virt_type=xen", string(spec), `--virt-type "xen": use kvm or qemu`, http.StatusBadRequest},
+		{"/v1/plan?force=nope", string(spec), `--force "nope": name the check to go past`, http.StatusBadRequest},
+		{"/v1/plan?force=a,b", string(spec), `is not an array of strings without commas`, http.StatusBadRequest},
+	} {
+		status, _, body := rawCall(t, dir, "POST", c.path, []byte(c.body))
+		var eb agent.ErrorBody
+		if err := json.Unmarshal(body, &eb); err != nil || status != c.status || eb.ExitCode != 2 || !strings.Contains(eb.Error, c.words) {
+			t.Errorf("POST %s: %d %s; want %d, exit 2 saying %q", c.path, status, body, c.status, c.words)
+		}
+	}
+	if n := cr.runs.Load(); n != 0 {
+		t.Errorf("the spec endpoints ran %d command line(s); want none", n)
 	}
 }

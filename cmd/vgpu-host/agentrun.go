@@ -247,8 +247,10 @@ func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.
 	}
 	name := req.Op()
 	e := ops.Env{
-		Root:     r.root,
-		Peer:     env.Peer,
+		Root: r.root,
+		Peer: env.Peer,
+		// The agent opens no key file a caller names: a typed endpoint sends none.
+		ReadKey:  (&runEnv{}).readKey,
 		OpenConn: func() (virt.Conn, error) { return lendConn(env.Conn, r.uri, name) },
 		HostIO: func() (host.Writer, host.ModuleLoader) {
 			if r.log == nil {
@@ -256,6 +258,10 @@ func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.
 			}
 			return loggedHostIO(r.root, r.log, name, env.Peer)
 		},
+	}
+	if r.log != nil {
+		l := r.log.With("op", name, "uid", env.Peer.UID, "pid", env.Peer.PID)
+		e.Progress = func(ev ops.Event) { l.Info("progress", "subject", ev.Subject, "message", ev.Message) }
 	}
 	withHostParts(&e)
 	return ops.Run(ctx, e, req)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/urfave/cli/v3"
 
@@ -20,6 +21,28 @@ func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
 		Root:     root,
 		OpenConn: func() (virt.Conn, error) { return openConnFor(cmd, uri) },
 		HostIO:   func() (host.Writer, host.ModuleLoader) { return hostIOFor(cmd, root) },
+		// Warnings on stderr, and the steps too with table output, as the commands print them.
+		Progress: func(e ops.Event) {
+			o, _ := outputOf(cmd)
+			switch {
+			case e.Kind == ops.EventStep && o != "table":
+				return
+			case e.Kind == ops.EventTick:
+				// A wait's line, redrawn in place, for a human on a terminal only.
+				if o == "table" && stderrIsTerminal(cmd) {
+					if e.Message == "" {
+						fmt.Fprintln(cmd.Root().ErrWriter)
+					} else {
+						fmt.Fprintf(cmd.Root().ErrWriter, "\r%s", e.Message)
+					}
+				}
+				return
+			}
+			fmt.Fprint(cmd.Root().ErrWriter, e.Message)
+			if !e.Partial {
+				fmt.Fprintln(cmd.Root().ErrWriter)
+			}
+		},
 	}
 	if rv := runEnvOf(cmd); rv != nil {
 		env.ReadKey, env.Peer = rv.readKey, rv.peer
