@@ -24,6 +24,9 @@ type Spec struct {
 	VM   *domains.VM
 }
 
+// String is the spec's path: what a log of the request shows, never its content.
+func (s Spec) String() string { return s.Path }
+
 // LoadSpecs loads every spec of operation op that is not loaded yet; two specs naming one VM
 // are refused.
 func LoadSpecs(op string, specs []Spec) ([]*domains.VM, error) {

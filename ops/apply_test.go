@@ -93,6 +93,13 @@ func TestPlanApplyDestroy(t *testing.T) {
 	}
 }
 
+func TestRequestLogShowsNoSpecContent(t *testing.T) {
+	r := ApplyRequest{Specs: []Spec{{Path: "spec.yaml", Data: []byte("secret: 1")}}, NoStart: true}
+	if s := fmt.Sprintf("%+v", r); strings.Contains(s, "secret") || !strings.Contains(s, "spec.yaml") {
+		t.Errorf("%%+v of an apply request: %s; want the spec's path, not its content", s)
+	}
+}
+
 func TestStepWriterLines(t *testing.T) {
 	var got []Event
 	w := &stepWriter{env: Env{Progress: func(e Event) { got = append(got, e) }}, op: "apply"}
