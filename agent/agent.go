@@ -1,10 +1,13 @@
 // Package agent is vgpu-host's long-running host agent: one process that owns the host and
 // serves a versioned JSON API over a unix socket (docs/agent.md).
 //
-// The agent does not reimplement any operation. Every request (POST /v1/vms, POST /v1/exec, …)
-// is a typed request for one command of vgpu-host's own command tree (agentapi.ExecRequest:
-// the command, its flags with typed values, its operands), checked and classified on those
-// values and run in-process by a Runner (cmd/vgpu-host provides it), so the CLI and the agent
+// The agent does not reimplement any operation. A typed endpoint (GET /v1/inventory, POST
+// /v1/vms, POST /v1/bind, …) decodes its HTTP request into the typed request of an operation of
+// package ops, classified on its typed values and run by the Runner's Operator side, which
+// calls the same operation as the CLI's command. Every other request (POST /v1/exec, …) is a
+// typed request for one command of vgpu-host's own command tree (agentapi.ExecRequest: the
+// command, its flags with typed values, its operands), checked and classified on those values
+// and run in-process by a Runner (cmd/vgpu-host provides it). Either way the CLI and the agent
 // answer the same: one implementation of every operation, two transports. No caller sends a
 // command line: the agent never decides on text that something else parses again. Mutations run one at a time, in arrival
 // order, on one worker; reads run concurrently.
@@ -40,6 +43,8 @@ type (
 	Peer        = agentapi.Peer
 	RunEnv      = agentapi.RunEnv
 	Runner      = agentapi.Runner
+	Operation   = agentapi.Operation
+	Operator    = agentapi.Operator
 	ExecRequest = agentapi.ExecRequest
 	ExecResult  = agentapi.ExecResult
 	ErrorBody   = agentapi.ErrorBody

@@ -14,6 +14,9 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
+	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 // routes mounts every endpoint (docs/agent.md has the table).
@@ -21,14 +24,21 @@ func (s *Server) routes(mux *http.ServeMux) {
 	v := "/" + APIVersion
 	mux.HandleFunc("GET "+v+"/version", s.version)
 	mux.HandleFunc("GET "+v+"/health", s.health)
-	mux.HandleFunc("GET "+v+"/inventory", s.typed(command("inspect")))
-	mux.HandleFunc("GET "+v+"/check", s.typed(command("check"), 3))
-	mux.HandleFunc("GET "+v+"/status", s.typed(command("status")))
-	mux.HandleFunc("POST "+v+"/vms", s.typed(specRequest("apply")))
-	mux.HandleFunc("POST "+v+"/plan", s.typed(specRequest("plan")))
-	mux.HandleFunc("DELETE "+v+"/vms/{name}", s.typed(func(r *http.Request, _ []byte) (ExecRequest, error) {
+	mux.HandleFunc("GET "+v+"/inventory", s.operation(fixed(&ops.InventoryRequest{})))
+	mux.HandleFunc("GET "+v+"/check", s.operation(fixed(&ops.CheckRequest{}), 3))
+	mux.HandleFunc("GET "+v+"/status", s.operation(fixed(&ops.StatusRequest{})))
+	mux.HandleFunc("POST "+v+"/vms", s.operation(specRequest("apply")))
+	mux.HandleFunc("POST "+v+"/plan", s.operation(specRequest("plan")))
+	mux.HandleFunc("DELETE "+v+"/vms/{name}", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
 		n, err := operand("VM name", r.PathValue("name"))
-		return ExecRequest{Command: "destroy", Operands: []string{n}}, err
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml") {
+			// The CLI reads a spec file's VM name; the agent opens no file a caller names.
+			return nil, fmt.Errorf("destroy reads %s: send its content in the request's files (the agent opens no file a caller names)", n)
+		}
+		return &ops.DestroyRequest{Names: []string{n}}, nil
 	}))
 	mux.HandleFunc("POST "+v+"/mdevs", s.typed(mdevCreateRequest))
 	mux.HandleFunc("DELETE "+v+"/mdevs/{uuid}", s.typed(func(r *http.Request, _ []byte) (ExecRequest, error) {
@@ -42,8 +52,8 @@ func (s *Server) routes(mux *http.ServeMux) {
 		return req, err
 	}))
 	mux.HandleFunc("POST "+v+"/vfs", s.typed(vfRequest))
-	mux.HandleFunc("POST "+v+"/bind", s.typed(bindRequest("bind")))
-	mux.HandleFunc("POST "+v+"/unbind", s.typed(bindRequest("unbind")))
+	mux.HandleFunc("POST "+v+"/bind", s.operation(bindRequest("bind")))
+	mux.HandleFunc("POST "+v+"/unbind", s.operation(bindRequest("unbind")))
 	mux.HandleFunc("POST "+v+"/host/restore", s.typed(func(r *http.Request, body []byte) (ExecRequest, error) {
 		var b struct {
 			DryRun bool `json:"dry_run"`
@@ -220,11 +230,6 @@ func exitOfStatus(status int) int {
 // requestFunc builds a typed endpoint's request (the endpoint adds --output json).
 type requestFunc func(r *http.Request, body []byte) (ExecRequest, error)
 
-// command is the request of an endpoint that runs cmd with no flags, operands or body.
-func command(cmd string) requestFunc {
-	return func(*http.Request, []byte) (ExecRequest, error) { return ExecRequest{Command: cmd}, nil }
-}
-
 // flags are a request's typed flag values.
 type flags map[string]json.RawMessage
 
@@ -298,6 +303,76 @@ func (s *Server) typed(build requestFunc, okCodes ...int) http.HandlerFunc {
 	}
 }
 
+// opFunc builds a typed endpoint's operation from the HTTP request, decoded strictly.
+type opFunc func(r *http.Request, body []byte) (Operation, error)
+
+// fixed is the operation of an endpoint that takes no parameters.
+func fixed(op Operation) opFunc {
+	return func(*http.Request, []byte) (Operation, error) { return op, nil }
+}
+
+// operation serves a typed endpoint by its operation, called directly through the Runner's
+// Operator side (no command line): the operation's JSON on success, an ErrorBody (with the
+// operation's JSON output, if any) and StatusOf(exit) when it fails. Exit codes listed in
+// okCodes answer 200 with the output (check's 3: the report is the answer). The answer is
+// the one the command with --output json gave: its JSON is encoded the same way.
+func (s *Server) operation(build opFunc, okCodes ...int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, ok := s.readBody(w, r)
+		if !ok {
+			return
+		}
+		o, isOp := s.Runner.(Operator)
+		if !isOp {
+			writeError(w, http.StatusNotImplemented, 7, "this agent's runner has no typed operations (a bug in vgpu-host, please report it)")
+			return
+		}
+		op, err := build(r, body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, 2, "%v", err)
+			return
+		}
+		out := s.runOperation(r.Context(), o, op)
+		if out.status != http.StatusOK {
+			writeError(w, out.status, exitOfStatus(out.status), "%s", out.msg)
+			return
+		}
+		var printed bytes.Buffer
+		if out.value != nil {
+			if err := jsonindent.Encode(&printed, out.value); err != nil {
+				printed.Reset()
+				if out.code == 0 {
+					out.code, out.errMsg = 1, fmt.Sprintf("encode %s's answer as JSON: %v", op.Op(), err)
+				}
+			}
+		}
+		w.Header().Set("X-Vgpu-Host-Exit-Code", strconv.Itoa(out.code))
+		okCode := out.code == 0
+		for _, c := range okCodes {
+			okCode = okCode || c == out.code
+		}
+		if okCode && printed.Len() > 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			w.Write(printed.Bytes())
+			return
+		}
+		eb := struct {
+			ErrorBody
+			Output json.RawMessage `json:"output,omitempty"`
+		}{ErrorBody: ErrorBody{Error: out.errMsg, ExitCode: out.code}}
+		if p := bytes.TrimSpace(printed.Bytes()); len(p) > 0 {
+			eb.Output = p
+		}
+		status := StatusOf(out.code)
+		if out.code == 0 {
+			status = http.StatusInternalServerError // exit 0 without JSON: a bug
+			eb.Error = "the command printed no JSON"
+		}
+		writeJSON(w, status, eb)
+	}
+}
+
 // decodeStrict decodes JSON, refusing unknown fields; an empty body is an empty object.
 func decodeStrict(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -323,24 +398,28 @@ func operand(what, v string) (string, error) {
 }
 
 // specRequest is POST /v1/vms (apply) and /v1/plan: the body is the spec (YAML or JSON); query
-// parameters no_start=true, force=CHECK (repeatable), virt_type=kvm|qemu.
-func specRequest(cmd string) requestFunc {
-	return func(r *http.Request, body []byte) (ExecRequest, error) {
+// parameters no_start=true, force=CHECK (repeatable), virt_type=kvm|qemu. The spec is loaded
+// by the operation, once the caller may run it, and named spec.yaml in its messages.
+func specRequest(cmd string) opFunc {
+	return func(r *http.Request, body []byte) (Operation, error) {
 		if len(bytes.TrimSpace(body)) == 0 {
-			return ExecRequest{}, errors.New("the request body must be a VM spec (YAML or JSON, docs/spec.md)")
+			return nil, errors.New("the request body must be a VM spec (YAML or JSON, docs/spec.md)")
 		}
 		q := r.URL.Query()
-		f := flags{}
-		if b, _ := strconv.ParseBool(q.Get("no_start")); b {
-			f.set("no-start", true)
+		noStart, _ := strconv.ParseBool(q.Get("no_start"))
+		force := q["force"]
+		for _, f := range force {
+			// As --force's values from the CLI: one check each.
+			if strings.ContainsRune(f, 0) || strings.Contains(f, ",") {
+				raw, _ := json.Marshal(force)
+				return nil, fmt.Errorf("flag %q: %s is not an array of strings without commas", "force", host.Clip(string(raw), 40))
+			}
 		}
-		if force := q["force"]; len(force) > 0 {
-			f.set("force", force)
+		specs := []ops.Spec{{Path: "spec.yaml", Data: body}}
+		if cmd == "plan" {
+			return &ops.PlanRequest{Specs: specs, VirtType: q.Get("virt_type"), Force: force, NoStart: noStart}, nil
 		}
-		if vt := q.Get("virt_type"); vt != "" {
-			f.set("virt-type", vt)
-		}
-		return ExecRequest{Command: cmd, Flags: f, Operands: []string{"spec.yaml"}, Files: map[string]string{"spec.yaml": string(body)}}, nil
+		return &ops.ApplyRequest{Specs: specs, VirtType: q.Get("virt_type"), Force: force, NoStart: noStart}, nil
 	}
 }
 
@@ -412,8 +491,8 @@ func vfRequest(r *http.Request, body []byte) (ExecRequest, error) {
 }
 
 // bindRequest is POST /v1/bind and /v1/unbind: {"addresses": [...], "force", "persist", "dry_run"}.
-func bindRequest(cmd string) requestFunc {
-	return func(r *http.Request, body []byte) (ExecRequest, error) {
+func bindRequest(cmd string) opFunc {
+	return func(r *http.Request, body []byte) (Operation, error) {
 		var b struct {
 			Addresses []string `json:"addresses"`
 			Force     bool     `json:"force"`
@@ -421,19 +500,23 @@ func bindRequest(cmd string) requestFunc {
 			DryRun    bool     `json:"dry_run"`
 		}
 		if err := decodeStrict(body, &b); err != nil {
-			return ExecRequest{}, err
+			return nil, err
 		}
 		if len(b.Addresses) == 0 {
-			return ExecRequest{}, errors.New(`name the devices: {"addresses": ["0000:01:00.0"]}`)
+			return nil, errors.New(`name the devices: {"addresses": ["0000:01:00.0"]}`)
 		}
-		req := ExecRequest{Command: cmd, Flags: flags{}.setIf("force", b.Force).setIf("persist", b.Persist).setIf("dry-run", b.DryRun)}
+		var addrs []string
 		for _, a := range b.Addresses {
 			a, err := operand("PCI address", a)
 			if err != nil {
-				return ExecRequest{}, err
+				return nil, err
 			}
-			req.Operands = append(req.Operands, a)
+			addrs = append(addrs, a)
 		}
-		return req, nil
+		// The timeout is the command's default (--timeout), as when the CLI runs it.
+		if cmd == "unbind" {
+			return &ops.UnbindRequest{Addresses: addrs, Force: b.Force, Persist: b.Persist, DryRun: b.DryRun, Timeout: vfio.DefaultTimeout}, nil
+		}
+		return &ops.BindRequest{Addresses: addrs, Force: b.Force, Persist: b.Persist, DryRun: b.DryRun, Timeout: vfio.DefaultTimeout}, nil
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -68,37 +69,49 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 		}
 		return res
 	}
-	if job.Class == Read {
-		defer os.RemoveAll(tmp)
-		res := run(ctx)
-		info.exitCode = res.ExitCode
-		return outcome{status: http.StatusOK, res: res}
-	}
-	// A mutation runs on the worker, with a context detached from the request: a caller
-	// that leaves does not stop it half-way. It waits for the operations before it.
 	var res ExecResult
+	status, msg := s.schedule(ctx, job.Op, peer, job.Class == Read, func(ctx context.Context) int {
+		res = run(ctx)
+		return res.ExitCode
+	}, func() { os.RemoveAll(tmp) })
+	if status == http.StatusOK {
+		info.exitCode = res.ExitCode
+	}
+	return outcome{status: status, err: msg, res: res}
+}
+
+// schedule runs one authorized operation for peer; run returns its exit code. A read runs at
+// once, under the request's context. A change runs on the worker, with a context detached
+// from the request, so that a caller that leaves does not stop it half-way; it waits for the
+// operations before it. cleanup runs once the operation ran or was skipped. The status is 200
+// when it ran (what run set may be read then), else msg says why not.
+func (s *Server) schedule(ctx context.Context, op string, peer Peer, read bool, run func(ctx context.Context) int, cleanup func()) (status int, msg string) {
+	if read {
+		defer cleanup()
+		run(ctx)
+		return http.StatusOK, ""
+	}
 	t := &task{ctx: ctx, done: make(chan struct{})}
 	t.run = func(wctx context.Context) {
-		defer os.RemoveAll(tmp)
-		res = run(wctx)
+		defer cleanup()
+		code := run(wctx)
 		if ctx.Err() != nil {
-			s.log().Warn("the caller left before the operation ended; it ran to the end", "op", job.Op, "uid", peer.UID, "pid", peer.PID, "exit_code", res.ExitCode)
+			s.log().Warn("the caller left before the operation ended; it ran to the end", "op", op, "uid", peer.UID, "pid", peer.PID, "exit_code", code)
 		}
 	}
 	t.skip = func() {
-		os.RemoveAll(tmp)
-		s.log().Warn("the caller left before the operation started; not run", "op", job.Op, "uid", peer.UID, "pid", peer.PID)
+		cleanup()
+		s.log().Warn("the caller left before the operation started; not run", "op", op, "uid", peer.UID, "pid", peer.PID)
 	}
 	if !s.enqueue(t) {
-		os.RemoveAll(tmp)
-		return outcome{status: http.StatusServiceUnavailable, err: "the agent is stopping: run the command again when it is back, or with --agent never"}
+		cleanup()
+		return http.StatusServiceUnavailable, "the agent is stopping: run the command again when it is back, or with --agent never"
 	}
 	select {
 	case <-t.done:
-		info.exitCode = res.ExitCode
-		return outcome{status: http.StatusOK, res: res}
+		return http.StatusOK, ""
 	case <-ctx.Done():
-		return outcome{status: 499, err: "the caller left"}
+		return 499, "the caller left"
 	}
 }
 
@@ -187,4 +200,88 @@ func (s *Server) Internal(ctx context.Context, req ExecRequest) (ExecResult, err
 		return o.res, fmt.Errorf("%s: exit %d: %s", what, o.res.ExitCode, errorText(o.res.Stderr))
 	}
 	return o.res, nil
+}
+
+// opOutcome is what running a typed operation came to: the value its JSON output is (nil:
+// none), its exit code and error text; or a refusal before it ran (status not 200, msg).
+type opOutcome struct {
+	value  any
+	code   int
+	errMsg string
+	status int
+	msg    string
+}
+
+// runOperation runs one typed operation for the caller in ctx: its class decided by the
+// Operator on the operation's typed values, the permission check on that class, then the
+// operation itself, on the worker for changes, as execute does for a command request; no
+// command line is built or parsed on the way.
+func (s *Server) runOperation(ctx context.Context, o Operator, op Operation) opOutcome {
+	peer, ok := PeerOf(ctx)
+	if !ok {
+		return opOutcome{status: http.StatusForbidden, msg: "no peer credentials on this connection"}
+	}
+	name, class := op.Op(), o.Class(op)
+	info, _ := ctx.Value(reqInfoKey{}).(*reqInfo)
+	if info == nil {
+		info = &reqInfo{}
+	}
+	info.op = name
+	if err := authorize(peer, class, s.GID, s.GroupName, s.ProcRoot); err != nil {
+		s.log().Warn("refused", "op", name, "class", class.String(), "uid", peer.UID, "pid", peer.PID, "err", err)
+		return opOutcome{status: http.StatusForbidden, msg: err.Error()}
+	}
+	env := RunEnv{Peer: peer}
+	if s.OpenConn != nil {
+		env.Conn = s.sharedConn
+	}
+	var out opOutcome
+	status, msg := s.schedule(ctx, name, peer, class == Read, func(ctx context.Context) int {
+		ctx, cancel := context.WithTimeout(ctx, s.requestTimeout())
+		defer cancel()
+		start := time.Now()
+		out = s.doOperation(ctx, o, op, env)
+		d := time.Since(start)
+		if s.Observe != nil {
+			var oerr error
+			if out.code != 0 {
+				oerr = fmt.Errorf("exit %d: %s", out.code, out.errMsg)
+			}
+			s.Observe(name, d, oerr)
+		}
+		if class != Read {
+			s.log().Info("operation", "op", name, "request", fmt.Sprintf("%+v", op),
+				"uid", peer.UID, "pid", peer.PID, "duration_ms", ms(d), "exit_code", out.code)
+		}
+		return out.code
+	}, func() {})
+	if status != http.StatusOK {
+		return opOutcome{status: status, msg: msg}
+	}
+	info.exitCode = out.code
+	out.status = http.StatusOK
+	return out
+}
+
+// doOperation calls the Operator; a panic in the operation is a bug, answered as the CLI
+// answers one (exit 1), never the agent's end.
+func (s *Server) doOperation(ctx context.Context, o Operator, op Operation, env RunEnv) (out opOutcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log().Error("internal error", "op", op.Op(), "panic", fmt.Sprint(r))
+			out = opOutcome{code: 1, errMsg: fmt.Sprintf("internal error (a bug in vgpu-host, please report it; docs/security.md says how): %v", r)}
+		}
+	}()
+	v, err := o.Do(ctx, op, env)
+	out.value = v
+	if err != nil {
+		out.code = 1
+		var ec interface{ ExitCode() int }
+		if errors.As(err, &ec) {
+			out.code = ec.ExitCode()
+		}
+		// The words the CLI prints after "vgpu-host: ", as errorText takes them from its stderr.
+		out.errMsg = errorText("vgpu-host: " + err.Error() + "\n")
+	}
+	return out
 }

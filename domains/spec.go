@@ -319,6 +319,15 @@ func Load(path string) (*VM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
+	return LoadData(path, b)
+}
+
+// LoadData is Load of spec content read from path, or sent under that name (the agent's):
+// at most host.MaxSpecSize bytes, parsed strictly and validated, errors naming path.
+func LoadData(path string, b []byte) (*VM, error) {
+	if len(b) > host.MaxSpecSize {
+		return nil, fmt.Errorf("read spec: %w: %w", host.TooLarge(path, host.MaxSpecSize), host.ErrInvalid)
+	}
 	vm, err := Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

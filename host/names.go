@@ -81,13 +81,19 @@ func readLimit(f *os.File, path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if int64(len(b)) > limit {
-		size := fmt.Sprintf("%d bytes", limit)
-		if limit%(1<<20) == 0 {
-			size = fmt.Sprintf("%d MiB", limit>>20)
-		}
-		return nil, fmt.Errorf("read %s: %w: it is larger than the limit of %s for this file", path, ErrTooLarge, size)
+		return nil, TooLarge(path, limit)
 	}
 	return b, nil
+}
+
+// TooLarge is the error of reading path, or content sent under that name, larger than limit
+// bytes (wraps ErrTooLarge).
+func TooLarge(path string, limit int64) error {
+	size := fmt.Sprintf("%d bytes", limit)
+	if limit%(1<<20) == 0 {
+		size = fmt.Sprintf("%d MiB", limit>>20)
+	}
+	return fmt.Errorf("read %s: %w: it is larger than the limit of %s for this file", path, ErrTooLarge, size)
 }
 
 // Clip shortens s to at most n runes for an error message, marking the cut with "…".

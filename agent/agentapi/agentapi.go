@@ -90,6 +90,25 @@ type Runner interface {
 	Run(ctx context.Context, job Job, env RunEnv) ExecResult
 }
 
+// Operation is a typed request of one of the agent's typed endpoints (package ops's
+// requests): Op names it as the CLI's command, Bool and IsSet give its settings by their
+// flag's name, so that its class is decided on these typed values by the command's rule.
+type Operation interface {
+	Op() string
+	Bool(name string) bool
+	IsSet(name string) bool
+}
+
+// Operator runs typed operations in-process, with no command line: the agent's typed
+// endpoints call it (a Runner that is also an Operator serves them).
+type Operator interface {
+	// Class is how op runs: read, mutation or root-mutation, decided on its typed values.
+	Class(op Operation) Class
+	// Do runs op for the caller in env and returns the value its JSON output is (nil when
+	// it prints nothing) and its failure, whose ExitCode method gives the exit code.
+	Do(ctx context.Context, op Operation, env RunEnv) (any, error)
+}
+
 // ExecRequest is the body of POST /v1/exec: one command of vgpu-host's tree, typed. There is
 // no command line: the agent decides who may run it on these values, and runs exactly them.
 //

@@ -20,6 +20,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/lazy"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -73,23 +74,31 @@ func (borrowedConn) Close() error { return nil }
 // Every other command waits for the connection here and fails on it first, as before (status
 // would otherwise list the ledger's VMs as "unknown" and exit 0).
 func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
-	open := func(uri string) (virt.Conn, error) {
-		if cmd.Name == "apply" {
-			return openConn(uri, remote.OpenOptions{})
-		}
-		return opened(openConn(uri, remote.OpenOptions{}))
-	}
 	rv := runEnvOf(cmd)
 	if rv == nil {
-		return open(uri)
+		return openFor(cmd.Name, uri)
 	}
 	if cmd.IsSet("connect") && cmd.String("connect") != rv.uri {
 		return nil, usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", cmd.String("connect"), rv.uri)
 	}
-	if rv.conn == nil {
-		return open(rv.uri)
+	return lendConn(rv.conn, rv.uri, cmd.Name)
+}
+
+// openFor opens a connection to uri for the command named name (see openConnFor).
+func openFor(name, uri string) (virt.Conn, error) {
+	if name == "apply" {
+		return openConn(uri, remote.OpenOptions{})
 	}
-	c, err := rv.conn()
+	return opened(openConn(uri, remote.OpenOptions{}))
+}
+
+// lendConn is the agent's connection lent to the command named name, or, when the agent
+// holds none (conn nil), one of the command's own to uri.
+func lendConn(conn func() (virt.Conn, error), uri, name string) (virt.Conn, error) {
+	if conn == nil {
+		return openFor(name, uri)
+	}
+	c, err := conn()
 	if err != nil {
 		return nil, err
 	}
@@ -99,18 +108,25 @@ func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
 // hostIOFor is hostIO for the invocation; in the agent every sysfs write is also logged
 // with its device, path, old and new value, and the caller.
 func hostIOFor(cmd *cli.Command, root host.Root) (host.Writer, host.ModuleLoader) {
-	w, m := hostIO(root)
 	if rv := runEnvOf(cmd); rv != nil && rv.log != nil {
-		l := rv.log.With("op", cmd.FullName(), "uid", rv.peer.UID, "pid", rv.peer.PID)
-		w = host.LogWriter{W: w, Log: func(c host.LoggedWrite) {
-			attrs := []any{"device", c.Device, "path", c.Path, "old", c.Old, "new", c.New}
-			if c.Err != nil {
-				l.Warn("host change failed", append(attrs, "err", c.Err)...)
-				return
-			}
-			l.Info("host change", attrs...)
-		}}
+		return loggedHostIO(root, rv.log, cmd.FullName(), rv.peer)
 	}
+	return hostIO(root)
+}
+
+// loggedHostIO is hostIO whose every sysfs write is also logged to log with its device, path,
+// old and new value, the operation op and the caller peer.
+func loggedHostIO(root host.Root, log *slog.Logger, op string, peer agentapi.Peer) (host.Writer, host.ModuleLoader) {
+	w, m := hostIO(root)
+	l := log.With("op", op, "uid", peer.UID, "pid", peer.PID)
+	w = host.LogWriter{W: w, Log: func(c host.LoggedWrite) {
+		attrs := []any{"device", c.Device, "path", c.Path, "old", c.Old, "new", c.New}
+		if c.Err != nil {
+			l.Warn("host change failed", append(attrs, "err", c.Err)...)
+			return
+		}
+		l.Info("host change", attrs...)
+	}}
 	return w, m
 }
 
@@ -215,6 +231,41 @@ func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunE
 	defer cancel()
 	code := executeCtx(ctx, app, append([]string{app.Name}, args...), &errw)
 	return agentapi.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: code}
+}
+
+// Class is how a typed operation runs in the agent: classOf, the command's rule, on the
+// operation's typed values.
+func (r *cliRunner) Class(op agentapi.Operation) agentapi.Class {
+	return classOf(op.Op(), op.Bool, op.IsSet)
+}
+
+// Do runs a typed operation (package ops) for the caller in env on the agent's root and
+// libvirt, with its host writes logged: the command tree is neither built nor run.
+func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.RunEnv) (any, error) {
+	req, ok := op.(ops.Request)
+	if !ok {
+		return nil, &ops.Error{Code: exitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", op)}
+	}
+	name := req.Op()
+	e := ops.Env{
+		Root: r.root,
+		Peer: env.Peer,
+		// The agent opens no key file a caller names: a typed endpoint sends none.
+		ReadKey:  (&runEnv{}).readKey,
+		OpenConn: func() (virt.Conn, error) { return lendConn(env.Conn, r.uri, name) },
+		HostIO: func() (host.Writer, host.ModuleLoader) {
+			if r.log == nil {
+				return hostIO(r.root)
+			}
+			return loggedHostIO(r.root, r.log, name, env.Peer)
+		},
+	}
+	if r.log != nil {
+		l := r.log.With("op", name, "uid", env.Peer.UID, "pid", env.Peer.PID)
+		e.Progress = func(ev ops.Event) { l.Info("progress", "subject", ev.Subject, "message", ev.Message) }
+	}
+	withHostParts(&e)
+	return ops.Run(ctx, e, req)
 }
 
 // agentRootOf is rootOf in the agent: the agent's root, and --host-root (or VGPU_HOST_ROOT

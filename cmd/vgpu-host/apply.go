@@ -2,19 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/direct"
@@ -103,17 +101,7 @@ func forcedChecks(cmd *cli.Command) ([]string, error) {
 
 // forcedFrom returns the --force names, each one of allowed.
 func forcedFrom(cmd *cli.Command, allowed []string) ([]string, error) {
-	var out []string
-	for _, v := range cmd.StringSlice("force") {
-		for _, n := range strings.Split(v, ",") {
-			n = strings.TrimSpace(n)
-			if !slices.Contains(allowed, n) {
-				return nil, usageErr("--force %q: name the check to go past: %s", n, strings.Join(allowed, ", "))
-			}
-			out = append(out, n)
-		}
-	}
-	return out, nil
+	return ops.CheckForce(cmd.StringSlice("force"), allowed)
 }
 
 // virtTypeFlag is --virt-type of plan and apply; lifecycleOf validates it.
@@ -131,6 +119,18 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// virtTypeOf returns the validated --virt-type ("" when not given).
+func virtTypeOf(cmd *cli.Command) (string, error) {
+	if !cmd.IsSet("virt-type") {
+		return "", nil
+	}
+	vt := cmd.String("virt-type")
+	if vt != "kvm" && vt != "qemu" {
+		return "", usageErr("--virt-type %q: use kvm or qemu", vt)
+	}
+	return vt, nil
+}
+
 // lifecycleOf builds the Lifecycle for the invocation and opens its libvirt connection.
 func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	root, err := rootOf(cmd)
@@ -141,12 +141,9 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	vt := ""
-	if cmd.IsSet("virt-type") {
-		vt = cmd.String("virt-type")
-		if vt != "kvm" && vt != "qemu" {
-			return nil, nil, usageErr("--virt-type %q: use kvm or qemu", vt)
-		}
+	vt, err := virtTypeOf(cmd)
+	if err != nil {
+		return nil, nil, err
 	}
 	force, err := forcedChecks(cmd)
 	if err != nil {
@@ -178,25 +175,48 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	return lifecycle.New(o), conn, nil
 }
 
-// loadSpecs loads every SPEC argument.
-func loadSpecs(cmd *cli.Command) ([]*domains.VM, error) {
-	if cmd.Args().Len() == 0 {
-		return nil, usageErr("%s needs at least one SPEC file", cmd.Name)
-	}
-	var vms []*domains.VM
-	seen := map[string]string{}
+// loadSpecs loads every SPEC argument, as the caller.
+func loadSpecs(cmd *cli.Command) ([]ops.Spec, error) {
+	var specs []ops.Spec
 	for _, p := range cmd.Args().Slice() {
-		vm, err := domains.Load(p)
+		specs = append(specs, ops.Spec{Path: p})
+	}
+	vms, err := ops.LoadSpecs(cmd.Name, specs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		specs[i].VM = vms[i]
+	}
+	return specs, nil
+}
+
+// specEnv checks the invocation's root, output, --virt-type and --force, and returns the
+// operations' environment for a command on specs; its libvirt URI is checked when the
+// operation opens it, as it always was: after the specs, the virt type and the forced checks.
+func specEnv(cmd *cli.Command) (ops.Env, error) {
+	root, err := rootOf(cmd)
+	if err != nil {
+		return ops.Env{}, err
+	}
+	if _, err := outputOf(cmd); err != nil {
+		return ops.Env{}, err
+	}
+	if _, err := virtTypeOf(cmd); err != nil {
+		return ops.Env{}, err
+	}
+	if _, err := forcedChecks(cmd); err != nil {
+		return ops.Env{}, err
+	}
+	env := opsEnv(cmd, root, "")
+	env.OpenConn = func() (virt.Conn, error) {
+		uri, err := connURI(cmd, root)
 		if err != nil {
 			return nil, err
 		}
-		if other, dup := seen[vm.Metadata.Name]; dup {
-			return nil, fmt.Errorf("%s and %s both name VM %q: %w", other, p, vm.Metadata.Name, host.ErrInvalid)
-		}
-		seen[vm.Metadata.Name] = p
-		vms = append(vms, vm)
+		return openConnFor(cmd, uri)
 	}
-	return vms, nil
+	return env, nil
 }
 
 func applyCommand() *cli.Command {
@@ -224,60 +244,24 @@ func applyCommand() *cli.Command {
 }
 
 func runApply(ctx context.Context, cmd *cli.Command) error {
-	vms, err := loadSpecs(cmd)
+	specs, err := loadSpecs(cmd)
 	if err != nil {
 		return err
 	}
-	lc, conn, err := lifecycleOf(cmd)
+	env, err := specEnv(cmd)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
 	// A record for each VM applied; one that failed has none (its error goes to stderr).
-	results := []*lifecycle.VMApplyResult{}
-	var firstErr error
-	for _, vm := range vms {
-		res, err := lc.Apply(ctx, vm)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		if cmd.Bool("wait-shutdown") && !cmd.Bool("no-start") {
-			wctx, cancel := context.WithTimeout(ctx, cmd.Duration("timeout"))
-			var tick func(time.Duration)
-			if o, _ := outputOf(cmd); o == "table" && stderrIsTerminal(cmd) {
-				tick = func(d time.Duration) {
-					fmt.Fprintf(cmd.Root().ErrWriter, "\r%s: waiting for the guest to power off (%s)", vm.Metadata.Name, d.Truncate(time.Second))
-				}
-			}
-			err := lc.WaitShutdown(wctx, vm.Metadata.Name, tick)
-			cancel()
-			if tick != nil {
-				fmt.Fprintln(cmd.Root().ErrWriter)
-			}
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				err = fmt.Errorf("apply %s: %s did not power off within %s (--timeout); it is still running: wait for it with another apply --wait-shutdown, or stop it with vgpu-host destroy %s: %w",
-					vm.Metadata.Name, vm.Metadata.Name, cmd.Duration("timeout"), vm.Metadata.Name, err)
-			}
-			if err != nil {
-				if firstErr == nil {
-					firstErr = err
-				}
-				continue
-			}
-			res.State = virt.StateShutoff
-		}
-		results = append(results, res)
+	results, err := ops.Apply(ctx, env, ops.ApplyRequest{Specs: specs, VirtType: cmd.String("virt-type"), Force: cmd.StringSlice("force"),
+		NoStart: cmd.Bool("no-start"), WaitShutdown: cmd.Bool("wait-shutdown"), Timeout: cmd.Duration("timeout")})
+	if results == nil {
+		return err // nothing was applied: nothing on stdout
 	}
-	if len(results) == 0 && firstErr != nil {
-		return firstErr // nothing was applied: nothing on stdout
+	if eerr := emit(cmd, results, func(w io.Writer) error { return applyTable(w, results) }); eerr != nil {
+		return eerr
 	}
-	if err := emit(cmd, results, func(w io.Writer) error { return applyTable(w, results) }); err != nil {
-		return err
-	}
-	return firstErr
+	return err
 }
 
 func applyTable(w io.Writer, rs []*lifecycle.VMApplyResult) error {

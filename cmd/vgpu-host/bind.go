@@ -6,11 +6,11 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
@@ -42,41 +42,16 @@ func bindCommand() *cli.Command {
 	}
 }
 
-// binderOf builds the Binder for the invocation and parses the addresses.
-func binderOf(cmd *cli.Command, timeout time.Duration) (*vfio.Binder, []host.Address, error) {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return nil, nil, err
-	}
-	if cmd.Args().Len() == 0 {
-		return nil, nil, usageErr("%s needs at least one PCI address (e.g. 0000:01:00.0)", cmd.Name)
-	}
-	var addrs []host.Address
-	for _, s := range cmd.Args().Slice() {
-		a, err := host.ParseAddress(s)
-		if err != nil {
-			return nil, nil, usageErr("%v", err)
-		}
-		addrs = append(addrs, a)
-	}
-	if timeout <= 0 {
-		return nil, nil, usageErr("--timeout must be positive, got %s", timeout)
-	}
-	w, m := hostIOFor(cmd, root)
-	return &vfio.Binder{Root: root, W: w, Modules: m, Timeout: timeout}, addrs, nil
-}
-
 func runBind(ctx context.Context, cmd *cli.Command) error {
-	b, addrs, err := binderOf(cmd, cmd.Duration("timeout"))
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	res, err := b.Bind(ctx, addrs, vfio.BindOptions{
-		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"),
-	})
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	res, err := ops.Bind(ctx, opsEnv(cmd, root, ""), ops.BindRequest{Addresses: cmd.Args().Slice(),
+		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func checkCommand() *cli.Command {
@@ -22,7 +23,7 @@ func checkCommand() *cli.Command {
 	}
 }
 
-func runCheck(_ context.Context, cmd *cli.Command) error {
+func runCheck(ctx context.Context, cmd *cli.Command) error {
 	root, err := rootOf(cmd)
 	if err != nil {
 		return err
@@ -30,17 +31,14 @@ func runCheck(_ context.Context, cmd *cli.Command) error {
 	if _, err := outputOf(cmd); err != nil {
 		return err
 	}
-	r, err := host.Check(root)
-	if err != nil {
+	r, err := ops.Check(ctx, opsEnv(cmd, root, ""), ops.CheckRequest{})
+	if r == nil {
 		return err
 	}
 	if err := emit(cmd, r, func(w io.Writer) error { return checkTable(w, r) }); err != nil {
 		return err
 	}
-	if !r.Assignable {
-		return fmt.Errorf("check %s: no GPU or vGPU can be assigned to a VM (virtio-gpu remains): %w", root.Dir(), host.ErrNotReady)
-	}
-	return nil
+	return err
 }
 
 func checkTable(out io.Writer, r *host.Readiness) error {

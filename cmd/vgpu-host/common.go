@@ -14,22 +14,23 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
-	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
-// Exit codes, documented in the README. Scripts can rely on them.
+// Exit codes, documented in the README. Scripts can rely on them (package ops owns them).
 const (
-	exitOK          = 0 // success (including "already in that state")
-	exitFailure     = 1 // the operation failed; the message says where and why
-	exitUsage       = 2 // bad command line or input (flag, address, spec)
-	exitNotReady    = 3 // check: nothing on this host can be assigned to a VM
-	exitRefused     = 4 // a safety check refused; re-run with --force if you mean it
-	exitBusy        = 5 // device or resource in use (held open, allocated elsewhere)
-	exitNotFound    = 6 // the named device, type, instance or VM does not exist
-	exitUnsupported = 7 // the host or driver cannot do it (no IOMMU, no SR-IOV, no mdev)
+	exitOK          = ops.ExitOK
+	exitFailure     = ops.ExitFailure
+	exitUsage       = ops.ExitUsage
+	exitNotReady    = ops.ExitNotReady
+	exitRefused     = ops.ExitRefused
+	exitBusy        = ops.ExitBusy
+	exitNotFound    = ops.ExitNotFound
+	exitUnsupported = ops.ExitUnsupported
 )
 
-// exitCode maps an error to the documented exit code.
+// exitCode maps an error to the documented exit code: the command line's own mistakes here,
+// everything else as ops.ExitCode decides.
 func exitCode(err error) int {
 	var ec cli.ExitCoder
 	switch {
@@ -39,25 +40,13 @@ func exitCode(err error) int {
 		return exitUsage
 	case errors.As(err, &ec):
 		return ec.ExitCode()
-	case errors.Is(err, lifecycle.ErrDamagedJournal): // wraps host.ErrInvalid too
-		return exitFailure
-	case errors.Is(err, host.ErrInvalid), errors.Is(err, errUsage):
-		return exitUsage
-	case errors.Is(err, host.ErrNotReady):
-		return exitNotReady
-	case errors.Is(err, host.ErrRefused):
-		return exitRefused
-	case errors.Is(err, host.ErrBusy):
-		return exitBusy
-	case errors.Is(err, host.ErrNotFound):
-		return exitNotFound
-	case errors.Is(err, host.ErrUnsupported):
-		return exitUnsupported
 	}
-	return exitFailure
+	return ops.ExitCode(err)
 }
 
-var errUsage = errors.New("usage")
+// errUsage marks a command-line mistake (exit 2): ops.ErrUsage, so that an operation's usage
+// errors and the CLI's are one.
+var errUsage = ops.ErrUsage
 
 // usageErr reports a command-line mistake (exit 2).
 func usageErr(format string, a ...any) error {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func destroyCommand() *cli.Command {
@@ -46,22 +46,6 @@ func vmName(arg string) (string, error) {
 	return arg, nil
 }
 
-// releasedBy are the PCI functions a destroy gave back: whole functions and the VFs of
-// vendor vGPU instances. An mdev instance is gone with its UUID; its parent is checked when
-// `mdev remove` hands it back.
-func releasedBy(r *lifecycle.DestroyResult) []host.Released {
-	var rel []host.Released
-	for _, c := range r.Released {
-		if c.Kind != ledger.KindPCI && c.Kind != ledger.KindVendorVGPU {
-			continue
-		}
-		if a, err := host.ParseAddress(c.ID); err == nil {
-			rel = append(rel, host.Released{Address: a})
-		}
-	}
-	return rel
-}
-
 func runDestroy(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() == 0 {
 		return usageErr("destroy needs at least one VM name or spec file")
@@ -75,32 +59,22 @@ func runDestroy(ctx context.Context, cmd *cli.Command) error {
 		}
 		names = append(names, name)
 	}
-	lc, conn, err := lifecycleOf(cmd)
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	// A record for each VM destroyed; one that failed has none (its error goes to stderr and
-	// decides the exit code), so a failed destroy is never reported as done.
-	results := []*lifecycle.DestroyResult{}
-	var firstErr error
-	for _, name := range names {
-		r, err := lc.Destroy(ctx, name)
-		if err == nil {
-			results = append(results, r)
-		} else if firstErr == nil {
-			firstErr = err
-		}
+	if _, err := outputOf(cmd); err != nil {
+		return err
 	}
-	if len(results) == 0 && firstErr != nil {
-		return firstErr // nothing was destroyed: nothing on stdout
+	uri, err := connURI(cmd, root)
+	if err != nil {
+		return err
 	}
-	if root, err := rootOf(cmd); err == nil {
-		w, _ := hostIOFor(cmd, root)
-		for _, r := range results {
-			handBack(ctx, cmd, root, w, releasedBy(r), "destroy "+r.VM)
-		}
+	results, err := ops.Destroy(ctx, opsEnv(cmd, root, uri), ops.DestroyRequest{Names: names, Reset: cmd.Bool("reset")})
+	if results == nil {
+		return err
 	}
+	firstErr := err
 	if err := emit(cmd, results, func(w io.Writer) error {
 		for _, r := range results {
 			fmt.Fprintf(w, "%s: destroyed (undid %d steps, released %d devices)\n", r.VM, len(r.Undone), len(r.Released))
@@ -111,3 +85,6 @@ func runDestroy(ctx context.Context, cmd *cli.Command) error {
 	}
 	return firstErr
 }
+
+// releasedBy are the PCI functions a destroy gave back (ops.ReleasedBy).
+func releasedBy(r *lifecycle.DestroyResult) []host.Released { return ops.ReleasedBy(r) }

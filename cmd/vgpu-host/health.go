@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // resetFlag is --reset of the commands that hand devices back (destroy, unbind, mdev remove,
@@ -21,30 +22,9 @@ func resetFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "reset", Usage: "reset every released device (each method reset_method lists, in the kernel's order) and check it again, even when it checks healthy (docs/health.md)"}
 }
 
-// handBack checks the functions an operation released, resets and quarantines them as
-// /etc/vgpu-host/health.yaml (or --reset) says, and tells stderr about every quarantine. The
-// operation itself is done: what the check finds does not change its exit code, but the next
-// plan, apply, bind or layout refuses a quarantined function.
+// handBack is ops.HandBack for the invocation: its --reset, and its quarantine lines on stderr.
 func handBack(ctx context.Context, cmd *cli.Command, root host.Root, w host.Writer, rel []host.Released, op string) []host.HandbackResult {
-	if len(rel) == 0 {
-		return nil
-	}
-	errw := cmd.Root().ErrWriter
-	pol, err := host.LoadHealthPolicy(root)
-	if err != nil {
-		fmt.Fprintf(errw, "vgpu-host: %v; using reset: %s\n", err, pol.Reset)
-	}
-	res, err := host.Handback(ctx, root, w, rel, host.HandbackOptions{Policy: pol, Reset: cmd.Bool("reset"), Op: op})
-	if err != nil {
-		fmt.Fprintf(errw, "vgpu-host: handback check: %v\n", err)
-	}
-	for _, r := range res {
-		if q := r.Quarantined; q != nil {
-			fmt.Fprintf(errw, "vgpu-host: %s quarantined (%s): it is not given to a VM again until `vgpu-host host release-quarantine %s` finds it healthy; record %s; docs/health.md\n",
-				q.Address, q.Reason(), q.Address, q.Path)
-		}
-	}
-	return res
+	return ops.HandBack(ctx, opsEnv(cmd, root, ""), w, rel, op, cmd.Bool("reset"))
 }
 
 // healthEntry is one line of `host health`: the last check and the quarantine of a function.

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func inspectCommand() *cli.Command {
@@ -27,21 +28,12 @@ func inspectCommand() *cli.Command {
 	}
 }
 
-// deviceReport is `inspect ADDR`'s output: one device and its group.
-type deviceReport struct {
-	Device host.Device `json:"device"`
-	Group  *host.Group `json:"group"`
-	// Warnings are the optional attributes that could not be read, as in the inventory's.
-	Warnings []string `json:"warnings,omitempty"`
-}
-
-// mdevReport is `inspect UUID`'s output: one mdev instance and its own IOMMU group.
-type mdevReport struct {
-	Mdev  host.MdevInstance `json:"mdev"`
-	Group *host.Group       `json:"group"`
-	// Warnings are the optional attributes that could not be read (the type's name, device_api).
-	Warnings []string `json:"warnings,omitempty"`
-}
+// The reports inspect prints (package ops reads them).
+type (
+	deviceReport    = ops.DeviceReport
+	mdevReport      = ops.MdevReport
+	inventoryReport = ops.InventoryReport
+)
 
 func runInspect(ctx context.Context, cmd *cli.Command) error {
 	root, err := rootOf(cmd)
@@ -54,43 +46,30 @@ func runInspect(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() > 1 {
 		return usageErr("inspect takes at most one address, got %d arguments", cmd.Args().Len())
 	}
-	if cmd.Args().Len() == 1 && host.IsMdevUUID(cmd.Args().First()) {
-		return inspectMdev(cmd, root, cmd.Args().First())
-	}
-	if cmd.Args().Len() == 1 {
-		a, err := host.ParseAddress(cmd.Args().First())
-		if err != nil {
-			return usageErr("%v (or name an mdev instance by its UUID)", err)
-		}
-		d, warnings, err := host.ReadDeviceWarnings(root, a)
-		if err != nil {
-			return err
-		}
-		rep := deviceReport{Device: d, Warnings: warnings}
-		if d.IOMMUGroup >= 0 {
-			g, err := host.ReadGroup(root, d.IOMMUGroup)
-			if err != nil {
-				return err
-			}
-			rep.Group = &g
-		}
-		return emit(cmd, rep, func(w io.Writer) error { return deviceTable(w, rep) })
-	}
-	if runEnvOf(cmd) == nil {
+	req := ops.InventoryRequest{Target: cmd.Args().First(), MIG: cmd.Bool("mig")}
+	if req.Target == "" && runEnvOf(cmd) == nil {
 		// A one-shot process whose heap is a few MB that all stay live until the output
 		// is written: collecting at 4 MB cost about a tenth of the 64-GPU host's CPU
 		// time, for nothing. Never in the agent, which lives on.
 		debug.SetGCPercent(400)
 	}
-	inv, err := host.Scan(root)
+	res, err := ops.Inventory(ctx, opsEnv(cmd, root, ""), req)
 	if err != nil {
 		return err
 	}
-	rep := inventoryReport{Inventory: inv, MIG: readMIGInventory(ctx, root, inv, cmd.Bool("mig"))}
-	rep.Quarantined, err = host.Quarantines(root)
-	if err != nil {
-		inv.Warnings = append(inv.Warnings, err.Error())
+	return renderInventory(cmd, root, res)
+}
+
+// renderInventory prints inspect's result as the invocation's --output asks.
+func renderInventory(cmd *cli.Command, root host.Root, res *ops.InventoryResult) error {
+	switch {
+	case res.Device != nil:
+		return emit(cmd, res.Device, func(w io.Writer) error { return deviceTable(w, *res.Device) })
+	case res.Mdev != nil:
+		return emit(cmd, res.Mdev, func(w io.Writer) error { return mdevTable(w, *res.Mdev) })
 	}
+	rep := res.Inventory
+	inv := rep.Inventory
 	return emit(cmd, rep, func(w io.Writer) error {
 		if err := inventoryTable(w, inv); err != nil {
 			return err
@@ -103,23 +82,6 @@ func runInspect(ctx context.Context, cmd *cli.Command) error {
 		}
 		return migInventoryTable(w, rep.MIG)
 	})
-}
-
-// inspectMdev prints the mdev instance uuid and its group; exit 6 when there is no such instance.
-func inspectMdev(cmd *cli.Command, root host.Root, uuid string) error {
-	m, warnings, err := host.ReadMdevInstance(root, uuid)
-	if err != nil {
-		return err
-	}
-	rep := mdevReport{Mdev: m, Warnings: warnings}
-	if m.IOMMUGroup >= 0 {
-		g, err := host.ReadGroup(root, m.IOMMUGroup)
-		if err != nil {
-			return fmt.Errorf("inspect mdev %s: %w", m.UUID, err)
-		}
-		rep.Group = &g
-	}
-	return emit(cmd, rep, func(w io.Writer) error { return mdevTable(w, rep) })
 }
 
 func mdevTable(out io.Writer, r mdevReport) error {

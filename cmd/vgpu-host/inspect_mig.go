@@ -11,33 +11,12 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
-// inventoryReport is inspect's whole-host output: the inventory's fields, plus "mig" when the
-// host has an NVIDIA GPU.
-type inventoryReport struct {
-	*host.Inventory
-	MIG *migInventory `json:"mig,omitempty"`
-	// Quarantined are the functions that failed their handback check (docs/health.md).
-	Quarantined []host.Quarantine `json:"quarantined,omitempty"`
-}
-
-// migInventory is MIG as NVML (through vgpu-host-nvml) sees it: each NVIDIA GPU's MIG mode,
-// profiles with their free placements, and GPU instances; read now, or from the MIG state
-// cache that the agent and every MIG command keep (migcache.go).
-type migInventory struct {
-	// Available is false when NVML could not be asked (no helper, no NVIDIA driver); Note says why.
-	Available bool   `json:"available"`
-	Note      string `json:"note,omitempty"`
-	// Source is "nvml" (asked now) or "cache" (the MIG state cache; ReadAt and AgeSeconds
-	// say how old, By which process wrote it).
-	Source     string       `json:"source,omitempty"`
-	ReadAt     *time.Time   `json:"read_at,omitempty"`
-	AgeSeconds float64      `json:"age_seconds,omitempty"`
-	By         string       `json:"by,omitempty"`
-	GPUs       []MIGGPUView `json:"gpus,omitempty"`
-}
+// migInventory is inspect's MIG section (ops.MIGInventory).
+type migInventory = ops.MIGInventory
 
 // migInventoryTimeout bounds inspect's wait for NVML: inspect never fails or hangs because of it.
 const migInventoryTimeout = 10 * time.Second

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func migCommand() *cli.Command {
@@ -70,43 +71,14 @@ func migShowCommand() *cli.Command {
 	}
 }
 
-// MIGGPUView is a GPU as `mig show` prints it: the backend's view plus each profile's free
-// placements now.
-type MIGGPUView struct {
-	mig.GPU
-	Free []MIGFree `json:"free"`
-}
+// MIGGPUView is a GPU as `mig show` prints it (ops.MIGGPUView).
+type MIGGPUView = ops.MIGGPUView
 
-// MIGFree is one profile's free capacity: where an instance could start now, and how many more
-// fit next to the instances there are.
-type MIGFree struct {
-	Profile    string          `json:"profile"`
-	Placements []mig.Placement `json:"placements"`
-	Fits       int             `json:"fits"`
-}
+// MIGFree is one profile's free capacity (ops.MIGFree).
+type MIGFree = ops.MIGFree
 
-func migView(st mig.State) []MIGGPUView {
-	out := []MIGGPUView{}
-	for _, g := range st.GPUs {
-		v := MIGGPUView{GPU: g, Free: []MIGFree{}}
-		for _, p := range g.Profiles {
-			f := MIGFree{Profile: p.Name, Placements: mig.FreePlacements(g, p)}
-			for n := 1; n <= max(p.Max, len(p.Placements)); n++ {
-				want := make([]string, n)
-				for i := range want {
-					want[i] = p.Name
-				}
-				if _, err := mig.Fit(g, want); err != nil {
-					break
-				}
-				f.Fits = n
-			}
-			v.Free = append(v.Free, f)
-		}
-		out = append(out, v)
-	}
-	return out
-}
+// migView is st as `mig show` prints it.
+func migView(st mig.State) []MIGGPUView { return ops.MIGView(st) }
 
 func migMode(g mig.GPU) string {
 	switch {

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func planCommand() *cli.Command {
@@ -45,19 +47,19 @@ func runPlan(ctx context.Context, cmd *cli.Command) error {
 			return usageErr("plan: --%s goes with --migrate VM", f)
 		}
 	}
-	vms, err := loadSpecs(cmd)
+	specs, err := loadSpecs(cmd)
 	if err != nil {
 		return err
 	}
-	lc, conn, err := lifecycleOf(cmd)
+	env, err := specEnv(cmd)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	plans, err := lc.Plan(ctx, vms)
-	if err != nil {
+	res, err := ops.Plan(ctx, env, ops.PlanRequest{Specs: specs, VirtType: cmd.String("virt-type"), Force: cmd.StringSlice("force"), NoStart: cmd.Bool("no-start")})
+	if res == nil {
 		return err
 	}
+	refused, plans := err, res.Plans
 	if err := emit(cmd, plans, func(w io.Writer) error {
 		for _, p := range plans {
 			fmt.Fprintf(w, "%s (virt type %s):\n", p.VM, p.VirtType)
@@ -83,10 +85,5 @@ func runPlan(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	// Exit as apply would: the first plan a safety check refuses.
-	for _, p := range plans {
-		if err := p.Refused(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return refused
 }

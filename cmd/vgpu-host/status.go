@@ -2,19 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
-	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func statusCommand() *cli.Command {
@@ -32,28 +27,24 @@ func statusCommand() *cli.Command {
 }
 
 func runStatus(ctx context.Context, cmd *cli.Command) error {
-	lc, conn, err := lifecycleOf(cmd)
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	uri, err := connURI(cmd, root)
+	if err != nil {
+		return err
+	}
 	// A damaged ledger: show the entries that are intact, then fail with the reason (exit 1).
-	all, damaged := lc.Status(ctx)
-	if all == nil {
-		return damaged
+	res, err := ops.Status(ctx, opsEnv(cmd, root, uri), ops.StatusRequest{Names: cmd.Args().Slice()})
+	if res == nil {
+		return err
 	}
-	st, missing := all, []string(nil)
-	if cmd.Args().Len() > 0 {
-		st = []lifecycle.VMStatus{}
-		for _, n := range cmd.Args().Slice() {
-			if i := slices.IndexFunc(all, func(s lifecycle.VMStatus) bool { return s.Name == n }); i >= 0 {
-				st = append(st, all[i])
-			} else {
-				missing = append(missing, strconv.Quote(n))
-			}
-		}
-	}
-	if err := emit(cmd, st, func(w io.Writer) error {
+	st := res.VMs
+	if eerr := emit(cmd, st, func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VM\tSTATE\tPHASE\tDEVICES")
 		for _, s := range st {
@@ -70,19 +61,12 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 		// Devices no VM gets until they check healthy again (docs/health.md).
-		if root, err := rootOf(cmd); err == nil {
-			for _, l := range quarantineLines(root) {
-				fmt.Fprintf(w, "quarantined: %s\n", l)
-			}
+		for _, l := range quarantineLines(root) {
+			fmt.Fprintf(w, "quarantined: %s\n", l)
 		}
 		return nil
-	}); err != nil {
-		return err
+	}); eerr != nil {
+		return eerr
 	}
-	if len(missing) > 0 {
-		root, _ := rootOf(cmd)
-		return errors.Join(damaged, fmt.Errorf("status: no VM %s in the ledger %s (vgpu-host did not create it, or it was destroyed): %w",
-			strings.Join(missing, ", "), ledger.Open(root).Path(), host.ErrNotFound))
-	}
-	return damaged
+	return err
 }

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
@@ -33,57 +32,17 @@ func unbindCommand() *cli.Command {
 }
 
 func runUnbind(ctx context.Context, cmd *cli.Command) error {
-	b, addrs, err := binderOf(cmd, cmd.Duration("timeout"))
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	res, err := b.Unbind(ctx, addrs, vfio.UnbindOptions{
-		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"),
-	})
-	if err != nil {
-		if errors.Is(err, host.ErrNotFound) && !cmd.Bool("dry-run") {
-			// A function vgpu-host bound has left the bus (removed, or fell off and the
-			// kernel removed it): it is quarantined, so that when a rescan brings it back
-			// nothing hands it to a VM before a clean check.
-			handBack(ctx, cmd, b.Root, b.W, goneFromLedger(b, addrs), "unbind")
-		}
+	if _, err := outputOf(cmd); err != nil {
 		return err
 	}
-	if !res.DryRun {
-		handBack(ctx, cmd, b.Root, b.W, unbound(res), "unbind")
+	res, err := ops.Unbind(ctx, opsEnv(cmd, root, ""), ops.UnbindRequest{Addresses: cmd.Args().Slice(),
+		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"), Reset: cmd.Bool("reset"), Timeout: cmd.Duration("timeout")})
+	if err != nil {
+		return err
 	}
 	return emit(cmd, res, func(w io.Writer) error { return resultTable(w, res) })
-}
-
-// unbound are the functions an unbind moved off vfio-pci, each with the driver it should be on
-// now ("-": none, as it had none before bind).
-func unbound(res *vfio.Result) []host.Released {
-	var rel []host.Released
-	for _, d := range res.Devices {
-		if !d.Changed || d.From != vfio.DriverName {
-			continue
-		}
-		drv := d.To
-		if drv == "" {
-			drv = "-"
-		}
-		rel = append(rel, host.Released{Address: d.Address, Driver: drv})
-	}
-	return rel
-}
-
-// goneFromLedger are the addresses among addrs that the vfio ledger records as bound by
-// vgpu-host and that are no longer on the PCI bus.
-func goneFromLedger(b *vfio.Binder, addrs []host.Address) []host.Released {
-	l, err := b.Ledger()
-	if err != nil {
-		return nil
-	}
-	var rel []host.Released
-	for _, a := range addrs {
-		if _, ours := l.Lookup(a); ours && !host.OnBus(b.Root, a) {
-			rel = append(rel, host.Released{Address: a})
-		}
-	}
-	return rel
 }
