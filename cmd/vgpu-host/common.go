@@ -44,13 +44,10 @@ func exitCode(err error) int {
 	return ops.ExitCode(err)
 }
 
-// errUsage marks a command-line mistake (exit 2): ops.ErrUsage, so that an operation's usage
-// errors and the CLI's are one.
-var errUsage = ops.ErrUsage
-
-// usageErr reports a command-line mistake (exit 2).
+// usageErr reports a command-line mistake (exit 2): ops.ErrUsage, so that an operation's
+// usage errors and the CLI's are one.
 func usageErr(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+	return fmt.Errorf("%w: %s", ops.ErrUsage, fmt.Sprintf(format, a...))
 }
 
 func isFlagError(err error) bool {
@@ -99,7 +96,7 @@ func rootOf(cmd *cli.Command) (host.Root, error) {
 	}
 	r, err := host.NewRoot(cmd.String("host-root"))
 	if err != nil {
-		return host.Root{}, fmt.Errorf("%w: %w", errUsage, err)
+		return host.Root{}, fmt.Errorf("%w: %w", ops.ErrUsage, err)
 	}
 	return r, nil
 }
@@ -155,5 +152,5 @@ func encodeAs(w io.Writer, o string, v any) error {
 		defer enc.Close()
 		return enc.Encode(generic)
 	}
-	return fmt.Errorf("encode as %q: %w", o, errUsage)
+	return fmt.Errorf("encode as %q: %w", o, ops.ErrUsage)
 }
