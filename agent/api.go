@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
@@ -40,28 +41,28 @@ func (s *Server) routes(mux *http.ServeMux) {
 		}
 		return &ops.DestroyRequest{Names: []string{n}}, nil
 	}))
-	mux.HandleFunc("POST "+v+"/mdevs", s.typed(mdevCreateRequest))
-	mux.HandleFunc("DELETE "+v+"/mdevs/{uuid}", s.typed(func(r *http.Request, _ []byte) (ExecRequest, error) {
+	mux.HandleFunc("POST "+v+"/mdevs", s.operation(mdevCreateRequest))
+	mux.HandleFunc("DELETE "+v+"/mdevs/{uuid}", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
 		u, err := operand("mdev UUID", r.PathValue("uuid"))
-		req := ExecRequest{Command: "mdev remove", Flags: flags{}, Operands: []string{u}}
-		for _, n := range []string{"force", "undefine"} {
-			if b, _ := strconv.ParseBool(r.URL.Query().Get(n)); b {
-				flags(req.Flags).set(n, true)
-			}
+		if err != nil {
+			return nil, err
 		}
-		return req, err
+		req := &ops.MdevRemoveRequest{IDs: []string{u}, Timeout: mdev.DefaultTimeout}
+		req.Force, _ = strconv.ParseBool(r.URL.Query().Get("force"))
+		req.Undefine, _ = strconv.ParseBool(r.URL.Query().Get("undefine"))
+		return req, nil
 	}))
-	mux.HandleFunc("POST "+v+"/vfs", s.typed(vfRequest))
+	mux.HandleFunc("POST "+v+"/vfs", s.operation(vfRequest))
 	mux.HandleFunc("POST "+v+"/bind", s.operation(bindRequest("bind")))
 	mux.HandleFunc("POST "+v+"/unbind", s.operation(bindRequest("unbind")))
-	mux.HandleFunc("POST "+v+"/host/restore", s.typed(func(r *http.Request, body []byte) (ExecRequest, error) {
+	mux.HandleFunc("POST "+v+"/host/restore", s.operation(func(r *http.Request, body []byte) (Operation, error) {
 		var b struct {
 			DryRun bool `json:"dry_run"`
 		}
 		if err := decodeStrict(body, &b); err != nil {
-			return ExecRequest{}, err
+			return nil, err
 		}
-		return ExecRequest{Command: "host restore", Flags: flags{}.setIf("dry-run", b.DryRun)}, nil
+		return &ops.RestoreRequest{DryRun: b.DryRun, Timeout: mdev.DefaultTimeout}, nil
 	}))
 	mux.HandleFunc("POST "+v+"/exec", s.exec)
 	mux.HandleFunc("GET "+v+"/drift", func(w http.ResponseWriter, r *http.Request) {
@@ -227,82 +228,6 @@ func exitOfStatus(status int) int {
 	return 1
 }
 
-// requestFunc builds a typed endpoint's request (the endpoint adds --output json).
-type requestFunc func(r *http.Request, body []byte) (ExecRequest, error)
-
-// flags are a request's typed flag values.
-type flags map[string]json.RawMessage
-
-// set sets flag name to v, a bool, int, string or []string.
-func (f flags) set(name string, v any) flags {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("flag %s: %v", name, err)) // only the endpoints' own values reach here
-	}
-	f[name] = b
-	return f
-}
-
-// setIf sets boolean flag name when on.
-func (f flags) setIf(name string, on bool) flags {
-	if on {
-		f.set(name, true)
-	}
-	return f
-}
-
-// typed serves an endpoint as its command with --output json: the command's JSON on
-// success, an ErrorBody (with the command's JSON output, if any) and StatusOf(exit) when it
-// fails. Exit codes listed in okCodes answer 200 with the output (check's 3: the report is
-// the answer).
-func (s *Server) typed(build requestFunc, okCodes ...int) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		body, ok := s.readBody(w, r)
-		if !ok {
-			return
-		}
-		req, err := build(r, body)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, 2, "%v", err)
-			return
-		}
-		if req.Flags == nil {
-			req.Flags = flags{}
-		}
-		flags(req.Flags).set("output", "json")
-		out := s.execute(r.Context(), req)
-		if out.status != http.StatusOK {
-			writeError(w, out.status, exitOfStatus(out.status), "%s", out.err)
-			return
-		}
-		res := out.res
-		w.Header().Set("X-Vgpu-Host-Exit-Code", strconv.Itoa(res.ExitCode))
-		okCode := res.ExitCode == 0
-		for _, c := range okCodes {
-			okCode = okCode || c == res.ExitCode
-		}
-		if okCode && json.Valid([]byte(res.Stdout)) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			io.WriteString(w, res.Stdout)
-			return
-		}
-		eb := struct {
-			ErrorBody
-			Output json.RawMessage `json:"output,omitempty"`
-		}{ErrorBody: ErrorBody{Error: errorText(res.Stderr), ExitCode: res.ExitCode}}
-		if out := bytes.TrimSpace([]byte(res.Stdout)); len(out) > 0 && json.Valid(out) {
-			eb.Output = out
-		}
-		status := StatusOf(res.ExitCode)
-		if res.ExitCode == 0 {
-			status = http.StatusInternalServerError // exit 0 without JSON: a bug
-			eb.Error = "the command printed no JSON"
-		}
-		writeJSON(w, status, eb)
-	}
-}
-
 // opFunc builds a typed endpoint's operation from the HTTP request, decoded strictly.
 type opFunc func(r *http.Request, body []byte) (Operation, error)
 
@@ -423,8 +348,9 @@ func specRequest(cmd string) opFunc {
 	}
 }
 
-// mdevCreateRequest is POST /v1/mdevs.
-func mdevCreateRequest(r *http.Request, body []byte) (ExecRequest, error) {
+// mdevCreateRequest is POST /v1/mdevs: {"parent", "type", "count", "uuids", "name",
+// "first_index", "define", "dry_run"}; a count of 0 is none given.
+func mdevCreateRequest(r *http.Request, body []byte) (Operation, error) {
 	var b struct {
 		Parent     string   `json:"parent"`
 		Type       string   `json:"type"`
@@ -436,27 +362,38 @@ func mdevCreateRequest(r *http.Request, body []byte) (ExecRequest, error) {
 		DryRun     bool     `json:"dry_run"`
 	}
 	if err := decodeStrict(body, &b); err != nil {
-		return ExecRequest{}, err
+		return nil, err
 	}
-	f := flags{}.set("parent", b.Parent).set("type", b.Type)
-	if b.Count != 0 {
-		f.set("count", b.Count)
+	for _, f := range []struct {
+		name, v string
+	}{{"parent", b.Parent}, {"type", b.Type}, {"name", b.Name}} {
+		if err := noNUL(f.name, f.v); err != nil {
+			return nil, err
+		}
 	}
-	if len(b.UUIDs) > 0 {
-		f.set("uuid", b.UUIDs)
+	for _, u := range b.UUIDs {
+		// As --uuid's values from the CLI: one UUID each.
+		if strings.ContainsRune(u, 0) || strings.Contains(u, ",") {
+			raw, _ := json.Marshal(b.UUIDs)
+			return nil, fmt.Errorf("flag %q: %s is not an array of strings without commas", "uuid", host.Clip(string(raw), 40))
+		}
 	}
-	if b.Name != "" {
-		f.set("name", b.Name)
+	return &ops.MdevCreateRequest{Parent: b.Parent, Type: b.Type, Count: b.Count, CountSet: b.Count != 0, UUIDs: b.UUIDs,
+		Name: b.Name, FirstIndex: b.FirstIndex, Define: b.Define, DryRun: b.DryRun, Timeout: mdev.DefaultTimeout}, nil
+}
+
+// noNUL refuses a string value holding a NUL byte, in the words the agent has always used
+// for a flag's value.
+func noNUL(name, v string) error {
+	if strings.ContainsRune(v, 0) {
+		raw, _ := json.Marshal(v)
+		return fmt.Errorf("flag %q: %s is not a JSON string", name, host.Clip(string(raw), 40))
 	}
-	if b.FirstIndex != 0 {
-		f.set("first-index", b.FirstIndex)
-	}
-	f.setIf("define", b.Define).setIf("dry-run", b.DryRun)
-	return ExecRequest{Command: "mdev create", Flags: f}, nil
+	return nil
 }
 
 // vfRequest is POST /v1/vfs: {"pf", "action": "enable"|"disable", "count", "driver", "persist", "force", "dry_run"}.
-func vfRequest(r *http.Request, body []byte) (ExecRequest, error) {
+func vfRequest(r *http.Request, body []byte) (Operation, error) {
 	var b struct {
 		PF      string `json:"pf"`
 		Action  string `json:"action"`
@@ -467,27 +404,26 @@ func vfRequest(r *http.Request, body []byte) (ExecRequest, error) {
 		DryRun  bool   `json:"dry_run"`
 	}
 	if err := decodeStrict(body, &b); err != nil {
-		return ExecRequest{}, err
+		return nil, err
 	}
 	pf, err := operand("PF address", b.PF)
 	if err != nil {
-		return ExecRequest{}, err
+		return nil, err
 	}
-	req := ExecRequest{Flags: flags{}, Operands: []string{pf}}
+	if err := noNUL("driver", b.Driver); err != nil {
+		return nil, err
+	}
 	switch b.Action {
 	case "enable":
-		req.Command = "vf enable"
-		flags(req.Flags).set("count", b.Count)
-		if b.Driver != "" {
-			flags(req.Flags).set("driver", b.Driver)
+		drv := b.Driver
+		if drv == "" {
+			drv = mdev.DriverKeep // the CLI's default
 		}
+		return &ops.VFEnableRequest{PF: pf, Count: b.Count, Driver: drv, Persist: b.Persist, Force: b.Force, DryRun: b.DryRun, Timeout: mdev.DefaultTimeout}, nil
 	case "disable":
-		req.Command = "vf disable"
-	default:
-		return ExecRequest{}, fmt.Errorf("action %q: use enable or disable", b.Action)
+		return &ops.VFDisableRequest{PF: pf, Persist: b.Persist, Force: b.Force, DryRun: b.DryRun, Timeout: mdev.DefaultTimeout}, nil
 	}
-	flags(req.Flags).setIf("persist", b.Persist).setIf("force", b.Force).setIf("dry-run", b.DryRun)
-	return req, nil
+	return nil, fmt.Errorf("action %q: use enable or disable", b.Action)
 }
 
 // bindRequest is POST /v1/bind and /v1/unbind: {"addresses": [...], "force", "persist", "dry_run"}.

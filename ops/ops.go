@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -156,6 +157,9 @@ type Env struct {
 	// MIG reads inspect's MIG section for inv (NVML, or the MIG state cache unless live):
 	// nil, or a nil answer, means no section.
 	MIG func(ctx context.Context, inv *host.Inventory, live bool) *MIGInventory
+	// OpenMIG opens the MIG backend of host restore's MIG steps (reconcile.Reconciler.OpenMIG):
+	// nil, none.
+	OpenMIG func() (mig.Backend, func(), error)
 	// Lifecycle, when set, amends the lifecycle options of an operation that uses one
 	// (the CLI's ISO fetcher, the crash tests' hook).
 	Lifecycle func(o *lifecycle.Options) error
@@ -303,6 +307,36 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 			return nil, Fail(err)
 		}
 		return res, Fail(err)
+	case *MdevCreateRequest:
+		res, err := MdevCreate(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *MdevRemoveRequest:
+		res, err := MdevRemove(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *VFEnableRequest:
+		res, err := VFEnable(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *VFDisableRequest:
+		res, err := VFDisable(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *RestoreRequest:
+		res, err := Restore(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
 	}
 	return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", req)}
 }

@@ -224,3 +224,95 @@ func TestAgentSpecEndpointsCallOps(t *testing.T) {
 		t.Errorf("the spec endpoints ran %d command line(s); want none", n)
 	}
 }
+
+// sameAsCLI sends one request to the agent serving dir and runs the CLI with args (and
+// --host-root dir -o json), and wants the same answer: on exit 0, 200 and the CLI's stdout
+// byte for byte; on a failure, the exit code's status and an ErrorBody whose error is the
+// CLI's message. It returns the agent's body.
+func sameAsCLI(t *testing.T, dir, method, path, body string, args ...string) []byte {
+	t.Helper()
+	status, code, got := rawCall(t, dir, method, path, []byte(body))
+	stdout, stderr, exit := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, args...)...)
+	if code != strconv.Itoa(exit) {
+		t.Errorf("%s %s: exit code %q; the CLI (%v) exits %d: %s", method, path, code, args, exit, stderr)
+	}
+	if exit == 0 {
+		if status != http.StatusOK || string(got) != stdout {
+			t.Errorf("%s %s: %d:\n%s\nwant 200 and what %v prints:\n%s", method, path, status, got, args, stdout)
+		}
+		return got
+	}
+	var eb agent.ErrorBody
+	if err := json.Unmarshal(got, &eb); err != nil {
+		t.Fatalf("%s %s: %s: %v", method, path, got, err)
+	}
+	if status != agent.StatusOf(exit) || eb.ExitCode != exit || "vgpu-host: "+eb.Error+"\n" != stderr {
+		t.Errorf("%s %s: %d %s\nwant %d, exit %d and the CLI's %q", method, path, status, got, agent.StatusOf(exit), exit, stderr)
+	}
+	return got
+}
+
+// TestAgentVGPUEndpointsCallOps: POST /v1/mdevs, DELETE /v1/mdevs/{uuid}, POST /v1/vfs and
+// POST /v1/host/restore are served by their operations with no command line run, and answer
+// what mdev create, mdev remove, vf enable/disable and host restore print with --output json
+// (dry runs, changes, "already so" and refusals), byte for byte, with their exit codes.
+func TestAgentVGPUEndpointsCallOps(t *testing.T) {
+	tr := agentHost(t)
+	dir := tr.Dir()
+	var cr *countingRunner
+	startAgentWith(t, dir, func(s *agent.Server) {
+		cr = &countingRunner{cliRunner: s.Runner.(*cliRunner)}
+		s.Runner = cr
+	})
+	// host restore with nothing persisted, dry run and real.
+	sameAsCLI(t, dir, "POST", "/v1/host/restore", `{"dry_run": true}`, "host", "restore", "--dry-run")
+	sameAsCLI(t, dir, "POST", "/v1/host/restore", ``, "host", "restore")
+
+	// mdev create: the dry run; refusals; then created by the agent, and the CLI's same
+	// command converges on the same instances.
+	sameAsCLI(t, dir, "POST", "/v1/mdevs", `{"parent": "mbochs", "type": "medium", "name": "opsm", "count": 2, "define": true, "dry_run": true}`,
+		"mdev", "create", "--parent", "mbochs", "--type", "medium", "--name", "opsm", "--count", "2", "--define", "--dry-run")
+	sameAsCLI(t, dir, "POST", "/v1/mdevs", `{"parent": "mbochs", "type": "medium", "uuids": ["a"], "name": "opsm"}`,
+		"mdev", "create", "--parent", "mbochs", "--type", "medium", "--uuid", "a", "--name", "opsm")
+	sameAsCLI(t, dir, "POST", "/v1/mdevs", `{"parent": "mbochs", "type": "medium", "count": -1}`,
+		"mdev", "create", "--parent", "mbochs", "--type", "medium", "--count=-1")
+	sameAsCLI(t, dir, "POST", "/v1/mdevs", `{"parent": "mbochs", "type": "nosuch"}`, "mdev", "create", "--parent", "mbochs", "--type", "nosuch")
+	body := sameAsCLI(t, dir, "POST", "/v1/mdevs", `{"parent": "mbochs", "type": "medium", "name": "opsm", "count": 2}`,
+		"mdev", "create", "--parent", "mbochs", "--type", "medium", "--name", "opsm", "--count", "2")
+	var ins []struct {
+		UUID string `json:"uuid"`
+	}
+	if err := json.Unmarshal(body, &ins); err != nil || len(ins) != 2 {
+		t.Fatalf("POST /v1/mdevs: %s (%v); want 2 instances", body, err)
+	}
+
+	// mdev remove: one instance by the agent, the other by the CLI, each answering the same
+	// (but for the UUID and the VM's index); then both "already gone", and a refusal.
+	status, code, got := rawCall(t, dir, "DELETE", "/v1/mdevs/"+ins[0].UUID, nil)
+	stdout, stderr, exit := runVia(t, agentNever, "--host-root", dir, "-o", "json", "mdev", "remove", ins[1].UUID)
+	if exit != 0 || status != http.StatusOK || code != "0" || string(got) != strings.NewReplacer(ins[1].UUID, ins[0].UUID, `"index": 1`, `"index": 0`).Replace(stdout) {
+		t.Errorf("DELETE /v1/mdevs/%s: %d, exit %q:\n%s\nwant what mdev remove prints (exit %d, %s):\n%s", ins[0].UUID, status, code, got, exit, stderr, stdout)
+	}
+	for _, u := range ins {
+		if _, err := os.Stat(filepath.Join(dir, "sys/bus/mdev/devices", u.UUID)); !os.IsNotExist(err) {
+			t.Errorf("instance %s is still there (%v)", u.UUID, err)
+		}
+	}
+	sameAsCLI(t, dir, "DELETE", "/v1/mdevs/"+ins[0].UUID+"?undefine=true", ``, "mdev", "remove", "--undefine", ins[0].UUID)
+	sameAsCLI(t, dir, "DELETE", "/v1/mdevs/not-a-uuid", ``, "mdev", "remove", "not-a-uuid")
+
+	// vf enable and disable: dry runs, the change by the agent and the CLI's same command
+	// finding it done, and a refusal.
+	pf := "0000:00:0a.0"
+	sameAsCLI(t, dir, "POST", "/v1/vfs", `{"pf": "`+pf+`", "action": "enable", "count": 2, "persist": true, "dry_run": true}`,
+		"vf", "enable", "--count", "2", "--persist", "--dry-run", pf)
+	sameAsCLI(t, dir, "POST", "/v1/vfs", `{"pf": "`+pf+`", "action": "enable", "count": 9}`, "vf", "enable", "--count", "9", pf)
+	sameAsCLI(t, dir, "POST", "/v1/vfs", `{"pf": "`+pf+`", "action": "enable", "count": 2, "driver": "nope"}`, "vf", "enable", "--count", "2", "--driver", "nope", pf)
+	sameAsCLI(t, dir, "POST", "/v1/vfs", `{"pf": "`+pf+`", "action": "enable", "count": 2}`, "vf", "enable", "--count", "2", pf)
+	sameAsCLI(t, dir, "POST", "/v1/vfs", `{"pf": "`+pf+`", "action": "disable", "dry_run": true}`, "vf", "disable", "--dry-run", pf)
+	sameAsCLI(t, dir, "POST", "/v1/vfs", `{"pf": "`+pf+`", "action": "disable"}`, "vf", "disable", pf)
+
+	if n := cr.runs.Load(); n != 0 {
+		t.Errorf("the vGPU endpoints ran %d command line(s) through the command tree; want none", n)
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,9 +12,8 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/agent/reconcile"
-	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
-	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func hostCommand() *cli.Command {
@@ -35,29 +33,18 @@ func hostCommand() *cli.Command {
 					"the others, and the exit code is non-zero. docs/reconcile.md.",
 				Flags: []cli.Flag{dryRunFlag(), timeoutFlag()},
 				Action: func(ctx context.Context, cmd *cli.Command) error {
-					m, rec, done, err := vgpuManager(cmd)
+					env, err := mdevEnv(cmd)
 					if err != nil {
 						return err
 					}
-					defer done()
-					w, mods := hostIO(m.Root)
-					r := &reconcile.Reconciler{Mdev: m, Binder: &vfio.Binder{Root: m.Root, W: w, Modules: mods, Timeout: cmd.Duration("timeout")},
-						OpenMIG: migOpener(m.Root)}
-					res, rerr := r.Run(ctx)
-					steps := res.Steps
-					if rec != nil && rerr == nil {
-						// The bindings' dry-run writes come after the mdev ones, as a real run makes them.
-						for _, s := range steps {
-							for _, wr := range s.Writes {
-								_ = rec.Write(ctx, wr.Path, wr.Value)
-							}
-						}
-						return emitDry(cmd, rec, nil, steps)
+					res, rerr := ops.Restore(ctx, env, ops.RestoreRequest{DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")})
+					if res.DryRun != nil {
+						return emitReport(cmd, res.DryRun)
 					}
-					if err := emit(cmd, steps, func(w io.Writer) error { return restoreTable(w, res) }); err != nil {
+					if err := emit(cmd, res.Steps, func(w io.Writer) error { return restoreTable(w, res.Result) }); err != nil {
 						return err
 					}
-					return damagedState(rerr)
+					return rerr
 				},
 			},
 			{
@@ -130,36 +117,3 @@ func restoreTable(out io.Writer, res reconcile.Result) error {
 	_, err := fmt.Fprintln(out, res.Summary())
 	return err
 }
-
-// damagedState gives an error of a command that reads no input but vgpu-host's own state
-// files (host restore) the exit code docs/security.md promises for a damaged one: 1, not the 2
-// of a bad spec or command line, although the strict decode inside wraps host.ErrInvalid.
-// The other errors joined with it keep their code (5 for a busy device, ...).
-func damagedState(err error) error {
-	if err == nil || !errors.Is(err, host.ErrInvalid) {
-		return err
-	}
-	code := exitFailure
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		var rest []error
-		for _, e := range j.Unwrap() {
-			if !errors.Is(e, host.ErrInvalid) {
-				rest = append(rest, e)
-			}
-		}
-		if c := exitCode(errors.Join(rest...)); c != exitOK {
-			code = c
-		}
-	}
-	return &exitWith{err: err, code: code}
-}
-
-// exitWith is err with a fixed exit code (exitCode takes a cli.ExitCoder's first).
-type exitWith struct {
-	err  error
-	code int
-}
-
-func (e *exitWith) Error() string { return e.err.Error() }
-func (e *exitWith) Unwrap() error { return e.err }
-func (e *exitWith) ExitCode() int { return e.code }

@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -101,20 +102,18 @@ func layoutHost(cmd *cli.Command) (*layout.Host, *host.Recorder, func(), error) 
 		return nil, nil, nil, err
 	}
 	if uri := cmd.String("connect"); uri != "" {
-		m.Domains = &lazyLibvirt{open: func() (mdev.DomainXMLLister, func(), error) {
+		l := &ops.LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) {
 			c, err := openConn(uri, remote.OpenOptions{})
 			if err != nil {
 				return nil, nil, err
 			}
 			return c, func() { c.Close() }, nil
 		}}
+		m.Domains = l
 		prev := done
-		l := m.Domains.(*lazyLibvirt)
 		done = func() {
 			prev()
-			if l.close != nil {
-				l.close()
-			}
+			l.Close()
 		}
 	}
 	_, mods := hostIO(m.Root)

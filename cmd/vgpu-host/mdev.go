@@ -5,61 +5,19 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/mdev"
-	"github.com/vgpu-host/vgpu-host/vgpu"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
-	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
-// openLibvirt connects to libvirt for the 'mdev remove' in-use check; tests replace it.
-var openLibvirt = func() (mdev.DomainXMLLister, func(), error) {
-	c, err := opened(openConn(virt.DefaultURI, remote.OpenOptions{}))
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, func() { c.Close() }, nil
-}
-
-// lazyLibvirt is the CLI's DomainUsers: it connects on first use, so commands that never
-// remove anything never need libvirtd. An unreachable libvirtd makes the check fail, and
-// Remove then decides by the kernel (who holds /dev/vfio/N) and the allocation ledger alone.
-type lazyLibvirt struct {
-	// open connects; nil uses openLibvirt (the system libvirtd).
-	open  func() (mdev.DomainXMLLister, func(), error)
-	once  sync.Once
-	users mdev.LibvirtUsers
-	close func()
-	err   error
-}
-
-func (l *lazyLibvirt) DomainsUsing(ctx context.Context, in mdev.Instance) ([]string, error) {
-	l.once.Do(func() {
-		open := l.open
-		if open == nil {
-			open = openLibvirt
-		}
-		c, closeFn, err := open()
-		if err != nil {
-			l.err = fmt.Errorf("libvirtd is unreachable, so vgpu-host cannot tell which domains use %s: %w", in.ID(), err)
-			return
-		}
-		l.users, l.close = mdev.LibvirtUsers{Conn: c}, closeFn
-	})
-	if l.err != nil {
-		return nil, l.err
-	}
-	return l.users.DomainsUsing(ctx, in)
-}
-
-// vgpuManager builds the mdev.Manager for the invocation. With --dry-run the writes go to a
-// Recorder (printed by emitDry); on the real root the libvirt in-use check is wired in.
+// vgpuManager builds the mdev.Manager for the invocation (ops.MdevManager): with --dry-run the
+// writes go to a Recorder (printed by emitDry); on the real root the libvirt in-use check is
+// wired in, to this machine's libvirt or, in the agent, its own connection.
 func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error) {
 	root, err := rootOf(cmd)
 	if err != nil {
@@ -68,81 +26,40 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	if _, err := outputOf(cmd); err != nil {
 		return nil, nil, nil, err
 	}
-	w, _ := hostIOFor(cmd, root)
-	m := mdev.New(root, w)
-	if t := cmd.Duration("timeout"); t > 0 {
-		m.Timeout = t
-	}
-	var rec *host.Recorder
-	if cmd.Bool("dry-run") {
-		rec = &host.Recorder{}
-		m.W, m.DryRun = rec, true
-	}
-	m.Allocated = ledgerHolder(root)
-	done := func() {}
-	if root.IsReal() {
-		l := &lazyLibvirt{}
-		if rv := runEnvOf(cmd); rv != nil {
-			// The agent's connection, lent (its close does nothing).
-			l.open = func() (mdev.DomainXMLLister, func(), error) {
-				c, err := openConnFor(cmd, rv.uri)
-				if err != nil {
-					return nil, nil, err
-				}
-				return c, func() { c.Close() }, nil
-			}
-		}
-		m.Domains = l
-		done = func() {
-			if l.close != nil {
-				l.close()
-			}
-		}
-	}
+	m, rec, done := ops.MdevManager(opsEnv(cmd, root, virt.DefaultURI), cmd.Duration("timeout"), cmd.Bool("dry-run"))
 	return m, rec, done, nil
 }
 
-// ledgerHolder returns the check mdev remove makes against the allocation ledger: the VM it
-// gives an instance to ("" for none). The ledger is read once, on first use; an unreadable one
-// gives nobody (the kernel's holders still decide).
-func ledgerHolder(root host.Root) func(mdev.Instance) string {
-	var once sync.Once
-	var book *ledger.Book
-	return func(in mdev.Instance) string {
-		once.Do(func() { book, _ = ledger.Open(root).Read() })
-		if book == nil {
-			return ""
-		}
-		if in.VF != nil {
-			return book.Holder(ledger.Claim{Kind: ledger.KindVendorVGPU, ID: in.VF.String()})
-		}
-		return book.Holder(ledger.Claim{Kind: ledger.KindMdev, ID: in.UUID})
+// mdevEnv is the operations' environment of an mdev, vf or host restore invocation: its root
+// and output checked as vgpuManager checks them, libvirt on this machine (the agent's own in
+// the agent).
+func mdevEnv(cmd *cli.Command) (ops.Env, error) {
+	root, err := rootOf(cmd)
+	if err != nil {
+		return ops.Env{}, err
 	}
+	if _, err := outputOf(cmd); err != nil {
+		return ops.Env{}, err
+	}
+	return opsEnv(cmd, root, virt.DefaultURI), nil
 }
 
-// dryRunReport is the --dry-run output: the sysfs writes in order, and the files vgpu-host
-// itself would write.
-type dryRunReport struct {
-	DryRun bool                 `json:"dry_run"`
-	Writes []host.RecordedWrite `json:"writes"`
-	Files  []string             `json:"files,omitempty"`
-	Result any                  `json:"result,omitempty"`
-}
-
+// emitDry prints the --dry-run report of the writes rec recorded (ops.DryRun).
 func emitDry(cmd *cli.Command, rec *host.Recorder, files []string, result any) error {
-	r := dryRunReport{DryRun: true, Writes: rec.Writes(), Files: files, Result: result}
-	if r.Writes == nil {
-		r.Writes = []host.RecordedWrite{}
-	}
+	return emitReport(cmd, ops.DryRun(rec, files, result))
+}
+
+// emitReport prints a dry run's report: as JSON, or the writes one a line.
+func emitReport(cmd *cli.Command, r *ops.DryRunReport) error {
 	return emit(cmd, r, func(w io.Writer) error {
 		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", cmd.FullName())
 		for _, wr := range r.Writes {
 			fmt.Fprintln(w, wr.String())
 		}
-		for _, f := range files {
+		for _, f := range r.Files {
 			fmt.Fprintf(w, "# and write %s\n", f)
 		}
-		if len(r.Writes) == 0 && len(files) == 0 {
+		if len(r.Writes) == 0 && len(r.Files) == 0 {
 			fmt.Fprintln(w, "# nothing to do")
 		}
 		return nil
@@ -313,55 +230,24 @@ func mdevCreateCommand() *cli.Command {
 }
 
 func runMdevCreate(ctx context.Context, cmd *cli.Command) error {
-	uuids := cmd.StringSlice("uuid")
-	count := cmd.Int("count")
-	if len(uuids) > 0 && cmd.IsSet("count") && count != len(uuids) {
-		return usageErr("--count %d and %d --uuid disagree", count, len(uuids))
+	req := ops.MdevCreateRequest{Parent: cmd.String("parent"), Type: cmd.String("type"), UUIDs: cmd.StringSlice("uuid"),
+		Count: cmd.Int("count"), CountSet: cmd.IsSet("count"), Name: cmd.String("name"), FirstIndex: cmd.Int("first-index"),
+		Define: cmd.Bool("define"), DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")}
+	if err := req.Check(); err != nil {
+		return err
 	}
-	if len(uuids) > 0 && cmd.String("name") != "" {
-		return usageErr("--uuid and --name are exclusive: --name derives the UUIDs")
-	}
-	if cmd.IsSet("count") && count < 1 {
-		return usageErr("--count must be at least 1")
-	}
-	// --first-index numbers the VM's instances as apply does (vgpu.InstanceUUID): from 0, at
-	// most vgpu.MaxInstanceIndex. A negative or huge one derives UUIDs no apply would, and
-	// FirstIndex+i overflowed.
-	if first := cmd.Int("first-index"); first < 0 || first > vgpu.MaxInstanceIndex || first+max(count, len(uuids), 1)-1 > vgpu.MaxInstanceIndex {
-		return usageErr("--first-index %d: a VM's instances are numbered as apply numbers them, 0..%d (a spec has at most 16 gpus[] entries of 16 instances); the first index plus the count must stay in that range",
-			first, vgpu.MaxInstanceIndex)
-	}
-	if n := cmd.String("name"); n != "" {
-		if err := host.CheckComponent("--name", n); err != nil {
-			return err
-		}
-	}
-	m, rec, done, err := vgpuManager(cmd)
+	env, err := mdevEnv(cmd)
 	if err != nil {
 		return err
 	}
-	defer done()
-	ins, err := m.Create(ctx, mdev.CreateRequest{Parent: cmd.String("parent"), Profile: cmd.String("type"), Count: count, UUIDs: uuids,
-		Owner: cmd.String("name"), FirstIndex: cmd.Int("first-index")})
+	res, err := ops.MdevCreate(ctx, env, req)
 	if err != nil {
 		return err
 	}
-	var files []string
-	if cmd.Bool("define") {
-		for _, in := range ins {
-			if in.Backend != mdev.BackendMdev {
-				continue // vendor-VFIO instances persist through the state file
-			}
-			d, err := m.Define(mdev.Definition{UUID: in.UUID, Parent: in.Parent, Type: in.Type})
-			if err != nil {
-				return err
-			}
-			files = append(files, d.Path)
-		}
+	if res.DryRun != nil {
+		return emitReport(cmd, res.DryRun)
 	}
-	if rec != nil {
-		return emitDry(cmd, rec, files, ins)
-	}
+	ins := res.Instances
 	return emit(cmd, ins, func(w io.Writer) error { return instancesTable(w, ins) })
 }
 
@@ -381,31 +267,24 @@ func mdevRemoveCommand() *cli.Command {
 			resetFlag(),
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			if cmd.Args().Len() == 0 && cmd.String("name") == "" {
-				return usageErr("remove needs instance UUIDs/VF addresses or --name VM")
+			req := ops.MdevRemoveRequest{IDs: cmd.Args().Slice(), Name: cmd.String("name"),
+				Force: cmd.Bool("force"), Undefine: cmd.Bool("undefine"), DryRun: cmd.Bool("dry-run"), Reset: cmd.Bool("reset"),
+				Timeout: cmd.Duration("timeout")}
+			if err := req.Check(); err != nil {
+				return err
 			}
-			m, rec, done, err := vgpuManager(cmd)
+			env, err := mdevEnv(cmd)
 			if err != nil {
 				return err
 			}
-			defer done()
-			opts := mdev.RemoveOptions{Force: cmd.Bool("force"), Undefine: cmd.Bool("undefine"), Owner: cmd.String("name")}
-			var rm []mdev.Instance
-			if cmd.Args().Len() == 0 {
-				rm, err = m.RemoveOwner(ctx, opts.Owner, opts)
-			} else {
-				rm, err = m.Remove(ctx, cmd.Args().Slice(), opts)
-			}
+			res, err := ops.MdevRemove(ctx, env, req)
 			if err != nil {
 				return err
 			}
-			if rm == nil {
-				rm = []mdev.Instance{}
+			if res.DryRun != nil {
+				return emitReport(cmd, res.DryRun)
 			}
-			if rec != nil {
-				return emitDry(cmd, rec, nil, rm)
-			}
-			handBack(ctx, cmd, m.Root, m.W, releasedInstances(rm), "mdev remove")
+			rm := res.Instances
 			return emit(cmd, rm, func(w io.Writer) error {
 				if len(rm) == 0 {
 					fmt.Fprintln(w, "nothing to remove (already gone)")
@@ -547,30 +426,4 @@ func mdevPlaceCommand() *cli.Command {
 			})
 		},
 	}
-}
-
-// releasedInstances are the PCI functions removed instances leave: each vendor-VFIO instance's
-// VF, and each PCI parent of an mdev instance (once, checked but never reset; a virtual parent
-// such as mbochs has no function to check).
-func releasedInstances(rm []mdev.Instance) []host.Released {
-	var rel []host.Released
-	seen := map[host.Address]bool{}
-	for _, in := range rm {
-		r := host.Released{}
-		switch {
-		case in.VF != nil:
-			r.Address = *in.VF
-		default:
-			p, err := host.ParseAddress(in.Parent)
-			if err != nil {
-				continue
-			}
-			r.Address, r.CheckOnly = p, true // its other instances live on
-		}
-		if !seen[r.Address] {
-			seen[r.Address] = true
-			rel = append(rel, r)
-		}
-	}
-	return rel
 }

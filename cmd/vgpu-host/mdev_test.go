@@ -13,6 +13,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // runErr runs the CLI and returns its output and error (run() keeps only the exit code).
@@ -178,14 +179,11 @@ func TestHostRestoreAndUnit(t *testing.T) {
 // holds is busy (exit 5) naming the process; one the allocation ledger gives to a VM is refused
 // (exit 4) naming the VM; --force removes either.
 func TestRemoveInUseJudgedByKernel(t *testing.T) {
-	old := openLibvirt
-	openLibvirt = func() (mdev.DomainXMLLister, func(), error) { return nil, nil, errors.New("connection refused") }
-	t.Cleanup(func() { openLibvirt = old })
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	k := hosttest.NewKernel(tr)
 	m := mdev.New(tr.Root, k)
-	m.Domains = &lazyLibvirt{}
+	m.Domains = &ops.LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) { return nil, nil, errors.New("connection refused") }}
 	ins, err := m.Create(context.Background(), mdev.CreateRequest{Parent: "mbochs", Profile: "small", Count: 3})
 	if err != nil {
 		t.Fatal(err)

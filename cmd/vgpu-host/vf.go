@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func vfCommand() *cli.Command {
@@ -113,22 +114,23 @@ func vfEnableCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			drv := cmd.String("driver")
-			if drv != mdev.DriverKeep && drv != mdev.DriverVFIO {
-				return usageErr("--driver %q: use vfio-pci or keep", drv)
+			req := ops.VFEnableRequest{PF: a.String(), Count: cmd.Int("count"), Driver: cmd.String("driver"),
+				Persist: cmd.Bool("persist"), Force: cmd.Bool("force"), DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")}
+			if err := req.Check(); err != nil {
+				return err
 			}
-			m, rec, done, err := vgpuManager(cmd)
+			env, err := mdevEnv(cmd)
 			if err != nil {
 				return err
 			}
-			defer done()
-			pf, err := m.EnableVFs(ctx, a, cmd.Int("count"), mdev.EnableOptions{Driver: drv, Persist: cmd.Bool("persist"), Force: cmd.Bool("force")})
+			res, err := ops.VFEnable(ctx, env, req)
 			if err != nil {
 				return err
 			}
-			if rec != nil {
-				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
+			if res.DryRun != nil {
+				return emitReport(cmd, res.DryRun)
 			}
+			pf := res.PF
 			return emit(cmd, pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
 		},
 	}
@@ -150,19 +152,19 @@ func vfDisableCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			m, rec, done, err := vgpuManager(cmd)
+			env, err := mdevEnv(cmd)
 			if err != nil {
 				return err
 			}
-			defer done()
-			pf, err := m.DisableVFsWith(ctx, a, mdev.DisableOptions{Persist: cmd.Bool("persist"), Force: cmd.Bool("force")})
+			res, err := ops.VFDisable(ctx, env, ops.VFDisableRequest{PF: a.String(), Persist: cmd.Bool("persist"), Force: cmd.Bool("force"),
+				DryRun: cmd.Bool("dry-run"), Reset: cmd.Bool("reset"), Timeout: cmd.Duration("timeout")})
 			if err != nil {
 				return err
 			}
-			if rec != nil {
-				return emitDry(cmd, rec, persistFiles(cmd, m), nil)
+			if res.DryRun != nil {
+				return emitReport(cmd, res.DryRun)
 			}
-			handBack(ctx, cmd, m.Root, m.W, []host.Released{{Address: a, CheckOnly: true}}, "vf disable")
+			pf := res.PF
 			return emit(cmd, pf, func(w io.Writer) error {
 				if err := pfTable(w, []mdev.PF{pf}); err != nil {
 					return err
@@ -174,12 +176,4 @@ func vfDisableCommand() *cli.Command {
 			})
 		},
 	}
-}
-
-// persistFiles is what --persist would write, for a dry run's report.
-func persistFiles(cmd *cli.Command, m *mdev.Manager) []string {
-	if cmd.Bool("persist") {
-		return []string{m.SRIOVPath()}
-	}
-	return nil
 }
