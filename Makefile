@@ -98,6 +98,10 @@ test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-
 test-go: ## every Go test, including those against a real libvirtd the tests start (root)
 	@scripts/deps.sh test
 	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 -timeout 60m ./...
+	@# The agent binary's own files (-tags agent: its server, in-process downloads, the
+	@# trust-boundary tests) are compiled only with the tag: their tests run once more with
+	@# it (about 2 minutes here, fake trees and libvirt's test driver).
+	$(GO) test -count=1 -tags agent ./cmd/vgpu-host ./agent/... ./ops/
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
 # of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes

@@ -13,6 +13,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
+// fetchInProcess says that this binary downloads itself (VGPU_HOST_AGENT_BIN plays no part).
+const fetchInProcess = true
+
 // fetchISO downloads in this process: vgpu-host-agent links net/http.
 var fetchISO = httpget.Fetch
 

@@ -16,6 +16,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
+// fetchInProcess says that this binary hands downloads to vgpu-host-agent (VGPU_HOST_AGENT_BIN).
+const fetchInProcess = false
+
 // fetchISO downloads through vgpu-host-agent --fetch-iso (fetchISOFlag says why), its progress
 // lines going to progress (nil: discarded). Its error keeps its message and sentinels; when ctx
 // ends, the download is stopped with SIGTERM (it removes its partial file).

@@ -97,6 +97,15 @@ func TestFetchISOApply(t *testing.T) {
 		t.Errorf("the pool holds %v, want installer.iso and its sidecar alone", left)
 	}
 
+	if fetchInProcess {
+		// vgpu-host-agent downloads itself: VGPU_HOST_AGENT_BIN, the light binary's way to
+		// its downloader, changes nothing (the server's own answer comes back).
+		t.Setenv("VGPU_HOST_AGENT_BIN", filepath.Join(t.TempDir(), "none"))
+		if out, code := apply(spec("inprocess", "/other.iso", sum)); code != exitNotFound || !strings.Contains(out, "the server answered 404 Not Found") {
+			t.Errorf("agent build with VGPU_HOST_AGENT_BIN unset to nothing: exit %d, want %d and the server's answer:\n%s", code, exitNotFound, out)
+		}
+		return
+	}
 	// A program that is not the downloader (a crash, an older vgpu-host-agent): its failure.
 	if f, err := exec.LookPath("false"); err == nil {
 		t.Setenv("VGPU_HOST_AGENT_BIN", f)
