@@ -123,7 +123,13 @@ func (ApplyRequest) Op() string { return "apply" }
 
 // Bool is the request's boolean setting by its flag's name.
 func (r ApplyRequest) Bool(name string) bool {
-	return map[string]bool{"no-start": r.NoStart, "wait-shutdown": r.WaitShutdown}[name]
+	switch name {
+	case "no-start":
+		return r.NoStart
+	case "wait-shutdown":
+		return r.WaitShutdown
+	}
+	return false
 }
 
 // IsSet reports whether the request sets the named setting.
