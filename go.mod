@@ -140,3 +140,5 @@ require (
 )
 
 tool github.com/goreleaser/nfpm/v2/cmd/nfpm
+
+replace gopkg.in/yaml.v3 => ./third_party/yaml.v3

@@ -46,14 +46,16 @@ func TestMainBinaryHasNoNetHTTP(t *testing.T) {
 
 // Budgets of TestLightBinaryInits: what the package initialisers of bin/vgpu-host (built as
 // `make build` builds it) do at every start, as GODEBUG=inittrace=1 reports it for
-// `vgpu-host --version` (Go 1.26: 58 packages with an initialiser, 449 allocations, all of
+// `vgpu-host --version` (Go 1.26: 58 packages with an initialiser, 174 allocations, all of
 // them the standard library's and the libraries'; a hello world importing only the libraries
-// vgpu-host links: 47 and 410). Raising one is a decision: say in the commit what the new
-// initialiser buys (README, Benchmarks: on a machine where a page fault is dear, each
-// initialiser's pages are most of what it costs).
+// vgpu-host links: 49 and 121). 449 allocations before yaml.v3's tables were built on first
+// use (third_party/yaml.v3/VGPU-HOST.md): the budget catches go.mod's replace going missing.
+// Raising one is a decision: say in the commit what the new initialiser buys (README,
+// Benchmarks: on a machine where a page fault is dear, each initialiser's pages are most of
+// what it costs).
 const (
 	maxInitPackages = 60
-	maxInitAllocs   = 470
+	maxInitAllocs   = 200
 )
 
 // TestLightBinaryInits: no package of this module, main included, has an initialiser in
