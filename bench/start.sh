@@ -3,7 +3,8 @@
 # peer measured side by side (hyperfine; the median over short rounds, see rounds below):
 #   - `vgpu-host --version` and `vgpu-host --help` against a bare hello-world Go binary built
 #     here with the same toolchain and flags (static, -trimpath). Goal: <= 1.5x each in CPU
-#     time (the wall-time ratio is printed beside it).
+#     time (the wall-time ratio is printed beside it). Each one's minor page faults per start
+#     are printed before (start-faults): they do not drift with the load.
 #   - `vgpu-host inspect -o json` against `lspci -nnk` on the same tree, for the shared real-kernel
 #     snapshot (/work/shared/fixtures, when present) and the bundled one
 #     (host/testdata/lab-snapshot.tar.gz). Goal: <= 0.4x.
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 GO=${GO:-go}
-for t in hyperfine lspci; do
+for t in hyperfine lspci /usr/bin/time; do
 	command -v $t >/dev/null || { echo "bench/start.sh: $t missing (make bench installs it)" >&2; exit 1; }
 done
 BIN=${VGPU_HOST_BIN:-bin/vgpu-host}
@@ -67,6 +68,19 @@ rounds() {
 	END { for (c in names) { n = 0; m = 0; for (f in files) { n++; v[n] = t[c, f]; w[n] = u[c, f]; if (c != "c0") { m++; q[m] = t[c, f] / t["c0", f]; r[m] = u[c, f] / u["c0", f] } }
 		printf "%s %.6f %s %.6f %s\n", c, median(v, n), (c == "c0" ? "1" : sprintf("%.2f", median(q, m))), median(w, n), (c == "c0" ? "1" : sprintf("%.2f", median(r, m))) } }' "$work/$name".*.csv | sort
 }
+
+# faults CMD...: the median of FAULT_RUNS starts' minor page faults (getrusage, through GNU
+# time). Unlike CPU and wall time they do not drift with the load, and on this machine a start
+# costs about its faults (README, Start-up): what a change to the start did, on a busy machine.
+FAULT_RUNS=${FAULT_RUNS:-100}
+faults() {
+	local i
+	for ((i = 0; i < FAULT_RUNS; i++)); do
+		/usr/bin/time -f %R "$@" 2>&1 >/dev/null | tail -n 1
+	done | sort -n | awk '{ f[NR] = $1 } END { print f[int((NR + 1) / 2)] }'
+}
+printf 'start-faults   minor page faults per start, median of %d: bare Go binary %s, vgpu-host --version %s, --help %s, libraries'"'"' floor %s\n' \
+	"$FAULT_RUNS" "$(faults "$bare")" "$(faults "$BIN" --version)" "$(faults "$BIN" --help)" "$(faults "$deps")"
 
 rounds start "$bare" "$BIN --version" "$BIN --help" "$deps" >"$work/start.txt"
 read -r _ t_bare _ u_bare _ < <(grep '^c0 ' "$work/start.txt")
