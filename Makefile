@@ -93,7 +93,7 @@ test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-
 	@scripts/deps.sh helper
 	$(GO) test -count=1 ./...
 
-# -timeout: go test's default of 10 minutes a package is less than cmd/vgpu-host's libvirtd tests
+# -timeout: go test's default of 10 minutes a package is less than internal/clitree's libvirtd tests
 # take under TCG with the image bake (TestBakeLibvirtd; the first run also builds its image).
 test-go: ## every Go test, including those against a real libvirtd the tests start (root)
 	@scripts/deps.sh test
@@ -102,7 +102,7 @@ test-go: ## every Go test, including those against a real libvirtd the tests sta
 	@# trust-boundary tests) are compiled only with the tag: their tests run once more with
 	@# it (about 2 minutes here, fake trees and libvirt's test driver); the real-libvirtd
 	@# tests, which the line above ran, skip saying so.
-	VGPU_TEST_LIBVIRTD=ran-in-the-untagged-pass $(GO) test -count=1 -tags agent ./cmd/vgpu-host ./agent/... ./ops/
+	VGPU_TEST_LIBVIRTD=ran-in-the-untagged-pass $(GO) test -count=1 -tags agent ./internal/clitree ./agent/... ./ops/
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
 # of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes
@@ -114,7 +114,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseAddress ./host:FuzzParseCreatableVGPUTypes ./host:FuzzMdevSupportedTypes \
 	./mdev:FuzzUUID ./mdev:FuzzMdevctlDefinition ./mdev:FuzzStateFiles \
 	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO \
-	./cmd/vgpu-host:FuzzAgentRequest
+	./internal/clitree:FuzzAgentRequest
 
 fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 	@scripts/deps.sh test
@@ -125,7 +125,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 race: ## go test -race on the packages with concurrency
 	@scripts/deps.sh test
 	$(GO) test -race -count=1 ./internal/filelock ./ledger ./mdev ./vfio
-	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./cmd/vgpu-host
+	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./internal/clitree
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
 	@scripts/deps.sh e2e
