@@ -9,5 +9,5 @@ import (
 )
 
 func main() {
-	os.Exit(clitree.Main(os.Args))
+	os.Exit(clitree.Main(clitree.Env{}, os.Args))
 }

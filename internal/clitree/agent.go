@@ -1,6 +1,8 @@
 package clitree
 
 import (
+	"context"
+
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
@@ -29,8 +31,8 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn or error"},
 			&cli.StringFlag{Name: "metrics-listen", Usage: "also serve /metrics over TCP on `ADDR` (host:port; the socket always serves it)"},
 		},
-		// runAgent is the server in vgpu-host-agent (agent_full.go); vgpu-host, which links
-		// no server, replaces itself with vgpu-host-agent (agent_light.go).
-		Action: runAgent,
+		// The server in vgpu-host-agent (Env.Agent, internal/agentcmd); vgpu-host, which
+		// links no server, replaces itself with vgpu-host-agent (agent_light.go).
+		Action: func(ctx context.Context, cmd *cli.Command) error { return envOf(cmd).runAgent(ctx, cmd) },
 	}
 }

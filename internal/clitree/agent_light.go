@@ -1,13 +1,8 @@
-//go:build !agent
-
 package clitree
 
 import (
-	"context"
 	"errors"
 	"os"
-
-	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -15,7 +10,9 @@ import (
 var errNoAgentBinary = errors.New(AgentBinary + " not found")
 
 // execAgent replaces this process with vgpu-host-agent and the same arguments: same pid, so
-// systemd's Type=notify and the socket's peer see one process.
+// systemd's Type=notify and the socket's peer see one process. It is `vgpu-host agent` in the
+// light CLI (a nil Env.Agent), which stays light to start (no net/http server, no Prometheus
+// client in every command's init); vgpu-host-agent is the same command tree with the server.
 func execAgent() error {
 	// Checked and run through one descriptor: a link flipped between the check and the exec
 	// cannot run another file as root.
@@ -26,8 +23,3 @@ func execAgent() error {
 	defer h.Close()
 	return h.Exec(append([]string{h.Path}, os.Args[1:]...), os.Environ())
 }
-
-// runAgent replaces vgpu-host with vgpu-host-agent: this binary stays light to start (no
-// net/http server, no Prometheus client in every command's init), and the agent is the same
-// command tree built with -tags agent.
-func runAgent(context.Context, *cli.Command) error { return execAgent() }

@@ -67,7 +67,7 @@ func startAgentWith(t *testing.T, dir string, mod func(*agent.Server)) (uri stri
 	}
 	procRoot, _ := host.NewRoot("/")
 	srv := &agent.Server{Root: root, Socket: agentSocketUnder(root), GID: -1, ProcRoot: procRoot,
-		Runner: &cliRunner{root: root, uri: uri, log: log}, Log: log, URI: uri, OpenConn: openConnWait}
+		Runner: &cliRunner{root: root, uri: uri, log: log, env: testEnv()}, Log: log, URI: uri, OpenConn: testEnv().openConnWait}
 	if mod != nil {
 		mod(srv)
 	}
@@ -91,7 +91,7 @@ func startAgentWith(t *testing.T, dir string, mod func(*agent.Server)) (uri stri
 func runVia(t *testing.T, mode string, args ...string) (string, string, int) {
 	t.Helper()
 	argv := append([]string{"--agent", mode}, args...)
-	app := newApp()
+	app := newApp(testEnv())
 	pruneUnnamed(app, argv)
 	var out, errw bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errw
@@ -652,7 +652,7 @@ func TestPrepareRequest(t *testing.T) {
 		{agent.ExecRequest{Command: "device-plugin"}, 0, nil, "not a command the agent runs"},
 		{agent.ExecRequest{Command: "__man"}, 0, nil, "not a command the agent runs"},
 	} {
-		job, err := (&cliRunner{}).Prepare(c.req)
+		job, err := (&cliRunner{env: testEnv()}).Prepare(c.req)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%+v: %v, want an error with %q", c.req, err, c.err)
@@ -691,7 +691,7 @@ func TestEveryCommandHasAnAgentRule(t *testing.T) {
 			}
 		}
 	}
-	walk("", newApp().Commands)
+	walk("", newApp(testEnv()).Commands)
 	for name := range agentRules.Get() {
 		if !seen[name] {
 			t.Errorf("agentRules names %q, which is not a command", name)

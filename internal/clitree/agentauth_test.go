@@ -54,7 +54,7 @@ func cliChild(file string) int {
 	enc := json.NewEncoder(os.Stdout)
 	for _, args := range lines {
 		var out, errw bytes.Buffer
-		app := newAppFor(args)
+		app := newAppFor(testEnv(), args)
 		app.Writer, app.ErrWriter = &out, &errw
 		code := execute(app, append([]string{"vgpu-host"}, args...), &errw)
 		enc.Encode(childResult{Args: args, Code: code, Stdout: out.String(), Stderr: errw.String()})
@@ -289,7 +289,7 @@ func TestAgentAuthorization(t *testing.T) {
 
 // hasFlag reports whether command op of the tree has flag name.
 func hasFlag(op, name string) bool {
-	c := newApp()
+	c := newApp(testEnv())
 	for _, n := range strings.Fields(op) {
 		if c = c.Command(n); c == nil {
 			return false
@@ -354,7 +354,7 @@ func TestKeyFileFIFO(t *testing.T) {
 			defer close(done)
 			// Through the agent the CLI cannot read the key either, so it runs the plan itself.
 			args := []string{"vgpu-host", "--agent", mode, "--host-root", dir, "plan", "--connect", uri, "--virt-type", "qemu", spec}
-			app := newApp()
+			app := newApp(testEnv())
 			var o, e bytes.Buffer
 			app.Writer, app.ErrWriter = &o, &e
 			code = execute(app, args, &e)

@@ -35,7 +35,7 @@ func FuzzAgentRequest(f *testing.F) {
 		if dec.Decode(&req) != nil || req.Command == "" {
 			return
 		}
-		app := newApp()
+		app := newApp(testEnv())
 		job, cl, err := prepareRequest(app, req)
 		if err != nil {
 			return

@@ -76,27 +76,27 @@ func (borrowedConn) Close() error { return nil }
 func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
 	rv := runEnvOf(cmd)
 	if rv == nil {
-		return openFor(cmd.Name, uri)
+		return openFor(envOf(cmd), cmd.Name, uri)
 	}
 	if cmd.IsSet("connect") && cmd.String("connect") != rv.uri {
 		return nil, usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", cmd.String("connect"), rv.uri)
 	}
-	return lendConn(rv.conn, rv.uri, cmd.Name)
+	return lendConn(envOf(cmd), rv.conn, rv.uri, cmd.Name)
 }
 
 // openFor opens a connection to uri for the command named name (see openConnFor).
-func openFor(name, uri string) (virt.Conn, error) {
+func openFor(e *Env, name, uri string) (virt.Conn, error) {
 	if name == "apply" {
-		return openConn(uri, remote.OpenOptions{})
+		return e.openConn(uri, remote.OpenOptions{})
 	}
-	return opened(openConn(uri, remote.OpenOptions{}))
+	return opened(e.openConn(uri, remote.OpenOptions{}))
 }
 
 // lendConn is the agent's connection lent to the command named name, or, when the agent
 // holds none (conn nil), one of the command's own to uri.
-func lendConn(conn func() (virt.Conn, error), uri, name string) (virt.Conn, error) {
+func lendConn(e *Env, conn func() (virt.Conn, error), uri, name string) (virt.Conn, error) {
 	if conn == nil {
-		return openFor(name, uri)
+		return openFor(e, name, uri)
 	}
 	c, err := conn()
 	if err != nil {
@@ -109,15 +109,15 @@ func lendConn(conn func() (virt.Conn, error), uri, name string) (virt.Conn, erro
 // with its device, path, old and new value, and the caller.
 func hostIOFor(cmd *cli.Command, root host.Root) (host.Writer, host.ModuleLoader) {
 	if rv := runEnvOf(cmd); rv != nil && rv.log != nil {
-		return loggedHostIO(root, rv.log, cmd.FullName(), rv.peer)
+		return loggedHostIO(envOf(cmd), root, rv.log, cmd.FullName(), rv.peer)
 	}
-	return hostIO(root)
+	return envOf(cmd).hostIO(root)
 }
 
 // loggedHostIO is hostIO whose every sysfs write is also logged to log with its device, path,
 // old and new value, the operation op and the caller peer.
-func loggedHostIO(root host.Root, log *slog.Logger, op string, peer agentapi.Peer) (host.Writer, host.ModuleLoader) {
-	w, m := hostIO(root)
+func loggedHostIO(e *Env, root host.Root, log *slog.Logger, op string, peer agentapi.Peer) (host.Writer, host.ModuleLoader) {
+	w, m := e.hostIO(root)
 	l := log.With("op", op, "uid", peer.UID, "pid", peer.PID)
 	w = host.LogWriter{W: w, Log: func(c host.LoggedWrite) {
 		attrs := []any{"device", c.Device, "path", c.Path, "old", c.Old, "new", c.New}
@@ -185,11 +185,12 @@ type cliRunner struct {
 	root host.Root
 	uri  string
 	log  *slog.Logger
+	env  *Env // the trees' (nil: the light CLI's)
 }
 
 // Prepare checks a typed request against the command tree (see prepareRequest).
 func (r *cliRunner) Prepare(req agentapi.ExecRequest) (agentapi.Job, error) {
-	app := newApp()
+	app := newApp(r.env)
 	pruneUnnamed(app, strings.Fields(req.Command))
 	j, _, err := prepareRequest(app, req)
 	return j, err
@@ -200,11 +201,11 @@ func (r *cliRunner) Prepare(req agentapi.ExecRequest) (agentapi.Job, error) {
 // after --), and before the command's action runs, the command the tree parsed and its class
 // from the parsed typed values must be the job's: what runs is what was authorized.
 func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
-	app := newApp()
+	app := newApp(r.env)
 	pruneUnnamed(app, strings.Fields(job.Op))
 	var out, errw bytes.Buffer
 	app.Writer, app.ErrWriter, app.Reader = &out, &errw, bytes.NewReader(nil)
-	app.Metadata = map[string]any{runEnvKey: &runEnv{root: r.root, uri: r.uri, conn: env.Conn, log: r.log, peer: env.Peer, keys: job.Request.KeyFiles}}
+	app.Metadata[runEnvKey] = &runEnv{root: r.root, uri: r.uri, conn: env.Conn, log: r.log, peer: env.Peer, keys: job.Request.KeyFiles}
 	// Flags read no environment in the agent: the caller's values came typed in the request.
 	useEnv(app, map[string]string{})
 	fail := func(err error) agentapi.ExecResult {
@@ -252,19 +253,19 @@ func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.
 		Peer: env.Peer,
 		// The agent opens no key file a caller names: a typed endpoint sends none.
 		ReadKey:  (&runEnv{}).readKey,
-		OpenConn: func() (virt.Conn, error) { return lendConn(env.Conn, r.uri, name) },
+		OpenConn: func() (virt.Conn, error) { return lendConn(r.envOrLight(), env.Conn, r.uri, name) },
 		HostIO: func() (host.Writer, host.ModuleLoader) {
 			if r.log == nil {
-				return hostIO(r.root)
+				return r.envOrLight().hostIO(r.root)
 			}
-			return loggedHostIO(r.root, r.log, name, env.Peer)
+			return loggedHostIO(r.envOrLight(), r.root, r.log, name, env.Peer)
 		},
 	}
 	if r.log != nil {
 		l := r.log.With("op", name, "uid", env.Peer.UID, "pid", env.Peer.PID)
 		e.Progress = func(ev ops.Event) { l.Info("progress", "subject", ev.Subject, "message", ev.Message) }
 	}
-	withHostParts(&e)
+	withHostParts(r.envOrLight(), &e)
 	return ops.Run(ctx, e, req)
 }
 
@@ -613,4 +614,12 @@ func withoutValues(ctx context.Context) (context.Context, context.CancelFunc) {
 	c, cancel := context.WithCancel(c)
 	stop := context.AfterFunc(ctx, cancel)
 	return c, func() { stop(); cancel(); cancelDeadline() }
+}
+
+// envOrLight is the runner's Env, or the light CLI's when it was given none.
+func (r *cliRunner) envOrLight() *Env {
+	if r.env == nil {
+		return &Env{}
+	}
+	return r.env
 }

@@ -1,10 +1,7 @@
-//go:build agent
-
 package clitree
 
 import (
 	"bytes"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,48 +12,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
-	"github.com/vgpu-host/vgpu-host/virt"
 )
-
-// TestAgentMetricsListenUsage: a --metrics-listen that is no address is a usage error (exit
-// 2) found before the socket is created, so none is left behind.
-func TestAgentMetricsListenUsage(t *testing.T) {
-	tr := hosttest.New(t)
-	uri := virt.FileScheme + "://" + filepath.Join(tr.Dir(), "libvirt.json")
-	var errw bytes.Buffer
-	code := execute(newApp(), []string{"vgpu-host", "--host-root", tr.Dir(), "agent", "--connect", uri, "--metrics-listen", "notanaddr"}, &errw)
-	if code != exitUsage || !strings.Contains(errw.String(), "--metrics-listen") {
-		t.Errorf("exit %d, want 2:\n%s", code, errw.String())
-	}
-	if _, err := os.Lstat(agentSocketUnder(tr.Root)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("socket left behind: %v", err)
-	}
-}
-
-// TestAgentRefusesSocketDirOfAnotherUser: `vgpu-host agent` on a root whose run/vgpu-host is
-// nobody's exits 4, naming the directory, its owner and the fix.
-func TestAgentRefusesSocketDirOfAnotherUser(t *testing.T) {
-	testenv.RequireRoot(t)
-	tr := hosttest.New(t)
-	dir := filepath.Dir(agentSocketUnder(tr.Root))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, 65534, 65534); err != nil {
-		t.Fatal(err)
-	}
-	uri := virt.FileScheme + "://" + filepath.Join(tr.Dir(), "libvirt.json")
-	var errw bytes.Buffer
-	code := execute(newApp(), []string{"vgpu-host", "--host-root", tr.Dir(), "agent", "--connect", uri}, &errw)
-	if code != exitRefused {
-		t.Errorf("exit %d, want 4:\n%s", code, errw.String())
-	}
-	for _, w := range []string{"untrusted agent socket directory " + dir, "owned by uid 65534", "chown root " + dir} {
-		if !strings.Contains(errw.String(), w) {
-			t.Errorf("message does not say %q:\n%s", w, errw.String())
-		}
-	}
-}
 
 // TestAgentSocketRefusal: what the CLI does with an untrusted socket and one it may not open,
 // by --agent mode.
@@ -114,7 +70,7 @@ func TestCLINeverTalksToHijackedSocket(t *testing.T) {
 	}()
 	for _, mode := range []string{agentAlways, agentAuto} {
 		args := []string{"--agent", mode, "--host-root", tr.Dir(), "inspect"}
-		app := newApp()
+		app := newApp(testEnv())
 		pruneUnnamed(app, args)
 		var out, errw bytes.Buffer
 		app.Writer, app.ErrWriter = &out, &errw

@@ -35,14 +35,14 @@ type viaAgent struct {
 // message and exit code the agent's run printed).
 func runInTest(t *testing.T, args []string, out, errw io.Writer) error {
 	t.Helper()
-	app := newApp()
+	app := newApp(testEnv())
 	app.Writer, app.ErrWriter = out, errw
 	if via == nil {
 		return app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
 	}
 	var agentErr strings.Builder
 	app.ErrWriter = &agentErr
-	app.Metadata = map[string]any{agentSocketKey: func(cmd *cli.Command) (string, bool) { return via.socket(t, cmd) }}
+	app.Metadata[agentSocketKey] = func(cmd *cli.Command) (string, bool) { return via.socket(t, cmd) }
 	err := app.Run(context.Background(), append([]string{"vgpu-host", "--agent", "always"}, args...))
 	stderr := agentErr.String()
 	var code agentExit
@@ -100,8 +100,8 @@ func (v *viaAgent) start(t *testing.T, root host.Root, uri string) string {
 	procRoot, _ := host.NewRoot("/")
 	log, _ := agent.NewLogger(io.Discard, "info", false)
 	srv := &agent.Server{Root: root, Socket: filepath.Join(dir, "agent.sock"), GID: -1, ProcRoot: procRoot,
-		Runner: &cliRunner{root: root, uri: uri, log: log}, Log: log, URI: uri,
-		OpenConn: openConnWait}
+		Runner: &cliRunner{root: root, uri: uri, log: log, env: testEnv()}, Log: log, URI: uri,
+		OpenConn: testEnv().openConnWait}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

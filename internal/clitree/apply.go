@@ -32,8 +32,9 @@ import (
 //     (virt.OpenAsync);
 //   - a vgpu-fake:///PATH URI opens the file-backed fake in-process (no libvirt at all).
 //
-// $VGPU_HOST_LIBVIRT_DIRECT=0 sends every URI through the helper. Tests replace openConn.
-var openConn = func(uri string, o remote.OpenOptions) (virt.Conn, error) {
+// $VGPU_HOST_LIBVIRT_DIRECT=0 sends every URI through the helper. Tests give their own
+// (Env.OpenConn).
+func dialLibvirt(uri string, o remote.OpenOptions) (virt.Conn, error) {
 	if virt.IsFileURI(uri) {
 		return virt.OpenFile(uri)
 	}
@@ -54,8 +55,8 @@ const envDirect = "VGPU_HOST_LIBVIRT_DIRECT"
 // openConnWait opens the agent's long-lived connection (its helper checks domains against
 // libvirt's schema compiled once) and returns once it is open, or with why it could not be:
 // the agent reconnects on that error.
-func openConnWait(uri string) (virt.Conn, error) {
-	return opened(openConn(uri, remote.OpenOptions{LongLived: true}))
+func (e *Env) openConnWait(uri string) (virt.Conn, error) {
+	return opened(e.openConn(uri, remote.OpenOptions{LongLived: true}))
 }
 
 // opened returns c once it is connected (a connection remote.Start opens in the background),
@@ -158,7 +159,7 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 		return nil, nil, err
 	}
 	w, m := hostIOFor(cmd, root)
-	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force, Fetch: fetchISO}
+	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force, Fetch: envOf(cmd).fetchISO}
 	if cmd.IsSet("no-start") {
 		o.NoStart = cmd.Bool("no-start")
 	}

@@ -191,9 +191,9 @@ func binary(t *testing.T) string {
 		}
 		binPath = filepath.Join(dir, "vgpu-host")
 		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		// -tags crashtest: the crash tests drive apply's VGPU_HOST_CRASH_AT_STEP hook; -tags agent:
-		// the binary is also the agent (vgpu-host-agent), metrics, reconcile and drift included.
-		out, err := exec.Command(gobin, "build", "-tags", "crashtest,agent", "-o", binPath, "../../cmd/vgpu-host").CombinedOutput()
+		// -tags crashtest: the crash tests drive apply's VGPU_HOST_CRASH_AT_STEP hook; the agent's
+		// main: the binary is also the agent (vgpu-host-agent), metrics, reconcile and drift included.
+		out, err := exec.Command(gobin, "build", "-tags", "crashtest", "-o", binPath, "../../cmd/vgpu-host-agent").CombinedOutput()
 		if err != nil {
 			binErr = errors.New(string(out))
 			return

@@ -14,9 +14,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
-// hostIO returns the Writer and ModuleLoader for root: the real sysfs and modprobe. Tests
-// replace it with hosttest's kernel emulator.
-var hostIO = func(root host.Root) (host.Writer, host.ModuleLoader) {
+// kernelHostIO returns the Writer and ModuleLoader for root: the real sysfs and modprobe
+// (Env.HostIO; tests give hosttest's kernel emulator).
+func kernelHostIO(root host.Root) (host.Writer, host.ModuleLoader) {
 	return host.SysfsWriter{Root: root}, host.Modprobe{Root: root}
 }
 

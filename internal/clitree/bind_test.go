@@ -6,20 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
-
-// withKernel routes the CLI's sysfs writes to hosttest's kernel emulator for this test.
-func withKernel(t *testing.T, tr *hosttest.Tree) *hosttest.Kernel {
-	t.Helper()
-	k := hosttest.NewKernel(tr)
-	old := hostIO
-	hostIO = func(host.Root) (host.Writer, host.ModuleLoader) { return k, k }
-	t.Cleanup(func() { hostIO = old })
-	return k
-}
 
 func TestBindUnbindCLIJSON(t *testing.T) {
 	tr := hosttest.New(t)
@@ -96,7 +85,7 @@ func TestBindCLIExitCodes(t *testing.T) {
 	}
 	// Not in the ledger: refused with exit 4, naming the device and the ledger.
 	tr.Bind(other, "vfio-pci")
-	app := newApp()
+	app := newApp(testEnv())
 	var sink strings.Builder
 	app.Writer, app.ErrWriter = &sink, &sink
 	err := app.Run(t.Context(), []string{"vgpu-host", "--host-root", tr.Dir(), "unbind", other.String()})

@@ -44,11 +44,11 @@ func checkCommands(t *testing.T, root string) []string {
 	return cmds
 }
 
-// leafCommand walks newApp()'s command tree along args' leading words and returns the command
+// leafCommand walks newApp's command tree along args' leading words and returns the command
 // they name, the flags in scope (the leaf's and every ancestor's) and the remaining arguments.
 func leafCommand(t *testing.T, args []string) (*cli.Command, map[string]bool, []string) {
 	t.Helper()
-	cmd := newApp()
+	cmd := newApp(testEnv())
 	flags := map[string]bool{}
 	addFlags := func(c *cli.Command) {
 		for _, f := range c.Flags {

@@ -27,7 +27,7 @@ func TestEmitTableIsOneWrite(t *testing.T) {
 	tr.Mbochs()
 	withKernel(t, tr)
 	var out countingWriter
-	app := newApp()
+	app := newApp(testEnv())
 	app.Writer, app.ErrWriter = &out, &out
 	if err := app.Run(context.Background(), []string{"vgpu-host", "--host-root", tr.Dir(), "mdev", "create", "--parent", "mbochs", "--type", "small", "--count", "8", "--name", "vm1"}); err != nil {
 		t.Fatal(err)

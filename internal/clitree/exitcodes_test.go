@@ -48,7 +48,7 @@ func TestUnknownCommandOrFlagExits2(t *testing.T) {
 		{[]string{"vf", "enable", "0000:00:01.0", "--cont", "2"}, `did you mean --count?`},
 	} {
 		var stderr bytes.Buffer
-		app := newApp()
+		app := newApp(testEnv())
 		app.Writer, app.ErrWriter = &bytes.Buffer{}, &stderr
 		code := execute(app, append([]string{"vgpu-host"}, c.args...), &stderr)
 		if code != exitUsage || !strings.Contains(stderr.String(), c.want) {
@@ -66,7 +66,7 @@ func TestUnknownCommandOrFlagExits2(t *testing.T) {
 // TestPanicExitsOneWithBugReport: a panic exited 2 (Go's runtime code, which the README gives
 // to usage errors). main recovers it, prints one line that says it is a bug, and exits 1.
 func TestPanicExitsOneWithBugReport(t *testing.T) {
-	app := newApp()
+	app := newApp(testEnv())
 	app.Commands = append(app.Commands, &cli.Command{Name: "boom", Action: func(context.Context, *cli.Command) error {
 		var vms map[string]*struct{ Name string }
 		return errors.New(vms["x"].Name) // the nil-pointer panic of a null ledger entry

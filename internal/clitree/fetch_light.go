@@ -1,5 +1,3 @@
-//go:build !agent
-
 package clitree
 
 import (
@@ -16,13 +14,11 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
-// fetchInProcess says that this binary hands downloads to vgpu-host-agent (VGPU_HOST_AGENT_BIN).
-const fetchInProcess = false
-
-// fetchISO downloads through vgpu-host-agent --fetch-iso (fetchISOFlag says why), its progress
-// lines going to progress (nil: discarded). Its error keeps its message and sentinels; when ctx
-// ends, the download is stopped with SIGTERM (it removes its partial file).
-func fetchISO(ctx context.Context, url, checksum, dest string, progress io.Writer) error {
+// fetchViaAgent downloads through vgpu-host-agent --fetch-iso (fetchISOFlag says why), its
+// progress lines going to progress (nil: discarded): the light CLI's download (a nil
+// Env.FetchISO; VGPU_HOST_AGENT_BIN names the downloader). Its error keeps its message and
+// sentinels; when ctx ends, the download is stopped with SIGTERM (it removes its partial file).
+func fetchViaAgent(ctx context.Context, url, checksum, dest string, progress io.Writer) error {
 	helper, err := remote.OpenHelper(AgentBinary, "VGPU_HOST_AGENT_BIN", "downloading an ISO (spec.disks[].url)", errNoAgentBinary)
 	if err != nil {
 		return fmt.Errorf("fetch %s: %w", url, err)
@@ -49,6 +45,3 @@ func fetchISO(ctx context.Context, url, checksum, dest string, progress io.Write
 	// Not the downloader's answer: it crashed, or it is an older vgpu-host-agent.
 	return fmt.Errorf("fetch %s: %s %s: %w: %s", url, p, fetchISOFlag, err, host.Clip(msg, 400))
 }
-
-// fetchMain is vgpu-host-agent's (fetch_full.go).
-func fetchMain([]string) (int, bool) { return 0, false }

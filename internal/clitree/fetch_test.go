@@ -2,8 +2,10 @@ package clitree
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/fetch/httpget"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -24,8 +27,32 @@ import (
 // downloader that fails otherwise is reported as such, and with no vgpu-host-agent to run,
 // apply says what is missing (exit 7).
 func TestFetchISOApply(t *testing.T) {
-	bin := binary(t) // built with -tags agent: it is vgpu-host-agent too
+	bin := binary(t) // cmd/vgpu-host-agent: it is vgpu-host too
 	t.Setenv("VGPU_HOST_AGENT_BIN", bin)
+	testFetchISOApply(t, nil)
+}
+
+// TestFetchISOApplyInProcess: the same in a tree whose Env downloads in-process, as
+// vgpu-host-agent's does (internal/agentcmd): the same answers, and VGPU_HOST_AGENT_BIN plays
+// no part.
+func TestFetchISOApplyInProcess(t *testing.T) {
+	testFetchISOApply(t, httpget.Fetch)
+}
+
+// testFetchISOApply is TestFetchISOApply with Env.FetchISO fetch (nil: the light CLI's).
+func testFetchISOApply(t *testing.T, fetch func(ctx context.Context, url, checksum, dest string, progress io.Writer) error) {
+	runErr := runErr
+	if fetch != nil {
+		runErr = func(t *testing.T, args ...string) (string, error) {
+			env := testEnv()
+			env.FetchISO = fetch
+			app := newApp(env)
+			var out bytes.Buffer
+			app.Writer, app.ErrWriter = &out, &out
+			err := app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
+			return out.String(), err
+		}
+	}
 	iso := bytes.Repeat([]byte("iso9660!"), 32<<10) // 256 KiB
 	hits := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +124,7 @@ func TestFetchISOApply(t *testing.T) {
 		t.Errorf("the pool holds %v, want installer.iso and its sidecar alone", left)
 	}
 
-	if fetchInProcess {
+	if fetch != nil {
 		// vgpu-host-agent downloads itself: VGPU_HOST_AGENT_BIN, the light binary's way to
 		// its downloader, changes nothing (the server's own answer comes back).
 		t.Setenv("VGPU_HOST_AGENT_BIN", filepath.Join(t.TempDir(), "none"))

@@ -18,10 +18,11 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
-// migFor returns the MIG backend and planner for root and how to let the NVML helper go: the
+// nvmlMIG returns the MIG backend and planner for root and how to let the NVML helper go: the
 // helper when NVML describes root (this machine, or a mock helper under tests) and answers;
 // else nil (a layout with a mig entry is then refused, exit 7, and show lists no MIG).
-var migFor = func(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
+// Env.MIGFor replaces it.
+func nvmlMIG(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
 	if !nvmlDescribes(root) {
 		return nil, nil, func() {}
 	}
@@ -103,7 +104,7 @@ func layoutHost(cmd *cli.Command) (*layout.Host, *host.Recorder, func(), error) 
 	}
 	if uri := cmd.String("connect"); uri != "" {
 		l := &ops.LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) {
-			c, err := openConn(uri, remote.OpenOptions{})
+			c, err := envOf(cmd).openConn(uri, remote.OpenOptions{})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -116,9 +117,9 @@ func layoutHost(cmd *cli.Command) (*layout.Host, *host.Recorder, func(), error) 
 			l.Close()
 		}
 	}
-	_, mods := hostIO(m.Root)
+	_, mods := envOf(cmd).hostIO(m.Root)
 	b := &vfio.Binder{Root: m.Root, W: m.W, Modules: mods, Timeout: m.Timeout}
-	backend, planner, closeMIG := migFor(m.Root)
+	backend, planner, closeMIG := envOf(cmd).migFor(m.Root)
 	prevDone := done
 	done = func() { closeMIG(); prevDone() }
 	return &layout.Host{Root: m.Root, Mdev: m, Binder: b, MIG: backend, MIGPlanner: planner}, rec, done, nil

@@ -42,11 +42,11 @@ func TestNewAppForSameAsWhole(t *testing.T) {
 		{"version", "-o", "json"},
 	} {
 		var wout, werr, lout, lerr bytes.Buffer
-		whole := newApp()
+		whole := newApp(testEnv())
 		pruneUnnamed(whole, args)
 		whole.Writer, whole.ErrWriter = &wout, &werr
 		wcode := execute(whole, append([]string{"vgpu-host"}, args...), &werr)
-		lazy := newAppFor(args)
+		lazy := newAppFor(testEnv(), args)
 		lazy.Writer, lazy.ErrWriter = &lout, &lerr
 		lcode := execute(lazy, append([]string{"vgpu-host"}, args...), &lerr)
 		if wcode != lcode || wout.String() != lout.String() || werr.String() != lerr.String() {
@@ -63,7 +63,7 @@ func TestOnlyVersionSameAsCLI(t *testing.T) {
 			t.Fatalf("onlyVersion(%q) = false", args)
 		}
 		var out, errOut bytes.Buffer
-		app := newApp()
+		app := newApp(testEnv())
 		app.Writer, app.ErrWriter = &out, &errOut
 		if code := execute(app, append([]string{"vgpu-host"}, args...), &errOut); code != 0 {
 			t.Fatalf("%q: exit %d: %s", args, code, errOut.String())
@@ -90,7 +90,7 @@ func TestRootHelpFile(t *testing.T) {
 			t.Fatalf("onlyRootHelp(%q) = false", args)
 		}
 		var out, errOut bytes.Buffer
-		app := newApp()
+		app := newApp(testEnv())
 		app.Writer, app.ErrWriter = &out, &errOut
 		if code := execute(app, append([]string{"vgpu-host"}, args...), &errOut); code != 0 || errOut.Len() > 0 {
 			t.Fatalf("%q: exit %d: %s", args, code, errOut.String())

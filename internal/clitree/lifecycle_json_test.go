@@ -12,7 +12,6 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/virt"
-	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // fakeLibvirt makes every libvirt command of this test talk to an in-memory virt.Fake instead
@@ -20,9 +19,7 @@ import (
 func fakeLibvirt(t *testing.T) *virt.Fake {
 	t.Helper()
 	f := virt.NewFake("qemu")
-	old := openConn
-	openConn = func(string, remote.OpenOptions) (virt.Conn, error) { return f, nil }
-	t.Cleanup(func() { openConn = old })
+	withConn(t, f.URI(), f)
 	// A fake --host-root must name its libvirt: this one.
 	t.Setenv("VGPU_HOST_CONNECT", f.URI())
 	return f

@@ -16,24 +16,24 @@ import (
 // server, metrics and drift watcher, nor the HTTP download): their package initialisation
 // cost every command's start about a third of a bare Go binary's whole start (README,
 // Benchmarks). The agent's client is agentapi's small HTTP/1.1 over the socket; the server and
-// the download are in vgpu-host-agent (-tags agent), which the same check shows links them,
+// the download are in vgpu-host-agent (internal/agentcmd), which the same check shows links them,
 // so it looks at the right thing. TestMainBinaryHasNoKubernetes guards the Kubernetes side.
 func TestMainBinaryHasNoNetHTTP(t *testing.T) {
-	deps := func(tags string) []string {
+	deps := func(pkg string) []string {
 		t.Helper()
-		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-tags", tags, "-deps", "../../cmd/vgpu-host").CombinedOutput()
+		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-tags", "urfave_cli_no_template", "-deps", pkg).CombinedOutput()
 		if err != nil {
-			t.Fatalf("go list -tags %s -deps: %v\n%s", tags, err, out)
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 		}
 		return strings.Fields(string(out))
 	}
-	heavy := []string{"net/http", "crypto/tls", "github.com/vgpu-host/vgpu-host/agent",
+	heavy := []string{"net/http", "crypto/tls", "github.com/vgpu-host/vgpu-host/agent", "github.com/vgpu-host/vgpu-host/internal/agentcmd",
 		"github.com/vgpu-host/vgpu-host/agent/metrics", "github.com/vgpu-host/vgpu-host/agent/drift",
 		"github.com/vgpu-host/vgpu-host/internal/fetch/httpget", "github.com/prometheus/client_golang/prometheus"}
-	light, agent := deps("urfave_cli_no_template"), deps("urfave_cli_no_template,agent")
+	light, agent := deps("../../cmd/vgpu-host"), deps("../../cmd/vgpu-host-agent")
 	for _, p := range heavy {
 		if slices.Contains(light, p) {
-			t.Errorf("vgpu-host links %s (go list -deps shows who imports it; move it behind -tags agent or into a helper)", p)
+			t.Errorf("vgpu-host links %s (go list -deps shows who imports it; move it into internal/agentcmd or a helper)", p)
 		}
 		if !slices.Contains(agent, p) {
 			t.Errorf("vgpu-host-agent does not link %s: the check looks at the wrong binaries", p)

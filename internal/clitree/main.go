@@ -61,9 +61,9 @@ func topCommands() []topCommand {
 	}
 }
 
-// newApp returns the whole command tree (tests, man pages, the agent's runs).
-func newApp() *cli.Command {
-	return newAppOf(func(string) bool { return true })
+// newApp returns the whole command tree with env (tests, man pages, the agent's runs).
+func newApp(env *Env) *cli.Command {
+	return newAppOf(env, func(string) bool { return true })
 }
 
 // newAppFor returns the command tree main runs args with: built whole when args may print the
@@ -71,7 +71,7 @@ func newApp() *cli.Command {
 // with only the commands named in args built, the others left a bare name. A command can run
 // only if its name is in args, so the one that runs is always whole; building the other
 // twenty cost every start about 5% of its CPU (#19). pruneUnnamed then cuts the tree as before.
-func newAppFor(args []string) *cli.Command {
+func newAppFor(env *Env, args []string) *cli.Command {
 	named := make(map[string]bool, len(args))
 	for _, a := range args {
 		named[a] = true
@@ -84,7 +84,7 @@ func newAppFor(args []string) *cli.Command {
 	// No command named: the root runs, whose action is its help, or an unknown command gets
 	// its did-you-mean.
 	whole = whole || !runs
-	app := newAppOf(func(name string) bool { return whole || named[name] })
+	app := newAppOf(env, func(name string) bool { return whole || named[name] })
 	pruneUnnamed(app, args)
 	return app
 }
@@ -99,9 +99,9 @@ func printVersion(cmd *cli.Command) {
 // setVersionPrinter sets the cli's printer once: the agent builds trees concurrently.
 var setVersionPrinter sync.Once
 
-// newAppOf builds the root with the top-level commands build says to build; the others are a
-// bare name, which pruneUnnamed would cut them down to anyway but for their usage.
-func newAppOf(build func(name string) bool) *cli.Command {
+// newAppOf builds the root, with env, and the top-level commands build says to build; the
+// others are a bare name, which pruneUnnamed would cut them down to anyway but for their usage.
+func newAppOf(env *Env, build func(name string) bool) *cli.Command {
 	setVersionPrinter.Do(func() { cli.VersionPrinter = printVersion })
 	top := topCommands()
 	cmds := make([]*cli.Command, len(top))
@@ -124,13 +124,14 @@ func newAppOf(build func(name string) bool) *cli.Command {
 		// Errors are printed once, by main, with the exit code exitCode chooses.
 		ExitErrHandler: func(context.Context, *cli.Command, error) {},
 	}
+	setEnv(app, env)
 	wireAgent(app)
 	return app
 }
 
-// Main runs the command line argv (os.Args: the program's name first) and returns the exit
-// code.
-func Main(argv []string) int {
+// Main runs the command line argv (os.Args: the program's name first) with what env adds, and
+// returns the exit code.
+func Main(env Env, argv []string) int {
 	args := argv[1:]
 	if onlyVersion(args) {
 		// The line the cli's --version prints (TestOnlyVersionSameAsCLI), without building
@@ -145,10 +146,7 @@ func Main(argv []string) int {
 		os.Stdout.WriteString(rootHelp())
 		return 0
 	}
-	if code, ok := fetchMain(args); ok {
-		return code
-	}
-	app := newAppFor(args)
+	app := newAppFor(&env, args)
 	return execute(app, argv, os.Stderr)
 }
 

@@ -43,7 +43,7 @@ func manCommand() *cli.Command {
 				return usageErr("__man takes one argument, the directory to write the pages to")
 			}
 			// A fresh tree: main pruned the commands not named on this command line.
-			pages := manPages(newApp())
+			pages := manPages(newApp(envOf(cmd)))
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return fmt.Errorf("man pages: %w", err)
 			}

@@ -19,7 +19,7 @@ import (
 func TestPruneKeepsBehaviour(t *testing.T) {
 	run := func(prune bool, args ...string) string {
 		var out bytes.Buffer
-		app := newApp()
+		app := newApp(testEnv())
 		app.Writer, app.ErrWriter = &out, &out
 		if prune {
 			pruneUnnamed(app, args)
@@ -30,7 +30,7 @@ func TestPruneKeepsBehaviour(t *testing.T) {
 		return out.String()
 	}
 	var lines [][]string
-	for _, c := range newApp().Commands {
+	for _, c := range newApp(testEnv()).Commands {
 		lines = append(lines, []string{c.Name, "--help"})
 		for _, s := range c.Commands {
 			lines = append(lines, []string{c.Name, s.Name, "--help"})
@@ -47,7 +47,7 @@ func TestPruneKeepsBehaviour(t *testing.T) {
 			t.Errorf("%q: no output", args)
 		}
 	}
-	app := newApp()
+	app := newApp(testEnv())
 	pruneUnnamed(app, []string{"-o", "json", "inspect"})
 	for _, c := range app.Commands {
 		if c.Name != "inspect" && (len(c.Commands) > 0 || len(c.Flags) > 0) {
@@ -63,7 +63,7 @@ func TestManPages(t *testing.T) {
 	if _, errOut, code := runSplit(t, "__man", dir); code != 0 {
 		t.Fatalf("__man: exit %d: %s", code, errOut)
 	}
-	app := newApp()
+	app := newApp(testEnv())
 	want := map[string]bool{"vgpu-host.1": true}
 	for _, c := range app.VisibleCommands() {
 		want["vgpu-host-"+c.Name+".1"] = true
@@ -116,7 +116,7 @@ func TestShippedUnitIsInstallUnits(t *testing.T) {
 func BenchmarkStartVersion(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		app := newApp()
+		app := newApp(testEnv())
 		app.Writer = io.Discard
 		args := []string{"vgpu-host", "--version"}
 		pruneUnnamed(app, args[1:])
@@ -130,6 +130,6 @@ func BenchmarkStartVersion(b *testing.B) {
 func BenchmarkNewApp(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = newApp()
+		_ = newApp(testEnv())
 	}
 }

@@ -47,21 +47,21 @@ func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
 	if rv := runEnvOf(cmd); rv != nil {
 		env.ReadKey, env.Peer = rv.readKey, rv.peer
 	}
-	withHostParts(&env)
+	withHostParts(envOf(cmd), &env)
 	return env
 }
 
 // withHostParts gives env what this binary adds to every operation, in the CLI and in the
 // agent alike: inspect's MIG reader (NVML through vgpu-host-nvml, or the MIG state cache),
-// host restore's way to NVML, the ISO fetcher and the crash tests' hook.
-func withHostParts(env *ops.Env) {
+// host restore's way to NVML, the ISO fetcher of e and the crash tests' hook.
+func withHostParts(e *Env, env *ops.Env) {
 	root := env.Root
 	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
 		return readMIGInventory(ctx, root, inv, live)
 	}
 	env.OpenMIG = migOpener(root)
 	env.Lifecycle = func(o *lifecycle.Options) error {
-		o.Fetch = fetchISO
+		o.Fetch = e.fetchISO
 		return crashHook(o)
 	}
 }

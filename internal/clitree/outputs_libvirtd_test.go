@@ -14,7 +14,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/virt"
-	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // runAll runs the CLI in-process and returns stdout, stderr (with the error, as main prints
@@ -157,9 +156,7 @@ func TestVerifyMissingDeviceCLI(t *testing.T) {
 	fake.QMPFunc = func(_, _, _ string) (string, error) {
 		return `{"return":[{"bus":0,"devices":[{"bus":0,"slot":1,"function":0,"class_info":{"class":768},"id":{"vendor":6900,"device":4176},"qdev_id":"video0","regions":[]}]}]}`, nil
 	}
-	old := openConn
-	openConn = func(string, remote.OpenOptions) (virt.Conn, error) { return fake, nil }
-	t.Cleanup(func() { openConn = old })
+	withConn(t, fake.URI(), fake)
 	t.Setenv("VGPU_HOST_CONNECT", fake.URI())
 	root := t.TempDir()
 

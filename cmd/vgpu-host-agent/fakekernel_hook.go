@@ -1,6 +1,6 @@
 //go:build fakekernel
 
-package clitree
+package main
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/clitree"
 )
 
 // envFakeKernel makes a binary built with `-tags fakekernel` send its sysfs writes under a fake
@@ -17,13 +18,14 @@ import (
 // such hook: it ignores the variable, and never writes anywhere but sysfs.
 const envFakeKernel = "VGPU_HOST_FAKE_KERNEL"
 
-func init() {
+// fakeKernel gives env the kernel emulator when VGPU_HOST_FAKE_KERNEL=1.
+func fakeKernel(env *clitree.Env) {
 	if os.Getenv(envFakeKernel) != "1" {
 		return
 	}
 	var mu sync.Mutex
 	kernels := map[string]*hosttest.Kernel{}
-	hostIO = func(root host.Root) (host.Writer, host.ModuleLoader) {
+	env.HostIO = func(root host.Root) (host.Writer, host.ModuleLoader) {
 		mu.Lock()
 		defer mu.Unlock()
 		k, ok := kernels[root.Dir()]

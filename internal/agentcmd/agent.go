@@ -1,6 +1,8 @@
-//go:build agent
-
-package clitree
+// Package agentcmd is what vgpu-host-agent adds to the command tree (internal/clitree): the
+// agent's server (net/http), Prometheus metrics, the boot reconcile, the drift watcher and the
+// in-process ISO download. Only cmd/vgpu-host-agent imports it, so vgpu-host links none of
+// them (clitree's TestMainBinaryHasNoNetHTTP).
+package agentcmd
 
 import (
 	"context"
@@ -24,13 +26,18 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/metrics"
 	"github.com/vgpu-host/vgpu-host/agent/reconcile"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/clitree"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
-// This is vgpu-host-agent (make build: the command tree built with -tags agent), which runs
-// the agent itself: its server (net/http), Prometheus client and all.
+// Env is vgpu-host-agent's environment for the command tree: `vgpu-host agent` serves here,
+// and an ISO a spec names by URL is downloaded in this process.
+func Env() clitree.Env {
+	return clitree.Env{Agent: runAgent, FetchISO: fetchISO}
+}
 
 // agentParts attaches what makes the server the host's agent: Prometheus metrics (on the
 // socket's /metrics), the warm libvirt connection that reopens itself when libvirtd restarts,
@@ -57,14 +64,14 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 	srv.OpenConn = func(string) (virt.Conn, error) { return warm, nil }
 	srv.Libvirt = warm.Status
 
-	mgr, _, done, err := vgpuManager(cmd)
+	mgr, _, done, err := clitree.VGPUManager(cmd)
 	if err != nil {
 		return nil, nil, err
 	}
 	ready = make(chan struct{})
-	w, mods := hostIO(root)
+	w, mods := clitree.HostIO(cmd, root)
 	rec := &reconcile.Reconciler{Mdev: mgr, Binder: &vfio.Binder{Root: root, W: w, Modules: mods, Timeout: mgr.Timeout}, Log: log,
-		OpenMIG: migOpener(root)}
+		OpenMIG: clitree.MIGOpener(root)}
 	srv.Ready = func(ctx context.Context) error {
 		defer close(ready)
 		defer done()
@@ -95,24 +102,24 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 // where optional parts (metrics, boot reconcile, drift) are attached to the Server.
 func agentServer(cmd *cli.Command) (*agent.Server, error) {
 	if cmd.Args().Len() > 0 {
-		return nil, usageErr("agent takes no arguments, got %q", cmd.Args().First())
+		return nil, clitree.UsageErr("agent takes no arguments, got %q", cmd.Args().First())
 	}
-	root, err := rootOf(cmd)
+	root, err := clitree.RootOf(cmd)
 	if err != nil {
 		return nil, err
 	}
-	uri, err := connURI(cmd, root)
+	uri, err := clitree.ConnURI(cmd, root)
 	if err != nil {
 		return nil, err
 	}
-	log, err := agent.NewLogger(cmd.Root().ErrWriter, cmd.String("log-level"), isTerminal(os.Stderr))
+	log, err := agent.NewLogger(cmd.Root().ErrWriter, cmd.String("log-level"), clitree.IsTerminal(os.Stderr))
 	if err != nil {
-		return nil, usageErr("--log-level: %v", err)
+		return nil, clitree.UsageErr("--log-level: %v", err)
 	}
-	socket := agentSocketUnder(root)
+	socket := clitree.AgentSocket(root)
 	if cmd.IsSet("socket") {
 		if socket, err = filepath.Abs(cmd.String("socket")); err != nil || cmd.String("socket") == "" {
-			return nil, usageErr("--socket %q: name the socket's path", cmd.String("socket"))
+			return nil, clitree.UsageErr("--socket %q: name the socket's path", cmd.String("socket"))
 		}
 	}
 	gid, group := -1, cmd.String("group")
@@ -122,7 +129,7 @@ func agentServer(cmd *cli.Command) (*agent.Server, error) {
 		case err == nil:
 			gid, _ = strconv.Atoi(g.Gid)
 		case cmd.IsSet("group"):
-			return nil, usageErr("--group %s: %v (create it with groupadd, or pass --group '' for root only)", group, err)
+			return nil, clitree.UsageErr("--group %s: %v (create it with groupadd, or pass --group '' for root only)", group, err)
 		default:
 			group = ""
 		}
@@ -134,12 +141,12 @@ func agentServer(cmd *cli.Command) (*agent.Server, error) {
 		GID:             gid,
 		GroupName:       group,
 		ProcRoot:        procRoot,
-		Runner:          &cliRunner{root: root, uri: uri, log: log},
+		Runner:          clitree.Runner(cmd, root, uri, log),
 		Log:             log,
 		RequestTimeout:  cmd.Duration("request-timeout"),
 		ShutdownTimeout: cmd.Duration("shutdown-timeout"),
 		URI:             uri,
-		OpenConn:        openConnWait,
+		OpenConn:        clitree.OpenConnWait(cmd),
 	}, nil
 }
 
@@ -149,11 +156,11 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	if srv.RequestTimeout <= 0 || srv.ShutdownTimeout <= 0 {
-		return usageErr("--request-timeout and --shutdown-timeout must be positive")
+		return clitree.UsageErr("--request-timeout and --shutdown-timeout must be positive")
 	}
 	if addr := cmd.String("metrics-listen"); addr != "" {
 		if err := checkListenAddr(addr); err != nil {
-			return usageErr("--metrics-listen %q: %v (want host:port, e.g. 127.0.0.1:9400)", addr, err)
+			return clitree.UsageErr("--metrics-listen %q: %v (want host:port, e.g. 127.0.0.1:9400)", addr, err)
 		}
 	}
 	if err := srv.Listen(); err != nil {
@@ -195,17 +202,17 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 	return srv.Serve(ctx)
 }
 
-// keepMIGCache reads NVML's MIG state into root's MIG state cache (migcache.go) every
-// migCacheRefresh until ctx ends, so that inspect shows MIG without starting NVML and sees
+// keepMIGCache reads NVML's MIG state into root's MIG state cache (clitree's migcache.go) every
+// clitree.MIGCacheRefresh until ctx ends, so that inspect shows MIG without starting NVML and sees
 // changes made past vgpu-host (nvidia-smi mig) within a minute; changes through vgpu-host
 // refresh it at once. It stops for good when NVML does not describe root or cannot be had
 // (no helper, no NVIDIA driver: nothing to cache).
 func keepMIGCache(ctx context.Context, root host.Root, log *slog.Logger) {
-	if !nvmlDescribes(root) {
+	if !clitree.NVMLDescribes(root) {
 		return
 	}
 	for {
-		if _, err := readMIGState(ctx, root); err != nil {
+		if err := clitree.RefreshMIGCache(ctx, root); err != nil {
 			if errors.Is(err, host.ErrUnsupported) {
 				log.Debug("MIG state cache: NVML not available; not refreshed", "err", err)
 				return
@@ -215,7 +222,7 @@ func keepMIGCache(ctx context.Context, root host.Root, log *slog.Logger) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(migCacheRefresh):
+		case <-time.After(clitree.MIGCacheRefresh):
 		}
 	}
 }
@@ -261,7 +268,7 @@ const xidRetry = time.Minute
 // root or no GPU offers Xid events (no helper, no driver, no NVIDIA GPU), and starts the
 // helper again a minute after it stopped answering.
 func watchXid(ctx context.Context, root host.Root, out chan<- host.XidEvent, log *slog.Logger) {
-	if !nvmlDescribes(root) {
+	if !clitree.NVMLDescribes(root) {
 		return
 	}
 	for ctx.Err() == nil {
@@ -283,7 +290,7 @@ func watchXid(ctx context.Context, root host.Root, out chan<- host.XidEvent, log
 
 // streamXid runs one helper and relays its Xid events until it fails or ctx ends.
 func streamXid(ctx context.Context, out chan<- host.XidEvent) error {
-	c, err := openMIG()
+	c, err := migremote.Open()
 	if err != nil {
 		return err
 	}
