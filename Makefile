@@ -14,7 +14,6 @@ LDFLAGS := -X github.com/vgpu-host/vgpu-host/internal/buildinfo.version=$(VERSIO
 # urfave_cli_no_template: help without text/template, which also lets the linker drop unused
 # methods (a smaller binary that starts faster; the help text is the same).
 BUILDFLAGS := -trimpath -tags urfave_cli_no_template -ldflags "$(LDFLAGS)"
-AGENT_BUILDFLAGS := -trimpath -tags urfave_cli_no_template,agent -ldflags "$(LDFLAGS)"
 
 # make install: PREFIX and DESTDIR as usual; the other directories follow PREFIX.
 PREFIX ?= /usr/local
@@ -52,11 +51,12 @@ deps: ## install every Debian package any target needs (root; only what is missi
 
 build: build-static build-helper build-nvml build-kube ## build bin/vgpu-host (pure Go, static) and the agent bin/vgpu-host-agent, its libvirt helper bin/vgpu-host-libvirt (cgo), its NVML helper bin/vgpu-host-nvml (cgo) and its kubelet device plugin bin/vgpu-host-kube
 
-build-static: ## build bin/vgpu-host alone, and the agent bin/vgpu-host-agent: static, need no Debian package
+build-static: ## build bin/vgpu-host alone, and the agent bin/vgpu-host-agent (cmd/vgpu-host-agent): static, need no Debian package
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/vgpu-host
-	@# The agent is the same command tree with its metrics, reconcile and drift watcher
-	@# (-tags agent): the Prometheus client's init stays out of every other command's start.
-	CGO_ENABLED=0 $(GO) build $(AGENT_BUILDFLAGS) -o $(AGENT_BIN) ./cmd/vgpu-host
+	@# The agent is the same command tree with its server, metrics, reconcile and drift watcher
+	@# (internal/agentcmd, its own main): the Prometheus client's init stays out of every other
+	@# command's start.
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(AGENT_BIN) ./cmd/vgpu-host-agent
 
 build-helper: ## build the libvirt helper bin/vgpu-host-libvirt (needs libvirt-dev)
 	@scripts/deps.sh helper
@@ -80,10 +80,14 @@ cockpit: ## build the Cockpit page "GPUs" into cockpit/dist (Node.js 18+ and npm
 demo: build-static ## no root, installs nothing: check this host, then inspect, render and bind --dry-run on the bundled real-kernel snapshot
 	@scripts/demo.sh
 
-# go vet sees only the files of the tags it is given: every tag the builds and tests use is
-# vetted (the agent's own files are -tags agent, the NVML mock -tags nvmlmock, the crash
-# hooks -tags crashtest, the browser test's kernel emulator -tags fakekernel).
-VET_TAGS := "" agent nvmlmock crashtest urfave_cli_no_template,agent agent,fakekernel
+# go vet sees only the files of the tags it is given: two passes vet every file a build or test
+# compiles. Untagged: every file without a tag and every !TAG file (the release crash and
+# kernel-emulator hooks); then every tag the builds and tests use at once, no two of which
+# exclude each other: the NVML mock (nvmlmock), the crash hooks (crashtest), the browser
+# test's kernel emulator in vgpu-host-agent (fakekernel). No tag chooses a binary: vgpu-host
+# and vgpu-host-agent are two mains (cmd/). (test/k8s/fakecri, -tags k8sfakecri, needs
+# modules go.mod does not list: test/k8s/run.sh builds it.)
+VET_TAGS := "" nvmlmock,crashtest,fakekernel
 lint: ## gofmt and go vet (every build tag the builds and tests use)
 	@scripts/deps.sh helper
 	@# third_party/: other projects' files as published, which gofmt's newer comment style rewrites.
@@ -94,16 +98,11 @@ test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-
 	@scripts/deps.sh helper
 	$(GO) test -count=1 ./...
 
-# -timeout: go test's default of 10 minutes a package is less than cmd/vgpu-host's libvirtd tests
+# -timeout: go test's default of 10 minutes a package is less than internal/clitree's libvirtd tests
 # take under TCG with the image bake (TestBakeLibvirtd; the first run also builds its image).
 test-go: ## every Go test, including those against a real libvirtd the tests start (root)
 	@scripts/deps.sh test
 	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 -timeout 60m ./...
-	@# The agent binary's own files (-tags agent: its server, in-process downloads, the
-	@# trust-boundary tests) are compiled only with the tag: their tests run once more with
-	@# it (about 2 minutes here, fake trees and libvirt's test driver); the real-libvirtd
-	@# tests, which the line above ran, skip saying so.
-	VGPU_TEST_LIBVIRTD=ran-in-the-untagged-pass $(GO) test -count=1 -tags agent ./cmd/vgpu-host ./agent/... ./ops/
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
 # of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes
@@ -115,7 +114,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseAddress ./host:FuzzParseCreatableVGPUTypes ./host:FuzzMdevSupportedTypes \
 	./mdev:FuzzUUID ./mdev:FuzzMdevctlDefinition ./mdev:FuzzStateFiles \
 	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO \
-	./cmd/vgpu-host:FuzzAgentRequest
+	./internal/clitree:FuzzAgentRequest
 
 fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 	@scripts/deps.sh test
@@ -126,7 +125,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 race: ## go test -race on the packages with concurrency
 	@scripts/deps.sh test
 	$(GO) test -race -count=1 ./internal/filelock ./ledger ./mdev ./vfio
-	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./cmd/vgpu-host
+	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./internal/clitree
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
 	@scripts/deps.sh e2e

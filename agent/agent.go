@@ -7,7 +7,7 @@
 // calls the same operation as the CLI's command. Every other request (POST /v1/exec, …) is a
 // typed request for one command of vgpu-host's own command tree (agentapi.ExecRequest: the
 // command, its flags with typed values, its operands), checked and classified on those values
-// and run in-process by a Runner (cmd/vgpu-host provides it). Either way the CLI and the agent
+// and run in-process by a Runner (internal/clitree provides it). Either way the CLI and the agent
 // answer the same: one implementation of every operation, two transports. No caller sends a
 // command line: the agent never decides on text that something else parses again. Mutations run one at a time, in arrival
 // order, on one worker; reads run concurrently.

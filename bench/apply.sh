@@ -47,7 +47,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir "$work/build"
 CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$work/build/vgpu-host" ./cmd/vgpu-host
-CGO_ENABLED=0 go build -tags urfave_cli_no_template,agent -o "$work/build/vgpu-host-agent" ./cmd/vgpu-host # `vgpu-host agent` runs it
+CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$work/build/vgpu-host-agent" ./cmd/vgpu-host-agent # `vgpu-host agent` runs it
 go build -o "$work/build/vgpu-host-libvirt" ./cmd/vgpu-host-libvirt # found beside vgpu-host
 . bench/lib.sh
 for b in "$work"/build/*; do installed "$b" "$work" >/dev/null; done # as a host has them (lib.sh)

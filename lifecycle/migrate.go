@@ -19,7 +19,7 @@ import (
 )
 
 // MigrationTarget reaches the target host's vgpu-host: its Lifecycle.Incoming, in this process
-// (tests) or through `vgpu-host migrate-target` (cmd/vgpu-host/migrate.go).
+// (tests) or through `vgpu-host migrate-target` (internal/clitree/migrate.go).
 type MigrationTarget interface {
 	Incoming(ctx context.Context, req IncomingRequest) (*IncomingReply, error)
 }

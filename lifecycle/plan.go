@@ -80,7 +80,7 @@ type Options struct {
 	Progress io.Writer
 	// Fetch downloads url to dest unless dest holds it already, verifying checksum while it
 	// streams and reporting to progress (nil: quiet): the fetch-iso step. vgpu-host runs
-	// vgpu-host-agent for it (cmd/vgpu-host/fetch_light.go); nil refuses such a step.
+	// vgpu-host-agent for it (internal/clitree/fetch_light.go); nil refuses such a step.
 	Fetch func(ctx context.Context, url, checksum, dest string, progress io.Writer) error
 	// CrashAt makes apply stop dead (Crash) at the N-th step it takes (1-based), after the
 	// step is taken but before it is marked done; CrashBefore stops before taking it.

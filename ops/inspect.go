@@ -55,7 +55,7 @@ type InventoryReport struct {
 
 // MIGInventory is MIG as NVML (through vgpu-host-nvml) sees it: each NVIDIA GPU's MIG mode,
 // profiles with their free placements, and GPU instances; read now, or from the MIG state
-// cache that the agent and every MIG command keep (cmd/vgpu-host/migcache.go).
+// cache that the agent and every MIG command keep (internal/clitree/migcache.go).
 type MIGInventory struct {
 	// Available is false when NVML could not be asked (no helper, no NVIDIA driver); Note says why.
 	Available bool   `json:"available"`

@@ -5,7 +5,7 @@
 #
 # Set up here, all of it removed on exit (a trap), nothing else on this machine changed:
 #   - the lab snapshot (host/testdata/lab-snapshot.tar.gz) unpacked into a temporary root;
-#   - the agent built with -tags fakekernel (cmd/vgpu-host/fakekernel_hook.go): its sysfs writes
+#   - the agent built with -tags fakekernel (cmd/vgpu-host-agent/fakekernel_hook.go): its sysfs writes
 #     go to hosttest's kernel emulator, as in the Go tests, so a bind moves the group's drivers
 #     and an mdev create makes the instance; libvirt is the file-backed vgpu-fake:///;
 #   - a throwaway local user whose primary group is the agent's --group: a real PAM login, and a
@@ -61,7 +61,7 @@ mkdir -p "$root"
 tar -xzf host/testdata/lab-snapshot.tar.gz -C "$root"
 
 echo "test-web: building the agent with the kernel emulator (-tags fakekernel) and the NVML helper"
-CGO_ENABLED=0 go build -trimpath -tags urfave_cli_no_template,agent,fakekernel -o "$work/vgpu-host-agent" ./cmd/vgpu-host
+CGO_ENABLED=0 go build -trimpath -tags urfave_cli_no_template,fakekernel -o "$work/vgpu-host-agent" ./cmd/vgpu-host-agent
 go build -trimpath -o "$work/vgpu-host-nvml" ./cmd/vgpu-host-nvml
 
 # The last step's host: the real NVIDIA H200 capture (its sysfs, NVML's answers replayed), for

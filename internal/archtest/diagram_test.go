@@ -18,7 +18,7 @@ var updateDiagram = flag.Bool("update-diagram", false, "rewrite docs/architectur
 // diagramPackages are the packages docs/architecture.md draws: the layers a change goes
 // through, from the CLI down to host.
 var diagramPackages = []string{
-	"cmd/vgpu-host", "agent", "ops", "layout", "lifecycle", "domains", "step", "mdev", "mig", "mig/remote",
+	"cmd/vgpu-host", "cmd/vgpu-host-agent", "internal/agentcmd", "internal/clitree", "agent", "ops", "layout", "lifecycle", "domains", "step", "mdev", "mig", "mig/remote",
 	"vfio", "ledger", "virt/remote", "virt/native", "virt", "vgpu", "host",
 }
 

@@ -278,9 +278,10 @@ build_run_part() {
   for f in "$here"/bench/*.sh; do [ -e "$f" ] && cp "$f" "$root/e2e/bench/"; done
   copy_exe "$bin" "$root" /bin/vgpu-host
   # The crash-test build (apply stops dead at a chosen step) for 50-apply's kill -9 checks. It
-  # is built with the agent too (-tags agent), and is the guest's vgpu-host-agent: `vgpu-host
-  # agent` (60-reboot's second boot) runs it, as it runs bin/vgpu-host-agent on a host.
-  CGO_ENABLED=0 go -C "$repo" build -tags crashtest,agent -o "$out/vgpu-host-crashtest" ./cmd/vgpu-host
+  # is the agent's main (cmd/vgpu-host-agent: the command tree and the agent), and is the
+  # guest's vgpu-host-agent: `vgpu-host agent` (60-reboot's second boot) runs it, as it runs
+  # bin/vgpu-host-agent on a host.
+  CGO_ENABLED=0 go -C "$repo" build -tags crashtest -o "$out/vgpu-host-crashtest" ./cmd/vgpu-host-agent
   copy_exe "$out/vgpu-host-crashtest" "$root" /bin/vgpu-host-crashtest
   ln -s vgpu-host-crashtest "$root/bin/vgpu-host-agent"
   # The floor of every process start under TCG, for the benches: a bare hello-world Go binary

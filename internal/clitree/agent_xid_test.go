@@ -1,0 +1,92 @@
+package clitree
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// TestAgentXidFromH200Replay: the agent process, its NVML helper (the release build) replaying
+// the real H200's capture with an Xid 79 recorded 1.5 s after the helper's event set is made,
+// on the H200 host's sysfs snapshot. The agent's helper waits in nvmlEventSetWait, the event
+// reaches the GPU's health file, and within 5 s /metrics has vgpuhost_nvidia_xid_total and
+// the GPU unhealthy, /v1/health lists it, and host health shows it.
+func TestAgentXidFromH200Replay(t *testing.T) {
+	bin := binary(t)
+	releaseNVML(t)
+	b, err := os.ReadFile(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := filepath.Join(t.TempDir(), "nvml-facts.json")
+	withEvents := strings.TrimRight(string(b), "\n }") + "\n  ,\"events\": [{\"gpu\": 0, \"type\": \"xid\", \"xid\": 79, \"after_ms\": 1500}]\n}\n"
+	if err := os.WriteFile(facts, []byte(withEvents), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VGPU_HOST_NVML_FACTS", facts)
+	dir := hosttest.Snapshot(t, hosttest.SharedFixture(t, "nvidia-h200/sysfs-snapshot.tar.gz")).Dir()
+	uri := virt.FileScheme + "://" + filepath.Join(dir, "libvirt.json")
+	_, logs := startAgentProcess(t, bin, dir, uri)
+	c := agentClient(t, dir)
+	start := time.Now()
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", c.Socket)
+	}}}
+	scrape := func() string {
+		resp, err := hc.Get("http://agent/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	want := []string{
+		`vgpuhost_nvidia_xid_total{address="0000:00:06.0",xid="79"} 1`,
+		`vgpuhost_device_health{address="0000:00:06.0",reason="nvidia-xid"} 0`,
+	}
+	var m string
+	for {
+		m = scrape()
+		if strings.Contains(m, want[0]) && strings.Contains(m, want[1]) {
+			break
+		}
+		// The event is due 1.5 s after the helper starts, which is after the agent answers.
+		if time.Since(start) > 1500*time.Millisecond+5*time.Second {
+			t.Fatalf("no Xid in /metrics 5 s after it was due; want\n%s\nmetrics:\n%s\nagent:\n%s", strings.Join(want, "\n"), m, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("Xid 79 in /metrics %v after the agent answered (due 1.5 s after its helper started)", time.Since(start).Round(time.Millisecond))
+	var h struct {
+		UnhealthyDevices []struct {
+			Address  string `json:"address"`
+			Problems []struct {
+				Check string `json:"check"`
+			} `json:"problems"`
+		} `json:"unhealthy_devices"`
+	}
+	if err := c.Do(context.Background(), "GET", "/v1/health", nil, &h); err != nil || len(h.UnhealthyDevices) != 1 ||
+		h.UnhealthyDevices[0].Address != "0000:00:06.0" || h.UnhealthyDevices[0].Problems[0].Check != "nvidia-xid" {
+		t.Errorf("/v1/health %+v %v", h, err)
+	}
+	out, err := exec.Command(bin, "--host-root", dir, "-o", "json", "host", "health").CombinedOutput()
+	var entries []healthEntry
+	if err != nil || json.Unmarshal(out, &entries) != nil || len(entries) != 1 || entries[0].Xid["79"] != 1 || len(entries[0].XidPending) != 1 {
+		t.Errorf("host health -o json: %v\n%s", err, out)
+	}
+	if !strings.Contains(logs.String(), "NVIDIA Xid") {
+		t.Errorf("the agent did not log the Xid:\n%s", logs.String())
+	}
+}

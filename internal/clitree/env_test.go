@@ -1,0 +1,113 @@
+package clitree
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
+)
+
+// testWorld is what the tests put in place of the host for the trees they build (testEnv):
+// the kernel emulator of a fake root (withKernel), by the root's directory, and an in-memory
+// libvirt (fakeLibvirt), by its URI. Both keys are the test's own (a temporary directory, a
+// fake's unique URI), and each test removes its entries when it ends.
+var testWorld struct {
+	mu      sync.Mutex
+	kernels map[string]*hosttest.Kernel
+	conns   map[string]virt.Conn
+}
+
+// testEnv is the Env the tests build their trees with: sysfs writes under a root withKernel
+// registered go to its emulator, connections to a URI a test registered get its fake; the rest
+// is the light CLI's.
+func testEnv() *Env {
+	return &Env{
+		HostIO: func(root host.Root) (host.Writer, host.ModuleLoader) {
+			testWorld.mu.Lock()
+			k, ok := testWorld.kernels[root.Dir()]
+			testWorld.mu.Unlock()
+			if ok {
+				return k, k
+			}
+			return kernelHostIO(root)
+		},
+		OpenConn: func(uri string, o remote.OpenOptions) (virt.Conn, error) {
+			testWorld.mu.Lock()
+			c, ok := testWorld.conns[uri]
+			testWorld.mu.Unlock()
+			if ok {
+				return c, nil
+			}
+			return dialLibvirt(uri, o)
+		},
+	}
+}
+
+// withConn makes the trees of this test (testEnv) open c for uri.
+func withConn(t *testing.T, uri string, c virt.Conn) {
+	t.Helper()
+	testWorld.mu.Lock()
+	defer testWorld.mu.Unlock()
+	if testWorld.conns == nil {
+		testWorld.conns = map[string]virt.Conn{}
+	}
+	testWorld.conns[uri] = c
+	t.Cleanup(func() {
+		testWorld.mu.Lock()
+		defer testWorld.mu.Unlock()
+		delete(testWorld.conns, uri)
+	})
+}
+
+// withKernel routes the sysfs writes of this test's trees (testEnv) under tr's root to
+// hosttest's kernel emulator.
+func withKernel(t *testing.T, tr *hosttest.Tree) *hosttest.Kernel {
+	t.Helper()
+	k := hosttest.NewKernel(tr)
+	testWorld.mu.Lock()
+	defer testWorld.mu.Unlock()
+	if testWorld.kernels == nil {
+		testWorld.kernels = map[string]*hosttest.Kernel{}
+	}
+	old, had := testWorld.kernels[tr.Dir()]
+	testWorld.kernels[tr.Dir()] = k
+	t.Cleanup(func() {
+		testWorld.mu.Lock()
+		defer testWorld.mu.Unlock()
+		if had {
+			testWorld.kernels[tr.Dir()] = old
+		} else {
+			delete(testWorld.kernels, tr.Dir())
+		}
+	})
+	return k
+}
+
+// TestEnvReachesEveryCommand: the Env a tree is built with is what its commands use, and two
+// trees built with different Envs do not share one (the tree keeps no seam in a variable).
+func TestEnvReachesEveryCommand(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
+	var mine, other int
+	count := func(n *int) *Env {
+		return &Env{HostIO: func(root host.Root) (host.Writer, host.ModuleLoader) {
+			*n++
+			k := hosttest.NewKernel(tr)
+			return k, k
+		}}
+	}
+	a := newApp(count(&mine))
+	_ = newApp(count(&other)) // built after a: a seam in a package variable would be this one's
+	var out, errw bytes.Buffer
+	a.Writer, a.ErrWriter = &out, &errw
+	if code := execute(a, []string{"vgpu-host", "--host-root", tr.Dir(), "bind", gpu.String()}, &errw); code != 0 {
+		t.Fatalf("bind: exit %d\n%s", code, errw.String())
+	}
+	if mine == 0 || other != 0 {
+		t.Errorf("bind asked the tree's Env %d times and another tree's %d: want at least once, and never", mine, other)
+	}
+}

@@ -1,0 +1,119 @@
+package clitree
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/agent/reconcile"
+	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/ops"
+)
+
+func hostCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "host",
+		Usage: "host-level state: the declarative host layout, restore VFs and vGPU instances at boot, install the systemd unit (docs/layout.md, docs/vgpu.md)",
+		Commands: []*cli.Command{
+			layoutCommand(),
+			snapshotCommand(),
+			healthCommand(),
+			releaseQuarantineCommand(),
+			{
+				Name:  "restore",
+				Usage: "re-apply persisted state in order: SR-IOV VFs, vendor vGPU types, mdev instances (start=auto), vfio-pci bindings (bind --persist)",
+				Description: "Run at boot by vgpu-host-restore.service (or by the agent, vgpu-host-agent.service: the same code),\n" +
+					"before libvirt starts guests. Everything already in place is left alone; a failed step does not stop\n" +
+					"the others, and the exit code is non-zero. docs/reconcile.md.",
+				Flags: []cli.Flag{dryRunFlag(), timeoutFlag()},
+				Action: func(ctx context.Context, cmd *cli.Command) error {
+					env, err := mdevEnv(cmd)
+					if err != nil {
+						return err
+					}
+					res, rerr := ops.Restore(ctx, env, ops.RestoreRequest{DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")})
+					if res.DryRun != nil {
+						return emitReport(cmd, res.DryRun)
+					}
+					if err := emit(cmd, res.Steps, func(w io.Writer) error { return restoreTable(w, res.Result) }); err != nil {
+						return err
+					}
+					return rerr
+				},
+			},
+			{
+				Name:  "install-unit",
+				Usage: "install and enable " + mdev.UnitName + " under /etc/systemd/system",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "exec", Usage: "absolute `PATH` of the vgpu-host binary the unit runs (default: this binary)"},
+					dryRunFlag(),
+				},
+				Action: func(ctx context.Context, cmd *cli.Command) error {
+					m, _, done, err := vgpuManager(cmd)
+					if err != nil {
+						return err
+					}
+					defer done()
+					exe := cmd.String("exec")
+					if exe == "" {
+						if exe, err = os.Executable(); err != nil {
+							return fmt.Errorf("find this binary's path: %w (pass --exec)", err)
+						}
+						if r, err := filepath.EvalSymlinks(exe); err == nil {
+							exe = r
+						}
+					}
+					wrote, err := m.InstallUnit(exe)
+					if err != nil {
+						return err
+					}
+					if wrote == nil {
+						wrote = []string{}
+					}
+					return emit(cmd, map[string]any{"unit": m.UnitPath(), "exec": exe, "written": wrote, "dry_run": m.DryRun}, func(w io.Writer) error {
+						if len(wrote) == 0 {
+							fmt.Fprintf(w, "%s is installed and enabled already\n", m.UnitPath())
+							return nil
+						}
+						verb := "wrote"
+						if m.DryRun {
+							verb = "would write"
+						}
+						for _, p := range wrote {
+							fmt.Fprintf(w, "%s %s\n", verb, p)
+						}
+						fmt.Fprintln(w, "run: systemctl daemon-reload")
+						return nil
+					})
+				},
+			},
+		},
+	}
+}
+
+func restoreTable(out io.Writer, res reconcile.Result) error {
+	if len(res.Steps) == 0 {
+		fmt.Fprintln(out, "nothing persisted: no VF counts, vendor vGPU types, mdev definitions or persisted bindings")
+		return nil
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tTARGET\tWANT\tRESULT\tTIME")
+	for _, s := range res.Steps {
+		r := s.Result
+		if s.Error != "" {
+			r += ": " + s.Error
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Kind, s.Target, s.Want, r, s.Duration.Round(time.Microsecond))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(out, res.Summary())
+	return err
+}

@@ -1,0 +1,109 @@
+package clitree
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/lifecycle"
+)
+
+func imageCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "image",
+		Usage: "cloud-image pipeline: export a builder VM's disk as a standalone image",
+		Commands: []*cli.Command{{
+			Name:      "export",
+			Usage:     "flatten a shut-off VM's overlay (and its base image) into a standalone image, sealed if asked",
+			ArgsUsage: "NAME --to FILE",
+			Description: "Writes FILE.partial beside FILE and renames it to FILE only when every step succeeded.\n" +
+				"-o json prints the result (vm, source, destination, format, sizes, sealed, duration);\n" +
+				"the image always goes to --to. docs/image.md lists the sealing operations.",
+			Flags: []cli.Flag{
+				connectFlag(),
+				// Not --output: that is the global output format (-o json).
+				&cli.StringFlag{Name: "to", Usage: "write the image to `FILE`"},
+				&cli.StringFlag{Name: "format", Value: lifecycle.FormatQcow2, Usage: "image `FORMAT`: qcow2 (compressed), raw (fully allocated) or sparse (raw, holes kept)"},
+				&cli.BoolFlag{Name: "no-compress", Usage: "write qcow2 clusters uncompressed (larger, faster)"},
+				&cli.BoolFlag{Name: "seal", Usage: "run virt-sysprep on the exported copy so it boots as a fresh instance (machine-id, SSH host keys, cloud-init state, logs removed)"},
+				&cli.BoolFlag{Name: "force", Usage: "overwrite FILE if it exists"},
+				&cli.BoolFlag{Name: "dry-run", Usage: "print the exact qemu-img and virt-sysprep command lines and change nothing"},
+			},
+			Action: runImageExport,
+		}},
+	}
+}
+
+func runImageExport(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Len() != 1 {
+		return usageErr("image export needs one VM name (and --to FILE)")
+	}
+	o, err := outputOf(cmd)
+	if err != nil {
+		if strings.ContainsAny(cmd.String("output"), "./") {
+			return usageErr("-o/--output is the output format (table, json or yaml); image export writes the image to --to FILE")
+		}
+		return err
+	}
+	name, dst := cmd.Args().First(), cmd.String("to")
+	if dst == "" {
+		return usageErr("image export needs --to FILE: the image file to write")
+	}
+	root, err := rootOf(cmd)
+	if err != nil {
+		return err
+	}
+	conn, err := openConnFor(cmd, cmd.String("connect"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	lc := lifecycle.New(lifecycle.Options{Root: root, Conn: conn})
+	// Progress (qemu-img -p, virt-sysprep's steps) only for a person at a terminal; JSON and
+	// pipes get the result alone.
+	var progress io.Writer
+	if o == "table" && stderrIsTerminal(cmd) {
+		progress = cmd.Root().ErrWriter
+	}
+	// An interrupted export kills qemu-img or virt-sysprep and removes FILE.partial.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := lc.Export(ctx, name, dst, lifecycle.ExportOptions{
+		Format: cmd.String("format"), NoCompress: cmd.Bool("no-compress"), Seal: cmd.Bool("seal"),
+		Force: cmd.Bool("force"), DryRun: cmd.Bool("dry-run"), Progress: progress,
+	})
+	if err != nil {
+		return err
+	}
+	return emit(cmd, res, func(w io.Writer) error { return exportTable(w, res) })
+}
+
+// exportTable prints the commands of a dry run, or one line saying what was written.
+func exportTable(w io.Writer, r *lifecycle.ExportResult) error {
+	if r.DryRun {
+		for _, c := range r.Commands {
+			if _, err := fmt.Fprintln(w, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	how := []string{r.Format}
+	if r.Compressed {
+		how = append(how, "compressed")
+	}
+	if r.Sealed {
+		how = append(how, "sealed")
+	}
+	_, err := fmt.Fprintf(w, "%s: exported %s to %s (%s): %s virtual, %s on disk, %.1fs\n", r.VM, r.Source, r.Destination,
+		strings.Join(how, ", "), mib(r.VirtualSize), mib(r.Allocated), r.Duration)
+	return err
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

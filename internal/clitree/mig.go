@@ -1,0 +1,280 @@
+package clitree
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
+	"github.com/vgpu-host/vgpu-host/ops"
+)
+
+func migCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "mig",
+		Usage: "show and set NVIDIA MIG GPU instances through NVML (docs/mig.md)",
+		Description: "MIG splits a GPU (A100, H100, H200, ...) into GPU instances of fixed profiles (1g.10gb, 3g.40gb,\n" +
+			"...; named and numbered as nvidia-smi mig -lgip prints them) at fixed memory slices.\n" +
+			"vgpu-host talks to NVML through its helper vgpu-host-nvml. plan and apply\n" +
+			"bring one GPU to exactly a list of profiles: instances already right are kept, the rest\n" +
+			"destroyed or created; a list that cannot fit is refused before any change. Exit codes:\n" +
+			"0 ok (or nothing to do), 1 failed, 2 usage, 5 the profiles do not fit (or an instance is in\n" +
+			"use), 6 no such GPU or profile, 7 no NVML (no NVIDIA driver) or the GPU has no MIG.",
+		Commands: []*cli.Command{migShowCommand(), migPlanCommand(), migApplyCommand()},
+	}
+}
+
+// openMIG starts the NVML helper.
+func openMIG() (*migremote.Client, error) { return migremote.Open() }
+
+// migCacheFor wraps b to keep the MIG state cache (migcache.go) of the command's host root.
+func migCacheFor(cmd *cli.Command, b mig.Backend) *migCaching {
+	root, err := rootOf(cmd)
+	if err != nil {
+		root, _ = host.NewRoot("/")
+	}
+	return cachingMIG(root, b)
+}
+
+func migShowCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "list NVIDIA GPUs: MIG mode, profiles with their free placements, GPU instances",
+		ArgsUsage: "[GPU]",
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			c, err := openMIG()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := migCacheFor(cmd, c).State(ctx)
+			if err != nil {
+				return err
+			}
+			if cmd.Args().Len() > 0 {
+				g, err := st.GPU(cmd.Args().First())
+				if err != nil {
+					return err
+				}
+				st.GPUs = []mig.GPU{g}
+			}
+			view := migView(st)
+			return emit(cmd, view, func(w io.Writer) error { return migTable(w, view) })
+		},
+	}
+}
+
+// MIGGPUView is a GPU as `mig show` prints it (ops.MIGGPUView).
+type MIGGPUView = ops.MIGGPUView
+
+// MIGFree is one profile's free capacity (ops.MIGFree).
+type MIGFree = ops.MIGFree
+
+// migView is st as `mig show` prints it.
+func migView(st mig.State) []MIGGPUView { return ops.MIGView(st) }
+
+func migMode(g mig.GPU) string {
+	switch {
+	case !g.Capable:
+		return "unsupported"
+	case g.Enabled != g.Pending:
+		return fmt.Sprintf("%s (%s after reset)", onOff(g.Enabled), onOff(g.Pending))
+	}
+	return onOff(g.Enabled)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func migTable(out io.Writer, gs []MIGGPUView) error {
+	if len(gs) == 0 {
+		fmt.Fprintln(out, "NVML sees no NVIDIA GPU")
+		return nil
+	}
+	for i, g := range gs {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fmt.Fprintf(out, "GPU %s  #%d %s  MIG %s\n", g.Address, g.Index, g.Name, migMode(g.GPU))
+		if !g.Capable {
+			continue
+		}
+		if err := migGPUTable(out, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// migGPUTable prints one MIG-capable GPU's profiles and instances, as nvidia-smi mig -lgip and
+// -lgipp name them: the profile's name and ID, its compute slices ("g") and the memory slices
+// one instance occupies, and placements in memory slices ({0,4}:4).
+func migGPUTable(out io.Writer, g MIGGPUView) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "  %d compute slices on %d memory slices\n", g.ComputeSlices, g.MemorySlices)
+	fmt.Fprintln(w, "  PROFILE\tID\tCOMPUTE SLICES\tMEMORY SLICES\tMEMORY\tMAX\tFITS NOW\tFREE PLACEMENTS")
+	for j, p := range g.Profiles {
+		f := g.Free[j]
+		fmt.Fprintf(w, "  %s\t%d\t%d\t%d\t%d MiB\t%d\t%d\t%s\n", p.Name, p.ID, p.ComputeSlices, p.MemorySlices, p.MemoryMiB, p.Max, f.Fits, dash(placementsText(f.Placements)))
+	}
+	if len(g.Instances) == 0 {
+		fmt.Fprintln(w, "  no GPU instances")
+		return w.Flush()
+	}
+	fmt.Fprintln(w, "  INSTANCE\tPROFILE\tPLACEMENT\tMEMORY SLICES\tCOMPUTE INSTANCES")
+	for _, in := range g.Instances {
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%d\n", in.ID, in.Profile, placementsText([]mig.Placement{in.Placement}), in.Placement, in.ComputeInstances)
+	}
+	return w.Flush()
+}
+
+// placementsText writes placements as nvidia-smi mig -lgipp does: the starts, then the size in
+// memory slices, "{0,2,4}:2"; placements of different sizes each on their own.
+func placementsText(pls []mig.Placement) string {
+	var parts []string
+	for i := 0; i < len(pls); {
+		j, starts := i, []string{}
+		for ; j < len(pls) && pls[j].Size == pls[i].Size; j++ {
+			starts = append(starts, strconv.Itoa(pls[j].Start))
+		}
+		parts = append(parts, fmt.Sprintf("{%s}:%d", strings.Join(starts, ","), pls[i].Size))
+		i = j
+	}
+	return strings.Join(parts, " ")
+}
+
+func migPlanFlags(apply bool) []cli.Flag {
+	fs := []cli.Flag{
+		&cli.StringFlag{Name: "gpu", Required: true, Usage: "the GPU: PCI `ADDRESS` (0000:41:00.0), NVML index or UUID"},
+		&cli.StringFlag{Name: "profiles", Required: true, Usage: "the GPU instances wanted, comma-separated, each a profile as nvidia-smi mig -lgip names it (3g.40gb, MIG 1g.18gb, 1g.10gb+me) or its profile ID (9); NAME*N for N of one (1g.10gb*7); empty for none"},
+		&cli.BoolFlag{Name: "disable-mig", Usage: "with --profiles '': also turn MIG mode off"},
+	}
+	if apply {
+		fs = append(fs, &cli.BoolFlag{Name: "dry-run", Usage: "print the changes in order and change nothing"})
+	}
+	return fs
+}
+
+// parseProfiles reads --profiles: "1g.10gb*7,3g.40gb" (× and x work as * does).
+func parseProfiles(s string) ([]string, error) {
+	out := []string{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, n := f, 1
+		for _, sep := range []string{"*", "×"} {
+			if a, b, ok := strings.Cut(f, sep); ok {
+				c, err := strconv.Atoi(strings.TrimSpace(b))
+				if err != nil || c < 1 || c > 64 {
+					return nil, usageErr("--profiles %q: %q is not NAME*COUNT with a count from 1 to 64", s, f)
+				}
+				name, n = strings.TrimSpace(a), c
+			}
+		}
+		for i := 0; i < n; i++ {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// migPlan reads the state and plans --gpu to --profiles.
+func migPlan(ctx context.Context, cmd *cli.Command, b mig.Backend) (mig.Changes, error) {
+	want, err := parseProfiles(cmd.String("profiles"))
+	if err != nil {
+		return mig.Changes{}, err
+	}
+	if cmd.Bool("disable-mig") && len(want) > 0 {
+		return mig.Changes{}, usageErr("--disable-mig goes with --profiles '' (no instances)")
+	}
+	st, err := b.State(ctx)
+	if err != nil {
+		return mig.Changes{}, err
+	}
+	g, err := st.GPU(cmd.String("gpu"))
+	if err != nil {
+		return mig.Changes{}, err
+	}
+	return mig.PlanWith(st, map[string][]string{g.Address: want}, mig.PlanOptions{DisableWhenEmpty: cmd.Bool("disable-mig")})
+}
+
+func changesTable(w io.Writer, c mig.Changes, verb string) error {
+	if c.Empty() {
+		fmt.Fprintf(w, "nothing to do: %d GPU instance(s) already as wanted\n", len(c.Kept))
+		return nil
+	}
+	for i, s := range c.Steps {
+		fmt.Fprintf(w, "%d. %s%s\n", i+1, verb, s)
+	}
+	for _, k := range c.Kept {
+		fmt.Fprintf(w, "   keep GPU instance %d (%s, slices %s) on %s\n", k.ID, k.Profile, k.Placement, k.GPU)
+	}
+	return nil
+}
+
+func migPlanCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "plan",
+		Usage: "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
+		Flags: migPlanFlags(false),
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			return runMIGPlan(ctx, cmd, false)
+		},
+	}
+}
+
+func migApplyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "apply",
+		Usage: "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
+		Flags: migPlanFlags(true),
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			return runMIGPlan(ctx, cmd, !cmd.Bool("dry-run"))
+		},
+	}
+}
+
+// runMIGPlan plans --gpu to --profiles and prints the plan, or applies it and prints what was
+// done.
+func runMIGPlan(ctx context.Context, cmd *cli.Command, apply bool) error {
+	oc, err := openMIG()
+	if err != nil {
+		return err
+	}
+	defer oc.Close()
+	c := migCacheFor(cmd, oc)
+	defer c.Flush(ctx)
+	ch, err := migPlan(ctx, cmd, c)
+	if err != nil {
+		return err
+	}
+	if !apply {
+		verb := ""
+		if cmd.Bool("dry-run") {
+			verb = "would "
+		}
+		return emit(cmd, ch, func(w io.Writer) error { return changesTable(w, ch, verb) })
+	}
+	done, err := mig.ApplySteps(ctx, c, ch)
+	if err != nil {
+		return err
+	}
+	res := mig.Changes{Steps: done, Kept: ch.Kept}
+	if res.Steps == nil {
+		res.Steps = []mig.GPUChange{}
+	}
+	return emit(cmd, res, func(w io.Writer) error { return changesTable(w, res, "") })
+}

@@ -1,0 +1,67 @@
+package clitree
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// opsEnv is the operations' environment of the invocation cmd on root: its libvirt at uri
+// (opened as openConnFor opens it), its host writer (hostIOFor), the agent's key files when
+// the agent runs the command line, inspect's MIG reader, the ISO fetcher and the crash
+// tests' hook.
+func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
+	env := ops.Env{
+		Root:     root,
+		OpenConn: func() (virt.Conn, error) { return openConnFor(cmd, uri) },
+		HostIO:   func() (host.Writer, host.ModuleLoader) { return hostIOFor(cmd, root) },
+		// Warnings on stderr, and the steps too with table output, as the commands print them.
+		Progress: func(e ops.Event) {
+			o, _ := outputOf(cmd)
+			switch {
+			case e.Kind == ops.EventStep && o != "table":
+				return
+			case e.Kind == ops.EventTick:
+				// A wait's line, redrawn in place, for a human on a terminal only.
+				if o == "table" && stderrIsTerminal(cmd) {
+					if e.Message == "" {
+						fmt.Fprintln(cmd.Root().ErrWriter)
+					} else {
+						fmt.Fprintf(cmd.Root().ErrWriter, "\r%s", e.Message)
+					}
+				}
+				return
+			}
+			fmt.Fprint(cmd.Root().ErrWriter, e.Message)
+			if !e.Partial {
+				fmt.Fprintln(cmd.Root().ErrWriter)
+			}
+		},
+	}
+	if rv := runEnvOf(cmd); rv != nil {
+		env.ReadKey, env.Peer = rv.readKey, rv.peer
+	}
+	withHostParts(envOf(cmd), &env)
+	return env
+}
+
+// withHostParts gives env what this binary adds to every operation, in the CLI and in the
+// agent alike: inspect's MIG reader (NVML through vgpu-host-nvml, or the MIG state cache),
+// host restore's way to NVML, the ISO fetcher of e and the crash tests' hook.
+func withHostParts(e *Env, env *ops.Env) {
+	root := env.Root
+	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
+		return readMIGInventory(ctx, root, inv, live)
+	}
+	env.OpenMIG = migOpener(root)
+	env.Lifecycle = func(o *lifecycle.Options) error {
+		o.Fetch = e.fetchISO
+		return crashHook(o)
+	}
+}
