@@ -58,6 +58,10 @@ type Job struct {
 	// Files are the operands and flag values (as the caller gave them) that name files the
 	// command reads: each must come with its content in Request.Files.
 	Files []string
+	// Operation is the typed request of a command backed by an operation, built by Prepare
+	// from the request's typed values: Class was decided on it, and it is what runs. Nil for
+	// a command that still runs as a command line, or whose request is refused when it runs.
+	Operation Operation
 }
 
 // Peer is the process at the other end of a connection, as the kernel saw it when it
