@@ -37,8 +37,9 @@ func operationOf(cl commandLine, req agentapi.ExecRequest) (opCommand, execFlags
 }
 
 // runOperation runs the job's operation for the caller in env: the typed request Prepare
-// built (the one authorized), its result rendered as --output says. Progress events go onto
-// stderr as the CLI prints them when its stderr is not a terminal.
+// built (the one authorized), its result rendered as --output says. Progress events go to
+// env.Progress when the caller streams them, else onto stderr as the CLI prints them when
+// its stderr is not a terminal.
 func (r *cliRunner) runOperation(ctx context.Context, job agentapi.Job, env agentapi.RunEnv, oc opCommand, f execFlags) (res agentapi.ExecResult) {
 	var out, errw bytes.Buffer
 	defer func() {
@@ -47,9 +48,12 @@ func (r *cliRunner) runOperation(ctx context.Context, job agentapi.Job, env agen
 		}
 	}()
 	o, _ := outputFormat(f.String("output"))
-	progress := func(ev any) {
-		if e, ok := ev.(ops.Event); ok {
-			printEvent(&errw, o, false, e)
+	progress := env.Progress
+	if progress == nil {
+		progress = func(ev any) {
+			if e, ok := ev.(ops.Event); ok {
+				printEvent(&errw, o, false, e)
+			}
 		}
 	}
 	site := agentSite{r: r, run: env, job: job, progress: progress}

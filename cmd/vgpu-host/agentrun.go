@@ -281,7 +281,7 @@ func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.
 		return nil, &ops.Error{Code: exitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", op)}
 	}
 	// The agent opens no key file a caller names: a typed endpoint sends none.
-	e := r.opsEnv(req.Op(), env, nil, nil)
+	e := r.opsEnv(req.Op(), env, nil, env.Progress)
 	return ops.Run(ctx, e, req)
 }
 
