@@ -22,17 +22,8 @@ import (
 // result with the command's one renderer. The agent builds and parses no command line for
 // them (agentops.go).
 
-// cliFlags is flagValues of a command urfave/cli parsed (the CLI's).
-type cliFlags struct{ cmd *cli.Command }
-
-func (f cliFlags) Bool(name string) bool                { return f.cmd.Bool(name) }
-func (f cliFlags) String(name string) string            { return f.cmd.String(name) }
-func (f cliFlags) Int(name string) int                  { return f.cmd.Int(name) }
-func (f cliFlags) Duration(name string) time.Duration   { return f.cmd.Duration(name) }
-func (f cliFlags) StringSlice(name string) []string     { return f.cmd.StringSlice(name) }
-func (f cliFlags) IsSet(name string) bool               { return f.cmd.IsSet(name) }
-func (f cliFlags) Operands() []string                   { return f.cmd.Args().Slice() }
-func (f cliFlags) sentFile(string) (string, bool, bool) { return "", false, false }
+// sentFile: the CLI reads its files itself (cliFlags is in cliflags.go).
+func (cliFlags) sentFile(string) (string, bool, bool) { return "", false, false }
 
 // execFlags is flagValues of an agent request (agentapi.ExecRequest) that prepareRequest
 // checked: each flag it sets with its typed value, every other flag of the command its
