@@ -92,7 +92,7 @@ func restoreRequest(f flagValues) (ops.RestoreRequest, error) {
 // renderRestore prints each step of host restore and its summary, or the dry run's writes.
 func renderRestore(o opOutput, res *ops.RestoreResult) error {
 	if res.DryRun != nil {
-		return renderReport(o, res.DryRun)
+		return renderReport(o.w, o.format, o.name, res.DryRun)
 	}
 	return o.emit(res.Steps, func(w io.Writer) error { return restoreTable(w, res.Result) })
 }

@@ -41,13 +41,14 @@ func emitReport(cmd *cli.Command, r *ops.DryRunReport) error {
 	if err != nil {
 		return err
 	}
-	return renderReport(opOutput{w: cmd.Root().Writer, format: o, name: cmd.FullName()}, r)
+	return renderReport(cmd.Root().Writer, o, cmd.FullName(), r)
 }
 
-// renderReport prints a dry run's report: as JSON, or the writes one a line.
-func renderReport(o opOutput, r *ops.DryRunReport) error {
-	return o.emit(r, func(w io.Writer) error {
-		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", o.name)
+// renderReport prints the dry run report of the command named name (its full name, "vgpu-host
+// mdev create") in output format output.
+func renderReport(w io.Writer, output, name string, r *ops.DryRunReport) error {
+	return emitTo(w, output, r, func(w io.Writer) error {
+		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", name)
 		for _, wr := range r.Writes {
 			fmt.Fprintln(w, wr.String())
 		}
@@ -235,7 +236,7 @@ func mdevCreateRequest(f flagValues) (ops.MdevCreateRequest, error) {
 // renderMdevCreate prints the instances created, or the dry run's writes.
 func renderMdevCreate(o opOutput, res *ops.MdevResult) error {
 	if res.DryRun != nil {
-		return renderReport(o, res.DryRun)
+		return renderReport(o.w, o.format, o.name, res.DryRun)
 	}
 	ins := res.Instances
 	return o.emit(ins, func(w io.Writer) error { return instancesTable(w, ins) })
@@ -252,7 +253,7 @@ func mdevRemoveRequest(f flagValues) (ops.MdevRemoveRequest, error) {
 // renderMdevRemove prints the instances removed, or the dry run's writes.
 func renderMdevRemove(o opOutput, res *ops.MdevResult) error {
 	if res.DryRun != nil {
-		return renderReport(o, res.DryRun)
+		return renderReport(o.w, o.format, o.name, res.DryRun)
 	}
 	rm := res.Instances
 	return o.emit(rm, func(w io.Writer) error {

@@ -130,7 +130,7 @@ func vfEnableRequest(f flagValues) (ops.VFEnableRequest, error) {
 // renderVFEnable prints the PF and its VFs, or the dry run's writes.
 func renderVFEnable(o opOutput, res *ops.VFResult) error {
 	if res.DryRun != nil {
-		return renderReport(o, res.DryRun)
+		return renderReport(o.w, o.format, o.name, res.DryRun)
 	}
 	pf := res.PF
 	return o.emit(pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
@@ -165,7 +165,7 @@ func vfDisableRequest(f flagValues) (ops.VFDisableRequest, error) {
 // run's writes.
 func renderVFDisable(o opOutput, res *ops.VFResult) error {
 	if res.DryRun != nil {
-		return renderReport(o, res.DryRun)
+		return renderReport(o.w, o.format, o.name, res.DryRun)
 	}
 	pf := res.PF
 	return o.emit(pf, func(w io.Writer) error {
