@@ -38,18 +38,20 @@ const (
 
 // The API's types and errors, defined in agentapi.
 type (
-	Class       = agentapi.Class
-	Job         = agentapi.Job
-	Peer        = agentapi.Peer
-	RunEnv      = agentapi.RunEnv
-	Runner      = agentapi.Runner
-	Operation   = agentapi.Operation
-	Operator    = agentapi.Operator
-	ExecRequest = agentapi.ExecRequest
-	ExecResult  = agentapi.ExecResult
-	ErrorBody   = agentapi.ErrorBody
-	Client      = agentapi.Client
-	StatusError = agentapi.StatusError
+	Class         = agentapi.Class
+	Job           = agentapi.Job
+	Peer          = agentapi.Peer
+	RunEnv        = agentapi.RunEnv
+	Runner        = agentapi.Runner
+	Operation     = agentapi.Operation
+	Operator      = agentapi.Operator
+	ExecRequest   = agentapi.ExecRequest
+	ExecResult    = agentapi.ExecResult
+	ErrorBody     = agentapi.ErrorBody
+	StreamLine    = agentapi.StreamLine
+	OperationDone = agentapi.OperationDone
+	Client        = agentapi.Client
+	StatusError   = agentapi.StatusError
 )
 
 // ErrUnreachable is agentapi.ErrUnreachable.

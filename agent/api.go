@@ -197,7 +197,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 
 // exec is POST /v1/exec: one typed command request (agentapi.ExecRequest), answered with what
 // it printed and its exit code (status 200 whenever the command ran; the exit code says how it
-// went). A command line ({"args": [...]}) is refused: the agent takes none.
+// went). A command line ({"args": [...]}) is refused: the agent takes none. With Accept:
+// application/x-ndjson the answer is a stream: a line per progress event as it happens, then
+// one with the result.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	body, ok := s.readBody(w, r)
 	if !ok {
@@ -212,7 +214,19 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, 2, "exec request: name the command: {\"command\": \"inspect\"} (docs/agent.md)")
 		return
 	}
-	out := s.execute(r.Context(), req)
+	if wantsStream(r) {
+		st := &stream{w: w}
+		defer st.close()
+		out := s.execute(r.Context(), req, st.event)
+		switch {
+		case out.status == http.StatusOK:
+			st.line(StreamLine{Result: &out.res})
+		case !st.hasStarted():
+			writeError(w, out.status, exitOfStatus(out.status), "%s", out.err)
+		}
+		return
+	}
+	out := s.execute(r.Context(), req, nil)
 	if out.status != http.StatusOK {
 		writeError(w, out.status, exitOfStatus(out.status), "%s", out.err)
 		return
@@ -240,7 +254,9 @@ func fixed(op Operation) opFunc {
 // Operator side (no command line): the operation's JSON on success, an ErrorBody (with the
 // operation's JSON output, if any) and StatusOf(exit) when it fails. Exit codes listed in
 // okCodes answer 200 with the output (check's 3: the report is the answer). The answer is
-// the one the command with --output json gave: its JSON is encoded the same way.
+// the one the command with --output json gave: its JSON is encoded the same way. With Accept:
+// application/x-ndjson the answer is a stream: a line per progress event as it happens, then
+// one with the exit code, error and output (OperationDone).
 func (s *Server) operation(build opFunc, okCodes ...int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, ok := s.readBody(w, r)
@@ -257,9 +273,18 @@ func (s *Server) operation(build opFunc, okCodes ...int) http.HandlerFunc {
 			writeError(w, http.StatusBadRequest, 2, "%v", err)
 			return
 		}
-		out := s.runOperation(r.Context(), o, op)
+		var st *stream
+		var progress func(any)
+		if wantsStream(r) {
+			st = &stream{w: w}
+			defer st.close()
+			progress = st.event
+		}
+		out := s.runOperation(r.Context(), o, op, progress)
 		if out.status != http.StatusOK {
-			writeError(w, out.status, exitOfStatus(out.status), "%s", out.msg)
+			if st == nil || !st.hasStarted() {
+				writeError(w, out.status, exitOfStatus(out.status), "%s", out.msg)
+			}
 			return
 		}
 		var printed bytes.Buffer
@@ -270,6 +295,14 @@ func (s *Server) operation(build opFunc, okCodes ...int) http.HandlerFunc {
 					out.code, out.errMsg = 1, fmt.Sprintf("encode %s's answer as JSON: %v", op.Op(), err)
 				}
 			}
+		}
+		if st != nil {
+			done := &OperationDone{ExitCode: out.code, Error: out.errMsg}
+			if p := bytes.TrimSpace(printed.Bytes()); len(p) > 0 {
+				done.Output = p
+			}
+			st.line(StreamLine{Done: done})
+			return
 		}
 		w.Header().Set("X-Vgpu-Host-Exit-Code", strconv.Itoa(out.code))
 		okCode := out.code == 0

@@ -23,7 +23,8 @@ type outcome struct {
 // execute runs one typed request for the caller in ctx: Prepare (the request checked and
 // classified on its typed values), the permission check on that class, the caller's files,
 // then the Runner, on the worker for mutations. Every operation of the API goes through here.
-func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
+// progress, when set, receives the run's progress events as they happen (a streamed answer).
+func (s *Server) execute(ctx context.Context, req ExecRequest, progress func(any)) outcome {
 	peer, ok := PeerOf(ctx)
 	if !ok {
 		return outcome{status: http.StatusForbidden, err: "no peer credentials on this connection"}
@@ -45,7 +46,7 @@ func (s *Server) execute(ctx context.Context, req ExecRequest) outcome {
 	if err != nil {
 		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
 	}
-	env := RunEnv{Paths: paths, Peer: peer}
+	env := RunEnv{Paths: paths, Peer: peer, Progress: progress}
 	if s.OpenConn != nil {
 		env.Conn = s.sharedConn
 	}
@@ -192,7 +193,7 @@ func materialize(job Job, files map[string]string) (string, map[string]string, r
 func (s *Server) Internal(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	ctx = context.WithValue(ctx, peerKey{}, Peer{UID: 0, GID: 0, PID: int32(os.Getpid())})
 	what := strings.TrimSpace(req.Command + " " + strings.Join(req.Operands, " "))
-	o := s.execute(ctx, req)
+	o := s.execute(ctx, req, nil)
 	if o.err != "" {
 		return o.res, fmt.Errorf("%s: %s", what, o.err)
 	}
@@ -215,8 +216,9 @@ type opOutcome struct {
 // runOperation runs one typed operation for the caller in ctx: its class decided by the
 // Operator on the operation's typed values, the permission check on that class, then the
 // operation itself, on the worker for changes, as execute does for a command request; no
-// command line is built or parsed on the way.
-func (s *Server) runOperation(ctx context.Context, o Operator, op Operation) opOutcome {
+// command line is built or parsed on the way. progress, when set, receives its progress events
+// as they happen (a streamed answer).
+func (s *Server) runOperation(ctx context.Context, o Operator, op Operation, progress func(any)) opOutcome {
 	peer, ok := PeerOf(ctx)
 	if !ok {
 		return opOutcome{status: http.StatusForbidden, msg: "no peer credentials on this connection"}
@@ -231,7 +233,7 @@ func (s *Server) runOperation(ctx context.Context, o Operator, op Operation) opO
 		s.log().Warn("refused", "op", name, "class", class.String(), "uid", peer.UID, "pid", peer.PID, "err", err)
 		return opOutcome{status: http.StatusForbidden, msg: err.Error()}
 	}
-	env := RunEnv{Peer: peer}
+	env := RunEnv{Peer: peer, Progress: progress}
 	if s.OpenConn != nil {
 		env.Conn = s.sharedConn
 	}

@@ -487,3 +487,7 @@ func errorText(stderr string) string {
 
 // ms is d in milliseconds, for logs.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Unwrap lets http.ResponseController reach the connection's writer (a streamed answer
+// flushes each line).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

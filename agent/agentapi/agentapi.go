@@ -58,6 +58,10 @@ type Job struct {
 	// Files are the operands and flag values (as the caller gave them) that name files the
 	// command reads: each must come with its content in Request.Files.
 	Files []string
+	// Operation is the typed request of a command backed by an operation, built by Prepare
+	// from the request's typed values: Class was decided on it, and it is what runs. Nil for
+	// a command that still runs as a command line, or whose request is refused when it runs.
+	Operation Operation
 }
 
 // Peer is the process at the other end of a connection, as the kernel saw it when it
@@ -77,6 +81,10 @@ type RunEnv struct {
 	// Conn, when set, returns the agent's one libvirt connection: commands use it instead of
 	// opening their own, and must not close it.
 	Conn func() (virt.Conn, error)
+	// Progress, when set, receives the run's progress events (ops.Event values) as they
+	// happen, to stream them to the caller (application/x-ndjson); they are then not printed
+	// on the result's stderr.
+	Progress func(event any)
 }
 
 // Runner runs vgpu-host's command tree in-process.
@@ -147,6 +155,31 @@ type ExecResult struct {
 	Stdout   string `json:"stdout"`
 	Stderr   string `json:"stderr"`
 	ExitCode int    `json:"exit_code"`
+}
+
+// NDJSON is the media type of a streamed answer: a caller that sends Accept: NDJSON to
+// POST /v1/exec or a typed endpoint gets one StreamLine per line (docs/agent.md).
+const NDJSON = "application/x-ndjson"
+
+// StreamLine is one line of a streamed answer: an operation's progress event as it happens,
+// then one last line with the result: Result for POST /v1/exec, Done for a typed endpoint.
+type StreamLine struct {
+	// Event is one progress event: {"kind", "op", "subject", "message", "partial", "at"}.
+	Event json.RawMessage `json:"event,omitempty"`
+	// Result ends the stream of POST /v1/exec: what the command printed (its stderr without
+	// the events streamed before) and its exit code.
+	Result *ExecResult `json:"result,omitempty"`
+	// Done ends the stream of a typed endpoint.
+	Done *OperationDone `json:"done,omitempty"`
+}
+
+// OperationDone is the last line of a typed endpoint's stream: the exit code, the error's
+// words (none on success) and the operation's JSON output (the body the endpoint answers
+// without streaming), if it printed one.
+type OperationDone struct {
+	ExitCode int             `json:"exit_code"`
+	Error    string          `json:"error,omitempty"`
+	Output   json.RawMessage `json:"output,omitempty"`
 }
 
 // ErrorBody is the JSON of every error answer.

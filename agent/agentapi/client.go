@@ -171,57 +171,75 @@ const maxAnswer = 1 << 30
 
 // readResponse reads an HTTP/1.1 answer, skipping informational (1xx) ones.
 func readResponse(r *bufio.Reader, method string) (int, []byte, error) {
+	h, err := readHead(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if method == "HEAD" || h.status == 204 || h.status == 304 {
+		return h.status, nil, nil
+	}
+	var data []byte
+	switch {
+	case h.chunked:
+		data, err = readChunked(r)
+	case h.length >= 0:
+		data = make([]byte, h.length)
+		_, err = io.ReadFull(r, data)
+	default:
+		data, err = io.ReadAll(io.LimitReader(r, maxAnswer))
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("read the answer: %w", err)
+	}
+	return h.status, data, nil
+}
+
+// head is an answer's status line and the headers the client uses.
+type head struct {
+	status      int
+	length      int64 // -1: none given
+	chunked     bool
+	contentType string
+}
+
+// readHead reads an answer's status line and headers, skipping informational (1xx) answers.
+func readHead(r *bufio.Reader) (head, error) {
 	for {
 		line, err := readLine(r)
 		if err != nil {
-			return 0, nil, fmt.Errorf("read the answer: %w", err)
+			return head{}, fmt.Errorf("read the answer: %w", err)
 		}
 		proto, rest, _ := strings.Cut(line, " ")
 		code, _, _ := strings.Cut(rest, " ")
 		status, err := strconv.Atoi(code)
 		if !strings.HasPrefix(proto, "HTTP/1.") || err != nil || status < 100 || status > 999 {
-			return 0, nil, fmt.Errorf("read the answer: malformed status line %q", line)
+			return head{}, fmt.Errorf("read the answer: malformed status line %q", line)
 		}
-		length, chunked := int64(-1), false
+		h := head{status: status, length: -1}
 		for {
-			h, err := readLine(r)
+			l, err := readLine(r)
 			if err != nil {
-				return 0, nil, fmt.Errorf("read the answer's header: %w", err)
+				return head{}, fmt.Errorf("read the answer's header: %w", err)
 			}
-			if h == "" {
+			if l == "" {
 				break
 			}
-			k, v, _ := strings.Cut(h, ":")
+			k, v, _ := strings.Cut(l, ":")
 			v = strings.TrimSpace(v)
 			switch strings.ToLower(strings.TrimSpace(k)) {
 			case "content-length":
-				if length, err = strconv.ParseInt(v, 10, 64); err != nil || length < 0 || length > maxAnswer {
-					return 0, nil, fmt.Errorf("read the answer: bad Content-Length %q", v)
+				if h.length, err = strconv.ParseInt(v, 10, 64); err != nil || h.length < 0 || h.length > maxAnswer {
+					return head{}, fmt.Errorf("read the answer: bad Content-Length %q", v)
 				}
 			case "transfer-encoding":
-				chunked = strings.EqualFold(v, "chunked")
+				h.chunked = strings.EqualFold(v, "chunked")
+			case "content-type":
+				h.contentType = v
 			}
 		}
-		if status < 200 {
-			continue
+		if status >= 200 {
+			return h, nil
 		}
-		if method == "HEAD" || status == 204 || status == 304 {
-			return status, nil, nil
-		}
-		var data []byte
-		switch {
-		case chunked:
-			data, err = readChunked(r)
-		case length >= 0:
-			data = make([]byte, length)
-			_, err = io.ReadFull(r, data)
-		default:
-			data, err = io.ReadAll(io.LimitReader(r, maxAnswer))
-		}
-		if err != nil {
-			return 0, nil, fmt.Errorf("read the answer: %w", err)
-		}
-		return status, data, nil
 	}
 }
 

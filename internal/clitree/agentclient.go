@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // --agent values.
@@ -114,7 +115,16 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 		cmd.Root().Metadata = map[string]any{}
 	}
 	cmd.Root().Metadata[forwardedKey] = true
-	res, err := agentapi.Client{Socket: socket}.Exec(ctx, req)
+	// The answer streamed: the command's progress printed as it happens, as the in-process
+	// run prints it (apply --wait-shutdown's wait, a long apply's steps).
+	o, _ := outputOf(cmd)
+	terminal := isTerminal(os.Stderr)
+	res, err := agentapi.Client{Socket: socket}.ExecStream(ctx, req, func(raw json.RawMessage) {
+		var e ops.Event
+		if json.Unmarshal(raw, &e) == nil {
+			printEvent(stderr, o, terminal, e)
+		}
+	})
 	if code, done, ok := agentSocketRefusal(err, mode, stderr); ok {
 		if !done {
 			delete(cmd.Root().Metadata, forwardedKey)

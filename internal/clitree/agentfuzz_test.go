@@ -13,7 +13,8 @@ import (
 
 // FuzzAgentRequest: any body the agent's /v1/exec decodes, prepareRequest either refuses, or
 // accepts as a command whose canonical command line, parsed by the command tree, is that same
-// command with that same class: the agent never authorizes one thing and runs another.
+// command with that same class, and whose typed request (a command with an operation) is that
+// same command with that same class: the agent never authorizes one thing and runs another.
 func FuzzAgentRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"command":"inspect","flags":{"output":"json"}}`,
@@ -39,6 +40,15 @@ func FuzzAgentRequest(f *testing.F) {
 		job, cl, err := prepareRequest(app, req)
 		if err != nil {
 			return
+		}
+		// A command with an operation runs its typed request (issue 28): built from these
+		// values, it names the same command and has the class the values have.
+		if oc, fv, ok := operationOf(cl, req); ok {
+			if op, err := oc.request(fv); err == nil {
+				if op.Op() != job.Op || classOf(job.Op, op.Bool, op.IsSet) != job.Class {
+					t.Fatalf("%s: authorized %s as a %s, its typed request is %s, a %s", body, job.Op, job.Class, op.Op(), classOf(job.Op, op.Bool, op.IsSet))
+				}
+			}
 		}
 		paths := map[string]string{}
 		for _, name := range job.Files {

@@ -20,7 +20,8 @@ import (
 	"github.com/vgpu-host/vgpu-host/ledger"
 )
 
-// countingRunner is the agent's cliRunner that counts the command lines it runs: a typed
+// countingRunner is the agent's cliRunner that counts the requests its Run side runs
+// (/v1/exec's; cliRunner.commandLines counts those of them run as a command line): a typed
 // endpoint served by its operation never gets there.
 type countingRunner struct {
 	*cliRunner
@@ -56,8 +57,8 @@ func rawCall(t *testing.T, dir, method, path string, body []byte) (int, string, 
 
 // TestAgentTypedEndpointsCallOps: GET /v1/inventory, /v1/check and /v1/status are served by
 // their operations (package ops) with no command line run, and answer byte for byte what the
-// CLI prints with --output json, the exit code in its header; /v1/exec still runs its command
-// line through the tree.
+// CLI prints with --output json, the exit code in its header; /v1/exec goes through the
+// Runner's Run (TestAgentExecRunsOperations: with no command line for an ops-backed command).
 func TestAgentTypedEndpointsCallOps(t *testing.T) {
 	tr := agentHost(t)
 	dir := tr.Dir()
@@ -104,7 +105,7 @@ func TestAgentTypedEndpointsCallOps(t *testing.T) {
 		t.Fatalf("POST /v1/exec inspect: %d %s", status, b)
 	}
 	if n := cr.runs.Load(); n != 1 {
-		t.Errorf("POST /v1/exec inspect ran %d command lines; want 1 (exec keeps the command tree)", n)
+		t.Errorf("POST /v1/exec inspect ran %d requests through the Runner's Run; want 1", n)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -78,8 +79,8 @@ func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
 	if rv == nil {
 		return openFor(envOf(cmd), cmd.Name, uri)
 	}
-	if cmd.IsSet("connect") && cmd.String("connect") != rv.uri {
-		return nil, usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", cmd.String("connect"), rv.uri)
+	if _, err := agentConnURI(cmd, rv); err != nil {
+		return nil, err
 	}
 	return lendConn(envOf(cmd), rv.conn, rv.uri, cmd.Name)
 }
@@ -180,27 +181,60 @@ func useEnv(c *cli.Command, env map[string]string) {
 	}
 }
 
-// cliRunner is the agent's Runner: the command tree, in-process.
+// cliRunner is the agent's Runner: the operations, and for the commands without one yet the
+// command tree, in-process.
 type cliRunner struct {
 	root host.Root
 	uri  string
 	log  *slog.Logger
 	env  *Env // the trees' (nil: the light CLI's)
+	// commandLines counts the requests run as a command line (runCommandLine): the tests
+	// check that a command with an operation never is.
+	commandLines atomic.Int64
 }
 
-// Prepare checks a typed request against the command tree (see prepareRequest).
+// Prepare checks a typed request against the command tree's flag definitions (see
+// prepareRequest). For a command backed by an operation it builds the typed request too, with
+// the command's request builder, and decides the class on it (a request the builder refuses
+// is refused when it runs, after the permission check, as the command always reported it).
 func (r *cliRunner) Prepare(req agentapi.ExecRequest) (agentapi.Job, error) {
 	app := newApp(r.env)
 	pruneUnnamed(app, strings.Fields(req.Command))
-	j, _, err := prepareRequest(app, req)
-	return j, err
+	j, cl, err := prepareRequest(app, req)
+	if err != nil {
+		return j, err
+	}
+	if oc, f, ok := operationOf(cl, req); ok {
+		if op, err := oc.request(f); err == nil {
+			j.Operation, j.Class = op, r.Class(op)
+		}
+	}
+	return j, nil
 }
 
-// Run runs the job on a fresh command tree whose output is captured. The tree is given the
-// job's typed values as its canonical command line (every flag --NAME=VALUE, every operand
-// after --), and before the command's action runs, the command the tree parsed and its class
-// from the parsed typed values must be the job's: what runs is what was authorized.
+// Run runs the job: a command backed by an operation as that operation, with no command line
+// (runOperation); the others on a command tree (runCommandLine).
 func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
+	app := newApp(r.env)
+	pruneUnnamed(app, strings.Fields(job.Op))
+	_, cl, err := prepareRequest(app, job.Request)
+	if err != nil {
+		return agentapi.ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: exitUsage}
+	}
+	if oc, f, ok := operationOf(cl, job.Request); ok {
+		return r.runOperation(ctx, job, env, oc, f)
+	}
+	return r.runCommandLine(ctx, job, env)
+}
+
+// runCommandLine is how the commands without an operation yet still run in the agent (the
+// shrinking exception of issue 28; TestCommandLineCommands lists them): on a fresh command
+// tree whose output is captured, given the job's typed values as its canonical command line
+// (every flag --NAME=VALUE, every operand after --). Before the command's action runs, the
+// command the tree parsed and its class from the parsed typed values must be the job's: what
+// runs is what was authorized.
+func (r *cliRunner) runCommandLine(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
+	r.commandLines.Add(1)
 	app := newApp(r.env)
 	pruneUnnamed(app, strings.Fields(job.Op))
 	var out, errw bytes.Buffer
@@ -247,12 +281,19 @@ func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.
 	if !ok {
 		return nil, &ops.Error{Code: exitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", op)}
 	}
-	name := req.Op()
+	// The agent opens no key file a caller names: a typed endpoint sends none.
+	e := r.opsEnv(req.Op(), env, nil, env.Progress)
+	return ops.Run(ctx, e, req)
+}
+
+// opsEnv is the environment of the operation name run for the caller in env: the agent's
+// root, its libvirt connection lent, its host writes logged, the key files the caller sent
+// (keys), and each progress event logged and given to progress (when not nil).
+func (r *cliRunner) opsEnv(name string, env agentapi.RunEnv, keys map[string]string, progress func(any)) ops.Env {
 	e := ops.Env{
-		Root: r.root,
-		Peer: env.Peer,
-		// The agent opens no key file a caller names: a typed endpoint sends none.
-		ReadKey:  (&runEnv{}).readKey,
+		Root:     r.root,
+		Peer:     env.Peer,
+		ReadKey:  (&runEnv{keys: keys}).readKey,
 		OpenConn: func() (virt.Conn, error) { return lendConn(r.envOrLight(), env.Conn, r.uri, name) },
 		HostIO: func() (host.Writer, host.ModuleLoader) {
 			if r.log == nil {
@@ -261,32 +302,52 @@ func (r *cliRunner) Do(ctx context.Context, op agentapi.Operation, env agentapi.
 			return loggedHostIO(r.envOrLight(), r.root, r.log, name, env.Peer)
 		},
 	}
+	var l *slog.Logger
 	if r.log != nil {
-		l := r.log.With("op", name, "uid", env.Peer.UID, "pid", env.Peer.PID)
-		e.Progress = func(ev ops.Event) { l.Info("progress", "subject", ev.Subject, "message", ev.Message) }
+		l = r.log.With("op", name, "uid", env.Peer.UID, "pid", env.Peer.PID)
+	}
+	if l != nil || progress != nil {
+		e.Progress = func(ev ops.Event) {
+			if l != nil {
+				l.Info("progress", "subject", ev.Subject, "message", ev.Message)
+			}
+			if progress != nil {
+				progress(ev)
+			}
+		}
 	}
 	withHostParts(r.envOrLight(), &e)
-	return ops.Run(ctx, e, req)
+	return e
 }
 
 // agentRootOf is rootOf in the agent: the agent's root, and --host-root (or VGPU_HOST_ROOT
 // in the caller's environment) must name that same directory.
 func agentRootOf(cmd *cli.Command, rv *runEnv) (host.Root, error) {
-	if cmd.IsSet("host-root") {
-		v := cmd.String("host-root")
-		if !filepath.IsAbs(v) || filepath.Clean(v) != rv.root.Dir() {
-			return host.Root{}, usageErr("--host-root %s: this agent serves %s; give its absolute path, talk to that root's agent (--agent-socket), or run with --agent never", v, rv.root.Dir())
+	return agentRoot(cliFlags{cmd}, rv.root)
+}
+
+// agentRoot is the agent's root, which --host-root in f must name, if set.
+func agentRoot(f flagValues, root host.Root) (host.Root, error) {
+	if f.IsSet("host-root") {
+		v := f.String("host-root")
+		if !filepath.IsAbs(v) || filepath.Clean(v) != root.Dir() {
+			return host.Root{}, usageErr("--host-root %s: this agent serves %s; give its absolute path, talk to that root's agent (--agent-socket), or run with --agent never", v, root.Dir())
 		}
 	}
-	return rv.root, nil
+	return root, nil
 }
 
 // agentConnURI is connURI in the agent: its own URI, and --connect may only repeat it.
 func agentConnURI(cmd *cli.Command, rv *runEnv) (string, error) {
-	if cmd.IsSet("connect") && cmd.String("connect") != rv.uri {
-		return "", usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", cmd.String("connect"), rv.uri)
+	return agentURI(cliFlags{cmd}, rv.uri)
+}
+
+// agentURI is the agent's libvirt URI uri, which --connect in f may only repeat.
+func agentURI(f flagValues, uri string) (string, error) {
+	if f.IsSet("connect") && f.String("connect") != uri {
+		return "", usageErr("--connect %s: this agent uses %s; run the command with --agent never to use another libvirt", f.String("connect"), uri)
 	}
-	return rv.uri, nil
+	return uri, nil
 }
 
 // agentRule says how a command runs in the agent.
@@ -416,6 +477,7 @@ type typedFlag struct {
 	name   string
 	values []string
 	b      bool // a boolean flag's value
+	v      any  // the value, typed as the flag is: bool, int, string, time.Duration or []string
 }
 
 // commandLine is a checked request as the tree takes it.
@@ -424,6 +486,8 @@ type commandLine struct {
 	flags    []typedFlag
 	operands []string
 	rule     agentRule
+	// defs are the flags of the command and of the commands above it, by long name.
+	defs map[string]cli.Flag
 }
 
 // argv is the canonical command line of a checked request: the command's path, each flag as
@@ -520,6 +584,7 @@ func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, c
 		}
 	}
 	cl.operands = req.Operands
+	cl.defs = known
 	boolFlag := func(name string) bool {
 		if v, ok := bools[name]; ok {
 			return v
@@ -560,19 +625,22 @@ func typedValue(f cli.Flag, name string, raw json.RawMessage) (typedFlag, error)
 		if !dec(&tf.b) {
 			return bad("a JSON boolean")
 		}
-		tf.values = []string{strconv.FormatBool(tf.b)}
+		tf.values, tf.v = []string{strconv.FormatBool(tf.b)}, tf.b
 	case *cli.IntFlag:
 		var i int64
 		if !dec(&i) {
 			return bad("a JSON integer")
 		}
-		tf.values = []string{strconv.FormatInt(i, 10)}
+		if int64(int(i)) != i {
+			return bad("a JSON integer")
+		}
+		tf.values, tf.v = []string{strconv.FormatInt(i, 10)}, int(i)
 	case *cli.StringFlag:
 		var s string
 		if !dec(&s) || !noNUL(s) {
 			return bad("a JSON string")
 		}
-		tf.values = []string{s}
+		tf.values, tf.v = []string{s}, s
 	case *cli.DurationFlag:
 		var s string
 		if !dec(&s) {
@@ -582,7 +650,7 @@ func typedValue(f cli.Flag, name string, raw json.RawMessage) (typedFlag, error)
 		if err != nil {
 			return bad(`a duration string ("90s")`)
 		}
-		tf.values = []string{d.String()}
+		tf.values, tf.v = []string{d.String()}, d
 	case *cli.StringSliceFlag:
 		var ss []string
 		if !dec(&ss) {
@@ -594,7 +662,7 @@ func typedValue(f cli.Flag, name string, raw json.RawMessage) (typedFlag, error)
 				return bad("an array of strings without commas")
 			}
 		}
-		tf.values = ss
+		tf.values, tf.v = ss, ss
 	default:
 		return tf, fmt.Errorf("flag %q: a %T cannot be sent to the agent", name, f)
 	}

@@ -176,50 +176,6 @@ func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
 	return lifecycle.New(o), conn, nil
 }
 
-// loadSpecs loads every SPEC argument, as the caller.
-func loadSpecs(cmd *cli.Command) ([]ops.Spec, error) {
-	var specs []ops.Spec
-	for _, p := range cmd.Args().Slice() {
-		specs = append(specs, ops.Spec{Path: p})
-	}
-	vms, err := ops.LoadSpecs(cmd.Name, specs)
-	if err != nil {
-		return nil, err
-	}
-	for i := range specs {
-		specs[i].VM = vms[i]
-	}
-	return specs, nil
-}
-
-// specEnv checks the invocation's root, output, --virt-type and --force, and returns the
-// operations' environment for a command on specs; its libvirt URI is checked when the
-// operation opens it, as it always was: after the specs, the virt type and the forced checks.
-func specEnv(cmd *cli.Command) (ops.Env, error) {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return ops.Env{}, err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return ops.Env{}, err
-	}
-	if _, err := virtTypeOf(cmd); err != nil {
-		return ops.Env{}, err
-	}
-	if _, err := forcedChecks(cmd); err != nil {
-		return ops.Env{}, err
-	}
-	env := opsEnv(cmd, root, "")
-	env.OpenConn = func() (virt.Conn, error) {
-		uri, err := connURI(cmd, root)
-		if err != nil {
-			return nil, err
-		}
-		return openConnFor(cmd, uri)
-	}
-	return env, nil
-}
-
 func applyCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "apply",
@@ -240,29 +196,26 @@ func applyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "wait-shutdown", Usage: "after starting, wait until the guest powers itself off (image builders)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up waiting for --wait-shutdown after `DURATION`"},
 		},
-		Action: runApply,
+		Action: opAction("apply", nil),
 	}
 }
 
-func runApply(ctx context.Context, cmd *cli.Command) error {
-	specs, err := loadSpecs(cmd)
+// applyRequest is apply's request: the specs loaded, --virt-type, --force, --no-start,
+// --wait-shutdown and its --timeout (the operation checks the virt type and the forced checks,
+// after the host root and --output, as apply always did).
+func applyRequest(f flagValues) (ops.ApplyRequest, error) {
+	specs, err := specsOf(f, "apply")
 	if err != nil {
-		return err
+		return ops.ApplyRequest{}, err
 	}
-	env, err := specEnv(cmd)
-	if err != nil {
-		return err
-	}
-	// A record for each VM applied; one that failed has none (its error goes to stderr).
-	results, err := ops.Apply(ctx, env, ops.ApplyRequest{Specs: specs, VirtType: cmd.String("virt-type"), Force: cmd.StringSlice("force"),
-		NoStart: cmd.Bool("no-start"), WaitShutdown: cmd.Bool("wait-shutdown"), Timeout: cmd.Duration("timeout")})
-	if results == nil {
-		return err // nothing was applied: nothing on stdout
-	}
-	if eerr := emit(cmd, results, func(w io.Writer) error { return applyTable(w, results) }); eerr != nil {
-		return eerr
-	}
-	return err
+	return ops.ApplyRequest{Specs: specs, VirtType: f.String("virt-type"), Force: f.StringSlice("force"),
+		NoStart: f.Bool("no-start"), WaitShutdown: f.Bool("wait-shutdown"), Timeout: f.Duration("timeout")}, nil
+}
+
+// renderApply prints a record for each VM applied; one that failed has none (its error goes
+// to stderr).
+func renderApply(o opOutput, results []*lifecycle.VMApplyResult) error {
+	return o.emit(results, func(w io.Writer) error { return applyTable(w, results) })
 }
 
 func applyTable(w io.Writer, rs []*lifecycle.VMApplyResult) error {

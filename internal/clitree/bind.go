@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -38,24 +37,19 @@ func bindCommand() *cli.Command {
 			&cli.BoolFlag{Name: "persist", Usage: "also keep the binding across reboots (driverctl override + modprobe softdep)"},
 			&cli.DurationFlag{Name: "timeout", Value: vfio.DefaultTimeout, Usage: "bound each sysfs write and driver wait by `DURATION`"},
 		},
-		Action: runBind,
+		Action: opAction("bind", nil),
 	}
 }
 
-func runBind(ctx context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	res, err := ops.Bind(ctx, opsEnv(cmd, root, ""), ops.BindRequest{Addresses: cmd.Args().Slice(),
-		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")})
-	if err != nil {
-		return err
-	}
-	return emit(cmd, res, func(w io.Writer) error { return resultTable(w, res) })
+// bindRequest is bind's request: the addresses, --force, --persist, --dry-run, --timeout.
+func bindRequest(f flagValues) (ops.BindRequest, error) {
+	return ops.BindRequest{Addresses: f.Operands(), Force: f.Bool("force"), Persist: f.Bool("persist"),
+		DryRun: f.Bool("dry-run"), Timeout: f.Duration("timeout")}, nil
+}
+
+// renderBindResult prints a bind or unbind result.
+func renderBindResult(o opOutput, res *vfio.Result) error {
+	return o.emit(res, func(w io.Writer) error { return resultTable(w, res) })
 }
 
 // resultTable prints a bind/unbind result: the dry-run steps, or one line per function.

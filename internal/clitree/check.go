@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func checkCommand() *cli.Command {
@@ -19,26 +17,13 @@ func checkCommand() *cli.Command {
 		Usage: "judge the host's readiness for GPU passthrough and vGPU (exit 3 when nothing can be assigned)",
 		Description: "One line per check with ok/warn/fail and the fix, then one line per GPU. Exits 0 when a GPU\n" +
 			"or vGPU can be assigned to a VM, 3 when none can (virtio-gpu alone does not count).",
-		Action: runCheck,
+		Action: opAction("check", nil),
 	}
 }
 
-func runCheck(ctx context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	r, err := ops.Check(ctx, opsEnv(cmd, root, ""), ops.CheckRequest{})
-	if r == nil {
-		return err
-	}
-	if err := emit(cmd, r, func(w io.Writer) error { return checkTable(w, r) }); err != nil {
-		return err
-	}
-	return err
+// renderCheck prints check's report.
+func renderCheck(o opOutput, r *host.Readiness) error {
+	return o.emit(r, func(w io.Writer) error { return checkTable(w, r) })
 }
 
 func checkTable(out io.Writer, r *host.Readiness) error {

@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -23,14 +22,25 @@ func destroyCommand() *cli.Command {
 		Description: "Undoes, newest first, every step apply journalled for the VM: only what vgpu-host created.\n" +
 			"Also finishes an interrupted apply or destroy. Exit codes: 0 destroyed, 1 failed, 6 not in the ledger.",
 		Flags:  []cli.Flag{connectFlag(), resetFlag()},
-		Action: runDestroy,
+		Action: opAction("destroy", nil),
 	}
 }
 
 // vmName returns the VM an argument names: a spec file's metadata.name, or the argument.
-func vmName(arg string) (string, error) {
+func vmName(arg string) (string, error) { return vmNameOf(cliFlags{}, arg) }
+
+// vmNameOf is vmName with the spec files the agent's caller sent (src), read by the CLI.
+func vmNameOf(src fileSource, arg string) (string, error) {
 	if strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") {
-		if _, err := os.Stat(arg); err == nil {
+		if c, ok, sent := src.sentFile(arg); sent {
+			if ok {
+				vm, err := domains.LoadData(arg, []byte(c))
+				if err != nil {
+					return "", err
+				}
+				return vm.Metadata.Name, nil
+			}
+		} else if _, err := os.Stat(arg); err == nil {
 			vm, err := domains.Load(arg)
 			if err != nil {
 				return "", err
@@ -46,44 +56,36 @@ func vmName(arg string) (string, error) {
 	return arg, nil
 }
 
-func runDestroy(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() == 0 {
-		return usageErr("destroy needs at least one VM name or spec file")
+// destroyRequest is destroy's request: the VMs named, each by its name or its spec file;
+// every name is checked first, so that a malformed one is a usage error and nothing is
+// destroyed.
+func destroyRequest(f flagValues) (ops.DestroyRequest, error) {
+	req := ops.DestroyRequest{Reset: f.Bool("reset")}
+	if len(f.Operands()) == 0 {
+		return req, usageErr("destroy needs at least one VM name or spec file")
 	}
-	// Every name first: a malformed one is a usage error and nothing is destroyed.
-	var names []string
-	for _, a := range cmd.Args().Slice() {
-		name, err := vmName(a)
+	src, _ := f.(fileSource)
+	if src == nil {
+		src = cliFlags{}
+	}
+	for _, a := range f.Operands() {
+		name, err := vmNameOf(src, a)
 		if err != nil {
-			return err
+			return req, err
 		}
-		names = append(names, name)
+		req.Names = append(req.Names, name)
 	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return err
-	}
-	results, err := ops.Destroy(ctx, opsEnv(cmd, root, uri), ops.DestroyRequest{Names: names, Reset: cmd.Bool("reset")})
-	if results == nil {
-		return err
-	}
-	firstErr := err
-	if err := emit(cmd, results, func(w io.Writer) error {
+	return req, nil
+}
+
+// renderDestroy prints one line per VM destroyed.
+func renderDestroy(o opOutput, results []*lifecycle.DestroyResult) error {
+	return o.emit(results, func(w io.Writer) error {
 		for _, r := range results {
 			fmt.Fprintf(w, "%s: destroyed (undid %d steps, released %d devices)\n", r.VM, len(r.Undone), len(r.Released))
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	return firstErr
+	})
 }
 
 // releasedBy are the PCI functions a destroy gave back (ops.ReleasedBy).

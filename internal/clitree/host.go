@@ -31,21 +31,8 @@ func hostCommand() *cli.Command {
 				Description: "Run at boot by vgpu-host-restore.service (or by the agent, vgpu-host-agent.service: the same code),\n" +
 					"before libvirt starts guests. Everything already in place is left alone; a failed step does not stop\n" +
 					"the others, and the exit code is non-zero. docs/reconcile.md.",
-				Flags: []cli.Flag{dryRunFlag(), timeoutFlag()},
-				Action: func(ctx context.Context, cmd *cli.Command) error {
-					env, err := mdevEnv(cmd)
-					if err != nil {
-						return err
-					}
-					res, rerr := ops.Restore(ctx, env, ops.RestoreRequest{DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")})
-					if res.DryRun != nil {
-						return emitReport(cmd, res.DryRun)
-					}
-					if err := emit(cmd, res.Steps, func(w io.Writer) error { return restoreTable(w, res.Result) }); err != nil {
-						return err
-					}
-					return rerr
-				},
+				Flags:  []cli.Flag{dryRunFlag(), timeoutFlag()},
+				Action: opAction("host restore", nil),
 			},
 			{
 				Name:  "install-unit",
@@ -95,6 +82,19 @@ func hostCommand() *cli.Command {
 			},
 		},
 	}
+}
+
+// restoreRequest is host restore's request: --dry-run, --timeout.
+func restoreRequest(f flagValues) (ops.RestoreRequest, error) {
+	return ops.RestoreRequest{DryRun: f.Bool("dry-run"), Timeout: f.Duration("timeout")}, nil
+}
+
+// renderRestore prints each step of host restore and its summary, or the dry run's writes.
+func renderRestore(o opOutput, res *ops.RestoreResult) error {
+	if res.DryRun != nil {
+		return renderReport(o.w, o.format, o.name, res.DryRun)
+	}
+	return o.emit(res.Steps, func(w io.Writer) error { return restoreTable(w, res.Result) })
 }
 
 func restoreTable(out io.Writer, res reconcile.Result) error {

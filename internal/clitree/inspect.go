@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -24,7 +23,7 @@ func inspectCommand() *cli.Command {
 			"(parent, type, driver) and its own IOMMU group.",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "mig", Usage: "ask NVML for the MIG section now (starts the NVML helper: ~30 ms on a real host); " +
 			"without it the section comes from the MIG state cache the agent and MIG commands keep, with its age, when there is one"}},
-		Action: runInspect,
+		Action: opAction("inspect", nil),
 	}
 }
 
@@ -35,48 +34,41 @@ type (
 	inventoryReport = ops.InventoryReport
 )
 
-func runInspect(ctx context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
+// inspectRequest is inspect's request: at most one address or mdev UUID, --mig.
+func inspectRequest(f flagValues) (ops.InventoryRequest, error) {
+	req := ops.InventoryRequest{MIG: f.Bool("mig")}
+	switch args := f.Operands(); len(args) {
+	case 0:
+	case 1:
+		req.Target = args[0]
+	default:
+		return req, usageErr("inspect takes at most one address, got %d arguments", len(args))
 	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	if cmd.Args().Len() > 1 {
-		return usageErr("inspect takes at most one address, got %d arguments", cmd.Args().Len())
-	}
-	req := ops.InventoryRequest{Target: cmd.Args().First(), MIG: cmd.Bool("mig")}
-	if req.Target == "" && runEnvOf(cmd) == nil {
-		// A one-shot process whose heap is a few MB that all stay live until the output
-		// is written: collecting at 4 MB cost about a tenth of the 64-GPU host's CPU
-		// time, for nothing. Never in the agent, which lives on.
-		debug.SetGCPercent(400)
-	}
-	res, err := ops.Inventory(ctx, opsEnv(cmd, root, ""), req)
-	if err != nil {
-		return err
-	}
-	return renderInventory(cmd, root, res)
+	return req, nil
 }
 
+// inspectGC tunes the collector for a whole inventory in a one-shot process: its heap is a
+// few MB that all stay live until the output is written, and collecting at 4 MB cost about a
+// tenth of the 64-GPU host's CPU time, for nothing. Never in the agent, which lives on.
+func inspectGC() { debug.SetGCPercent(400) }
+
 // renderInventory prints inspect's result as the invocation's --output asks.
-func renderInventory(cmd *cli.Command, root host.Root, res *ops.InventoryResult) error {
+func renderInventory(o opOutput, res *ops.InventoryResult) error {
 	switch {
 	case res.Device != nil:
-		return emit(cmd, res.Device, func(w io.Writer) error { return deviceTable(w, *res.Device) })
+		return o.emit(res.Device, func(w io.Writer) error { return deviceTable(w, *res.Device) })
 	case res.Mdev != nil:
-		return emit(cmd, res.Mdev, func(w io.Writer) error { return mdevTable(w, *res.Mdev) })
+		return o.emit(res.Mdev, func(w io.Writer) error { return mdevTable(w, *res.Mdev) })
 	}
 	rep := res.Inventory
 	inv := rep.Inventory
-	return emit(cmd, rep, func(w io.Writer) error {
+	return o.emit(rep, func(w io.Writer) error {
 		if err := inventoryTable(w, inv); err != nil {
 			return err
 		}
 		if len(rep.Quarantined) > 0 {
 			fmt.Fprintf(w, "\nquarantined:\n")
-			for _, l := range quarantineLines(root) {
+			for _, l := range quarantineLines(o.root) {
 				fmt.Fprintf(w, "  %s\n", l)
 			}
 		}

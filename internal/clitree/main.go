@@ -194,8 +194,7 @@ func execute(app *cli.Command, args []string, stderr io.Writer) int {
 func executeCtx(ctx context.Context, app *cli.Command, args []string, stderr io.Writer) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(stderr, "vgpu-host: internal error (a bug in vgpu-host %s, please report it with the command line; docs/security.md says how): %v at %s\n",
-				buildinfo.Version(), r, panicSite())
+			io.WriteString(stderr, internalErrorLine(r, panicSite()))
 			code = exitFailure
 		}
 	}()

@@ -30,20 +30,6 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	return m, rec, done, nil
 }
 
-// mdevEnv is the operations' environment of an mdev, vf or host restore invocation: its root
-// and output checked as vgpuManager checks them, libvirt on this machine (the agent's own in
-// the agent).
-func mdevEnv(cmd *cli.Command) (ops.Env, error) {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return ops.Env{}, err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return ops.Env{}, err
-	}
-	return opsEnv(cmd, root, virt.DefaultURI), nil
-}
-
 // emitDry prints the --dry-run report of the writes rec recorded (ops.DryRun).
 func emitDry(cmd *cli.Command, rec *host.Recorder, files []string, result any) error {
 	return emitReport(cmd, ops.DryRun(rec, files, result))
@@ -51,8 +37,18 @@ func emitDry(cmd *cli.Command, rec *host.Recorder, files []string, result any) e
 
 // emitReport prints a dry run's report: as JSON, or the writes one a line.
 func emitReport(cmd *cli.Command, r *ops.DryRunReport) error {
-	return emit(cmd, r, func(w io.Writer) error {
-		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", cmd.FullName())
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	return renderReport(cmd.Root().Writer, o, cmd.FullName(), r)
+}
+
+// renderReport prints the dry run report of the command named name (its full name, "vgpu-host
+// mdev create") in output format output.
+func renderReport(w io.Writer, output, name string, r *ops.DryRunReport) error {
+	return emitTo(w, output, r, func(w io.Writer) error {
+		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", name)
 		for _, wr := range r.Writes {
 			fmt.Fprintln(w, wr.String())
 		}
@@ -225,30 +221,51 @@ func mdevCreateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "define", Usage: "also persist the mdev instances (mdevctl format, start=auto)"},
 			dryRunFlag(), timeoutFlag(),
 		},
-		Action: runMdevCreate,
+		Action: opAction("mdev create", nil),
 	}
 }
 
-func runMdevCreate(ctx context.Context, cmd *cli.Command) error {
-	req := ops.MdevCreateRequest{Parent: cmd.String("parent"), Type: cmd.String("type"), UUIDs: cmd.StringSlice("uuid"),
-		Count: cmd.Int("count"), CountSet: cmd.IsSet("count"), Name: cmd.String("name"), FirstIndex: cmd.Int("first-index"),
-		Define: cmd.Bool("define"), DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")}
-	if err := req.Check(); err != nil {
-		return err
-	}
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.MdevCreate(ctx, env, req)
-	if err != nil {
-		return err
-	}
+// mdevCreateRequest is mdev create's request, checked (ops.MdevCreateRequest.Check).
+func mdevCreateRequest(f flagValues) (ops.MdevCreateRequest, error) {
+	req := ops.MdevCreateRequest{Parent: f.String("parent"), Type: f.String("type"), UUIDs: f.StringSlice("uuid"),
+		Count: f.Int("count"), CountSet: f.IsSet("count"), Name: f.String("name"), FirstIndex: f.Int("first-index"),
+		Define: f.Bool("define"), DryRun: f.Bool("dry-run"), Timeout: f.Duration("timeout")}
+	return req, req.Check()
+}
+
+// renderMdevCreate prints the instances created, or the dry run's writes.
+func renderMdevCreate(o opOutput, res *ops.MdevResult) error {
 	if res.DryRun != nil {
-		return emitReport(cmd, res.DryRun)
+		return renderReport(o.w, o.format, o.name, res.DryRun)
 	}
 	ins := res.Instances
-	return emit(cmd, ins, func(w io.Writer) error { return instancesTable(w, ins) })
+	return o.emit(ins, func(w io.Writer) error { return instancesTable(w, ins) })
+}
+
+// mdevRemoveRequest is mdev remove's request, checked (ops.MdevRemoveRequest.Check).
+func mdevRemoveRequest(f flagValues) (ops.MdevRemoveRequest, error) {
+	req := ops.MdevRemoveRequest{IDs: f.Operands(), Name: f.String("name"),
+		Force: f.Bool("force"), Undefine: f.Bool("undefine"), DryRun: f.Bool("dry-run"), Reset: f.Bool("reset"),
+		Timeout: f.Duration("timeout")}
+	return req, req.Check()
+}
+
+// renderMdevRemove prints the instances removed, or the dry run's writes.
+func renderMdevRemove(o opOutput, res *ops.MdevResult) error {
+	if res.DryRun != nil {
+		return renderReport(o.w, o.format, o.name, res.DryRun)
+	}
+	rm := res.Instances
+	return o.emit(rm, func(w io.Writer) error {
+		if len(rm) == 0 {
+			fmt.Fprintln(w, "nothing to remove (already gone)")
+			return nil
+		}
+		for _, in := range rm {
+			fmt.Fprintf(w, "removed %s (%s on %s)\n", in.ID(), in.Type, in.Parent)
+		}
+		return nil
+	})
 }
 
 func mdevRemoveCommand() *cli.Command {
@@ -266,36 +283,7 @@ func mdevRemoveCommand() *cli.Command {
 			dryRunFlag(), timeoutFlag(),
 			resetFlag(),
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			req := ops.MdevRemoveRequest{IDs: cmd.Args().Slice(), Name: cmd.String("name"),
-				Force: cmd.Bool("force"), Undefine: cmd.Bool("undefine"), DryRun: cmd.Bool("dry-run"), Reset: cmd.Bool("reset"),
-				Timeout: cmd.Duration("timeout")}
-			if err := req.Check(); err != nil {
-				return err
-			}
-			env, err := mdevEnv(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := ops.MdevRemove(ctx, env, req)
-			if err != nil {
-				return err
-			}
-			if res.DryRun != nil {
-				return emitReport(cmd, res.DryRun)
-			}
-			rm := res.Instances
-			return emit(cmd, rm, func(w io.Writer) error {
-				if len(rm) == 0 {
-					fmt.Fprintln(w, "nothing to remove (already gone)")
-					return nil
-				}
-				for _, in := range rm {
-					fmt.Fprintf(w, "removed %s (%s on %s)\n", in.ID(), in.Type, in.Parent)
-				}
-				return nil
-			})
-		},
+		Action: opAction("mdev remove", nil),
 	}
 }
 

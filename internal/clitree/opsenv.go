@@ -2,7 +2,6 @@ package clitree
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/urfave/cli/v3"
 
@@ -24,24 +23,7 @@ func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
 		// Warnings on stderr, and the steps too with table output, as the commands print them.
 		Progress: func(e ops.Event) {
 			o, _ := outputOf(cmd)
-			switch {
-			case e.Kind == ops.EventStep && o != "table":
-				return
-			case e.Kind == ops.EventTick:
-				// A wait's line, redrawn in place, for a human on a terminal only.
-				if o == "table" && stderrIsTerminal(cmd) {
-					if e.Message == "" {
-						fmt.Fprintln(cmd.Root().ErrWriter)
-					} else {
-						fmt.Fprintf(cmd.Root().ErrWriter, "\r%s", e.Message)
-					}
-				}
-				return
-			}
-			fmt.Fprint(cmd.Root().ErrWriter, e.Message)
-			if !e.Partial {
-				fmt.Fprintln(cmd.Root().ErrWriter)
-			}
+			printEvent(cmd.Root().ErrWriter, o, stderrIsTerminal(cmd), e)
 		},
 	}
 	if rv := runEnvOf(cmd); rv != nil {

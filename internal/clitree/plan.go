@@ -28,39 +28,42 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-start", Usage: "plan without the start step"},
 			&cli.StringFlag{Name: "migrate", Usage: "plan the live migration of the applied `VM` to --to instead of SPECs"},
 		}, migrateFlags(false)...),
-		Action: runPlan,
+		Action: opAction("plan", runPlanMigrate),
 	}
 }
 
-func runPlan(ctx context.Context, cmd *cli.Command) error {
-	if cmd.IsSet("migrate") {
-		if cmd.Args().Len() > 0 {
-			return usageErr("plan --migrate VM takes no SPEC")
-		}
-		if cmd.String("to") == "" {
-			return usageErr("plan --migrate VM needs --to URI")
-		}
-		return migrateVM(ctx, cmd, cmd.String("migrate"), true)
+// runPlanMigrate is plan --migrate VM --to URI: the migration's plan, which has no operation
+// yet (it runs as a command line in the agent too).
+func runPlanMigrate(ctx context.Context, cmd *cli.Command) error {
+	if cmd.Args().Len() > 0 {
+		return usageErr("plan --migrate VM takes no SPEC")
 	}
-	for _, f := range []string{"to", "target-cmd", "migrate-uri", "copy-storage", "shared-storage"} {
-		if cmd.IsSet(f) {
-			return usageErr("plan: --%s goes with --migrate VM", f)
+	if cmd.String("to") == "" {
+		return usageErr("plan --migrate VM needs --to URI")
+	}
+	return migrateVM(ctx, cmd, cmd.String("migrate"), true)
+}
+
+// planRequest is plan's request: the specs loaded, --virt-type, --force, --no-start; the
+// migration's flags go with --migrate only.
+func planRequest(f flagValues) (ops.PlanRequest, error) {
+	for _, n := range []string{"to", "target-cmd", "migrate-uri", "copy-storage", "shared-storage"} {
+		if f.IsSet(n) {
+			return ops.PlanRequest{}, usageErr("plan: --%s goes with --migrate VM", n)
 		}
 	}
-	specs, err := loadSpecs(cmd)
+	specs, err := specsOf(f, "plan")
 	if err != nil {
-		return err
+		return ops.PlanRequest{}, err
 	}
-	env, err := specEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.Plan(ctx, env, ops.PlanRequest{Specs: specs, VirtType: cmd.String("virt-type"), Force: cmd.StringSlice("force"), NoStart: cmd.Bool("no-start")})
-	if res == nil {
-		return err
-	}
-	refused, plans := err, res.Plans
-	if err := emit(cmd, plans, func(w io.Writer) error {
+	return ops.PlanRequest{Specs: specs, VirtType: f.String("virt-type"), Force: f.StringSlice("force"), NoStart: f.Bool("no-start")}, nil
+}
+
+// renderPlan prints each plan: its fallbacks, refusals and steps. The operation's error (the
+// first refusal) is the command's exit, as apply's would be.
+func renderPlan(o opOutput, res *ops.PlanResult) error {
+	plans := res.Plans
+	return o.emit(plans, func(w io.Writer) error {
 		for _, p := range plans {
 			fmt.Fprintf(w, "%s (virt type %s):\n", p.VM, p.VirtType)
 			for _, f := range p.Fallback {
@@ -81,9 +84,5 @@ func runPlan(ctx context.Context, cmd *cli.Command) error {
 			}
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	// Exit as apply would: the first plan a safety check refuses.
-	return refused
+	})
 }

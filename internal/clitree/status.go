@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -22,29 +21,19 @@ func statusCommand() *cli.Command {
 			"ledger/claims.json (who holds each device); both read with jq (docs/apply.md).\n" +
 			"Exit codes: 0 listed, 6 a named VM is not in the ledger (the others named are still listed).",
 		Flags:  []cli.Flag{connectFlag()},
-		Action: runStatus,
+		Action: opAction("status", nil),
 	}
 }
 
-func runStatus(ctx context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return err
-	}
-	// A damaged ledger: show the entries that are intact, then fail with the reason (exit 1).
-	res, err := ops.Status(ctx, opsEnv(cmd, root, uri), ops.StatusRequest{Names: cmd.Args().Slice()})
-	if res == nil {
-		return err
-	}
+// statusRequest is status's request: the VMs named, or every one.
+func statusRequest(f flagValues) (ops.StatusRequest, error) {
+	return ops.StatusRequest{Names: f.Operands()}, nil
+}
+
+// renderStatus prints the VMs status lists, then the quarantined devices.
+func renderStatus(o opOutput, res *ops.StatusResult) error {
 	st := res.VMs
-	if eerr := emit(cmd, st, func(w io.Writer) error {
+	return o.emit(st, func(w io.Writer) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VM\tSTATE\tPHASE\tDEVICES")
 		for _, s := range st {
@@ -61,12 +50,9 @@ func runStatus(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 		// Devices no VM gets until they check healthy again (docs/health.md).
-		for _, l := range quarantineLines(root) {
+		for _, l := range quarantineLines(o.root) {
 			fmt.Fprintf(w, "quarantined: %s\n", l)
 		}
 		return nil
-	}); eerr != nil {
-		return eerr
-	}
-	return err
+	})
 }

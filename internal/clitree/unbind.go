@@ -1,9 +1,6 @@
 package clitree
 
 import (
-	"context"
-	"io"
-
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/ops"
@@ -27,22 +24,13 @@ func unbindCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Value: vfio.DefaultTimeout, Usage: "bound each sysfs write and driver wait by `DURATION`"},
 			resetFlag(),
 		},
-		Action: runUnbind,
+		Action: opAction("unbind", nil),
 	}
 }
 
-func runUnbind(ctx context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	res, err := ops.Unbind(ctx, opsEnv(cmd, root, ""), ops.UnbindRequest{Addresses: cmd.Args().Slice(),
-		Force: cmd.Bool("force"), Persist: cmd.Bool("persist"), DryRun: cmd.Bool("dry-run"), Reset: cmd.Bool("reset"), Timeout: cmd.Duration("timeout")})
-	if err != nil {
-		return err
-	}
-	return emit(cmd, res, func(w io.Writer) error { return resultTable(w, res) })
+// unbindRequest is unbind's request: the addresses, --force, --persist, --dry-run, --reset,
+// --timeout.
+func unbindRequest(f flagValues) (ops.UnbindRequest, error) {
+	return ops.UnbindRequest{Addresses: f.Operands(), Force: f.Bool("force"), Persist: f.Bool("persist"),
+		DryRun: f.Bool("dry-run"), Reset: f.Bool("reset"), Timeout: f.Duration("timeout")}, nil
 }

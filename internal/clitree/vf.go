@@ -27,11 +27,14 @@ func vfCommand() *cli.Command {
 	}
 }
 
-func pfArg(cmd *cli.Command) (host.Address, error) {
-	if cmd.Args().Len() != 1 {
-		return host.Address{}, usageErr("%s needs exactly one PF address (e.g. 0000:00:0a.0)", cmd.Name)
+func pfArg(cmd *cli.Command) (host.Address, error) { return pfArgOf(cmd.Name, cliFlags{cmd}) }
+
+// pfArgOf is pfArg of the command named name (its last word) with flags f.
+func pfArgOf(name string, f flagValues) (host.Address, error) {
+	if len(f.Operands()) != 1 {
+		return host.Address{}, usageErr("%s needs exactly one PF address (e.g. 0000:00:0a.0)", name)
 	}
-	a, err := host.ParseAddress(cmd.Args().First())
+	a, err := host.ParseAddress(f.Operands()[0])
 	if err != nil {
 		return host.Address{}, usageErr("%v", err)
 	}
@@ -109,31 +112,28 @@ func vfEnableCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "change the count even when a process (a guest) holds a VF open; the kernel then waits for it"},
 			dryRunFlag(), timeoutFlag(),
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			a, err := pfArg(cmd)
-			if err != nil {
-				return err
-			}
-			req := ops.VFEnableRequest{PF: a.String(), Count: cmd.Int("count"), Driver: cmd.String("driver"),
-				Persist: cmd.Bool("persist"), Force: cmd.Bool("force"), DryRun: cmd.Bool("dry-run"), Timeout: cmd.Duration("timeout")}
-			if err := req.Check(); err != nil {
-				return err
-			}
-			env, err := mdevEnv(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := ops.VFEnable(ctx, env, req)
-			if err != nil {
-				return err
-			}
-			if res.DryRun != nil {
-				return emitReport(cmd, res.DryRun)
-			}
-			pf := res.PF
-			return emit(cmd, pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
-		},
+		Action: opAction("vf enable", nil),
 	}
+}
+
+// vfEnableRequest is vf enable's request: the PF, checked (ops.VFEnableRequest.Check).
+func vfEnableRequest(f flagValues) (ops.VFEnableRequest, error) {
+	a, err := pfArgOf("enable", f)
+	if err != nil {
+		return ops.VFEnableRequest{}, err
+	}
+	req := ops.VFEnableRequest{PF: a.String(), Count: f.Int("count"), Driver: f.String("driver"),
+		Persist: f.Bool("persist"), Force: f.Bool("force"), DryRun: f.Bool("dry-run"), Timeout: f.Duration("timeout")}
+	return req, req.Check()
+}
+
+// renderVFEnable prints the PF and its VFs, or the dry run's writes.
+func renderVFEnable(o opOutput, res *ops.VFResult) error {
+	if res.DryRun != nil {
+		return renderReport(o.w, o.format, o.name, res.DryRun)
+	}
+	pf := res.PF
+	return o.emit(pf, func(w io.Writer) error { return pfTable(w, []mdev.PF{pf}) })
 }
 
 func vfDisableCommand() *cli.Command {
@@ -147,33 +147,34 @@ func vfDisableCommand() *cli.Command {
 			dryRunFlag(), timeoutFlag(),
 			resetFlag(),
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			a, err := pfArg(cmd)
-			if err != nil {
-				return err
-			}
-			env, err := mdevEnv(cmd)
-			if err != nil {
-				return err
-			}
-			res, err := ops.VFDisable(ctx, env, ops.VFDisableRequest{PF: a.String(), Persist: cmd.Bool("persist"), Force: cmd.Bool("force"),
-				DryRun: cmd.Bool("dry-run"), Reset: cmd.Bool("reset"), Timeout: cmd.Duration("timeout")})
-			if err != nil {
-				return err
-			}
-			if res.DryRun != nil {
-				return emitReport(cmd, res.DryRun)
-			}
-			pf := res.PF
-			return emit(cmd, pf, func(w io.Writer) error {
-				if err := pfTable(w, []mdev.PF{pf}); err != nil {
-					return err
-				}
-				if pf.AutoprobeRestored && pf.Autoprobe != nil {
-					fmt.Fprintf(w, "restored sriov_drivers_autoprobe=%s on %s (its value before vgpu-host set 0)\n", map[bool]string{true: "1", false: "0"}[*pf.Autoprobe], pf.Address)
-				}
-				return nil
-			})
-		},
+		Action: opAction("vf disable", nil),
 	}
+}
+
+// vfDisableRequest is vf disable's request.
+func vfDisableRequest(f flagValues) (ops.VFDisableRequest, error) {
+	a, err := pfArgOf("disable", f)
+	if err != nil {
+		return ops.VFDisableRequest{}, err
+	}
+	return ops.VFDisableRequest{PF: a.String(), Persist: f.Bool("persist"), Force: f.Bool("force"),
+		DryRun: f.Bool("dry-run"), Reset: f.Bool("reset"), Timeout: f.Duration("timeout")}, nil
+}
+
+// renderVFDisable prints the PF without VFs (and the autoprobe value restored), or the dry
+// run's writes.
+func renderVFDisable(o opOutput, res *ops.VFResult) error {
+	if res.DryRun != nil {
+		return renderReport(o.w, o.format, o.name, res.DryRun)
+	}
+	pf := res.PF
+	return o.emit(pf, func(w io.Writer) error {
+		if err := pfTable(w, []mdev.PF{pf}); err != nil {
+			return err
+		}
+		if pf.AutoprobeRestored && pf.Autoprobe != nil {
+			fmt.Fprintf(w, "restored sriov_drivers_autoprobe=%s on %s (its value before vgpu-host set 0)\n", map[bool]string{true: "1", false: "0"}[*pf.Autoprobe], pf.Address)
+		}
+		return nil
+	})
 }

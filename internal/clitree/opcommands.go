@@ -1,0 +1,344 @@
+package clitree
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"reflect"
+	"time"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/lazy"
+	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// The commands backed by an operation of package ops run as flags → request → operation →
+// render, in the CLI and in the agent's POST /v1/exec alike (issue 28): the CLI builds the
+// typed request from what urfave/cli parsed (cliFlags), the agent from the request's checked
+// typed values (execFlags), both with the command's one request builder; both print the
+// result with the command's one renderer. The agent builds and parses no command line for
+// them (agentops.go).
+
+// sentFile: the CLI reads its files itself (cliFlags is in cliflags.go).
+func (cliFlags) sentFile(string) (string, bool, bool) { return "", false, false }
+
+// execFlags is flagValues of an agent request (agentapi.ExecRequest) that prepareRequest
+// checked: each flag it sets with its typed value, every other flag of the command its
+// definition's default (the agent's flags read no environment: the caller's values come
+// typed), and the content of the files the caller's CLI read and sent.
+type execFlags struct {
+	set      map[string]any      // by long name: bool, int, string, time.Duration or []string
+	defs     map[string]cli.Flag // the command's flags and its parents', by long name
+	operands []string
+	files    map[string]string
+}
+
+// value is the typed value of flag name: the request's, else the flag's default.
+func (f execFlags) value(name string) any {
+	if v, ok := f.set[name]; ok {
+		return v
+	}
+	switch d := f.defs[name].(type) {
+	case *cli.BoolFlag:
+		return d.Value
+	case *cli.IntFlag:
+		return d.Value
+	case *cli.StringFlag:
+		return d.Value
+	case *cli.DurationFlag:
+		return d.Value
+	case *cli.StringSliceFlag:
+		return d.Value
+	}
+	return nil
+}
+
+func (f execFlags) Bool(name string) bool     { v, _ := f.value(name).(bool); return v }
+func (f execFlags) String(name string) string { v, _ := f.value(name).(string); return v }
+func (f execFlags) Int(name string) int       { v, _ := f.value(name).(int); return v }
+func (f execFlags) Duration(name string) time.Duration {
+	v, _ := f.value(name).(time.Duration)
+	return v
+}
+func (f execFlags) StringSlice(name string) []string { v, _ := f.value(name).([]string); return v }
+func (f execFlags) Operands() []string               { return f.operands }
+
+// IsSet reports whether the request sets flag name.
+func (f execFlags) IsSet(name string) bool { _, ok := f.set[name]; return ok }
+
+// sentFile is the content the caller sent for the file it names name; sent false when the
+// request carries files and not this one (the agent opens no file a caller names).
+func (f execFlags) sentFile(name string) (content string, ok, sent bool) {
+	c, ok := f.files[name]
+	return c, ok, true
+}
+
+// fileSource is how a request builder gets the content of a file operand: the CLI reads it
+// (sent false), the agent has what the caller sent.
+type fileSource interface {
+	sentFile(name string) (content string, ok, sent bool)
+}
+
+// specsOf loads the SPEC operands of command op (apply, plan): read as the caller by the CLI,
+// the content the caller sent in the agent, named by the caller's path either way.
+func specsOf(f flagValues, op string) ([]ops.Spec, error) {
+	var specs []ops.Spec
+	for _, p := range f.Operands() {
+		s := ops.Spec{Path: p}
+		if src, ok := f.(fileSource); ok {
+			if c, ok, sent := src.sentFile(p); sent {
+				if !ok {
+					return nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", op, p)
+				}
+				s.Data = []byte(c)
+			}
+		}
+		specs = append(specs, s)
+	}
+	vms, err := ops.LoadSpecs(op, specs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range specs {
+		specs[i].VM = vms[i]
+	}
+	return specs, nil
+}
+
+// connKind is where an operation's libvirt connection comes from.
+type connKind int
+
+const (
+	// connNone: none of the command's choosing (inspect, check, bind, unbind).
+	connNone connKind = iota
+	// connLocal: this machine's libvirt (mdev remove's in-use check; the agent's own in the agent).
+	connLocal
+	// connFlag: --connect, checked before the operation runs (status, destroy).
+	connFlag
+	// connFlagLazy: --connect, checked when the operation opens it, after the specs, the
+	// virt type and the forced checks (apply, plan).
+	connFlagLazy
+)
+
+// shown prints an operation's result as the invocation's output asks.
+type shown func(out opOutput) error
+
+// opOutput is where and how a result is printed: stdout, the --output format, the host root
+// (inspect and status list its quarantined devices) and the command's full name.
+type opOutput struct {
+	w      io.Writer
+	format string
+	root   host.Root
+	name   string // "vgpu-host mdev create"
+}
+
+// emit writes v as JSON or YAML, or calls table for the human format (emit's).
+func (o opOutput) emit(v any, table func(w io.Writer) error) error {
+	return emitTo(o.w, o.format, v, table)
+}
+
+// opCommand is a command backed by an operation: its request builder and the operation with
+// its renderer, and the order the command has always reported mistakes in.
+type opCommand struct {
+	// request builds the typed request from the command's flags and operands, checking them.
+	request func(f flagValues) (ops.Request, error)
+	// run runs the request on env and returns its result to print (nil: nothing printed)
+	// and the operation's error.
+	run func(ctx context.Context, env ops.Env, req ops.Request) (shown, error)
+	// requestFirst: the request is checked before the host root and --output.
+	requestFirst bool
+	conn         connKind
+	// commandLine, when set, says that this invocation still runs as a command line (its
+	// urfave/cli action, in the agent too): plan --migrate has no operation yet.
+	commandLine func(f flagValues) bool
+	// oneShot is what a one-shot CLI process does before the operation runs (never the
+	// agent, which lives on).
+	oneShot func(req ops.Request)
+}
+
+// opCmd is the opCommand of an operation run with request type Q and result R: build makes
+// Q, run is the operation (ops.Bind, ...), render prints R. With partial, a result that comes
+// with an error is printed before the error is returned (check's, plan's refusals, a damaged
+// ledger's intact entries); without, an error alone is returned.
+func opCmd[Q ops.Request, R any](build func(flagValues) (Q, error), run func(context.Context, ops.Env, Q) (R, error), render func(opOutput, R) error, partial bool) opCommand {
+	return opCommand{
+		request: func(f flagValues) (ops.Request, error) {
+			q, err := build(f)
+			if err != nil {
+				return nil, err
+			}
+			return q, nil
+		},
+		run: func(ctx context.Context, env ops.Env, req ops.Request) (shown, error) {
+			q, ok := req.(Q)
+			if !ok {
+				return nil, fmt.Errorf("internal error: %T is not a %T (a bug in vgpu-host, please report it)", req, q)
+			}
+			res, err := run(ctx, env, q)
+			if isNil(res) || (err != nil && !partial) {
+				return nil, err
+			}
+			return func(o opOutput) error { return render(o, res) }, err
+		},
+	}
+}
+
+// isNil reports whether v is nil: a nil pointer, slice or map result is no result.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// opCommands maps the full name of each command backed by an operation to it. Built on first
+// use (internal/lazy): not at every start of the CLI.
+var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opCommand {
+	inspect := opCmd(inspectRequest, ops.Inventory, renderInventory, false)
+	inspect.oneShot = func(req ops.Request) {
+		if r, ok := req.(ops.InventoryRequest); ok && r.Target == "" {
+			inspectGC()
+		}
+	}
+	status := opCmd(statusRequest, ops.Status, renderStatus, true)
+	status.conn = connFlag
+	destroy := opCmd(destroyRequest, ops.Destroy, renderDestroy, true)
+	destroy.requestFirst, destroy.conn = true, connFlag
+	apply := opCmd(applyRequest, ops.Apply, renderApply, true)
+	apply.requestFirst, apply.conn = true, connFlagLazy
+	plan := opCmd(planRequest, ops.Plan, renderPlan, true)
+	plan.requestFirst, plan.conn = true, connFlagLazy
+	plan.commandLine = func(f flagValues) bool { return f.IsSet("migrate") }
+	local := func(c opCommand, requestFirst bool) opCommand {
+		c.conn, c.requestFirst = connLocal, requestFirst
+		return c
+	}
+	return map[string]opCommand{
+		"inspect":      inspect,
+		"check":        opCmd(func(flagValues) (ops.CheckRequest, error) { return ops.CheckRequest{}, nil }, ops.Check, renderCheck, true),
+		"status":       status,
+		"destroy":      destroy,
+		"apply":        apply,
+		"plan":         plan,
+		"bind":         opCmd(bindRequest, ops.Bind, renderBindResult, false),
+		"unbind":       opCmd(unbindRequest, ops.Unbind, renderBindResult, false),
+		"mdev create":  local(opCmd(mdevCreateRequest, ops.MdevCreate, renderMdevCreate, false), true),
+		"mdev remove":  local(opCmd(mdevRemoveRequest, ops.MdevRemove, renderMdevRemove, false), true),
+		"vf enable":    local(opCmd(vfEnableRequest, ops.VFEnable, renderVFEnable, false), true),
+		"vf disable":   local(opCmd(vfDisableRequest, ops.VFDisable, renderVFDisable, false), true),
+		"host restore": local(opCmd(restoreRequest, ops.Restore, renderRestore, true), false),
+	}
+}}
+
+// opSite is where an operation-backed command runs: the CLI's process (cliSite) or the agent
+// (agentSite, agentops.go). It resolves the host root and libvirt URI the flags name and
+// gives the operation its environment.
+type opSite interface {
+	root(f flagValues) (host.Root, error)
+	connURI(f flagValues, root host.Root) (string, error)
+	env(f flagValues, kind connKind, root host.Root, uri string) ops.Env
+	// oneShot reports whether this is a one-shot process (the CLI).
+	oneShot() bool
+}
+
+// runOpCommand runs the operation-backed command name at site: the request built from f
+// (before or after the root and --output are checked, as the command always did), the
+// operation, its result printed on stdout. The error is what the command fails with
+// (printed "vgpu-host: ERR" with exitCode's code); pre, when not nil, is the request Prepare
+// built already.
+func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, site opSite, stdout io.Writer, pre ops.Request) error {
+	req := pre
+	build := func() (err error) {
+		if req == nil {
+			req, err = oc.request(f)
+		}
+		return err
+	}
+	if oc.requestFirst {
+		if err := build(); err != nil {
+			return err
+		}
+	}
+	root, err := site.root(f)
+	if err != nil {
+		return err
+	}
+	o, err := outputFormat(f.String("output"))
+	if err != nil {
+		return err
+	}
+	if err := build(); err != nil {
+		return err
+	}
+	var uri string
+	if oc.conn == connFlag {
+		if uri, err = site.connURI(f, root); err != nil {
+			return err
+		}
+	}
+	if oc.oneShot != nil && site.oneShot() {
+		oc.oneShot(req)
+	}
+	show, err := oc.run(ctx, site.env(f, oc.conn, root, uri), req)
+	if show == nil {
+		return err
+	}
+	if perr := show(opOutput{w: stdout, format: o, root: root, name: appName + " " + name}); perr != nil {
+		return perr
+	}
+	return err
+}
+
+// opAction is the CLI's action of the operation-backed command name: flags → request →
+// operation → render, in this process (wireAgent forwards it to the agent first when
+// --agent says so). An invocation that still takes its command line (plan --migrate) runs
+// action.
+func opAction(name string, action cli.ActionFunc) cli.ActionFunc {
+	return func(ctx context.Context, cmd *cli.Command) error {
+		oc := opCommands.Get()[name]
+		f := cliFlags{cmd}
+		if oc.commandLine != nil && oc.commandLine(f) {
+			return action(ctx, cmd)
+		}
+		if rv := runEnvOf(cmd); rv != nil {
+			// The agent runs these without a command line (agentops.go): reaching here is a bug.
+			return fmt.Errorf("internal error: the agent ran %s as a command line (a bug in vgpu-host, please report it)", name)
+		}
+		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, nil)
+	}
+}
+
+// cliSite is the CLI's process: --host-root, --connect, this machine's libvirt, the
+// invocation's stderr for progress.
+type cliSite struct{ cmd *cli.Command }
+
+func (s cliSite) root(flagValues) (host.Root, error) { return rootOf(s.cmd) }
+
+func (s cliSite) connURI(_ flagValues, root host.Root) (string, error) { return connURI(s.cmd, root) }
+
+func (s cliSite) oneShot() bool { return true }
+
+func (s cliSite) env(_ flagValues, kind connKind, root host.Root, uri string) ops.Env {
+	switch kind {
+	case connLocal:
+		return opsEnv(s.cmd, root, virt.DefaultURI)
+	case connFlagLazy:
+		env := opsEnv(s.cmd, root, "")
+		env.OpenConn = func() (virt.Conn, error) {
+			uri, err := connURI(s.cmd, root)
+			if err != nil {
+				return nil, err
+			}
+			return openConnFor(s.cmd, uri)
+		}
+		return env
+	}
+	return opsEnv(s.cmd, root, uri)
+}
