@@ -31,7 +31,7 @@ type scanner struct {
 	// first is what Scan's first pass read of each function (class, IDs, driver, group link),
 	// so that readDevice need not read it again; members are the PCI functions of each IOMMU
 	// group, from the functions' iommu_group links, or nil when Scan lists the groups.
-	first   map[Address]firstRead
+	first   map[Address]*firstRead
 	members map[int][]Address
 	// nodeCPUs is the local_cpulist read for each NUMA node (-1 included), which the kernel
 	// prints from the node alone (localCPUs).
@@ -104,7 +104,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
 	// from its own file. A directory that could not be opened is read by its path, file by
 	// file: the vendor file's error then says the device is gone, as it always did.
-	first, ok := s.first[addr]
+	var first firstRead
+	read, ok := s.first[addr]
+	if ok {
+		first = *read
+	}
 	if !ok || dd.fd == atCWD && s.bus.fd != atCWD {
 		first, ok = firstRead{id: readIdentity(dd, "uevent")}, false
 	}
@@ -312,10 +316,12 @@ func IsBridgeClass(class uint32) bool {
 // audio (0403), USB (0c03) or the UCSI USB-C controller (0c80).
 func isCompanionClass(class string) bool {
 	c, err := strconv.ParseUint(class, 16, 32)
-	if err != nil {
-		return false
-	}
-	switch c >> 8 {
+	return err == nil && companionClass(uint32(c))
+}
+
+// companionClass is isCompanionClass of a class as a number.
+func companionClass(class uint32) bool {
+	switch class >> 8 {
 	case classAudio, classUSB, classSerialBus:
 		return true
 	}
