@@ -20,14 +20,11 @@ type splice struct {
 	at    int           // offset of its "[" in the head's compact encoding
 }
 
-var (
-	marshalerType     = reflect.TypeFor[json.Marshaler]()
-	textMarshalerType = reflect.TypeFor[encoding.TextMarshaler]()
-)
-
 // marshals reports whether encoding/json would call a method of t (or *t) instead of
-// encoding its fields or elements.
+// encoding its fields or elements. (The interface types are found here, not in package
+// variables: no package of this module runs an initialiser, TestLightBinaryInits.)
 func marshals(t reflect.Type) bool {
+	marshalerType, textMarshalerType := reflect.TypeFor[json.Marshaler](), reflect.TypeFor[encoding.TextMarshaler]()
 	p := reflect.PointerTo(t)
 	return t.Implements(marshalerType) || t.Implements(textMarshalerType) ||
 		p.Implements(marshalerType) || p.Implements(textMarshalerType)
