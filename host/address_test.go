@@ -3,6 +3,7 @@ package host
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -68,4 +69,66 @@ func TestAddressStringIsPrintf(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestParseCanonicalAddressIsParseAddress: the fast path for sysfs's "DDDD:BB:SS.F" accepts
+// what the general parser accepts in that form, with the same value, and nothing else: every
+// single-byte change of a few addresses (each position, every byte value) and random strings
+// of the form's length, against the general parser (ParseAddress with the fast path skipped).
+func TestParseCanonicalAddressIsParseAddress(t *testing.T) {
+	t.Parallel()
+	general := func(s string) (Address, error) { return ParseAddress(" " + s) } // a space skips the fast path
+	check := func(s string) {
+		want, werr := general(s)
+		got, ok := parseCanonicalAddress(s)
+		if ok && (werr != nil || got != want) {
+			t.Fatalf("parseCanonicalAddress(%q) = %v, ParseAddress = %v, %v", s, got, want, werr)
+		}
+		if !ok && werr == nil && ownForm(s) {
+			// Refusing is safe (the general parser decides), but only a form it does not
+			// cover may be refused: four domain digits, two bus and slot digits, one function.
+			t.Fatalf("parseCanonicalAddress(%q) refused an address of its own form (%v)", s, want)
+		}
+		if a, err := ParseAddress(s); (err == nil) != (werr == nil) || a != want {
+			t.Fatalf("ParseAddress(%q) = %v, %v; the general parser: %v, %v", s, a, err, want, werr)
+		}
+	}
+	for _, base := range []string{"0000:01:00.0", "abcd:EF:1f.7", "0001:ff:10.3"} {
+		for i := 0; i < len(base); i++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(base)
+				b[i] = byte(c)
+				check(string(b))
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "0123456789abcdefABCDEFgxz:._ -+"
+	for i := 0; i < 20000; i++ {
+		b := make([]byte, 12)
+		for j := range b {
+			b[j] = alphabet[r.IntN(len(alphabet))]
+		}
+		b[4], b[7], b[10] = ':', ':', '.'
+		if r.IntN(4) == 0 {
+			b[r.IntN(12)] = alphabet[r.IntN(len(alphabet))]
+		}
+		check(string(b))
+	}
+}
+
+// ownForm reports whether s is "DDDD:BB:SS.F" with a hex digit in every digit position.
+func ownForm(s string) bool {
+	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if i == 4 || i == 7 || i == 10 {
+			continue
+		}
+		if _, ok := parseHexDigits([]byte{s[i]}, 1); !ok {
+			return false
+		}
+	}
+	return true
 }

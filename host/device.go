@@ -31,7 +31,7 @@ type scanner struct {
 	// first is what Scan's first pass read of each function (class, IDs, driver, group link),
 	// so that readDevice need not read it again; members are the PCI functions of each IOMMU
 	// group, from the functions' iommu_group links, or nil when Scan lists the groups.
-	first   map[Address]firstRead
+	first   map[Address]*firstRead
 	members map[int][]Address
 	// nodeCPUs is the local_cpulist read for each NUMA node (-1 included), which the kernel
 	// prints from the node alone (localCPUs).
@@ -104,7 +104,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
 	// from its own file. A directory that could not be opened is read by its path, file by
 	// file: the vendor file's error then says the device is gone, as it always did.
-	first, ok := s.first[addr]
+	var first firstRead
+	read, ok := s.first[addr]
+	if ok {
+		first = *read
+	}
 	if !ok || dd.fd == atCWD && s.bus.fd != atCWD {
 		first, ok = firstRead{id: readIdentity(dd, "uevent")}, false
 	}
@@ -255,9 +259,12 @@ func (s *scanner) optionalLink(addr Address, dd devDir, name string) string {
 	return v
 }
 
-// fields stores the whitespace-separated fields of line in f, as strings.Fields would split
-// it, and returns how many there are (counting those beyond len(f)), without allocating.
-func fields(line []byte, f [][]byte) int {
+// fields stores where the whitespace-separated fields of line are in f (start and end
+// offsets), as strings.Fields would split it, and returns how many there are (counting those
+// beyond len(f)), without allocating. Offsets rather than subslices: a slice of line stored
+// through f would make every caller's line escape, and with it the stack page it was read
+// into (readBARs).
+func fields(line []byte, f [][2]int) int {
 	n := 0
 	for i := 0; i < len(line); {
 		for i < len(line) && asciiSpace(line[i]) {
@@ -271,7 +278,7 @@ func fields(line []byte, f [][]byte) int {
 			j++
 		}
 		if n < len(f) {
-			f[n] = line[i:j]
+			f[n] = [2]int{i, j}
 		}
 		n, i = n+1, j
 	}
@@ -309,10 +316,12 @@ func IsBridgeClass(class uint32) bool {
 // audio (0403), USB (0c03) or the UCSI USB-C controller (0c80).
 func isCompanionClass(class string) bool {
 	c, err := strconv.ParseUint(class, 16, 32)
-	if err != nil {
-		return false
-	}
-	switch c >> 8 {
+	return err == nil && companionClass(uint32(c))
+}
+
+// companionClass is isCompanionClass of a class as a number.
+func companionClass(class uint32) bool {
+	switch class >> 8 {
 	case classAudio, classUSB, classSerialBus:
 		return true
 	}
@@ -337,22 +346,30 @@ func ReadBARs(path string) ([]BAR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	return parseBARs(path, b)
+	return parseBARs(func() string { return path }, b)
 }
 
 // readBARs is ReadBARs of dd's resource file.
 func readBARs(dd devDir) ([]BAR, error) {
-	b, err := dd.file("resource")
+	var page [4096]byte
+	b, err := dd.fileIn("resource", &page)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dd.path("resource"), err)
 	}
-	return parseBARs(dd.path("resource"), b)
+	return parseBARs(func() string { return dd.path("resource") }, b) // joined only for an error
 }
 
-// parseBARs parses the text b of the resource file at path (for errors), line by line as
+// parseBARs parses the text b of the resource file at path() (for errors), line by line as
 // bufio.ScanLines splits it.
-func parseBARs(path string, b []byte) ([]BAR, error) {
-	var bars []BAR
+func parseBARs(path func() string, b []byte) ([]BAR, error) {
+	var six [6]BAR
+	bars := six[:0] // at most six; kept in one allocation of the right size (own)
+	own := func() []BAR {
+		if len(bars) == 0 {
+			return nil
+		}
+		return append([]BAR(nil), bars...)
+	}
 	rest := b
 	for i := 0; len(rest) > 0 && i < 6; i++ {
 		line := rest
@@ -362,15 +379,15 @@ func parseBARs(path string, b []byte) ([]BAR, error) {
 			rest = nil
 		}
 		line = bytes.TrimSuffix(line, []byte{'\r'})
-		var f [3][]byte
+		var f [3][2]int
 		if n := fields(line, f[:]); n != 3 {
-			return bars, fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path, i+1, line)
+			return own(), fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path(), i+1, string(line))
 		}
-		start, err1 := parseUint0(f[0])
-		end, err2 := parseUint0(f[1])
-		flags, err3 := parseUint0(f[2])
+		start, err1 := parseUint0(line[f[0][0]:f[0][1]])
+		end, err2 := parseUint0(line[f[1][0]:f[1][1]])
+		flags, err3 := parseUint0(line[f[2][0]:f[2][1]])
 		if err1 != nil || err2 != nil || err3 != nil {
-			return bars, fmt.Errorf("read %s: line %d: not hex numbers: %q", path, i+1, line)
+			return own(), fmt.Errorf("read %s: line %d: not hex numbers: %q", path(), i+1, string(line))
 		}
 		if end == 0 && start == 0 || flags&(ioresourceIO|ioresourceMem) == 0 {
 			continue
@@ -380,5 +397,5 @@ func parseBARs(path string, b []byte) ([]BAR, error) {
 			Is64: flags&ioresourceMem64 != 0, Prefetch: flags&ioresourcePrefetch != 0, IO: flags&ioresourceIO != 0,
 		})
 	}
-	return bars, nil
+	return own(), nil
 }

@@ -168,15 +168,6 @@ func getdents(fd int, buf []byte) (int, error) {
 	}
 }
 
-func readlinkat(dirfd int, name string, buf []byte) (int, error) {
-	for {
-		n, err := unix.Readlinkat(dirfd, name, buf)
-		if err != unix.EINTR {
-			return n, err
-		}
-	}
-}
-
 // ProcessName returns the command name of process pid (ROOT/proc/PID/comm), "" when it
 // cannot be read.
 func ProcessName(root Root, pid int) string {

@@ -399,3 +399,26 @@ func TestStandaloneWarnings(t *testing.T) {
 		t.Errorf("warnings = %q, want one naming mbochs and mbochs-small/device_api", warnings)
 	}
 }
+
+// A malformed resource file is a warning that quotes the line as the kernel wrote it (the
+// goldens' files are all well formed): too few fields, and fields that are not numbers.
+func TestScanMalformedResourceWarning(t *testing.T) {
+	t.Parallel()
+	tr := hosttest.New(t)
+	a := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "vfio-pci", 1)
+	b := tr.DatacenterGPU("0000:50:01.0", "0000:51:00.0", "vfio-pci", 1)
+	tr.WriteFile(filepath.Join("sys/bus/pci/devices", a.String(), "resource"), "0x00000000f0000000 0x00000000f0ffffff\n")
+	tr.WriteFile(filepath.Join("sys/bus/pci/devices", b.String(), "resource"), "0x00000000f0000000 0x00000000f0ffffff 0x0000000000040200\n0xzz 0x1\t0x200 \n")
+	inv, devs, _ := scan(t, tr)
+	dir := tr.Root.Sys("bus", "pci", "devices")
+	want := []string{
+		"0000:41:00.0: read " + dir + "/0000:41:00.0/resource: line 1: want \"start end flags\", got \"0x00000000f0000000 0x00000000f0ffffff\"",
+		"0000:51:00.0: read " + dir + "/0000:51:00.0/resource: line 2: not hex numbers: \"0xzz 0x1\\t0x200 \"",
+	}
+	if !reflect.DeepEqual(inv.Warnings, want) {
+		t.Errorf("warnings:\n%q\nwant\n%q", inv.Warnings, want)
+	}
+	if d := devs[b]; len(d.BARs) != 0 || devs[a].BARs != nil {
+		t.Errorf("BARs of a bad resource file: %+v, %+v, want none", devs[a].BARs, d.BARs)
+	}
+}

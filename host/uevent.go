@@ -31,7 +31,8 @@ type identity struct {
 // that cannot be read or parsed gives an identity with nothing in it, and the caller reads the
 // separate files, whose errors it reports as before.
 func readIdentity(d devDir, name string) identity {
-	b, err := d.file(name)
+	var page [4096]byte
+	b, err := d.fileIn(name, &page)
 	if err != nil {
 		return identity{}
 	}

@@ -8,6 +8,7 @@
 package jsonindent
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 )
@@ -17,41 +18,41 @@ import (
 // the encoder's own buffer: no copy of the compact encoding and no buffer the size of the
 // output (on the 64-GPU host's 900 KB inventory, those were 1.5 MB of fresh memory to fault
 // in). Nothing is written when v cannot be encoded.
+//
+// A struct whose top-level members include long slices (inspect's devices and groups) is not
+// encoded whole either: encoding/json builds the whole compact encoding in one buffer that
+// doubles as it grows, 2 MB of fresh memory for that inventory's 0.57 MB, every page of it a
+// page fault in a one-shot process. Encode encodes the rest of v (plan) and then each element
+// on its own, into encoding/json's pooled buffer, and indents each piece as it comes. Every
+// element is encoded once beforehand to find any error before the first write.
 func Encode(w io.Writer, v any) error { return encode(w, v, 64<<10) }
 
 // encode is Encode writing pieces of about chunk bytes.
 func encode(w io.Writer, v any, chunk int) error {
-	iw := &indentWriter{w: w, chunk: chunk}
-	if err := json.NewEncoder(iw).Encode(v); err != nil {
+	st := &stream{w: w, chunk: chunk, dst: make([]byte, 0, chunk+chunk/4)}
+	if head, splices, ok := plan(v); ok {
+		if err := check(splices); err != nil {
+			return err
+		}
+		if err := spliced(st, head, splices); err != nil {
+			return err
+		}
+		return st.end()
+	}
+	if err := json.NewEncoder(compactWriter{st}).Encode(v); err != nil {
 		return err
 	}
-	return iw.err
+	return st.end()
 }
 
-// indentWriter indents what json.Encoder writes (the compact encoding and a newline, in one
-// Write) onto w.
-type indentWriter struct {
-	w     io.Writer
-	chunk int
-	err   error
-}
+// compactWriter indents what json.Encoder writes (the compact encoding and a newline, in one
+// Write) into the stream.
+type compactWriter struct{ st *stream }
 
-func (iw *indentWriter) Write(b []byte) (int, error) {
-	compact := b
-	if n := len(compact); n > 0 && compact[n-1] == '\n' {
-		compact = compact[:n-1]
-	}
-	dst := indent(make([]byte, 0, iw.chunk+iw.chunk/4), compact, iw.chunk, func(full []byte) []byte {
-		if iw.err == nil {
-			_, iw.err = iw.w.Write(full)
-		}
-		return full[:0]
-	})
-	if iw.err == nil {
-		_, iw.err = iw.w.Write(append(dst, '\n'))
-	}
-	if iw.err != nil {
-		return 0, iw.err
+func (c compactWriter) Write(b []byte) (int, error) {
+	c.st.write(bytes.TrimSuffix(b, []byte{'\n'}))
+	if c.st.err != nil {
+		return 0, c.st.err
 	}
 	return len(b), nil
 }
@@ -59,17 +60,44 @@ func (iw *indentWriter) Write(b []byte) (int, error) {
 // Append appends src, compact JSON as json.Marshal or json.Compact writes it, indented with
 // two spaces per level and no prefix, to dst: what json.Indent(dst, src, "", "  ") appends.
 // Input with whitespace outside strings is outside its contract.
-func Append(dst, src []byte) []byte { return indent(dst, src, 0, nil) }
+func Append(dst, src []byte) []byte {
+	st := &stream{dst: dst}
+	st.write(src)
+	st.flushOpen()
+	return st.dst
+}
 
-// indent is Append that, when flush is not nil, hands dst to flush whenever it holds chunk
-// bytes or more and goes on appending to what flush returns.
-func indent(dst, src []byte, chunk int, flush func([]byte) []byte) []byte {
-	depth := 0
+// stream indents compact JSON that arrives in pieces, each ending between two tokens (never
+// inside a string), onto dst; with a writer w, it hands dst to w whenever it holds chunk bytes
+// or more, and end writes the rest and a newline.
+type stream struct {
+	dst   []byte
+	depth int
+	// open is set after a "{" or "[" whose newline is not written yet: a "}" or "]" right
+	// after keeps the pair as it is ("{}", "[]"), and may come in the next piece.
+	open  bool
+	w     io.Writer
+	chunk int
+	err   error
+}
+
+// write indents src onto the stream.
+func (st *stream) write(src []byte) {
 	for i := 0; i < len(src); i++ {
-		if flush != nil && len(dst) >= chunk {
-			dst = flush(dst)
+		if st.w != nil && len(st.dst) >= st.chunk {
+			st.flush()
 		}
-		switch c := src[i]; c {
+		c := src[i]
+		if st.open {
+			st.open = false
+			if c == '}' || c == ']' {
+				st.dst = append(st.dst, c)
+				continue
+			}
+			st.depth++
+			st.dst = newline(st.dst, st.depth)
+		}
+		switch c {
 		case '"':
 			j := i + 1
 			for j < len(src) && src[j] != '"' {
@@ -79,36 +107,57 @@ func indent(dst, src []byte, chunk int, flush func([]byte) []byte) []byte {
 				j++
 			}
 			if j >= len(src) {
-				return append(dst, src[i:]...)
+				st.dst = append(st.dst, src[i:]...)
+				return
 			}
-			dst = append(dst, src[i:j+1]...)
+			st.dst = append(st.dst, src[i:j+1]...)
 			i = j
 		case '{', '[':
-			if i+1 < len(src) && (src[i+1] == '}' || src[i+1] == ']') {
-				dst = append(dst, c, src[i+1]) // {} and [] stay as they are
-				i++
-				continue
-			}
-			depth++
-			dst = newline(append(dst, c), depth)
+			st.dst = append(st.dst, c)
+			st.open = true
 		case '}', ']':
-			depth--
-			dst = append(newline(dst, depth), c)
+			st.depth--
+			st.dst = append(newline(st.dst, st.depth), c)
 		case ',':
-			dst = newline(append(dst, c), depth)
+			st.dst = newline(append(st.dst, c), st.depth)
 		case ':':
-			dst = append(dst, c, ' ')
+			st.dst = append(st.dst, c, ' ')
 		default:
 			// A run of a number or a literal: copy it up to the next punctuation.
 			j := i + 1
 			for j < len(src) && !punct(src[j]) {
 				j++
 			}
-			dst = append(dst, src[i:j]...)
+			st.dst = append(st.dst, src[i:j]...)
 			i = j - 1
 		}
 	}
-	return dst
+}
+
+// flushOpen writes the newline of a "{" or "[" that ended the input (only in input that is
+// not JSON: Append's contract is json.Indent's bytes for valid input alone).
+func (st *stream) flushOpen() {
+	if st.open {
+		st.open = false
+		st.depth++
+		st.dst = newline(st.dst, st.depth)
+	}
+}
+
+// flush hands what the stream holds to w.
+func (st *stream) flush() {
+	if st.err == nil && len(st.dst) > 0 {
+		_, st.err = st.w.Write(st.dst)
+	}
+	st.dst = st.dst[:0]
+}
+
+// end writes what is left and the final newline.
+func (st *stream) end() error {
+	st.flushOpen()
+	st.dst = append(st.dst, '\n')
+	st.flush()
+	return st.err
 }
 
 func punct(c byte) bool {

@@ -131,11 +131,16 @@ func TestEncodeMatchesEncoder(t *testing.T) {
 	}
 }
 
-// countingBuffer is a bytes.Buffer that counts its writes.
+// countingBuffer is a bytes.Buffer that counts its writes (and, written through
+// discardCounting, the bytes it was not given to keep).
 type countingBuffer struct {
 	bytes.Buffer
 	writes int
+	n      int
 }
+
+// Len is the bytes written.
+func (c *countingBuffer) Len() int { return c.Buffer.Len() + c.n }
 
 func (c *countingBuffer) Write(b []byte) (int, error) {
 	c.writes++

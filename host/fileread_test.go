@@ -1,0 +1,66 @@
+package host
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// devDir.file and fileIn read files of every size whole, around the page they read into
+// first: shorter than it (the bytes are the page's), exactly a page (the first read fills
+// it and the rest goes on in memory of its own) and longer; and a parse from a stack page
+// allocates nothing for the bytes read (Scan reads uevent and resource that way).
+func TestDevDirFileSizes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, n := range []int{0, 1, 741, 4095, 4096, 4097, 8192, 10000} {
+		want := bytes.Repeat([]byte("0123456789abcdef\n"), n/17+1)[:n]
+		name := filepath.Join(dir, "f")
+		if err := os.WriteFile(name, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, dd := range []devDir{pathDir(dir), openDevDir(dir)} {
+			got, err := dd.file("f")
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("file of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
+			}
+			var page [4096]byte
+			got, err = dd.fileIn("f", &page)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("fileIn of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
+			}
+			dd.close()
+		}
+	}
+	if _, err := pathDir(dir).file("missing"); !os.IsNotExist(err) || err.Error() != "open "+filepath.Join(dir, "missing")+": no such file or directory" {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// readIdentity and readBARs parse from a page on their stack: the one allocation each is what
+// they return (the driver's name; the BARs), never a copy of the file.
+func TestStackPageReadsAllocate(t *testing.T) {
+	dir := t.TempDir()
+	uevent := "DRIVER=nvidia\nPCI_CLASS=30200\nPCI_ID=10DE:2235\nPCI_SUBSYS_ID=10DE:145A\nPCI_SLOT_NAME=0000:41:00.0\n"
+	resource := "0x00000000f0000000 0x00000000f0ffffff 0x0000000000040200\n" + string(bytes.Repeat([]byte("0x0000000000000000 0x0000000000000000 0x0000000000000000\n"), 12))
+	for name, content := range map[string]string{"uevent": uevent, "resource": resource} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dd := openDevDir(dir)
+	defer dd.close()
+	if id := readIdentity(dd, "uevent"); id.driver != "nvidia" || id.class != 0x30200 || id.vendor != 0x10de || id.subDevice != 0x145a {
+		t.Fatalf("identity = %+v", id)
+	}
+	if n := testing.AllocsPerRun(20, func() { readIdentity(dd, "uevent") }); n > 1 {
+		t.Errorf("readIdentity: %v allocations per read, want 1 (the driver name)", n)
+	}
+	if bars, err := readBARs(dd); err != nil || len(bars) != 1 || bars[0].Size != 16<<20 {
+		t.Fatalf("BARs = %+v, %v", bars, err)
+	}
+	if n := testing.AllocsPerRun(20, func() { readBARs(dd) }); n > 1 {
+		t.Errorf("readBARs: %v allocations per read, want 1 (the BARs)", n)
+	}
+}
