@@ -19,6 +19,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -157,6 +158,10 @@ type Env struct {
 	// MIG reads inspect's MIG section for inv (NVML, or the MIG state cache unless live):
 	// nil, or a nil answer, means no section.
 	MIG func(ctx context.Context, inv *host.Inventory, live bool) *MIGInventory
+	// PlaceMIG reads the host's MIG state for mdev place when one of parents offers a
+	// MIG-backed type (NVML through its helper): nil, or a nil answer, means placement uses
+	// NVIDIA's documented geometry.
+	PlaceMIG func(ctx context.Context, parents []mdev.Parent) *mig.State
 	// OpenMIG opens the MIG backend of host restore's MIG steps (reconcile.Reconciler.OpenMIG):
 	// nil, none.
 	OpenMIG func() (mig.Backend, func(), error)
@@ -331,6 +336,14 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 			return nil, Fail(err)
 		}
 		return res.Value(), Fail(err)
+	case *MdevTypesRequest:
+		return result(MdevTypes(ctx, env, *r))
+	case *MdevListRequest:
+		return result(MdevList(ctx, env, *r))
+	case *MdevPlaceRequest:
+		return result(MdevPlace(ctx, env, *r))
+	case *VFListRequest:
+		return result(VFList(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {
@@ -339,4 +352,13 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return res.Value(), Fail(err)
 	}
 	return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", req)}
+}
+
+// result is an operation's answer as Run gives it: the result, whose JSON is the command's
+// --output json, or nil, and the failure as an *Error.
+func result[T any](res *T, err error) (any, error) {
+	if res == nil {
+		return nil, Fail(err)
+	}
+	return res, Fail(err)
 }

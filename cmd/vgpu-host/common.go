@@ -117,17 +117,23 @@ func emit(cmd *cli.Command, v any, table func(w io.Writer) error) error {
 	if err != nil {
 		return err
 	}
+	return emitTo(cmd.Root().Writer, o, v, table)
+}
+
+// emitTo writes v to w in output format o (checked by outputOf): as JSON or YAML, or through
+// table for the human format. It is emit without the command: a command's renderer uses it.
+func emitTo(w io.Writer, o string, v any, table func(w io.Writer) error) error {
 	if o == "table" {
 		// Buffered: tabwriter writes each cell on its own, and unbuffered each was a
 		// write(2) (~290 for a 16-instance mdev create's table, costly under TCG in the lab).
-		bw := bufio.NewWriter(cmd.Root().Writer)
+		bw := bufio.NewWriter(w)
 		if err := table(bw); err != nil {
 			bw.Flush()
 			return err
 		}
 		return bw.Flush()
 	}
-	return encodeAs(cmd.Root().Writer, o, v)
+	return encodeAs(w, o, v)
 }
 
 // encodeAs writes v as JSON (o == "json") or YAML (o == "yaml") with the JSON field names.

@@ -96,28 +96,38 @@ func mdevTypesCommand() *cli.Command {
 		Name:      "types",
 		Usage:     "list vGPU parents and the types they can create now",
 		ArgsUsage: "[PARENT]",
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			var ps []mdev.Parent
-			if cmd.Args().Len() > 0 {
-				p, err := m.Parent(cmd.Args().First())
-				if err != nil {
-					return err
-				}
-				ps = []mdev.Parent{p}
-			} else if ps, err = m.Parents(); err != nil {
-				return err
-			}
-			if ps == nil {
-				ps = []mdev.Parent{}
-			}
-			return emit(cmd, ps, func(w io.Writer) error { return typesTable(w, ps) })
-		},
+		Action:    runMdevTypes,
 	}
+}
+
+func runMdevTypes(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevTypes(ctx, env, mdevTypesRequest(flagsOf(cmd)))
+	if err != nil {
+		return err
+	}
+	return renderMdevTypes(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevTypesRequest is mdev types' request: its operand, the parent, if any.
+func mdevTypesRequest(f flagValues) ops.MdevTypesRequest {
+	return ops.MdevTypesRequest{Parent: firstOperand(f)}
+}
+
+// firstOperand is f's first operand, or "".
+func firstOperand(f flagValues) string {
+	if o := f.Operands(); len(o) > 0 {
+		return o[0]
+	}
+	return ""
+}
+
+// renderMdevTypes prints mdev types' result in output format output.
+func renderMdevTypes(w io.Writer, output string, res *ops.MdevTypesResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return typesTable(w, *res) })
 }
 
 func typesTable(out io.Writer, ps []mdev.Parent) error {
@@ -150,42 +160,30 @@ func mdevListCommand() *cli.Command {
 			&cli.BoolFlag{Name: "defined", Aliases: []string{"d"}, Usage: "only instances with a persistent definition (mdevctl list --defined)"},
 			&cli.BoolFlag{Name: "active", Usage: "only instances that exist in the kernel now (mdevctl list)"},
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			all, err := m.Instances()
-			if err != nil {
-				return err
-			}
-			parent := ""
-			if cmd.Args().Len() > 0 {
-				p, err := m.Parent(cmd.Args().First())
-				if err != nil {
-					// A defined instance's parent may be absent now; match it by name.
-					parent = cmd.Args().First()
-					if a, perr := host.ParseAddress(parent); perr == nil {
-						parent = a.String()
-					}
-				} else {
-					parent = p.Name
-				}
-			}
-			var ins []mdev.Instance
-			for _, in := range all {
-				if (cmd.Bool("defined") && !in.Defined) || (cmd.Bool("active") && !in.Active) || (parent != "" && in.Parent != parent) {
-					continue
-				}
-				ins = append(ins, in)
-			}
-			if ins == nil {
-				ins = []mdev.Instance{}
-			}
-			return emit(cmd, ins, func(w io.Writer) error { return instancesTable(w, ins) })
-		},
+		Action: runMdevList,
 	}
+}
+
+func runMdevList(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevList(ctx, env, mdevListRequest(flagsOf(cmd)))
+	if err != nil {
+		return err
+	}
+	return renderMdevList(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevListRequest is mdev list's request: the parent operand, --defined and --active.
+func mdevListRequest(f flagValues) ops.MdevListRequest {
+	return ops.MdevListRequest{Parent: firstOperand(f), Defined: f.Bool("defined"), Active: f.Bool("active")}
+}
+
+// renderMdevList prints mdev list's result in output format output.
+func renderMdevList(w io.Writer, output string, res *ops.MdevListResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return instancesTable(w, *res) })
 }
 
 func instancesTable(out io.Writer, ins []mdev.Instance) error {
@@ -390,40 +388,53 @@ func mdevPlaceCommand() *cli.Command {
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of instances"},
 			&cli.StringFlag{Name: "numa", Usage: "preferred NUMA `NODE`"},
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			numa := -1
-			if s := cmd.String("numa"); s != "" {
-				if numa, err = strconv.Atoi(s); err != nil || numa < 0 {
-					return usageErr("--numa %q: want a node number", s)
-				}
-			}
-			ps, err := m.Parents()
-			if err != nil {
-				return err
-			}
-			pl, err := mdev.PlaceWithMIG(mdev.Request{Profile: cmd.String("type"), Count: cmd.Int("count"), NUMA: numa}, ps, placeMIGState(ctx, m.Root, ps))
-			if err != nil {
-				return err
-			}
-			return emit(cmd, pl, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "PARENT\tBACKEND\tNUMA\tTYPE\tNAME\tCOUNT\tFREE")
-				for _, a := range pl.Assignments {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", a.Parent, a.Backend, numaCell(a.NUMA), a.Type, a.TypeName, a.Count, a.Free)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-				for _, n := range pl.Notes {
-					fmt.Fprintf(w, "note: %s\n", n)
-				}
-				return nil
-			})
-		},
+		Action: runMdevPlace,
 	}
+}
+
+func runMdevPlace(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	req, err := mdevPlaceRequest(flagsOf(cmd))
+	if err != nil {
+		return err
+	}
+	pl, err := ops.MdevPlace(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderMdevPlace(cmd.Root().Writer, cmd.String("output"), pl)
+}
+
+// mdevPlaceRequest is mdev place's request: --type, --count and --numa, a node number.
+func mdevPlaceRequest(f flagValues) (ops.MdevPlaceRequest, error) {
+	req := ops.MdevPlaceRequest{Type: f.String("type"), Count: f.Int("count")}
+	if s := f.String("numa"); s != "" {
+		numa, err := strconv.Atoi(s)
+		if err != nil || numa < 0 {
+			return req, usageErr("--numa %q: want a node number", s)
+		}
+		req.NUMA = &numa
+	}
+	return req, nil
+}
+
+// renderMdevPlace prints mdev place's placement in output format output.
+func renderMdevPlace(w io.Writer, output string, pl *mdev.Placement) error {
+	return emitTo(w, output, pl, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PARENT\tBACKEND\tNUMA\tTYPE\tNAME\tCOUNT\tFREE")
+		for _, a := range pl.Assignments {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", a.Parent, a.Backend, numaCell(a.NUMA), a.Type, a.TypeName, a.Count, a.Free)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, n := range pl.Notes {
+			fmt.Fprintf(w, "note: %s\n", n)
+		}
+		return nil
+	})
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -59,6 +61,7 @@ func withHostParts(env *ops.Env) {
 	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
 		return readMIGInventory(ctx, root, inv, live)
 	}
+	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, root, ps) }
 	env.OpenMIG = migOpener(root)
 	env.Lifecycle = func(o *lifecycle.Options) error {
 		o.Fetch = fetchISO

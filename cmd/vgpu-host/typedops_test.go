@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/virt"
+)
+
+// fakeFlags is flagValues from a map: what the agent's typed values look like to a request
+// builder, without a command tree.
+type fakeFlags struct {
+	vals     map[string]string
+	operands []string
+}
+
+func (f fakeFlags) Bool(n string) bool     { b, _ := strconv.ParseBool(f.vals[n]); return b }
+func (f fakeFlags) String(n string) string { return f.vals[n] }
+func (f fakeFlags) Int(n string) int {
+	i, _ := strconv.Atoi(f.vals[n])
+	return i
+}
+func (f fakeFlags) Duration(n string) time.Duration { d, _ := time.ParseDuration(f.vals[n]); return d }
+func (f fakeFlags) StringSlice(n string) []string {
+	if v, ok := f.vals[n]; ok {
+		return []string{v}
+	}
+	return nil
+}
+func (f fakeFlags) IsSet(n string) bool { _, ok := f.vals[n]; return ok }
+func (f fakeFlags) Operands() []string  { return f.operands }
+
+// opsEnvFor is the CLI's operations environment on root without a command line: its host
+// writer, no libvirt, and what this binary adds to every operation (withHostParts).
+func opsEnvFor(t *testing.T, dir string) ops.Env {
+	t.Helper()
+	root, err := host.NewRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := ops.Env{Root: root,
+		OpenConn: func() (virt.Conn, error) { return nil, host.ErrUnsupported },
+		HostIO:   func() (host.Writer, host.ModuleLoader) { return hostIO(root) },
+	}
+	withHostParts(&env)
+	return env
+}
+
+// roundTrip decodes b into a new T and encodes it again as the CLI encodes JSON.
+func roundTrip[T any](t *testing.T, b []byte) string {
+	t.Helper()
+	v := new(T)
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %T: %v\n%s", v, err, b)
+	}
+	var out bytes.Buffer
+	if err := jsonindent.Encode(&out, v); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
+}
+
+// typedCase is one command line and its request built from flag values, with the decoder
+// of its result type.
+type typedCase struct {
+	args  []string
+	build func() (ops.Request, error)
+	back  func(t *testing.T, b []byte) string
+}
+
+// checkTypedCases runs each case's command line with --output json and its request through
+// ops.Run: the same exit code, the same error text, the result's JSON byte for byte the CLI's,
+// and that JSON decodes into the result type and encodes to the same bytes.
+func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
+	t.Helper()
+	for _, c := range cases {
+		stdout, stderr, exit := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, c.args...)...)
+		req, err := c.build()
+		var v any
+		if err == nil {
+			v, err = ops.Run(context.Background(), opsEnvFor(t, dir), req)
+		}
+		if code := exitCode(err); code != exit {
+			t.Errorf("%v: the operation exits %d (%v), the CLI %d: %s", c.args, code, err, exit, stderr)
+			continue
+		}
+		if err != nil {
+			if want := "vgpu-host: " + err.Error() + "\n"; stderr != want || stdout != "" {
+				t.Errorf("%v: the CLI printed %q, %q; the operation failed with %q", c.args, stdout, stderr, want)
+			}
+			continue
+		}
+		var got bytes.Buffer
+		if err := jsonindent.Encode(&got, v); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != stdout {
+			t.Errorf("%v: the operation's result\n%s\nthe CLI's -o json\n%s", c.args, got.String(), stdout)
+		}
+		if back := c.back(t, got.Bytes()); back != stdout {
+			t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", c.args, back, stdout)
+		}
+	}
+}
+
+// TestReadOpsAreTheCLIs: mdev types, mdev list, mdev place and vf list, as operations on
+// requests built from flag values, answer what their commands print on the real-kernel lab
+// snapshot (mbochs, mdpy and mtty parents, an SR-IOV PF with VFs), the real H200 host, and a
+// fake tree with an NVIDIA vendor-VFIO GPU (VFs with vGPU types, mbochs beside it).
+func TestReadOpsAreTheCLIs(t *testing.T) {
+	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
+	if p == "" {
+		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
+	}
+	lab := hosttest.Snapshot(t, p).Dir()
+	h200 := hosttest.Snapshot(t, hosttest.SharedFixture(t, "nvidia-h200/sysfs-snapshot.tar.gz")).Dir()
+	typesCase := func(args []string, f fakeFlags) typedCase {
+		return typedCase{args, func() (ops.Request, error) { r := mdevTypesRequest(f); return &r, nil }, roundTrip[ops.MdevTypesResult]}
+	}
+	listCase := func(args []string, f fakeFlags) typedCase {
+		return typedCase{args, func() (ops.Request, error) { r := mdevListRequest(f); return &r, nil }, roundTrip[ops.MdevListResult]}
+	}
+	placeCase := func(args []string, f fakeFlags) typedCase {
+		return typedCase{args, func() (ops.Request, error) { r, err := mdevPlaceRequest(f); return &r, err }, roundTrip[ops.MdevPlaceResult]}
+	}
+	vfCase := func(args []string, f fakeFlags) typedCase {
+		return typedCase{args, func() (ops.Request, error) { r, err := vfListRequest(f); return &r, err }, roundTrip[ops.VFListResult]}
+	}
+	tr := hosttest.New(t)
+	tr.NvidiaSRIOVGPU("0000:00:0a.0", "0000:0b:00.0", 0, 4, nil)
+	tr.Mbochs()
+	for _, dir := range []string{lab, h200, tr.Dir()} {
+		checkTypedCases(t, dir, []typedCase{
+			typesCase([]string{"mdev", "types"}, fakeFlags{}),
+			typesCase([]string{"mdev", "types", "mbochs"}, fakeFlags{operands: []string{"mbochs"}}),
+			typesCase([]string{"mdev", "types", "nosuch"}, fakeFlags{operands: []string{"nosuch"}}),
+			listCase([]string{"mdev", "list"}, fakeFlags{}),
+			listCase([]string{"mdev", "list", "--defined", "mbochs"}, fakeFlags{vals: map[string]string{"defined": "true"}, operands: []string{"mbochs"}}),
+			placeCase([]string{"mdev", "place", "-t", "mbochs-small", "-n", "2"}, fakeFlags{vals: map[string]string{"type": "mbochs-small", "count": "2"}}),
+			placeCase([]string{"mdev", "place", "-t", "mbochs-small", "--numa", "0"}, fakeFlags{vals: map[string]string{"type": "mbochs-small", "count": "1", "numa": "0"}}),
+			placeCase([]string{"mdev", "place", "-t", "mbochs-small", "--numa", "x"}, fakeFlags{vals: map[string]string{"type": "mbochs-small", "numa": "x"}}),
+			placeCase([]string{"mdev", "place", "-t", "H200-3-71C"}, fakeFlags{vals: map[string]string{"type": "H200-3-71C", "count": "1"}}),
+			placeCase([]string{"mdev", "place", "-t", "L40S-8Q", "-n", "3", "--numa", "1"}, fakeFlags{vals: map[string]string{"type": "L40S-8Q", "count": "3", "numa": "1"}}),
+			typesCase([]string{"mdev", "types", "0000:0b:00.4"}, fakeFlags{operands: []string{"0000:0b:00.4"}}),
+			vfCase([]string{"vf", "list", "0000:0b:00.0"}, fakeFlags{operands: []string{"0000:0b:00.0"}}),
+			placeCase([]string{"mdev", "place", "-t", "nosuch"}, fakeFlags{vals: map[string]string{"type": "nosuch", "count": "1"}}),
+			vfCase([]string{"vf", "list"}, fakeFlags{}),
+			vfCase([]string{"vf", "list", "0000:00:0a.0"}, fakeFlags{operands: []string{"0000:00:0a.0"}}),
+			vfCase([]string{"vf", "list", "nope"}, fakeFlags{operands: []string{"nope"}}),
+			vfCase([]string{"vf", "list", "a", "b"}, fakeFlags{operands: []string{"a", "b"}}),
+			vfCase([]string{"vf", "list", ""}, fakeFlags{operands: []string{""}}),
+		})
+	}
+}
