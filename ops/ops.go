@@ -344,6 +344,10 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(MdevPlace(ctx, env, *r))
 	case *VFListRequest:
 		return result(VFList(ctx, env, *r))
+	case *VerifyRequest:
+		return result(Verify(ctx, env, *r))
+	case *HealthRequest:
+		return result(Health(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

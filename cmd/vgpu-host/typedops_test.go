@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // fakeFlags is flagValues from a map: what the agent's typed values look like to a request
@@ -72,8 +75,11 @@ func roundTrip[T any](t *testing.T, b []byte) string {
 // of its result type.
 type typedCase struct {
 	args  []string
+	env   func() ops.Env // nil: opsEnvFor the case's root
 	build func() (ops.Request, error)
 	back  func(t *testing.T, b []byte) string
+	// same, when set, blanks what may differ between two runs (a check's time).
+	same func(string) string
 }
 
 // checkTypedCases runs each case's command line with --output json and its request through
@@ -86,27 +92,40 @@ func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 		req, err := c.build()
 		var v any
 		if err == nil {
-			v, err = ops.Run(context.Background(), opsEnvFor(t, dir), req)
+			env := opsEnvFor(t, dir)
+			if c.env != nil {
+				env = c.env()
+			}
+			v, err = ops.Run(context.Background(), env, req)
 		}
 		if code := exitCode(err); code != exit {
 			t.Errorf("%v: the operation exits %d (%v), the CLI %d: %s", c.args, code, err, exit, stderr)
 			continue
 		}
 		if err != nil {
-			if want := "vgpu-host: " + err.Error() + "\n"; stderr != want || stdout != "" {
-				t.Errorf("%v: the CLI printed %q, %q; the operation failed with %q", c.args, stdout, stderr, want)
+			if want := "vgpu-host: " + err.Error() + "\n"; stderr != want {
+				t.Errorf("%v: the CLI printed %q; the operation failed with %q", c.args, stderr, want)
+			}
+		}
+		if v == nil {
+			if stdout != "" {
+				t.Errorf("%v: the operation gave no result, the CLI printed\n%s", c.args, stdout)
 			}
 			continue
 		}
-		var got bytes.Buffer
-		if err := jsonindent.Encode(&got, v); err != nil {
+		var b bytes.Buffer
+		if err := jsonindent.Encode(&b, v); err != nil {
 			t.Fatal(err)
 		}
-		if got.String() != stdout {
-			t.Errorf("%v: the operation's result\n%s\nthe CLI's -o json\n%s", c.args, got.String(), stdout)
+		got, back := b.String(), c.back(t, b.Bytes())
+		if c.same != nil {
+			stdout, got, back = c.same(stdout), c.same(got), c.same(back)
 		}
-		if back := c.back(t, got.Bytes()); back != stdout {
-			t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", c.args, back, stdout)
+		if got != stdout {
+			t.Errorf("%v: the operation's result\n%s\nthe CLI's -o json\n%s", c.args, got, stdout)
+		}
+		if back != got {
+			t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", c.args, back, got)
 		}
 	}
 }
@@ -123,16 +142,16 @@ func TestReadOpsAreTheCLIs(t *testing.T) {
 	lab := hosttest.Snapshot(t, p).Dir()
 	h200 := hosttest.Snapshot(t, hosttest.SharedFixture(t, "nvidia-h200/sysfs-snapshot.tar.gz")).Dir()
 	typesCase := func(args []string, f fakeFlags) typedCase {
-		return typedCase{args, func() (ops.Request, error) { r := mdevTypesRequest(f); return &r, nil }, roundTrip[ops.MdevTypesResult]}
+		return typedCase{args: args, build: func() (ops.Request, error) { r := mdevTypesRequest(f); return &r, nil }, back: roundTrip[ops.MdevTypesResult]}
 	}
 	listCase := func(args []string, f fakeFlags) typedCase {
-		return typedCase{args, func() (ops.Request, error) { r := mdevListRequest(f); return &r, nil }, roundTrip[ops.MdevListResult]}
+		return typedCase{args: args, build: func() (ops.Request, error) { r := mdevListRequest(f); return &r, nil }, back: roundTrip[ops.MdevListResult]}
 	}
 	placeCase := func(args []string, f fakeFlags) typedCase {
-		return typedCase{args, func() (ops.Request, error) { r, err := mdevPlaceRequest(f); return &r, err }, roundTrip[ops.MdevPlaceResult]}
+		return typedCase{args: args, build: func() (ops.Request, error) { r, err := mdevPlaceRequest(f); return &r, err }, back: roundTrip[ops.MdevPlaceResult]}
 	}
 	vfCase := func(args []string, f fakeFlags) typedCase {
-		return typedCase{args, func() (ops.Request, error) { r, err := vfListRequest(f); return &r, err }, roundTrip[ops.VFListResult]}
+		return typedCase{args: args, build: func() (ops.Request, error) { r, err := vfListRequest(f); return &r, err }, back: roundTrip[ops.VFListResult]}
 	}
 	tr := hosttest.New(t)
 	tr.NvidiaSRIOVGPU("0000:00:0a.0", "0000:0b:00.0", 0, 4, nil)
@@ -159,4 +178,64 @@ func TestReadOpsAreTheCLIs(t *testing.T) {
 			vfCase([]string{"vf", "list", ""}, fakeFlags{operands: []string{""}}),
 		})
 	}
+}
+
+// TestVerifyOpIsTheCLIs: verify as an operation answers what the command prints, a device
+// missing in the guest included (the result and exit 1).
+func TestVerifyOpIsTheCLIs(t *testing.T) {
+	fake := virt.NewFake("qemu")
+	name := "vgpuhost-test-missing"
+	fake.AddForeignDomain(name, `<domain type="qemu"><name>`+name+`</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices>
+  <hostdev mode="subsystem" type="pci" managed="yes"><source><address domain="0x0000" bus="0x41" slot="0x00" function="0x0"/></source><alias name="hostdev0"/></hostdev>
+  <video><model type="virtio"/><alias name="video0"/></video>
+</devices></domain>`, true)
+	fake.QMPFunc = func(_, _, _ string) (string, error) {
+		return `{"return":[{"bus":0,"devices":[{"bus":0,"slot":1,"function":0,"class_info":{"class":768},"id":{"vendor":6900,"device":4176},"qdev_id":"video0","regions":[]}]}]}`, nil
+	}
+	old := openConn
+	openConn = func(string, remote.OpenOptions) (virt.Conn, error) { return fake, nil }
+	t.Cleanup(func() { openConn = old })
+	dir := t.TempDir()
+	env := func() ops.Env {
+		e := opsEnvFor(t, dir)
+		e.OpenConn = func() (virt.Conn, error) { return fake, nil }
+		return e
+	}
+	verifyCase := func(args ...string) typedCase {
+		f := fakeFlags{operands: args}
+		return typedCase{args: append([]string{"verify", "--connect", fake.URI()}, args...), env: env,
+			build: func() (ops.Request, error) { r, err := verifyRequest(f); return &r, err }, back: roundTrip[ops.VerifyResult]}
+	}
+	checkTypedCases(t, dir, []typedCase{verifyCase(name), verifyCase("vgpuhost-test-nosuch"), verifyCase(), verifyCase("a", "b")})
+}
+
+// TestHealthOpIsTheCLIs: host health as an operation answers what the command prints: the
+// recorded checks and a quarantine (a GPU handed back with config space of all ones), and
+// one device checked now (its check's time aside).
+func TestHealthOpIsTheCLIs(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
+	withKernel(t, tr)
+	dir := tr.Dir()
+	if out, code := run(t, "--host-root", dir, "bind", "01:00.0"); code != 0 {
+		t.Fatalf("bind exit %d: %s", code, out)
+	}
+	tr.SetConfigAllOnes(gpu)
+	if out, code := run(t, "--host-root", dir, "unbind", "01:00.0"); code != 0 || !strings.Contains(out, "quarantined") {
+		t.Fatalf("unbind exit %d: %s", code, out)
+	}
+	checked := regexp.MustCompile(`"checked_at": "[^"]*"`)
+	healthCase := func(args ...string) typedCase {
+		f := fakeFlags{operands: args}
+		return typedCase{args: append([]string{"host", "health"}, args...),
+			build: func() (ops.Request, error) { r, err := healthRequest(f); return &r, err }, back: roundTrip[ops.HealthResult]}
+	}
+	checkNow := func(addr string) typedCase {
+		c := healthCase(addr)
+		c.same = func(s string) string { return checked.ReplaceAllString(s, `"checked_at": "-"`) }
+		return c
+	}
+	checkTypedCases(t, dir, []typedCase{healthCase(), checkNow("0000:01:00.0"), checkNow("0000:01:00.1"), healthCase("nope"), healthCase(""), healthCase("a", "b")})
+	empty := hosttest.New(t)
+	checkTypedCases(t, empty.Dir(), []typedCase{healthCase()})
 }
