@@ -18,6 +18,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
@@ -162,6 +163,14 @@ type Env struct {
 	// MIG-backed type (NVML through its helper): nil, or a nil answer, means placement uses
 	// NVIDIA's documented geometry.
 	PlaceMIG func(ctx context.Context, parents []mdev.Parent) *mig.State
+	// NVML opens the MIG backend of mig show, plan and apply (NVML through its helper, its
+	// answers kept in the root's MIG state cache); done saves what changed and lets it go. nil:
+	// mig fails as unsupported (exit 7).
+	NVML func() (b mig.Backend, done func(), err error)
+	// LayoutMIG is the MIG backend and planner of the host layout commands, and how to let
+	// them go: nil, or a nil backend, when NVML does not describe the root (a layout with a
+	// mig entry is then refused, exit 7, and show lists no MIG).
+	LayoutMIG func() (mig.Backend, layout.MIGPlanner, func())
 	// OpenMIG opens the MIG backend of host restore's MIG steps (reconcile.Reconciler.OpenMIG):
 	// nil, none.
 	OpenMIG func() (mig.Backend, func(), error)
@@ -348,6 +357,26 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(Verify(ctx, env, *r))
 	case *HealthRequest:
 		return result(Health(ctx, env, *r))
+	case *MIGShowRequest:
+		return result(MIGShow(ctx, env, *r))
+	case *MIGPlanRequest:
+		return result(MIGPlan(ctx, env, *r))
+	case *MIGApplyRequest:
+		return result(MIGApply(ctx, env, *r))
+	case *LayoutShowRequest:
+		res, err := LayoutShow(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *LayoutPlanRequest:
+		return result(LayoutPlan(ctx, env, *r))
+	case *LayoutApplyRequest:
+		res, err := LayoutApply(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

@@ -51,8 +51,18 @@ func emitDry(cmd *cli.Command, rec *host.Recorder, files []string, result any) e
 
 // emitReport prints a dry run's report: as JSON, or the writes one a line.
 func emitReport(cmd *cli.Command, r *ops.DryRunReport) error {
-	return emit(cmd, r, func(w io.Writer) error {
-		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", cmd.FullName())
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	return renderReport(cmd.Root().Writer, o, cmd.FullName(), r)
+}
+
+// renderReport prints the dry run report of the command named name (its full name, "vgpu-host
+// mdev create") in output format output.
+func renderReport(w io.Writer, output, name string, r *ops.DryRunReport) error {
+	return emitTo(w, output, r, func(w io.Writer) error {
+		fmt.Fprintf(w, "# dry run: %s would make these sysfs writes, in order (nothing was changed)\n", name)
 		for _, wr := range r.Writes {
 			fmt.Fprintln(w, wr.String())
 		}

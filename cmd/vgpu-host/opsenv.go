@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
@@ -63,6 +64,15 @@ func withHostParts(env *ops.Env) {
 	}
 	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, root, ps) }
 	env.OpenMIG = migOpener(root)
+	env.LayoutMIG = func() (mig.Backend, layout.MIGPlanner, func()) { return migFor(root) }
+	env.NVML = func() (mig.Backend, func(), error) {
+		oc, err := openMIG()
+		if err != nil {
+			return nil, nil, err
+		}
+		c := cachingMIG(root, oc)
+		return c, func() { c.Flush(context.Background()); oc.Close() }, nil
+	}
 	env.Lifecycle = func(o *lifecycle.Options) error {
 		o.Fetch = fetchISO
 		return crashHook(o)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
@@ -238,4 +240,130 @@ func TestHealthOpIsTheCLIs(t *testing.T) {
 	checkTypedCases(t, dir, []typedCase{healthCase(), checkNow("0000:01:00.0"), checkNow("0000:01:00.1"), healthCase("nope"), healthCase(""), healthCase("a", "b")})
 	empty := hosttest.New(t)
 	checkTypedCases(t, empty.Dir(), []typedCase{healthCase()})
+}
+
+// TestLayoutOpsAreTheCLIs: host layout plan, apply (dry run, refused, done) and show, as
+// operations on requests built from flag values, answer what their commands print.
+func TestLayoutOpsAreTheCLIs(t *testing.T) {
+	tr, _, f, _ := layoutFixture(t)
+	dir := tr.Dir()
+	flags := func(vals map[string]string, args ...string) fakeFlags {
+		return fakeFlags{vals: vals, operands: args}
+	}
+	planCase := func(args []string, ff fakeFlags) typedCase {
+		return typedCase{args: append([]string{"host", "layout", "plan"}, args...),
+			build: func() (ops.Request, error) { r, err := layoutPlanRequest(ff); return &r, err }, back: roundTrip[ops.LayoutPlanResult]}
+	}
+	applyCase := func(args []string, ff fakeFlags) typedCase {
+		return typedCase{args: append([]string{"host", "layout", "apply"}, args...),
+			build: func() (ops.Request, error) { r, err := layoutApplyRequest(ff); return &r, err },
+			back: func(t *testing.T, b []byte) string {
+				if ff.Bool("dry-run") {
+					// The report's result decoded as what it is, not as a map.
+					type report struct {
+						ops.DryRunReport
+						Result *layout.HostApplyResult `json:"result,omitempty"`
+					}
+					return roundTrip[report](t, b)
+				}
+				return roundTrip[layout.HostApplyResult](t, b)
+			}}
+	}
+	appliedAt := regexp.MustCompile(`"applied_at": "[^"]*"`)
+	showCase := func(args []string, ff fakeFlags) typedCase {
+		return typedCase{args: append([]string{"host", "layout", "show"}, args...),
+			build: func() (ops.Request, error) { r := layoutShowRequest(ff); return &r, nil },
+			back: func(t *testing.T, b []byte) string {
+				if ff.Bool("selected") {
+					return roundTrip[layout.Selection](t, b)
+				}
+				return roundTrip[layout.File](t, b)
+			},
+			same: func(s string) string { return appliedAt.ReplaceAllString(s, `"applied_at": "-"`) }}
+	}
+	desks := map[string]string{"config": "desks"}
+	checkTypedCases(t, dir, []typedCase{
+		planCase([]string{f}, flags(nil, f)),
+		planCase([]string{f, "--config", "desks"}, flags(desks, f)),
+		planCase([]string{f, "--config", "train"}, flags(map[string]string{"config": "train"}, f)),
+		planCase([]string{f, "--config", "desks", "--force", "nonsense"}, flags(map[string]string{"config": "desks", "force": "nonsense"}, f)),
+		planCase([]string{"--config", "desks"}, flags(desks)),
+		planCase([]string{filepath.Join(dir, "nosuch.yaml")}, flags(nil, filepath.Join(dir, "nosuch.yaml"))),
+		applyCase([]string{f, "--config", "desks", "--dry-run"}, flags(map[string]string{"config": "desks", "dry-run": "true"}, f)),
+		showCase(nil, flags(nil)),
+		showCase([]string{"--selected"}, flags(map[string]string{"selected": "true"})),
+	})
+	// Applied by the operation, cleared, applied by the command: the same answer.
+	req, err := layoutApplyRequest(flags(desks, f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ops.Run(context.Background(), opsEnvFor(t, dir), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byOp bytes.Buffer
+	if err := jsonindent.Encode(&byOp, v); err != nil {
+		t.Fatal(err)
+	}
+	checkTypedCases(t, dir, []typedCase{
+		showCase(nil, flags(nil)),
+		showCase([]string{"--selected"}, flags(map[string]string{"selected": "true"})),
+		planCase([]string{f, "--config", "desks"}, flags(desks, f)),
+	})
+	if out, code := run(t, "--host-root", dir, "host", "layout", "apply", f, "--config", "clear"); code != 0 {
+		t.Fatalf("clear: exit %d\n%s", code, out)
+	}
+	stdout, stderr, code := runVia(t, agentNever, "--host-root", dir, "-o", "json", "host", "layout", "apply", f, "--config", "desks")
+	if code != 0 || stdout != byOp.String() {
+		t.Errorf("host layout apply: exit %d (%s)\n%s\nthe operation's result:\n%s", code, stderr, stdout, byOp.String())
+	}
+}
+
+// TestMIGOpsAreTheCLIs: mig show, plan and apply (dry run and done), as operations on requests
+// built from flag values, answer what their commands print; each starts its own helper on the
+// NVML mock's fresh state.
+func TestMIGOpsAreTheCLIs(t *testing.T) {
+	mockNVML(t)
+	dir := t.TempDir()
+	// The mock makes up the GPUs' and instances' UUIDs at each start of its helper.
+	uuid := regexp.MustCompile(`"uuid": "[^"]*"`)
+	same := func(s string) string { return uuid.ReplaceAllString(s, `"uuid": "-"`) }
+	showCase := func(args ...string) typedCase {
+		ff := fakeFlags{operands: args}
+		return typedCase{args: append([]string{"mig", "show"}, args...),
+			build: func() (ops.Request, error) { r := migShowRequest(ff); return &r, nil }, back: roundTrip[ops.MIGShowResult], same: same}
+	}
+	planCase := func(vals map[string]string) typedCase {
+		args := []string{"mig", "plan"}
+		for _, k := range []string{"gpu", "profiles", "disable-mig"} {
+			if v, ok := vals[k]; ok {
+				args = append(args, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals}
+		return typedCase{args: args, build: func() (ops.Request, error) { r, err := migPlanRequest(ff); return &r, err }, back: roundTrip[ops.MIGPlanResult], same: same}
+	}
+	applyCase := func(vals map[string]string) typedCase {
+		c := planCase(vals)
+		c.args[1] = "apply"
+		if vals["dry-run"] == "true" {
+			c.args = append(c.args, "--dry-run")
+		}
+		ff := fakeFlags{vals: vals}
+		c.build = func() (ops.Request, error) { r, err := migApplyRequest(ff); return &r, err }
+		c.back = roundTrip[ops.MIGPlanResult]
+		return c
+	}
+	checkTypedCases(t, dir, []typedCase{
+		showCase(), showCase("0000:01:00.0"), showCase("0000:63:00.0"),
+		planCase(map[string]string{"gpu": "0000:01:00.0", "profiles": "3g.20gb,4g.20gb"}),
+		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb*8"}),
+		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb*x"}),
+		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb", "disable-mig": "true"}),
+		planCase(map[string]string{"gpu": "0000:63:00.0", "profiles": "1g.5gb"}),
+		applyCase(map[string]string{"gpu": "0", "profiles": "1g.5gb*7", "dry-run": "true"}),
+		applyCase(map[string]string{"gpu": "0000:00:00.0", "profiles": "1g.5gb×7"}),
+		applyCase(map[string]string{"gpu": "1", "profiles": "", "disable-mig": "true"}),
+	})
 }
