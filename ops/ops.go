@@ -377,6 +377,10 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 			return nil, Fail(err)
 		}
 		return res.Value(), Fail(err)
+	case *AttachRequest:
+		return result(Attach(ctx, env, *r))
+	case *DetachRequest:
+		return result(Detach(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

@@ -367,3 +367,81 @@ func TestMIGOpsAreTheCLIs(t *testing.T) {
 		applyCase(map[string]string{"gpu": "1", "profiles": "", "disable-mig": "true"}),
 	})
 }
+
+// TestHotplugOpsAreTheCLIs: attach and detach, as operations on requests built from flag
+// values, answer what their commands print on the in-memory fake libvirt: usage errors, a live
+// virtio-gpu (exit 7), no such VM, the dry run, and each change made by the operation and then
+// the same change by the command.
+func TestHotplugOpsAreTheCLIs(t *testing.T) {
+	f := fakeLibvirt(t)
+	tr := hosttest.New(t)
+	dir := tr.Dir()
+	spec := deviceFreeVM(t, dir, "hpops")
+	if out, code := runCLI(t, "--host-root", dir, "apply", spec); code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	env := func() ops.Env {
+		e := opsEnvFor(t, dir)
+		e.OpenConn = func() (virt.Conn, error) { return f, nil }
+		return e
+	}
+	attachCase := func(vals map[string]string, args ...string) typedCase {
+		cl := append([]string{"attach"}, args...)
+		for _, k := range []string{"gpu", "profile", "virtio", "config", "dry-run", "force"} {
+			if v, ok := vals[k]; ok {
+				cl = append(cl, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: cl, env: env, build: func() (ops.Request, error) { r, err := attachRequest(ff); return &r, err },
+			back: roundTrip[ops.HotplugResult]}
+	}
+	detachCase := func(timeout string, args ...string) typedCase {
+		ff := fakeFlags{vals: map[string]string{"timeout": timeout}, operands: args}
+		return typedCase{args: append([]string{"detach", "--timeout", timeout}, args...), env: env,
+			build: func() (ops.Request, error) { r, err := detachRequest(ff); return &r, err }, back: roundTrip[ops.HotplugResult]}
+	}
+	virtio := map[string]string{"virtio": "true", "config": "true"}
+	checkTypedCases(t, dir, []typedCase{
+		attachCase(nil, "hpops"),
+		attachCase(map[string]string{"virtio": "true", "gpu": "0000:01:00.0"}, "hpops"),
+		attachCase(map[string]string{"virtio": "true"}, "../etc"),
+		attachCase(map[string]string{"virtio": "true"}, "hpops"),
+		attachCase(virtio, "nosuch"),
+		attachCase(map[string]string{"virtio": "true", "config": "true", "dry-run": "true"}, "hpops"),
+		attachCase(map[string]string{"virtio": "true", "config": "true", "force": "nonsense"}, "hpops"),
+		detachCase("30s", "hpops"),
+		detachCase("0s", "hpops", "virtio-gpu"),
+		detachCase("30s", "hpops", "0000:01:00.0"),
+	})
+	// Each change by the operation, undone, then by the command: the same answer.
+	for _, c := range []struct {
+		do, undo typedCase
+	}{
+		{attachCase(virtio, "hpops"), detachCase("30s", "hpops", "virtio-gpu")},
+		{detachCase("30s", "hpops", "virtio-gpu"), attachCase(virtio, "hpops")},
+	} {
+		req, err := c.do.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ops.Run(context.Background(), env(), req)
+		if err != nil {
+			t.Fatalf("%v by the operation: %v", c.do.args, err)
+		}
+		var byOp bytes.Buffer
+		if err := jsonindent.Encode(&byOp, v); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := runCLI(t, append([]string{"--host-root", dir}, c.undo.args...)...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", c.undo.args, code, out)
+		}
+		stdout, stderr, code := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, c.do.args...)...)
+		if code != 0 || stdout != byOp.String() {
+			t.Errorf("%v: exit %d (%s)\n%s\nthe operation's result:\n%s", c.do.args, code, stderr, stdout, byOp.String())
+		}
+		if back := c.do.back(t, byOp.Bytes()); back != byOp.String() {
+			t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", c.do.args, back, byOp.String())
+		}
+	}
+}
