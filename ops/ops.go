@@ -381,6 +381,14 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(Attach(ctx, env, *r))
 	case *DetachRequest:
 		return result(Detach(ctx, env, *r))
+	case *MdevDefineRequest:
+		res, err := MdevDefine(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *MdevUndefineRequest:
+		return result(MdevUndefine(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

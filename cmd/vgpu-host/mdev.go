@@ -318,39 +318,45 @@ func mdevDefineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "manual", Usage: "start=manual: keep the definition but do not create it at boot"},
 			dryRunFlag(),
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			if cmd.Args().Len() == 0 {
-				return usageErr("define needs at least one UUID")
-			}
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			start := "auto"
-			if cmd.Bool("manual") {
-				start = "manual"
-			}
-			var defs []mdev.Definition
-			for _, id := range cmd.Args().Slice() {
-				d, err := m.Define(mdev.Definition{UUID: id, Parent: cmd.String("parent"), Type: cmd.String("type"), Start: start})
-				if err != nil {
-					return err
-				}
-				defs = append(defs, d)
-			}
-			return emit(cmd, defs, func(w io.Writer) error {
-				verb := "defined"
-				if m.DryRun {
-					verb = "would define"
-				}
-				for _, d := range defs {
-					fmt.Fprintf(w, "%s %s (%s on %s, start=%s) in %s\n", verb, d.UUID, d.Type, d.Parent, d.Start, d.Path)
-				}
-				return nil
-			})
-		},
+		Action: runMdevDefine,
 	}
+}
+
+func runMdevDefine(ctx context.Context, cmd *cli.Command) error {
+	req := mdevDefineRequest(flagsOf(cmd))
+	if err := req.Check(); err != nil {
+		return err
+	}
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevDefine(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderMdevDefine(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevDefineRequest is mdev define's request: the UUID operands, --parent, --type, --manual
+// and --dry-run.
+func mdevDefineRequest(f flagValues) ops.MdevDefineRequest {
+	return ops.MdevDefineRequest{UUIDs: f.Operands(), Parent: f.String("parent"), Type: f.String("type"),
+		Manual: f.Bool("manual"), DryRun: f.Bool("dry-run")}
+}
+
+// renderMdevDefine prints what mdev define wrote (or would write) in output format output.
+func renderMdevDefine(w io.Writer, output string, res *ops.MdevDefineResult) error {
+	return emitTo(w, output, res.Definitions, func(w io.Writer) error {
+		verb := "defined"
+		if res.DryRun {
+			verb = "would define"
+		}
+		for _, d := range res.Definitions {
+			fmt.Fprintf(w, "%s %s (%s on %s, start=%s) in %s\n", verb, d.UUID, d.Type, d.Parent, d.Start, d.Path)
+		}
+		return nil
+	})
 }
 
 func mdevUndefineCommand() *cli.Command {
@@ -359,34 +365,42 @@ func mdevUndefineCommand() *cli.Command {
 		Usage:     "delete persistent mdev definitions (the active instances stay)",
 		ArgsUsage: "UUID...",
 		Flags:     []cli.Flag{dryRunFlag()},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			if cmd.Args().Len() == 0 {
-				return usageErr("undefine needs at least one UUID")
-			}
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			removed := []string{}
-			for _, id := range cmd.Args().Slice() {
-				r, err := m.Undefine(id)
-				if err != nil {
-					return err
-				}
-				removed = append(removed, r...)
-			}
-			return emit(cmd, map[string]any{"removed": removed, "dry_run": m.DryRun}, func(w io.Writer) error {
-				if len(removed) == 0 {
-					fmt.Fprintln(w, "nothing to undefine")
-				}
-				for _, p := range removed {
-					fmt.Fprintf(w, "removed %s\n", p)
-				}
-				return nil
-			})
-		},
+		Action:    runMdevUndefine,
 	}
+}
+
+func runMdevUndefine(ctx context.Context, cmd *cli.Command) error {
+	req := mdevUndefineRequest(flagsOf(cmd))
+	if err := req.Check(); err != nil {
+		return err
+	}
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevUndefine(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderMdevUndefine(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevUndefineRequest is mdev undefine's request: the UUID operands and --dry-run.
+func mdevUndefineRequest(f flagValues) ops.MdevUndefineRequest {
+	return ops.MdevUndefineRequest{UUIDs: f.Operands(), DryRun: f.Bool("dry-run")}
+}
+
+// renderMdevUndefine prints what mdev undefine deleted (or would delete) in output format output.
+func renderMdevUndefine(w io.Writer, output string, res *ops.MdevUndefineResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error {
+		if len(res.Removed) == 0 {
+			fmt.Fprintln(w, "nothing to undefine")
+		}
+		for _, p := range res.Removed {
+			fmt.Fprintf(w, "removed %s\n", p)
+		}
+		return nil
+	})
 }
 
 func mdevPlaceCommand() *cli.Command {

@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
 	"github.com/vgpu-host/vgpu-host/layout"
+	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
@@ -434,6 +435,78 @@ func TestHotplugOpsAreTheCLIs(t *testing.T) {
 			t.Fatal(err)
 		}
 		if out, code := runCLI(t, append([]string{"--host-root", dir}, c.undo.args...)...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", c.undo.args, code, out)
+		}
+		stdout, stderr, code := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, c.do.args...)...)
+		if code != 0 || stdout != byOp.String() {
+			t.Errorf("%v: exit %d (%s)\n%s\nthe operation's result:\n%s", c.do.args, code, stderr, stdout, byOp.String())
+		}
+		if back := c.do.back(t, byOp.Bytes()); back != byOp.String() {
+			t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", c.do.args, back, byOp.String())
+		}
+	}
+}
+
+// TestMdevDefineOpsAreTheCLIs: mdev define and undefine, as operations on requests built from
+// flag values, answer what their commands print: usage errors, dry runs, an instance that is
+// not active, and each change made by the operation, undone, and made by the command.
+func TestMdevDefineOpsAreTheCLIs(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	withKernel(t, tr)
+	dir := tr.Dir()
+	out, code := run(t, "--host-root", dir, "-o", "json", "mdev", "create", "-p", "mbochs", "-t", "mbochs-small", "--name", "defvm")
+	var ins []mdev.Instance
+	if code != 0 || json.Unmarshal([]byte(out), &ins) != nil || len(ins) != 1 {
+		t.Fatalf("create: exit %d\n%s", code, out)
+	}
+	id := ins[0].UUID
+	defineCase := func(vals map[string]string, args ...string) typedCase {
+		cl := []string{"mdev", "define"}
+		for _, k := range []string{"parent", "type", "manual", "dry-run"} {
+			if v, ok := vals[k]; ok {
+				cl = append(cl, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: append(cl, args...), build: func() (ops.Request, error) { r := mdevDefineRequest(ff); return &r, r.Check() },
+			back: roundTrip[[]mdev.Definition]}
+	}
+	undefineCase := func(dry bool, args ...string) typedCase {
+		vals := map[string]string{"dry-run": strconv.FormatBool(dry)}
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: append([]string{"mdev", "undefine", "--dry-run=" + vals["dry-run"]}, args...),
+			build: func() (ops.Request, error) { r := mdevUndefineRequest(ff); return &r, r.Check() }, back: roundTrip[ops.MdevUndefineResult]}
+	}
+	other := "9b3a3d1e-5c5f-4f43-9d1a-0e3c2a1b4d5e"
+	checkTypedCases(t, dir, []typedCase{
+		defineCase(nil),
+		defineCase(map[string]string{"dry-run": "true"}, id),
+		defineCase(map[string]string{"dry-run": "true", "manual": "true"}, id),
+		defineCase(map[string]string{"dry-run": "true"}, other),
+		defineCase(map[string]string{"dry-run": "true", "parent": "mbochs", "type": "mbochs-large"}, other),
+		defineCase(map[string]string{"dry-run": "true", "parent": "nosuch", "type": "mbochs-large"}, other),
+		undefineCase(false),
+		undefineCase(true, id),
+		undefineCase(false, other),
+	})
+	for _, c := range []struct{ do, undo typedCase }{
+		{defineCase(map[string]string{"manual": "true"}, id), undefineCase(false, id)},
+		{undefineCase(false, id), defineCase(nil, id)},
+	} {
+		req, err := c.do.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ops.Run(context.Background(), opsEnvFor(t, dir), req)
+		if err != nil {
+			t.Fatalf("%v by the operation: %v", c.do.args, err)
+		}
+		var byOp bytes.Buffer
+		if err := jsonindent.Encode(&byOp, v); err != nil {
+			t.Fatal(err)
+		}
+		if out, code := run(t, append([]string{"--host-root", dir}, c.undo.args...)...); code != 0 {
 			t.Fatalf("%v: exit %d\n%s", c.undo.args, code, out)
 		}
 		stdout, stderr, code := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, c.do.args...)...)
