@@ -389,6 +389,8 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return res.Value(), Fail(err)
 	case *MdevUndefineRequest:
 		return result(MdevUndefine(ctx, env, *r))
+	case *RenderRequest:
+		return result(Render(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

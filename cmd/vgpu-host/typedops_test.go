@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -516,5 +517,59 @@ func TestMdevDefineOpsAreTheCLIs(t *testing.T) {
 		if back := c.do.back(t, byOp.Bytes()); back != byOp.String() {
 			t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", c.do.args, back, byOp.String())
 		}
+	}
+}
+
+// TestRenderOpIsTheCLIs: render, as an operation on a request built from flag values, answers
+// what the command prints: on the lab snapshot (a GPU and its audio, a fallback), offline for
+// every example spec, and usage and spec errors; a spec sent as content (as the agent gets
+// it) renders the same as the file.
+func TestRenderOpIsTheCLIs(t *testing.T) {
+	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
+	if p == "" {
+		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
+	}
+	lab := hosttest.Snapshot(t, p).Dir()
+	ex, err := os.ReadFile(filepath.Join("..", "..", "examples", "passthrough.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(t.TempDir(), "vm.yaml")
+	if err := os.WriteFile(spec, []byte(strings.ReplaceAll(string(ex), "0000:17:00.0", "0000:01:00.0")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	renderCase := func(vals map[string]string, args ...string) typedCase {
+		cl := []string{"render"}
+		for _, k := range []string{"offline", "virt-type"} {
+			if v, ok := vals[k]; ok {
+				cl = append(cl, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: append(cl, args...), build: func() (ops.Request, error) { r, err := renderRequest(ff); return &r, err },
+			back: roundTrip[ops.RenderResult]}
+	}
+	cases := []typedCase{
+		renderCase(nil, spec),
+		renderCase(map[string]string{"virt-type": "qemu"}, spec),
+		renderCase(map[string]string{"virt-type": "xen"}, spec),
+		renderCase(nil),
+		renderCase(nil, spec, spec),
+		renderCase(nil, filepath.Join(lab, "nosuch.yaml")),
+	}
+	examples, _ := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))
+	for _, e := range examples {
+		if !strings.HasSuffix(e, "host-layouts.yaml") {
+			cases = append(cases, renderCase(map[string]string{"offline": "true"}, e))
+		}
+	}
+	checkTypedCases(t, lab, cases)
+	// The spec as content, as the agent gets it.
+	data, _ := os.ReadFile(spec)
+	v, err := ops.Run(context.Background(), opsEnvFor(t, lab), &ops.RenderRequest{Spec: ops.Spec{Path: spec, Data: data}})
+	stdout, _, code := runVia(t, agentNever, "--host-root", lab, "-o", "json", "render", spec)
+	var b bytes.Buffer
+	if err != nil || code != 0 || jsonindent.Encode(&b, v) != nil || b.String() != stdout {
+		t.Errorf("render of the spec's content: %v\n%s\nthe CLI (exit %d):\n%s", err, b.String(), code, stdout)
 	}
 }
