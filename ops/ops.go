@@ -391,6 +391,12 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(MdevUndefine(ctx, env, *r))
 	case *RenderRequest:
 		return result(Render(ctx, env, *r))
+	case *KubeVirtConfigRequest:
+		return result(KubeVirtConfig(ctx, env, *r))
+	case *KubeVirtLabelsRequest:
+		return result(KubeVirtLabels(ctx, env, *r))
+	case *KubeVirtVMRequest:
+		return result(KubeVirtVM(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

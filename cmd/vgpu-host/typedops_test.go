@@ -15,6 +15,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/ops"
@@ -95,10 +96,16 @@ func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 		stdout, stderr, exit := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, c.args...)...)
 		req, err := c.build()
 		var v any
+		var warnings strings.Builder
 		if err == nil {
 			env := opsEnvFor(t, dir)
 			if c.env != nil {
 				env = c.env()
+			}
+			env.Progress = func(e ops.Event) {
+				if e.Kind == ops.EventWarning {
+					warnings.WriteString(e.Message + "\n")
+				}
 			}
 			v, err = ops.Run(context.Background(), env, req)
 		}
@@ -106,10 +113,12 @@ func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 			t.Errorf("%v: the operation exits %d (%v), the CLI %d: %s", c.args, code, err, exit, stderr)
 			continue
 		}
+		want := warnings.String()
 		if err != nil {
-			if want := "vgpu-host: " + err.Error() + "\n"; stderr != want {
-				t.Errorf("%v: the CLI printed %q; the operation failed with %q", c.args, stderr, want)
-			}
+			want += "vgpu-host: " + err.Error() + "\n"
+		}
+		if stderr != want {
+			t.Errorf("%v: the CLI printed %q on stderr; the operation warned and failed with %q", c.args, stderr, want)
 		}
 		if v == nil {
 			if stdout != "" {
@@ -572,4 +581,64 @@ func TestRenderOpIsTheCLIs(t *testing.T) {
 	if err != nil || code != 0 || jsonindent.Encode(&b, v) != nil || b.String() != stdout {
 		t.Errorf("render of the spec's content: %v\n%s\nthe CLI (exit %d):\n%s", err, b.String(), code, stdout)
 	}
+}
+
+// TestKubeVirtOpsAreTheCLIs: kubevirt config, labels and vm, as operations on requests built
+// from flag values, answer what their commands print, warnings on stderr included: the
+// example host, --config files good, bad and missing, --write, findings, --strict and usage
+// errors.
+func TestKubeVirtOpsAreTheCLIs(t *testing.T) {
+	tr := kubetest.ExampleHost(t)
+	dir := tr.Dir()
+	good := filepath.Join(t.TempDir(), "kube.yaml")
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(good, []byte("resourceNames:\n  \"10de:20b0\": nvidia.com/A100\n"), 0o644)
+	os.WriteFile(bad, []byte("resourceNames:\n  \"10de:20b0\": A100\n"), 0o644)
+	cl := func(cmd []string, vals map[string]string, keys []string, args []string) []string {
+		for _, k := range keys {
+			if v, ok := vals[k]; ok {
+				cmd = append(cmd, "--"+k+"="+v)
+			}
+		}
+		return append(cmd, args...)
+	}
+	configCase := func(vals map[string]string, args ...string) typedCase {
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: cl([]string{"kubevirt", "config"}, vals, []string{"config"}, args),
+			build: func() (ops.Request, error) { r, err := kubeVirtConfigRequest(ff); return &r, err }, back: roundTrip[ops.KubeVirtConfigResult]}
+	}
+	labelsCase := func(vals map[string]string, args ...string) typedCase {
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: cl([]string{"kubevirt", "labels"}, vals, []string{"config", "write"}, args),
+			build: func() (ops.Request, error) { r, err := kubeVirtLabelsRequest(ff); return &r, err }, back: roundTrip[ops.KubeVirtLabelsResult]}
+	}
+	vmCase := func(vals map[string]string, args ...string) typedCase {
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: cl([]string{"kubevirt", "vm"}, vals, []string{"config", "container-disk", "strict"}, args),
+			build: func() (ops.Request, error) { r, err := kubeVirtVMRequest(ff); return &r, err }, back: roundTrip[ops.KubeVirtVMResult]}
+	}
+	spec := "../../examples/virgl-workstation.yaml"
+	unknown := filepath.Join(t.TempDir(), "vm.yaml")
+	os.WriteFile(unknown, []byte("apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata:\n  name: x\nspec:\n  vcpus: 1\n  memory: 1GiB\n  gpus:\n    - vgpu:\n        profile: A100-4C\n"), 0o644)
+	checkTypedCases(t, dir, []typedCase{
+		configCase(nil),
+		configCase(nil, "x"),
+		configCase(map[string]string{"config": good}),
+		configCase(map[string]string{"config": bad}),
+		configCase(map[string]string{"config": filepath.Join(dir, "nosuch.yaml")}),
+		labelsCase(nil),
+		labelsCase(map[string]string{"write": "true"}),
+		labelsCase(map[string]string{"config": bad}),
+		labelsCase(nil, "x"),
+		vmCase(nil, spec),
+		vmCase(map[string]string{"container-disk": "root=quay.io/containerdisks/debian:12", "config": good}, spec),
+		vmCase(map[string]string{"strict": "true"}, spec),
+		vmCase(map[string]string{"container-disk": "root"}, spec),
+		vmCase(map[string]string{"container-disk": "nope=img"}, spec),
+		vmCase(map[string]string{"config": bad}, spec),
+		vmCase(nil, unknown),
+		vmCase(nil),
+	})
+	// An empty host: the patch permits nothing, and says so.
+	checkTypedCases(t, hosttest.New(t).Dir(), []typedCase{configCase(nil)})
 }
