@@ -397,6 +397,8 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(KubeVirtLabels(ctx, env, *r))
 	case *KubeVirtVMRequest:
 		return result(KubeVirtVM(ctx, env, *r))
+	case *ExportRequest:
+		return result(Export(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

@@ -642,3 +642,39 @@ func TestKubeVirtOpsAreTheCLIs(t *testing.T) {
 	// An empty host: the patch permits nothing, and says so.
 	checkTypedCases(t, hosttest.New(t).Dir(), []typedCase{configCase(nil)})
 }
+
+// TestExportOpIsTheCLIs: image export, as an operation on a request built from flag values,
+// answers what the command prints for what needs no real libvirtd (a VM not in the ledger,
+// usage errors, a bad format); the export itself is held to the CLI by the real-libvirtd tests
+// (TestStatusVerifyExportOutputsLibvirtd, TestExportFormatsLibvirtd), which run it through
+// the operation.
+func TestExportOpIsTheCLIs(t *testing.T) {
+	f := fakeLibvirt(t)
+	dir := t.TempDir()
+	env := func() ops.Env {
+		e := opsEnvFor(t, dir)
+		e.OpenConn = func() (virt.Conn, error) { return f, nil }
+		return e
+	}
+	exportCase := func(vals map[string]string, args ...string) typedCase {
+		cl := []string{"image", "export"}
+		for _, k := range []string{"to", "format", "no-compress", "seal", "force", "dry-run"} {
+			if v, ok := vals[k]; ok {
+				cl = append(cl, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: append(cl, args...), env: env,
+			build: func() (ops.Request, error) { r, err := exportRequest(ff); return &r, err }, back: roundTrip[ops.ExportResult]}
+	}
+	img := filepath.Join(dir, "out.qcow2")
+	checkTypedCases(t, dir, []typedCase{
+		exportCase(map[string]string{"to": img}, "nosuch"),
+		exportCase(map[string]string{"to": img, "dry-run": "true", "seal": "true"}, "nosuch"),
+		exportCase(map[string]string{"to": img, "format": "vmdk"}, "nosuch"),
+		exportCase(map[string]string{"to": img, "format": "raw", "no-compress": "true"}, "nosuch"),
+		exportCase(nil, "nosuch"),
+		exportCase(map[string]string{"to": img}),
+		exportCase(map[string]string{"to": img}, "a", "b"),
+	})
+}
