@@ -171,6 +171,10 @@ type Env struct {
 	// them go: nil, or a nil backend, when NVML does not describe the root (a layout with a
 	// mig entry is then refused, exit 7, and show lists no MIG).
 	LayoutMIG func() (mig.Backend, layout.MIGPlanner, func())
+	// MigrationTarget is the target's vgpu-host of a migration, run as the command words
+	// (MigrationTarget's; ssh: the last word runs in a remote shell): nil, migrate is
+	// unsupported here.
+	MigrationTarget func(words []string, ssh bool) lifecycle.MigrationTarget
 	// OpenMIG opens the MIG backend of host restore's MIG steps (reconcile.Reconciler.OpenMIG):
 	// nil, none.
 	OpenMIG func() (mig.Backend, func(), error)
@@ -399,6 +403,8 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(KubeVirtVM(ctx, env, *r))
 	case *ExportRequest:
 		return result(Export(ctx, env, *r))
+	case *MigrateRequest:
+		return result(Migrate(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/layout"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -677,4 +679,86 @@ func TestExportOpIsTheCLIs(t *testing.T) {
 		exportCase(map[string]string{"to": img}),
 		exportCase(map[string]string{"to": img}, "a", "b"),
 	})
+}
+
+// TestMigrateOpIsTheCLIs: migrate, as an operation on a request built from flag values,
+// answers what the command prints between two fake hosts (the target's vgpu-host run by
+// --target-cmd): usage errors, the dry run, and a migration made by the operation, brought
+// back, and made by the command.
+func TestMigrateOpIsTheCLIs(t *testing.T) {
+	bin := binary(t)
+	dirA, dirB := hosttest.New(t).Dir(), hosttest.New(t).Dir()
+	uriA, uriB := "vgpu-fake://"+filepath.Join(dirA, "libvirt.json"), "vgpu-fake://"+filepath.Join(dirB, "libvirt.json")
+	name := "vgpuhost-test-migops"
+	spec := deviceFreeVM(t, dirA, name)
+	if out, code := runCLI(t, "--host-root", dirA, "apply", "--connect", uriA, spec); code != 0 {
+		t.Fatalf("apply on A: exit %d\n%s", code, out)
+	}
+	targetCmd := func(dir, uri string) string {
+		return strings.Join([]string{"env", "VGPU_HOST_CONNECT=" + uri, bin, "--host-root", dir, "--agent", "never"}, " ")
+	}
+	envOf := func(dir, uri string) func() ops.Env {
+		return func() ops.Env {
+			e := opsEnvFor(t, dir)
+			e.OpenConn = func() (virt.Conn, error) { return openConn(uri, remote.OpenOptions{}) }
+			e.MigrationTarget = func(words []string, ssh bool) lifecycle.MigrationTarget {
+				return &execTarget{words: words, ssh: ssh, stderr: io.Discard}
+			}
+			return e
+		}
+	}
+	migrateCase := func(from, fromURI string, vals map[string]string, args ...string) typedCase {
+		cl := []string{"migrate", "--connect", fromURI}
+		for _, k := range []string{"to", "target-cmd", "migrate-uri", "copy-storage", "shared-storage", "dry-run"} {
+			if v, ok := vals[k]; ok {
+				cl = append(cl, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals, operands: args}
+		return typedCase{args: append(cl, args...), env: envOf(from, fromURI),
+			build: func() (ops.Request, error) { r, err := migrateRequest(ff); return &r, err }, back: roundTrip[ops.MigrateResult]}
+	}
+	toB := func(extra map[string]string) map[string]string {
+		m := map[string]string{"to": uriB, "target-cmd": targetCmd(dirB, uriB), "shared-storage": "true"}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	checkTypedCases(t, dirA, []typedCase{
+		migrateCase(dirA, uriA, toB(map[string]string{"dry-run": "true"}), name),
+		migrateCase(dirA, uriA, toB(map[string]string{"copy-storage": "true"}), name),
+		migrateCase(dirA, uriA, toB(map[string]string{"migrate-uri": "udp://x"}), name),
+		migrateCase(dirA, uriA, map[string]string{"to": uriB}, name),
+		migrateCase(dirA, uriA, map[string]string{"to": "qemu+ssh:///system"}, name),
+		migrateCase(dirA, uriA, toB(map[string]string{"target-cmd": " "}), name),
+		migrateCase(dirA, uriA, toB(nil), "nosuch"),
+		migrateCase(dirA, uriA, toB(nil), "../x"),
+		migrateCase(dirA, uriA, toB(nil)),
+	})
+	// The migration by the operation, back by the command, and again by the command.
+	there := migrateCase(dirA, uriA, toB(nil), name)
+	req, err := there.build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ops.Run(context.Background(), there.env(), req)
+	if err != nil {
+		t.Fatalf("migrate by the operation: %v", err)
+	}
+	var byOp bytes.Buffer
+	if err := jsonindent.Encode(&byOp, v); err != nil {
+		t.Fatal(err)
+	}
+	back := []string{"--host-root", dirB, "migrate", "--connect", uriB, name, "--to", uriA, "--target-cmd", targetCmd(dirA, uriA), "--shared-storage"}
+	if out, code := runCLI(t, back...); code != 0 {
+		t.Fatalf("back to A: exit %d\n%s", code, out)
+	}
+	stdout, stderr, code := runVia(t, agentNever, append([]string{"--host-root", dirA, "-o", "json"}, there.args...)...)
+	if code != 0 || stdout != byOp.String() {
+		t.Errorf("migrate: exit %d (%s)\n%s\nthe operation's result:\n%s", code, stderr, stdout, byOp.String())
+	}
+	if b := there.back(t, byOp.Bytes()); b != byOp.String() {
+		t.Errorf("the result does not round-trip through JSON:\n%s\nwant\n%s", b, byOp.String())
+	}
 }
