@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vgpu-host/vgpu-host/agent"
+	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
@@ -760,5 +763,55 @@ func TestMigrateOpIsTheCLIs(t *testing.T) {
 	}
 	if b := there.back(t, byOp.Bytes()); b != byOp.String() {
 		t.Errorf("the result does not round-trip through JSON:\n%s\nwant\n%s", b, byOp.String())
+	}
+}
+
+// TestAgentReadEndpointsAreTheCLIs: GET /v1/mdev/types, /v1/mdevs, /v1/vfs and /v1/host/health
+// are served by their operations with no command line run, and answer byte for byte what the
+// CLI prints with --output json, failures with the CLI's exit code and message.
+func TestAgentReadEndpointsAreTheCLIs(t *testing.T) {
+	tr := agentHost(t) // a GPU and its audio, mbochs, an SR-IOV PF
+	dir := tr.Dir()
+	var cr *countingRunner
+	startAgentWith(t, dir, func(s *agent.Server) {
+		cr = &countingRunner{cliRunner: s.Runner.(*cliRunner)}
+		s.Runner = cr
+	})
+	for _, c := range []struct {
+		path string
+		cli  []string
+	}{
+		{"/v1/mdev/types", []string{"mdev", "types"}},
+		{"/v1/mdev/types?parent=mbochs", []string{"mdev", "types", "mbochs"}},
+		{"/v1/mdev/types?parent=nosuch", []string{"mdev", "types", "nosuch"}},
+		{"/v1/mdevs", []string{"mdev", "list"}},
+		{"/v1/mdevs?parent=mbochs&defined=true", []string{"mdev", "list", "--defined", "mbochs"}},
+		{"/v1/vfs", []string{"vf", "list"}},
+		{"/v1/vfs?pf=0000:00:0a.0", []string{"vf", "list", "0000:00:0a.0"}},
+		{"/v1/vfs?pf=0000:00:04.0", []string{"vf", "list", "0000:00:04.0"}},
+		{"/v1/vfs?pf=nope", []string{"vf", "list", "nope"}},
+		{"/v1/host/health", []string{"host", "health"}},
+		{"/v1/host/health?address=0000:01:00.0", []string{"host", "health", "0000:01:00.0"}},
+	} {
+		status, code, body := rawCall(t, dir, "GET", c.path, nil)
+		stdout, stderr, exit := runVia(t, agentNever, append([]string{"--host-root", dir, "-o", "json"}, c.cli...)...)
+		if code != strconv.Itoa(exit) {
+			t.Errorf("GET %s: exit code %q, the CLI's %d (%s)", c.path, code, exit, stderr)
+			continue
+		}
+		if exit != 0 {
+			var eb agentapi.ErrorBody
+			if err := json.Unmarshal(body, &eb); err != nil || "vgpu-host: "+eb.Error+"\n" != stderr || status != agent.StatusOf(exit) {
+				t.Errorf("GET %s: %d %s; the CLI exits %d: %s", c.path, status, body, exit, stderr)
+			}
+			continue
+		}
+		checked := regexp.MustCompile(`"checked_at": "[^"]*"`)
+		if got, want := checked.ReplaceAllString(string(body), "-"), checked.ReplaceAllString(stdout, "-"); status != http.StatusOK || got != want {
+			t.Errorf("GET %s: status %d, body:\n%s\nwant what %v prints:\n%s", c.path, status, body, c.cli, stdout)
+		}
+	}
+	if n := cr.runs.Load(); n != 0 {
+		t.Errorf("the read endpoints ran %d command line(s) through the command tree; want none", n)
 	}
 }
