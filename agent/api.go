@@ -66,7 +66,11 @@ func (s *Server) routes(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("GET "+v+"/mdev/types", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
 		p, err := optionalOperand("parent", r.URL.Query().Get("parent"))
-		return &ops.MdevTypesRequest{Parent: p}, err
+		req := &ops.MdevTypesRequest{}
+		if p != "" {
+			req.Parent = &p
+		}
+		return req, err
 	}))
 	mux.HandleFunc("GET "+v+"/mdevs", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
 		q := r.URL.Query()

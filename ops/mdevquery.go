@@ -11,8 +11,8 @@ import (
 
 // MdevTypesRequest is `mdev types [PARENT]`: the vGPU parents and the types they can create.
 type MdevTypesRequest struct {
-	// Parent names one parent (PCI address, VF address or virtual parent name); empty: all.
-	Parent string `json:"parent,omitempty"`
+	// Parent names one parent (PCI address, VF address or virtual parent name); nil: all.
+	Parent *string `json:"parent,omitempty"`
 }
 
 // Op is "mdev types".
@@ -33,8 +33,8 @@ func MdevTypes(_ context.Context, env Env, req MdevTypesRequest) (*MdevTypesResu
 	m, _, done := MdevManager(env, 0, false)
 	defer done()
 	var ps []mdev.Parent
-	if req.Parent != "" {
-		p, err := m.Parent(req.Parent)
+	if req.Parent != nil {
+		p, err := m.Parent(*req.Parent)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,8 @@ package ops
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
@@ -63,8 +65,8 @@ func MIGShow(ctx context.Context, env Env, req MIGShowRequest) (*MIGShowResult, 
 type MIGPlanRequest struct {
 	// GPU is the GPU: PCI address, NVML index or UUID.
 	GPU string `json:"gpu"`
-	// Profiles are the GPU instances wanted, one entry per instance, each a profile as
-	// nvidia-smi mig -lgip names it or its profile ID; none: no instances.
+	// Profiles are the GPU instances wanted, each a profile as nvidia-smi mig -lgip names it
+	// or its profile ID, NAME*N (or NAME×N) for N of one; none: no instances.
 	Profiles []string `json:"profiles"`
 	// DisableMIG also turns MIG mode off; only with no Profiles (--disable-mig).
 	DisableMIG bool `json:"disable_mig,omitempty"`
@@ -85,12 +87,35 @@ func (r MIGPlanRequest) IsSet(name string) bool {
 	return r.Bool(name)
 }
 
-// Check refuses --disable-mig with instances wanted (exit 2).
-func (r MIGPlanRequest) Check() error {
-	if r.DisableMIG && len(r.Profiles) > 0 {
-		return Usagef("--disable-mig goes with --profiles '' (no instances)")
+// wanted is the instances the request wants, one entry per instance (NAME*N expanded); a
+// count that is not 1 to 64, or --disable-mig with instances wanted, is refused (exit 2).
+// spec is how the caller wrote the list (--profiles' value), for the message.
+func (r MIGPlanRequest) wanted() ([]string, error) {
+	spec := strings.Join(r.Profiles, ",")
+	out := []string{}
+	for _, f := range r.Profiles {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		name, n := f, 1
+		for _, sep := range []string{"*", "×"} {
+			if a, b, ok := strings.Cut(f, sep); ok {
+				c, err := strconv.Atoi(strings.TrimSpace(b))
+				if err != nil || c < 1 || c > 64 {
+					return nil, Usagef("--profiles %q: %q is not NAME*COUNT with a count from 1 to 64", spec, f)
+				}
+				name, n = strings.TrimSpace(a), c
+			}
+		}
+		for i := 0; i < n; i++ {
+			out = append(out, name)
+		}
 	}
-	return nil
+	if r.DisableMIG && len(out) > 0 {
+		return nil, Usagef("--disable-mig goes with --profiles '' (no instances)")
+	}
+	return out, nil
 }
 
 // MIGApplyRequest is `mig apply`: MIGPlanRequest's plan taken, or with DryRun only shown.
@@ -128,7 +153,8 @@ type MIGApplyResult struct {
 
 // migPlan reads the state through b and plans req.
 func migPlan(ctx context.Context, b mig.Backend, req MIGPlanRequest) (mig.Changes, error) {
-	if err := req.Check(); err != nil {
+	want, err := req.wanted()
+	if err != nil {
 		return mig.Changes{}, err
 	}
 	st, err := b.State(ctx)
@@ -138,10 +164,6 @@ func migPlan(ctx context.Context, b mig.Backend, req MIGPlanRequest) (mig.Change
 	g, err := st.GPU(req.GPU)
 	if err != nil {
 		return mig.Changes{}, err
-	}
-	want := req.Profiles
-	if want == nil {
-		want = []string{}
 	}
 	return mig.PlanWith(st, map[string][]string{g.Address: want}, mig.PlanOptions{DisableWhenEmpty: req.DisableMIG})
 }

@@ -122,9 +122,13 @@ func runMdevTypes(ctx context.Context, cmd *cli.Command) error {
 	return renderMdevTypes(cmd.Root().Writer, cmd.String("output"), res)
 }
 
-// mdevTypesRequest is mdev types' request: its operand, the parent, if any.
+// mdevTypesRequest is mdev types' request: its operand, the parent, if any (an empty one
+// names no parent there is).
 func mdevTypesRequest(f flagValues) ops.MdevTypesRequest {
-	return ops.MdevTypesRequest{Parent: firstOperand(f)}
+	if o := f.Operands(); len(o) > 0 {
+		return ops.MdevTypesRequest{Parent: &o[0]}
+	}
+	return ops.MdevTypesRequest{}
 }
 
 // firstOperand is f's first operand, or "".

@@ -170,39 +170,11 @@ func migPlanFlags(apply bool) []cli.Flag {
 	return fs
 }
 
-// parseProfiles reads --profiles: "1g.10gb*7,3g.40gb" (× and x work as * does).
-func parseProfiles(s string) ([]string, error) {
-	out := []string{}
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		name, n := f, 1
-		for _, sep := range []string{"*", "×"} {
-			if a, b, ok := strings.Cut(f, sep); ok {
-				c, err := strconv.Atoi(strings.TrimSpace(b))
-				if err != nil || c < 1 || c > 64 {
-					return nil, usageErr("--profiles %q: %q is not NAME*COUNT with a count from 1 to 64", s, f)
-				}
-				name, n = strings.TrimSpace(a), c
-			}
-		}
-		for i := 0; i < n; i++ {
-			out = append(out, name)
-		}
-	}
-	return out, nil
-}
-
-// migPlanRequest is mig plan's request: --gpu, --profiles (parseProfiles) and --disable-mig.
+// migPlanRequest is mig plan's request: --gpu, --profiles (its comma-separated entries, each
+// NAME or NAME*COUNT, checked by the operation once NVML answers, as they always were) and
+// --disable-mig.
 func migPlanRequest(f flagValues) (ops.MIGPlanRequest, error) {
-	want, err := parseProfiles(f.String("profiles"))
-	if err != nil {
-		return ops.MIGPlanRequest{}, err
-	}
-	req := ops.MIGPlanRequest{GPU: f.String("gpu"), Profiles: want, DisableMIG: f.Bool("disable-mig")}
-	return req, req.Check()
+	return ops.MIGPlanRequest{GPU: f.String("gpu"), Profiles: strings.Split(f.String("profiles"), ","), DisableMIG: f.Bool("disable-mig")}, nil
 }
 
 // migApplyRequest is mig apply's request: plan's, and --dry-run.

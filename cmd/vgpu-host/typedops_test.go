@@ -23,6 +23,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
@@ -179,6 +180,8 @@ func TestReadOpsAreTheCLIs(t *testing.T) {
 			typesCase([]string{"mdev", "types"}, fakeFlags{}),
 			typesCase([]string{"mdev", "types", "mbochs"}, fakeFlags{operands: []string{"mbochs"}}),
 			typesCase([]string{"mdev", "types", "nosuch"}, fakeFlags{operands: []string{"nosuch"}}),
+			typesCase([]string{"mdev", "types", ""}, fakeFlags{operands: []string{""}}),
+			listCase([]string{"mdev", "list", ""}, fakeFlags{operands: []string{""}}),
 			listCase([]string{"mdev", "list"}, fakeFlags{}),
 			listCase([]string{"mdev", "list", "--defined", "mbochs"}, fakeFlags{vals: map[string]string{"defined": "true"}, operands: []string{"mbochs"}}),
 			placeCase([]string{"mdev", "place", "-t", "mbochs-small", "-n", "2"}, fakeFlags{vals: map[string]string{"type": "mbochs-small", "count": "2"}}),
@@ -814,4 +817,27 @@ func TestAgentReadEndpointsAreTheCLIs(t *testing.T) {
 	if n := cr.runs.Load(); n != 0 {
 		t.Errorf("the read endpoints ran %d command line(s) through the command tree; want none", n)
 	}
+}
+
+// TestMIGOpsWithoutNVML: with no NVML helper, mig show, plan and apply fail as their commands
+// do (exit 7), a bad --profiles or --disable-mig included: NVML is asked first, as it always
+// was.
+func TestMIGOpsWithoutNVML(t *testing.T) {
+	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "no-such-helper"))
+	dir := t.TempDir()
+	planCase := func(vals map[string]string) typedCase {
+		args := []string{"mig", "plan"}
+		for _, k := range []string{"gpu", "profiles", "disable-mig"} {
+			if v, ok := vals[k]; ok {
+				args = append(args, "--"+k+"="+v)
+			}
+		}
+		ff := fakeFlags{vals: vals}
+		return typedCase{args: args, build: func() (ops.Request, error) { r, err := migPlanRequest(ff); return &r, err }, back: roundTrip[ops.MIGPlanResult]}
+	}
+	checkTypedCases(t, dir, []typedCase{
+		{args: []string{"mig", "show"}, build: func() (ops.Request, error) { r := migShowRequest(fakeFlags{}); return &r, nil }, back: roundTrip[ops.MIGShowResult]},
+		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb*x"}),
+		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb", "disable-mig": "true"}),
+	})
 }
