@@ -54,11 +54,9 @@ func (r ExportRequest) IsSet(name string) bool {
 	return r.Bool(name)
 }
 
-// Check refuses a request without a VM or an image file (exit 2).
+// Check refuses a request without an image file (exit 2). The VM is looked up as named: none
+// of that name is not in the ledger (exit 6).
 func (r ExportRequest) Check() error {
-	if r.VM == "" {
-		return Usagef("image export needs one VM name (and --to FILE)")
-	}
 	if r.To == "" {
 		return Usagef("image export needs --to FILE: the image file to write")
 	}

@@ -684,6 +684,7 @@ func TestExportOpIsTheCLIs(t *testing.T) {
 		exportCase(nil, "nosuch"),
 		exportCase(map[string]string{"to": img}),
 		exportCase(map[string]string{"to": img}, "a", "b"),
+		exportCase(map[string]string{"to": img}, ""),
 	})
 }
 
