@@ -64,6 +64,30 @@ func (s *Server) routes(mux *http.ServeMux) {
 		}
 		return &ops.RestoreRequest{DryRun: b.DryRun, Timeout: mdev.DefaultTimeout}, nil
 	}))
+	mux.HandleFunc("GET "+v+"/mdev/types", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
+		p, err := optionalOperand("parent", r.URL.Query().Get("parent"))
+		req := &ops.MdevTypesRequest{}
+		if p != "" {
+			req.Parent = &p
+		}
+		return req, err
+	}))
+	mux.HandleFunc("GET "+v+"/mdevs", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
+		q := r.URL.Query()
+		p, err := optionalOperand("parent", q.Get("parent"))
+		req := &ops.MdevListRequest{Parent: p}
+		req.Defined, _ = strconv.ParseBool(q.Get("defined"))
+		req.Active, _ = strconv.ParseBool(q.Get("active"))
+		return req, err
+	}))
+	mux.HandleFunc("GET "+v+"/vfs", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
+		pf, err := optionalOperand("pf", r.URL.Query().Get("pf"))
+		return &ops.VFListRequest{PF: pf}, err
+	}))
+	mux.HandleFunc("GET "+v+"/host/health", s.operation(func(r *http.Request, _ []byte) (Operation, error) {
+		a, err := optionalOperand("address", r.URL.Query().Get("address"))
+		return &ops.HealthRequest{Address: a}, err
+	}))
 	mux.HandleFunc("POST "+v+"/exec", s.exec)
 	mux.HandleFunc("GET "+v+"/drift", func(w http.ResponseWriter, r *http.Request) {
 		out := []any{}
@@ -345,6 +369,14 @@ func decodeStrict(body []byte, v any) error {
 		return errors.New("decode JSON body: more than one JSON value")
 	}
 	return nil
+}
+
+// optionalOperand is an operand a query may leave out: "" for none, else operand's checks.
+func optionalOperand(what, v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	return operand(what, v)
 }
 
 // operand checks a value that becomes a positional argument: never a flag.

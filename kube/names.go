@@ -199,14 +199,29 @@ const DefaultConfigPath = "etc/vgpu-host/kubernetes.yaml"
 // LoadConfig reads a configuration file strictly. A missing file at the default path is an
 // empty configuration; set required for a path the user named.
 func LoadConfig(path string, required bool) (Config, error) {
-	var c Config
-	b, err := os.ReadFile(path)
+	b, err := ReadConfig(path)
 	if errors.Is(err, fs.ErrNotExist) && !required {
-		return c, nil
+		return Config{}, nil
 	}
 	if err != nil {
-		return c, fmt.Errorf("read kubernetes config: %w", err)
+		return Config{}, err
 	}
+	return ParseConfig(path, b)
+}
+
+// ReadConfig reads the resource-name overrides file at path, for ParseConfig.
+func ReadConfig(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read kubernetes config: %w", err)
+	}
+	return b, nil
+}
+
+// ParseConfig decodes (strictly) and checks the resource-name overrides of the file named
+// path, whose content is b: LoadConfig's parser, for a caller that sends the file's content.
+func ParseConfig(path string, b []byte) (Config, error) {
+	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {

@@ -239,3 +239,134 @@ func releasedInstances(rm []mdev.Instance) []host.Released {
 	}
 	return rel
 }
+
+// MdevDefineRequest is `mdev define UUID...`: persistent definitions of mdev instances in
+// mdevctl's format, for host restore and mdevctl.
+type MdevDefineRequest struct {
+	// UUIDs are the instances.
+	UUIDs []string `json:"uuids"`
+	// Parent and Type name the parent and type: needed for an instance that is not active.
+	Parent string `json:"parent,omitempty"`
+	Type   string `json:"type,omitempty"`
+	// Manual keeps the definition without creating it at boot (start=manual; --manual).
+	Manual bool `json:"manual,omitempty"`
+	// DryRun writes nothing (--dry-run).
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// Op is "mdev define".
+func (MdevDefineRequest) Op() string { return "mdev define" }
+
+// Bool is the request's boolean setting by its flag's name.
+func (r MdevDefineRequest) Bool(name string) bool {
+	switch name {
+	case "manual":
+		return r.Manual
+	case "dry-run":
+		return r.DryRun
+	}
+	return false
+}
+
+// IsSet reports whether the request sets the named setting.
+func (r MdevDefineRequest) IsSet(name string) bool {
+	switch name {
+	case "parent":
+		return r.Parent != ""
+	case "type":
+		return r.Type != ""
+	}
+	return r.Bool(name)
+}
+
+// Check refuses a request that names no instance (exit 2).
+func (r MdevDefineRequest) Check() error {
+	if len(r.UUIDs) == 0 {
+		return Usagef("define needs at least one UUID")
+	}
+	return nil
+}
+
+// MdevDefineResult is what mdev define wrote, or with a dry run would write.
+type MdevDefineResult struct {
+	Definitions []mdev.Definition
+	DryRun      bool
+}
+
+// Value is the result as --output json prints it: the definitions.
+func (r *MdevDefineResult) Value() any { return r.Definitions }
+
+// MdevDefine is mdev define: each instance's definition written (start=auto unless Manual),
+// in order; the first that fails stops it.
+func MdevDefine(_ context.Context, env Env, req MdevDefineRequest) (*MdevDefineResult, error) {
+	if err := req.Check(); err != nil {
+		return nil, err
+	}
+	m, _, done := MdevManager(env, 0, req.DryRun)
+	defer done()
+	start := "auto"
+	if req.Manual {
+		start = "manual"
+	}
+	res := &MdevDefineResult{DryRun: m.DryRun}
+	for _, id := range req.UUIDs {
+		d, err := m.Define(mdev.Definition{UUID: id, Parent: req.Parent, Type: req.Type, Start: start})
+		if err != nil {
+			return nil, err
+		}
+		res.Definitions = append(res.Definitions, d)
+	}
+	return res, nil
+}
+
+// MdevUndefineRequest is `mdev undefine UUID...`: persistent definitions deleted (the active
+// instances stay).
+type MdevUndefineRequest struct {
+	// UUIDs are the instances.
+	UUIDs []string `json:"uuids"`
+	// DryRun deletes nothing (--dry-run).
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+// Op is "mdev undefine".
+func (MdevUndefineRequest) Op() string { return "mdev undefine" }
+
+// Bool is the request's boolean setting by its flag's name.
+func (r MdevUndefineRequest) Bool(name string) bool { return name == "dry-run" && r.DryRun }
+
+// IsSet reports whether the request sets the named setting.
+func (r MdevUndefineRequest) IsSet(name string) bool { return r.Bool(name) }
+
+// Check refuses a request that names no instance (exit 2).
+func (r MdevUndefineRequest) Check() error {
+	if len(r.UUIDs) == 0 {
+		return Usagef("undefine needs at least one UUID")
+	}
+	return nil
+}
+
+// MdevUndefineResult is what mdev undefine deleted, or with a dry run would delete: its JSON
+// is the command's --output json.
+type MdevUndefineResult struct {
+	DryRun  bool     `json:"dry_run"`
+	Removed []string `json:"removed"`
+}
+
+// MdevUndefine is mdev undefine: each instance's definition files deleted, in order; the
+// first that fails stops it.
+func MdevUndefine(_ context.Context, env Env, req MdevUndefineRequest) (*MdevUndefineResult, error) {
+	if err := req.Check(); err != nil {
+		return nil, err
+	}
+	m, _, done := MdevManager(env, 0, req.DryRun)
+	defer done()
+	res := &MdevUndefineResult{DryRun: m.DryRun, Removed: []string{}}
+	for _, id := range req.UUIDs {
+		r, err := m.Undefine(id)
+		if err != nil {
+			return nil, err
+		}
+		res.Removed = append(res.Removed, r...)
+	}
+	return res, nil
+}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -157,6 +159,22 @@ type Env struct {
 	// MIG reads inspect's MIG section for inv (NVML, or the MIG state cache unless live):
 	// nil, or a nil answer, means no section.
 	MIG func(ctx context.Context, inv *host.Inventory, live bool) *MIGInventory
+	// PlaceMIG reads the host's MIG state for mdev place when one of parents offers a
+	// MIG-backed type (NVML through its helper): nil, or a nil answer, means placement uses
+	// NVIDIA's documented geometry.
+	PlaceMIG func(ctx context.Context, parents []mdev.Parent) *mig.State
+	// NVML opens the MIG backend of mig show, plan and apply (NVML through its helper, its
+	// answers kept in the root's MIG state cache); done saves what changed and lets it go. nil:
+	// mig fails as unsupported (exit 7).
+	NVML func() (b mig.Backend, done func(), err error)
+	// LayoutMIG is the MIG backend and planner of the host layout commands, and how to let
+	// them go: nil, or a nil backend, when NVML does not describe the root (a layout with a
+	// mig entry is then refused, exit 7, and show lists no MIG).
+	LayoutMIG func() (mig.Backend, layout.MIGPlanner, func())
+	// MigrationTarget is the target's vgpu-host of a migration, run as the command words
+	// (MigrationTarget's; ssh: the last word runs in a remote shell): nil, migrate is
+	// unsupported here.
+	MigrationTarget func(words []string, ssh bool) lifecycle.MigrationTarget
 	// OpenMIG opens the MIG backend of host restore's MIG steps (reconcile.Reconciler.OpenMIG):
 	// nil, none.
 	OpenMIG func() (mig.Backend, func(), error)
@@ -331,6 +349,62 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 			return nil, Fail(err)
 		}
 		return res.Value(), Fail(err)
+	case *MdevTypesRequest:
+		return result(MdevTypes(ctx, env, *r))
+	case *MdevListRequest:
+		return result(MdevList(ctx, env, *r))
+	case *MdevPlaceRequest:
+		return result(MdevPlace(ctx, env, *r))
+	case *VFListRequest:
+		return result(VFList(ctx, env, *r))
+	case *VerifyRequest:
+		return result(Verify(ctx, env, *r))
+	case *HealthRequest:
+		return result(Health(ctx, env, *r))
+	case *MIGShowRequest:
+		return result(MIGShow(ctx, env, *r))
+	case *MIGPlanRequest:
+		return result(MIGPlan(ctx, env, *r))
+	case *MIGApplyRequest:
+		return result(MIGApply(ctx, env, *r))
+	case *LayoutShowRequest:
+		res, err := LayoutShow(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *LayoutPlanRequest:
+		return result(LayoutPlan(ctx, env, *r))
+	case *LayoutApplyRequest:
+		res, err := LayoutApply(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *AttachRequest:
+		return result(Attach(ctx, env, *r))
+	case *DetachRequest:
+		return result(Detach(ctx, env, *r))
+	case *MdevDefineRequest:
+		res, err := MdevDefine(ctx, env, *r)
+		if res == nil {
+			return nil, Fail(err)
+		}
+		return res.Value(), Fail(err)
+	case *MdevUndefineRequest:
+		return result(MdevUndefine(ctx, env, *r))
+	case *RenderRequest:
+		return result(Render(ctx, env, *r))
+	case *KubeVirtConfigRequest:
+		return result(KubeVirtConfig(ctx, env, *r))
+	case *KubeVirtLabelsRequest:
+		return result(KubeVirtLabels(ctx, env, *r))
+	case *KubeVirtVMRequest:
+		return result(KubeVirtVM(ctx, env, *r))
+	case *ExportRequest:
+		return result(Export(ctx, env, *r))
+	case *MigrateRequest:
+		return result(Migrate(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {
@@ -339,4 +413,13 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return res.Value(), Fail(err)
 	}
 	return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("%T is not an operation of this vgpu-host", req)}
+}
+
+// result is an operation's answer as Run gives it: the result, whose JSON is the command's
+// --output json, or nil, and the failure as an *Error.
+func result[T any](res *T, err error) (any, error) {
+	if res == nil {
+		return nil, Fail(err)
+	}
+	return res, Fail(err)
 }

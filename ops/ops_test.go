@@ -172,3 +172,24 @@ func TestDestroyRefusals(t *testing.T) {
 		t.Errorf("destroy gone: %v, %v (libvirt opened %d times); want exit 6 naming it, nothing printed", v, err, opened)
 	}
 }
+
+// TestTickWriter: a helper's progress (qemu-img -p redrawing its line with carriage returns,
+// virt-sysprep's lines) becomes tick events, each line ended by an empty tick.
+func TestTickWriter(t *testing.T) {
+	var got []string
+	env := Env{Progress: func(e Event) {
+		if e.Kind != EventTick || e.Op != "image export" || e.Subject != "vm1" {
+			t.Errorf("event %+v", e)
+		}
+		got = append(got, e.Message)
+	}}
+	w := &tickWriter{env: env, op: "image export", subject: "vm1"}
+	for _, s := range []string{"    (0.00/100%)\r", "    (50.", "00/100%)\r    (100.00/100%)\r\n", "[   0.0] Examining the guest ...\n", "tail"} {
+		w.Write([]byte(s))
+	}
+	w.flush()
+	want := []string{"    (0.00/100%)", "    (50.00/100%)", "    (100.00/100%)", "", "[   0.0] Examining the guest ...", "", "tail"}
+	if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) {
+		t.Errorf("ticks %q, want %q", got, want)
+	}
+}

@@ -169,3 +169,47 @@ func VFDisable(ctx context.Context, env Env, req VFDisableRequest) (*VFResult, e
 	HandBack(ctx, env, m.W, []host.Released{{Address: a, CheckOnly: true}}, "vf disable", req.Reset)
 	return &VFResult{PF: pf}, nil
 }
+
+// VFListRequest is `vf list [PF]`: SR-IOV physical functions and their VFs.
+type VFListRequest struct {
+	// PF is one physical function's PCI address; empty: every SR-IOV capable function.
+	PF string `json:"pf,omitempty"`
+}
+
+// Op is "vf list".
+func (VFListRequest) Op() string { return "vf list" }
+
+// Bool is false: vf list has no boolean setting.
+func (VFListRequest) Bool(string) bool { return false }
+
+// IsSet is false: vf list has no flag.
+func (VFListRequest) IsSet(string) bool { return false }
+
+// VFListResult is what vf list lists: its JSON is the command's --output json.
+type VFListResult []mdev.PF
+
+// VFList is vf list: every SR-IOV capable function with its VFs, or the PF named (exit 2 for
+// an address that is not one).
+func VFList(_ context.Context, env Env, req VFListRequest) (*VFListResult, error) {
+	m, _, done := MdevManager(env, 0, false)
+	defer done()
+	var pfs []mdev.PF
+	if req.PF != "" {
+		a, err := pfAddress(req.PF)
+		if err != nil {
+			return nil, err
+		}
+		pf, err := m.ReadPF(a)
+		if err != nil {
+			return nil, err
+		}
+		pfs = []mdev.PF{pf}
+	} else {
+		var err error
+		if pfs, err = m.ListPFs(); err != nil {
+			return nil, err
+		}
+	}
+	res := VFListResult(pfs)
+	return &res, nil
+}

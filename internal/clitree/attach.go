@@ -10,7 +10,9 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/step"
+	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 func attachCommand() *cli.Command {
@@ -44,34 +46,49 @@ func attachCommand() *cli.Command {
 }
 
 func runAttach(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() != 1 {
-		return usageErr("attach needs one VM name")
-	}
-	name, err := vmName(cmd.Args().First())
+	req, err := attachRequest(flagsOf(cmd))
 	if err != nil {
 		return err
 	}
-	req := lifecycle.AttachRequest{VM: name, GPU: cmd.String("gpu"), Profile: cmd.String("profile"), Virtio: cmd.Bool("virtio"),
-		Config: cmd.Bool("config"), DryRun: cmd.Bool("dry-run")}
-	n := 0
-	for _, set := range []bool{req.GPU != "", req.Profile != "", req.Virtio} {
-		if set {
-			n++
-		}
-	}
-	if n != 1 {
-		return usageErr("attach %s: give exactly one of --gpu ADDR, --profile NAME and --virtio", name)
-	}
-	lc, conn, err := lifecycleOf(cmd)
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	res, err := lc.Attach(ctx, req)
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	if _, err := ops.CheckForce(req.Force, vfio.ForceableChecks); err != nil {
+		return err
+	}
+	uri, err := connURI(cmd, root)
 	if err != nil {
 		return err
 	}
-	return emit(cmd, res, func(w io.Writer) error { return hotplugTable(w, res, "attached") })
+	res, err := ops.Attach(ctx, opsEnv(cmd, root, uri), req)
+	if err != nil {
+		return err
+	}
+	return renderAttach(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// attachRequest is attach's request: its one operand, the VM (or a spec file naming it),
+// --gpu, --profile or --virtio, --config, --dry-run and --force.
+func attachRequest(f flagValues) (ops.AttachRequest, error) {
+	if len(f.Operands()) != 1 {
+		return ops.AttachRequest{}, usageErr("attach needs one VM name")
+	}
+	name, err := vmName(f.Operands()[0])
+	if err != nil {
+		return ops.AttachRequest{}, err
+	}
+	req := ops.AttachRequest{VM: name, GPU: f.String("gpu"), Profile: f.String("profile"), Virtio: f.Bool("virtio"),
+		Config: f.Bool("config"), DryRun: f.Bool("dry-run"), Force: f.StringSlice("force")}
+	return req, req.Check()
+}
+
+// renderAttach prints attach's result in output format output.
+func renderAttach(w io.Writer, output string, res *ops.HotplugResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return hotplugTable(w, res, "attached") })
 }
 
 // hotplugTable prints an attach's or detach's result for people.

@@ -3,11 +3,10 @@ package clitree
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func detachCommand() *cli.Command {
@@ -24,37 +23,50 @@ func detachCommand() *cli.Command {
 			"was released), 6 not found, 7 the device came with the spec.",
 		Flags: []cli.Flag{
 			connectFlag(),
-			&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "wait at most `DURATION` for the guest to release the device"},
+			&cli.DurationFlag{Name: "timeout", Value: ops.DefaultDetachTimeout, Usage: "wait at most `DURATION` for the guest to release the device"},
 		},
 		Action: runDetach,
 	}
 }
 
 func runDetach(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() != 2 {
-		return usageErr("detach needs a VM name and a DEVICE (a PCI address, an mdev UUID or virtio-gpu)")
-	}
-	name, err := vmName(cmd.Args().Get(0))
+	req, err := detachRequest(flagsOf(cmd))
 	if err != nil {
 		return err
 	}
-	if cmd.Duration("timeout") <= 0 {
-		return usageErr("--timeout %s: want a positive duration", cmd.Duration("timeout"))
-	}
-	lc, conn, err := lifecycleOf(cmd)
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	res, err := lc.Detach(ctx, name, cmd.Args().Get(1), cmd.Duration("timeout"))
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	uri, err := connURI(cmd, root)
 	if err != nil {
 		return err
 	}
-	if res.Changed {
-		if root, err := rootOf(cmd); err == nil {
-			w, _ := hostIOFor(cmd, root)
-			handBack(ctx, cmd, root, w, releasedBy(&lifecycle.DestroyResult{Released: res.Claims}), "detach "+name+" "+res.Device)
-		}
+	res, err := ops.Detach(ctx, opsEnv(cmd, root, uri), req)
+	if err != nil {
+		return err
 	}
-	return emit(cmd, res, func(w io.Writer) error { return hotplugTable(w, res, "detached") })
+	return renderDetach(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// detachRequest is detach's request: its operands, the VM (or a spec file naming it) and the
+// DEVICE, and --timeout.
+func detachRequest(f flagValues) (ops.DetachRequest, error) {
+	if len(f.Operands()) != 2 {
+		return ops.DetachRequest{}, usageErr("detach needs a VM name and a DEVICE (a PCI address, an mdev UUID or virtio-gpu)")
+	}
+	name, err := vmName(f.Operands()[0])
+	if err != nil {
+		return ops.DetachRequest{}, err
+	}
+	req := ops.DetachRequest{VM: name, Device: f.Operands()[1], Timeout: f.Duration("timeout")}
+	return req, req.Check()
+}
+
+// renderDetach prints detach's result in output format output.
+func renderDetach(w io.Writer, output string, res *ops.HotplugResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return hotplugTable(w, res, "detached") })
 }

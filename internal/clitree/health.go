@@ -27,18 +27,8 @@ func handBack(ctx context.Context, cmd *cli.Command, root host.Root, w host.Writ
 	return ops.HandBack(ctx, opsEnv(cmd, root, ""), w, rel, op, cmd.Bool("reset"))
 }
 
-// healthEntry is one line of `host health`: the last check and the quarantine of a function.
-type healthEntry struct {
-	Address    host.Address       `json:"address"`
-	Last       *host.DeviceHealth `json:"last,omitempty"`
-	Quarantine *host.Quarantine   `json:"quarantine,omitempty"`
-	// Resets counts the resets vgpu-host made, by method.
-	Resets map[string]int `json:"resets,omitempty"`
-	// Xid counts the NVIDIA Xid errors NVML reported for the GPU, by Xid number; XidPending
-	// are the fatal ones not yet cleared by a reset or a reboot.
-	Xid        map[string]uint64 `json:"xid,omitempty"`
-	XidPending []host.XidEvent   `json:"xid_pending,omitempty"`
-}
+// healthEntry is one line of `host health` (ops.HealthEntry).
+type healthEntry = ops.HealthEntry
 
 func healthCommand() *cli.Command {
 	return &cli.Command{
@@ -55,79 +45,38 @@ func healthCommand() *cli.Command {
 	}
 }
 
-func runHealth(_ context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
+func runHealth(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
 	if err != nil {
 		return err
 	}
-	if _, err := outputOf(cmd); err != nil {
+	req, err := healthRequest(flagsOf(cmd))
+	if err != nil {
 		return err
 	}
-	if cmd.Args().Len() > 1 {
-		return usageErr("health takes at most one PCI address")
+	res, err := ops.Health(ctx, env, req)
+	if err != nil {
+		return err
 	}
-	entries := []healthEntry{}
-	if cmd.Args().Len() == 1 {
-		a, err := host.ParseAddress(cmd.Args().First())
-		if err != nil {
-			return usageErr("%v", err)
-		}
-		h := host.CheckDevice(root, a, host.CheckOptions{})
-		q, err := host.LoadQuarantine(root, a)
-		if err != nil {
-			return err
-		}
-		e := healthEntry{Address: a, Last: &h, Quarantine: q}
-		if st, err := host.LoadHealthState(root, a); err == nil && st != nil {
-			e.Resets, e.Xid, e.XidPending = st.Resets, st.Xid, st.XidPending
-		}
-		entries = append(entries, e)
-	} else {
-		if entries, err = healthEntries(root); err != nil {
-			return err
-		}
-	}
-	return emit(cmd, entries, func(w io.Writer) error { return healthTable(w, entries) })
+	return renderHealth(cmd.Root().Writer, cmd.String("output"), res)
 }
 
-// healthEntries joins the health files and the quarantine records, by address.
-func healthEntries(root host.Root) ([]healthEntry, error) {
-	states, err := host.HealthStates(root)
-	if err != nil {
-		return nil, err
+// healthRequest is host health's request: at most one operand, the device to check now.
+func healthRequest(f flagValues) (ops.HealthRequest, error) {
+	switch o := f.Operands(); {
+	case len(o) > 1:
+		return ops.HealthRequest{}, usageErr("health takes at most one PCI address")
+	case len(o) == 1 && o[0] == "":
+		// An empty address is none (the request's empty address lists every device).
+		_, err := host.ParseAddress("")
+		return ops.HealthRequest{}, usageErr("%v", err)
 	}
-	qs, err := host.Quarantines(root)
-	if err != nil {
-		return nil, err
-	}
-	byAddr := map[host.Address]*healthEntry{}
-	var order []host.Address
-	get := func(a host.Address) *healthEntry {
-		if e, ok := byAddr[a]; ok {
-			return e
-		}
-		byAddr[a] = &healthEntry{Address: a}
-		order = append(order, a)
-		return byAddr[a]
-	}
-	for _, st := range states {
-		e := get(st.Address)
-		e.Last, e.Resets, e.Xid, e.XidPending = st.Last, st.Resets, st.Xid, st.XidPending
-	}
-	for _, q := range qs {
-		get(q.Address).Quarantine = &q
-	}
-	out := []healthEntry{}
-	for _, a := range sortedAddrs(order) {
-		out = append(out, *byAddr[a])
-	}
-	return out, nil
+	return ops.HealthRequest{Address: firstOperand(f)}, nil
 }
 
-func sortedAddrs(as []host.Address) []host.Address {
-	out := slices.Clone(as)
-	slices.SortFunc(out, func(x, y host.Address) int { return strings.Compare(x.String(), y.String()) })
-	return out
+// renderHealth prints host health's result in output format output.
+func renderHealth(w io.Writer, output string, res *ops.HealthResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return healthTable(w, *res) })
 }
 
 func healthTable(out io.Writer, entries []healthEntry) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func imageCommand() *cli.Command {
@@ -51,37 +52,42 @@ func runImageExport(ctx context.Context, cmd *cli.Command) error {
 		}
 		return err
 	}
-	name, dst := cmd.Args().First(), cmd.String("to")
-	if dst == "" {
-		return usageErr("image export needs --to FILE: the image file to write")
+	req, err := exportRequest(flagsOf(cmd))
+	if err != nil {
+		return err
 	}
 	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	conn, err := openConnFor(cmd, cmd.String("connect"))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	lc := lifecycle.New(lifecycle.Options{Root: root, Conn: conn})
 	// Progress (qemu-img -p, virt-sysprep's steps) only for a person at a terminal; JSON and
 	// pipes get the result alone.
-	var progress io.Writer
-	if o == "table" && stderrIsTerminal(cmd) {
-		progress = cmd.Root().ErrWriter
-	}
+	req.Progress = o == "table" && stderrIsTerminal(cmd)
+	env := opsEnv(cmd, root, cmd.String("connect"))
 	// An interrupted export kills qemu-img or virt-sysprep and removes FILE.partial.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := lc.Export(ctx, name, dst, lifecycle.ExportOptions{
-		Format: cmd.String("format"), NoCompress: cmd.Bool("no-compress"), Seal: cmd.Bool("seal"),
-		Force: cmd.Bool("force"), DryRun: cmd.Bool("dry-run"), Progress: progress,
-	})
+	res, err := ops.Export(ctx, env, req)
 	if err != nil {
 		return err
 	}
-	return emit(cmd, res, func(w io.Writer) error { return exportTable(w, res) })
+	return renderExport(cmd.Root().Writer, o, res)
+}
+
+// exportRequest is image export's request: its one operand, the VM, --to, --format,
+// --no-compress, --seal, --force and --dry-run.
+func exportRequest(f flagValues) (ops.ExportRequest, error) {
+	if len(f.Operands()) != 1 {
+		return ops.ExportRequest{}, usageErr("image export needs one VM name (and --to FILE)")
+	}
+	req := ops.ExportRequest{VM: f.Operands()[0], To: f.String("to"), Format: f.String("format"), NoCompress: f.Bool("no-compress"),
+		Seal: f.Bool("seal"), Force: f.Bool("force"), DryRun: f.Bool("dry-run")}
+	return req, req.Check()
+}
+
+// renderExport prints image export's result in output format output.
+func renderExport(w io.Writer, output string, res *ops.ExportResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return exportTable(w, res) })
 }
 
 // exportTable prints the commands of a dry run, or one line saying what was written.

@@ -7,13 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/domains"
-	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/kube"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
@@ -31,43 +29,28 @@ func kubeConfigFlag() cli.Flag {
 	return &cli.StringFlag{Name: "config", Usage: "resource-name overrides (`FILE`; default " + kube.DefaultConfigPath + " under --host-root, if present)"}
 }
 
-// kubeConfig loads --config, or the default file under the host root when it exists.
-func kubeConfig(cmd *cli.Command, root host.Root) (kube.Config, error) {
-	if p := cmd.String("config"); p != "" {
-		return kube.LoadConfig(p, true)
+// kubeConfigOf is the --config of a Kubernetes command's request: the file read (its
+// content travels, so the operation opens no file a caller names), or none for the default
+// file under the host root.
+func kubeConfigOf(f flagValues) (ops.KubeConfig, error) {
+	p := f.String("config")
+	if p == "" {
+		return ops.KubeConfig{}, nil
 	}
-	return kube.LoadConfig(root.Path(kube.DefaultConfigPath), false)
+	b, err := kube.ReadConfig(p)
+	if err != nil {
+		return ops.KubeConfig{}, err
+	}
+	return ops.KubeConfig{Config: p, ConfigData: b}, nil
 }
 
-// scanKube reads the host and its catalog.
-func scanKube(cmd *cli.Command, offered bool) (host.Root, *host.Inventory, *kube.Catalog, error) {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return root, nil, nil, err
+// renderManifest prints a manifest in output format output: JSON for json, YAML otherwise (a
+// table of a manifest is the manifest).
+func renderManifest(w io.Writer, output string, v any) error {
+	if output != "json" {
+		output = "yaml"
 	}
-	cfg, err := kubeConfig(cmd, root)
-	if err != nil {
-		return root, nil, nil, err
-	}
-	inv, err := host.Scan(root)
-	if err != nil {
-		return root, nil, nil, err
-	}
-	if cfg, err = cfg.WithRecorded(root); err != nil {
-		return root, nil, nil, err
-	}
-	cat := kube.Build(inv, cfg)
-	if offered {
-		cat = kube.Offered(inv, cfg)
-	}
-	// Recording is best-effort here: a user without write access to the state directory still
-	// gets the names, and the device plugin records the same ones from the same host.
-	_ = cat.RecordNames(root, cfg)
-	if offered {
-		return root, inv, cat, nil
-	}
-	cat.MarkDeviceNodes(root)
-	return root, inv, cat, cat.MarkHeldFromLedger(root)
+	return encodeAs(w, output, v)
 }
 
 // manifestFormat is --output for manifests: JSON for json, YAML otherwise (a table of a
@@ -167,24 +150,8 @@ func kubevirtCommand() *cli.Command {
 					"mediatedDevices (mdevNameSelector) for mdev types, all externalResourceProvider: true.\n" +
 					"KubeVirt's mediatedDevicesConfiguration is left out: vgpu-host owns the vGPU layout.\n" +
 					"Apply: kubectl patch kubevirt kubevirt -n kubevirt --type merge --patch-file FILE",
-				Flags: []cli.Flag{kubeConfigFlag()},
-				Action: func(ctx context.Context, cmd *cli.Command) error {
-					if cmd.NArg() != 0 {
-						return usageErr("kubevirt config takes no arguments")
-					}
-					o, err := manifestFormat(cmd)
-					if err != nil {
-						return err
-					}
-					_, _, cat, err := scanKube(cmd, true)
-					if err != nil {
-						return err
-					}
-					if len(cat.Resources) == 0 {
-						fmt.Fprintln(cmd.Root().ErrWriter, "vgpu-host: warning: this host has no GPU or vGPU resource; the patch permits nothing")
-					}
-					return encodeAs(cmd.Root().Writer, o, kube.Permitted(cat))
-				},
+				Flags:  []cli.Flag{kubeConfigFlag()},
+				Action: runKubeVirtConfig,
 			},
 			{
 				Name:      "vm",
@@ -210,85 +177,154 @@ func kubevirtCommand() *cli.Command {
 					"free capacity, from the host's state now. --write replaces NFD's feature file\n" +
 					"etc/" + kube.FeaturesFile + " under --host-root (the device plugin's --nfd\n" +
 					"keeps it current).",
-				Flags: []cli.Flag{kubeConfigFlag(), &cli.BoolFlag{Name: "write", Usage: "write the NFD feature file"}},
-				Action: func(ctx context.Context, cmd *cli.Command) error {
-					if cmd.NArg() != 0 {
-						return usageErr("kubevirt labels takes no arguments")
-					}
-					if _, err := outputOf(cmd); err != nil {
-						return err
-					}
-					root, inv, cat, err := scanKube(cmd, false)
-					if err != nil {
-						return err
-					}
-					labels, skipped := kube.Labels(inv, cat)
-					for _, s := range skipped {
-						fmt.Fprintf(cmd.Root().ErrWriter, "vgpu-host: warning: %s\n", s)
-					}
-					written := ""
-					if cmd.Bool("write") {
-						if written, err = kube.WriteFeatures(root, labels, time.Time{}); err != nil {
-							return err
-						}
-					}
-					return emit(cmd, map[string]any{"labels": labels, "written": written}, func(w io.Writer) error {
-						for _, l := range labels {
-							fmt.Fprintf(w, "%s%s=%s\n", kube.LabelPrefix, l.Name, l.Value)
-						}
-						if written != "" {
-							fmt.Fprintf(cmd.Root().ErrWriter, "wrote %s\n", written)
-						}
-						return nil
-					})
-				},
+				Flags:  []cli.Flag{kubeConfigFlag(), &cli.BoolFlag{Name: "write", Usage: "write the NFD feature file"}},
+				Action: runKubeVirtLabels,
 			},
 		},
 	}
+}
+
+func runKubeVirtConfig(ctx context.Context, cmd *cli.Command) error {
+	if cmd.NArg() != 0 {
+		return usageErr("kubevirt config takes no arguments")
+	}
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	root, err := rootOf(cmd)
+	if err != nil {
+		return err
+	}
+	req, err := kubeVirtConfigRequest(flagsOf(cmd))
+	if err != nil {
+		return err
+	}
+	res, err := ops.KubeVirtConfig(ctx, opsEnv(cmd, root, ""), req)
+	if err != nil {
+		return err
+	}
+	return renderManifest(cmd.Root().Writer, o, res)
+}
+
+// kubeVirtConfigRequest is kubevirt config's request: no operand, --config.
+func kubeVirtConfigRequest(f flagValues) (ops.KubeVirtConfigRequest, error) {
+	if len(f.Operands()) != 0 {
+		return ops.KubeVirtConfigRequest{}, usageErr("kubevirt config takes no arguments")
+	}
+	k, err := kubeConfigOf(f)
+	return ops.KubeVirtConfigRequest{KubeConfig: k}, err
+}
+
+func runKubeVirtLabels(ctx context.Context, cmd *cli.Command) error {
+	if cmd.NArg() != 0 {
+		return usageErr("kubevirt labels takes no arguments")
+	}
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	root, err := rootOf(cmd)
+	if err != nil {
+		return err
+	}
+	req, err := kubeVirtLabelsRequest(flagsOf(cmd))
+	if err != nil {
+		return err
+	}
+	res, err := ops.KubeVirtLabels(ctx, opsEnv(cmd, root, ""), req)
+	if err != nil {
+		return err
+	}
+	if o == "table" && res.Written != "" {
+		// On stderr, before the labels are flushed to stdout, as always.
+		fmt.Fprintf(cmd.Root().ErrWriter, "wrote %s\n", res.Written)
+	}
+	return renderKubeVirtLabels(cmd.Root().Writer, o, res)
+}
+
+// kubeVirtLabelsRequest is kubevirt labels' request: no operand, --config and --write.
+func kubeVirtLabelsRequest(f flagValues) (ops.KubeVirtLabelsRequest, error) {
+	if len(f.Operands()) != 0 {
+		return ops.KubeVirtLabelsRequest{}, usageErr("kubevirt labels takes no arguments")
+	}
+	k, err := kubeConfigOf(f)
+	return ops.KubeVirtLabelsRequest{KubeConfig: k, Write: f.Bool("write")}, err
+}
+
+// renderKubeVirtLabels prints kubevirt labels' labels in output format output.
+func renderKubeVirtLabels(w io.Writer, output string, res *ops.KubeVirtLabelsResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error {
+		for _, l := range res.Labels {
+			fmt.Fprintf(w, "%s%s=%s\n", kube.LabelPrefix, l.Name, l.Value)
+		}
+		return nil
+	})
 }
 
 func kubevirtVM(ctx context.Context, cmd *cli.Command) error {
 	if cmd.NArg() != 1 {
 		return usageErr("kubevirt vm takes one SPEC.yaml, got %d arguments", cmd.NArg())
 	}
-	o, err := manifestFormat(cmd)
+	o, err := outputOf(cmd)
 	if err != nil {
 		return err
 	}
-	disks := map[string]string{}
-	for _, cd := range cmd.StringSlice("container-disk") {
-		name, image, ok := strings.Cut(cd, "=")
-		if !ok || name == "" || image == "" {
-			return usageErr("--container-disk %q: want NAME=IMAGE, e.g. root=quay.io/containerdisks/debian:12", cd)
-		}
-		disks[name] = image
-	}
-	vm, err := domains.Load(cmd.Args().First())
+	// kubeVirtVMRequest's steps, in the order the command always took them: the disks, the
+	// spec, the root and the config (their errors naming the VM).
+	f := flagsOf(cmd)
+	disks, err := containerDisks(f)
 	if err != nil {
 		return err
 	}
-	for name := range disks {
-		found := false
-		for i, d := range vm.Spec.Disks {
-			found = found || d.Name == name || d.Name == "" && name == fmt.Sprintf("disk%d", i)
-		}
-		if !found {
-			return usageErr("--container-disk %s: the spec has no disk of that name", name)
-		}
+	req := ops.KubeVirtVMRequest{Spec: ops.Spec{Path: f.Operands()[0]}, ContainerDisks: disks, Strict: f.Bool("strict")}
+	vms, err := ops.LoadSpecs("kubevirt vm", []ops.Spec{req.Spec})
+	if err != nil {
+		return err
 	}
-	_, inv, cat, err := scanKube(cmd, true)
+	vm := vms[0]
+	req.Spec.VM = vm
+	if err := ops.CheckContainerDisks(vm, disks); err != nil {
+		return err
+	}
+	root, err := rootOf(cmd)
 	if err != nil {
 		return fmt.Errorf("kubevirt vm %s: %w", vm.Metadata.Name, err)
 	}
-	tr, err := kube.TranslateVM(vm, inv, cat, kube.TranslateOptions{ContainerDisks: disks})
+	if req.KubeConfig, err = kubeConfigOf(f); err != nil {
+		return fmt.Errorf("kubevirt vm %s: %w", vm.Metadata.Name, err)
+	}
+	res, err := ops.KubeVirtVM(ctx, opsEnv(cmd, root, ""), req)
 	if err != nil {
 		return err
 	}
-	for _, f := range tr.Findings {
-		fmt.Fprintf(cmd.Root().ErrWriter, "vgpu-host: not in the KubeVirt manifest: %s\n", f)
+	return renderManifest(cmd.Root().Writer, o, res)
+}
+
+// kubeVirtVMRequest is kubevirt vm's request: its one operand, the spec (loaded by the
+// operation), --container-disk NAME=IMAGE, --config and --strict.
+func kubeVirtVMRequest(f flagValues) (ops.KubeVirtVMRequest, error) {
+	if n := len(f.Operands()); n != 1 {
+		return ops.KubeVirtVMRequest{}, usageErr("kubevirt vm takes one SPEC.yaml, got %d arguments", n)
 	}
-	if cmd.Bool("strict") && len(tr.Findings) > 0 {
-		return fmt.Errorf("kubevirt vm %s: %d fields KubeVirt cannot express (listed above): %w", vm.Metadata.Name, len(tr.Findings), host.ErrUnsupported)
+	disks, err := containerDisks(f)
+	if err != nil {
+		return ops.KubeVirtVMRequest{}, err
 	}
-	return encodeAs(cmd.Root().Writer, o, tr.VM)
+	req := ops.KubeVirtVMRequest{Spec: ops.Spec{Path: f.Operands()[0]}, ContainerDisks: disks, Strict: f.Bool("strict")}
+	req.KubeConfig, err = kubeConfigOf(f)
+	return req, err
+}
+
+// containerDisks reads --container-disk NAME=IMAGE.
+func containerDisks(f flagValues) (map[string]string, error) {
+	disks := map[string]string{}
+	for _, cd := range f.StringSlice("container-disk") {
+		name, image, ok := strings.Cut(cd, "=")
+		if !ok || name == "" || image == "" {
+			return nil, usageErr("--container-disk %q: want NAME=IMAGE, e.g. root=quay.io/containerdisks/debian:12", cd)
+		}
+		disks[name] = image
+	}
+	return disks, nil
 }

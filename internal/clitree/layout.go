@@ -11,10 +11,9 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/layout"
-	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/ops"
-	"github.com/vgpu-host/vgpu-host/vfio"
+	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
@@ -94,91 +93,71 @@ func layoutCommand() *cli.Command {
 	}
 }
 
-// layoutHost builds the layout's view of the host: the invocation's mdev.Manager (dry run,
-// allocation ledger, libvirt on this machine or at --connect), a vfio.Binder on the same
-// writer, and the MIG backend when there is one.
-func layoutHost(cmd *cli.Command) (*layout.Host, *host.Recorder, func(), error) {
-	m, rec, done, err := vgpuManager(cmd)
+// layoutEnv is the operations' environment of a host layout invocation: its root and output
+// checked, libvirt on this machine (the agent's own in the agent), or at --connect.
+func layoutEnv(cmd *cli.Command) (ops.Env, error) {
+	env, err := mdevEnv(cmd)
 	if err != nil {
-		return nil, nil, nil, err
+		return ops.Env{}, err
 	}
 	if uri := cmd.String("connect"); uri != "" {
-		l := &ops.LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) {
-			c, err := envOf(cmd).openConn(uri, remote.OpenOptions{})
-			if err != nil {
-				return nil, nil, err
-			}
-			return c, func() { c.Close() }, nil
-		}}
-		m.Domains = l
-		prev := done
-		done = func() {
-			prev()
-			l.Close()
-		}
+		env.OpenConn = func() (virt.Conn, error) { return envOf(cmd).openConn(uri, remote.OpenOptions{}) }
 	}
-	_, mods := envOf(cmd).hostIO(m.Root)
-	b := &vfio.Binder{Root: m.Root, W: m.W, Modules: mods, Timeout: m.Timeout}
-	backend, planner, closeMIG := envOf(cmd).migFor(m.Root)
-	prevDone := done
-	done = func() { closeMIG(); prevDone() }
-	return &layout.Host{Root: m.Root, Mdev: m, Binder: b, MIG: backend, MIGPlanner: planner}, rec, done, nil
+	return env, nil
 }
 
-// layoutArg loads the FILE argument.
-func layoutArg(cmd *cli.Command) (*layout.File, string, []byte, error) {
-	if cmd.Args().Len() != 1 {
-		return nil, "", nil, usageErr("%s needs exactly one layout FILE", cmd.Name)
-	}
-	p := cmd.Args().First()
-	f, b, err := layout.ReadFile(p)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	return f, p, b, nil
+// layoutPlanRequest is host layout plan's request: its FILE operand read (the CLI reads the
+// file; in the agent, the copy the CLI sent), --config, --force, --connect and --timeout.
+func layoutPlanRequest(f flagValues) (ops.LayoutPlanRequest, error) {
+	return layoutRequest(f, "plan")
 }
 
-// layoutRun is what plan and apply start from: the file, the --force names, the host.
-type layoutRun struct {
-	f     *layout.File
-	path  string
-	data  []byte
-	force []string
-	h     *layout.Host
-	rec   *host.Recorder // --dry-run's recorder, nil otherwise
-	done  func()
+// layoutApplyRequest is host layout apply's request: plan's, and --dry-run.
+func layoutApplyRequest(f flagValues) (ops.LayoutApplyRequest, error) {
+	p, err := layoutRequest(f, "apply")
+	return ops.LayoutApplyRequest{LayoutPlanRequest: p, DryRun: f.Bool("dry-run")}, err
 }
 
-func startLayout(cmd *cli.Command) (*layoutRun, error) {
-	f, path, data, err := layoutArg(cmd)
-	if err != nil {
-		return nil, err
+// layoutRequest is the request plan and apply (named verb) share.
+func layoutRequest(f flagValues, verb string) (ops.LayoutPlanRequest, error) {
+	if len(f.Operands()) != 1 {
+		return ops.LayoutPlanRequest{}, usageErr("%s needs exactly one layout FILE", verb)
 	}
-	force, err := forcedFrom(cmd, layout.ForceableChecks())
+	p := f.Operands()[0]
+	_, data, err := layout.ReadFile(p)
 	if err != nil {
-		return nil, err
+		return ops.LayoutPlanRequest{}, err
 	}
-	h, rec, done, err := layoutHost(cmd)
+	force, err := ops.CheckForce(f.StringSlice("force"), layout.ForceableChecks())
 	if err != nil {
-		return nil, err
+		return ops.LayoutPlanRequest{}, err
 	}
-	return &layoutRun{f: f, path: path, data: data, force: force, h: h, rec: rec, done: done}, nil
+	return ops.LayoutPlanRequest{File: p, Data: data, Config: f.String("config"), Force: force,
+		AskLibvirt: f.String("connect") != "", Timeout: f.Duration("timeout")}, nil
 }
 
 func runLayoutPlan(ctx context.Context, cmd *cli.Command) error {
-	r, err := startLayout(cmd)
+	req, err := layoutPlanRequest(flagsOf(cmd))
 	if err != nil {
 		return err
 	}
-	defer r.done()
-	plan, perr := layout.PlanConfig(ctx, r.h, r.f, cmd.String("config"), r.force)
+	env, err := layoutEnv(cmd)
+	if err != nil {
+		return err
+	}
+	plan, perr := ops.LayoutPlan(ctx, env, req)
 	if plan == nil {
 		return perr
 	}
-	if err := emit(cmd, plan, func(w io.Writer) error { return planTable(w, plan) }); err != nil {
+	if err := renderLayoutPlan(cmd.Root().Writer, cmd.String("output"), plan); err != nil {
 		return err
 	}
 	return perr
+}
+
+// renderLayoutPlan prints host layout plan's plan in output format output.
+func renderLayoutPlan(w io.Writer, output string, plan *ops.LayoutPlanResult) error {
+	return emitTo(w, output, plan, func(w io.Writer) error { return planTable(w, plan) })
 }
 
 func planTable(out io.Writer, p *layout.HostPlan) error {
@@ -213,22 +192,31 @@ func planTable(out io.Writer, p *layout.HostPlan) error {
 }
 
 func runLayoutApply(ctx context.Context, cmd *cli.Command) error {
-	r, err := startLayout(cmd)
+	req, err := layoutApplyRequest(flagsOf(cmd))
 	if err != nil {
 		return err
 	}
-	defer r.done()
-	res, aerr := layout.ApplyConfig(ctx, r.h, r.f, cmd.String("config"), r.path, r.data, layout.ApplyOptions{Force: r.force, DryRun: r.rec != nil})
+	env, err := layoutEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, aerr := ops.LayoutApply(ctx, env, req)
 	if res == nil {
 		return aerr
 	}
-	if r.rec != nil && aerr == nil {
-		return emitDry(cmd, r.rec, res.Files, res)
-	}
-	if err := emit(cmd, res, func(w io.Writer) error { return applyLayoutTable(w, res) }); err != nil {
+	if err := renderLayoutApply(cmd.Root().Writer, cmd.String("output"), res); err != nil {
 		return err
 	}
 	return aerr
+}
+
+// renderLayoutApply prints host layout apply's result in output format output: what it did,
+// or a dry run's writes.
+func renderLayoutApply(w io.Writer, output string, res *ops.LayoutApplyResult) error {
+	if res.DryRun != nil {
+		return renderReport(w, output, "vgpu-host host layout apply", res.DryRun)
+	}
+	return emitTo(w, output, res.Apply, func(w io.Writer) error { return applyLayoutTable(w, res.Apply) })
 }
 
 func applyLayoutTable(out io.Writer, r *layout.HostApplyResult) error {
@@ -264,35 +252,30 @@ func applyLayoutTable(out io.Writer, r *layout.HostApplyResult) error {
 }
 
 func runLayoutShow(ctx context.Context, cmd *cli.Command) error {
-	h, _, done, err := layoutHost(cmd)
+	env, err := layoutEnv(cmd)
 	if err != nil {
 		return err
 	}
-	defer done()
-	if cmd.Bool("selected") {
-		s, f, err := layout.LoadSelection(h.Root)
-		if err != nil {
-			return err
-		}
-		if s == nil {
-			return fmt.Errorf("no layout was applied on this host (no %s): %w", host.HostPath(h.Root, layout.SelectionPath(h.Root)), host.ErrNotFound)
-		}
-		return emit(cmd, s, func(w io.Writer) error {
+	res, err := ops.LayoutShow(ctx, env, layoutShowRequest(flagsOf(cmd)))
+	if err != nil {
+		return err
+	}
+	return renderLayoutShow(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// layoutShowRequest is host layout show's request: --selected and --timeout.
+func layoutShowRequest(f flagValues) ops.LayoutShowRequest {
+	return ops.LayoutShowRequest{Selected: f.Bool("selected"), Timeout: f.Duration("timeout")}
+}
+
+// renderLayoutShow prints host layout show's layout in output format output: as a layout file
+// (after a line naming the selection, with --selected), or its JSON.
+func renderLayoutShow(w io.Writer, output string, res *ops.LayoutShowResult) error {
+	return emitTo(w, output, res.Value(), func(w io.Writer) error {
+		if s := res.Selection; s != nil {
 			fmt.Fprintf(w, "# selected: configuration %q of %s, applied %s\n", s.Config, s.Source, s.AppliedAt.Format("2006-01-02 15:04:05 MST"))
-			b, err := f.Marshal()
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(b)
-			return err
-		})
-	}
-	f, err := layout.Show(ctx, h)
-	if err != nil {
-		return err
-	}
-	return emit(cmd, f, func(w io.Writer) error {
-		b, err := f.Marshal()
+		}
+		b, err := res.File.Marshal()
 		if err != nil {
 			return err
 		}

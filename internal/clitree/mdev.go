@@ -30,6 +30,20 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	return m, rec, done, nil
 }
 
+// mdevEnv is the operations' environment of an mdev, vf, health or layout invocation: its
+// root and output checked as vgpuManager checks them, libvirt on this machine (the agent's own
+// in the agent).
+func mdevEnv(cmd *cli.Command) (ops.Env, error) {
+	root, err := rootOf(cmd)
+	if err != nil {
+		return ops.Env{}, err
+	}
+	if _, err := outputOf(cmd); err != nil {
+		return ops.Env{}, err
+	}
+	return opsEnv(cmd, root, virt.DefaultURI), nil
+}
+
 // emitDry prints the --dry-run report of the writes rec recorded (ops.DryRun).
 func emitDry(cmd *cli.Command, rec *host.Recorder, files []string, result any) error {
 	return emitReport(cmd, ops.DryRun(rec, files, result))
@@ -92,28 +106,42 @@ func mdevTypesCommand() *cli.Command {
 		Name:      "types",
 		Usage:     "list vGPU parents and the types they can create now",
 		ArgsUsage: "[PARENT]",
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			var ps []mdev.Parent
-			if cmd.Args().Len() > 0 {
-				p, err := m.Parent(cmd.Args().First())
-				if err != nil {
-					return err
-				}
-				ps = []mdev.Parent{p}
-			} else if ps, err = m.Parents(); err != nil {
-				return err
-			}
-			if ps == nil {
-				ps = []mdev.Parent{}
-			}
-			return emit(cmd, ps, func(w io.Writer) error { return typesTable(w, ps) })
-		},
+		Action:    runMdevTypes,
 	}
+}
+
+func runMdevTypes(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevTypes(ctx, env, mdevTypesRequest(flagsOf(cmd)))
+	if err != nil {
+		return err
+	}
+	return renderMdevTypes(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevTypesRequest is mdev types' request: its operand, the parent, if any (an empty one
+// names no parent there is).
+func mdevTypesRequest(f flagValues) ops.MdevTypesRequest {
+	if o := f.Operands(); len(o) > 0 {
+		return ops.MdevTypesRequest{Parent: &o[0]}
+	}
+	return ops.MdevTypesRequest{}
+}
+
+// firstOperand is f's first operand, or "".
+func firstOperand(f flagValues) string {
+	if o := f.Operands(); len(o) > 0 {
+		return o[0]
+	}
+	return ""
+}
+
+// renderMdevTypes prints mdev types' result in output format output.
+func renderMdevTypes(w io.Writer, output string, res *ops.MdevTypesResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return typesTable(w, *res) })
 }
 
 func typesTable(out io.Writer, ps []mdev.Parent) error {
@@ -146,42 +174,30 @@ func mdevListCommand() *cli.Command {
 			&cli.BoolFlag{Name: "defined", Aliases: []string{"d"}, Usage: "only instances with a persistent definition (mdevctl list --defined)"},
 			&cli.BoolFlag{Name: "active", Usage: "only instances that exist in the kernel now (mdevctl list)"},
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			all, err := m.Instances()
-			if err != nil {
-				return err
-			}
-			parent := ""
-			if cmd.Args().Len() > 0 {
-				p, err := m.Parent(cmd.Args().First())
-				if err != nil {
-					// A defined instance's parent may be absent now; match it by name.
-					parent = cmd.Args().First()
-					if a, perr := host.ParseAddress(parent); perr == nil {
-						parent = a.String()
-					}
-				} else {
-					parent = p.Name
-				}
-			}
-			var ins []mdev.Instance
-			for _, in := range all {
-				if (cmd.Bool("defined") && !in.Defined) || (cmd.Bool("active") && !in.Active) || (parent != "" && in.Parent != parent) {
-					continue
-				}
-				ins = append(ins, in)
-			}
-			if ins == nil {
-				ins = []mdev.Instance{}
-			}
-			return emit(cmd, ins, func(w io.Writer) error { return instancesTable(w, ins) })
-		},
+		Action: runMdevList,
 	}
+}
+
+func runMdevList(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevList(ctx, env, mdevListRequest(flagsOf(cmd)))
+	if err != nil {
+		return err
+	}
+	return renderMdevList(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevListRequest is mdev list's request: the parent operand, --defined and --active.
+func mdevListRequest(f flagValues) ops.MdevListRequest {
+	return ops.MdevListRequest{Parent: firstOperand(f), Defined: f.Bool("defined"), Active: f.Bool("active")}
+}
+
+// renderMdevList prints mdev list's result in output format output.
+func renderMdevList(w io.Writer, output string, res *ops.MdevListResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return instancesTable(w, *res) })
 }
 
 func instancesTable(out io.Writer, ins []mdev.Instance) error {
@@ -298,39 +314,45 @@ func mdevDefineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "manual", Usage: "start=manual: keep the definition but do not create it at boot"},
 			dryRunFlag(),
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			if cmd.Args().Len() == 0 {
-				return usageErr("define needs at least one UUID")
-			}
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			start := "auto"
-			if cmd.Bool("manual") {
-				start = "manual"
-			}
-			var defs []mdev.Definition
-			for _, id := range cmd.Args().Slice() {
-				d, err := m.Define(mdev.Definition{UUID: id, Parent: cmd.String("parent"), Type: cmd.String("type"), Start: start})
-				if err != nil {
-					return err
-				}
-				defs = append(defs, d)
-			}
-			return emit(cmd, defs, func(w io.Writer) error {
-				verb := "defined"
-				if m.DryRun {
-					verb = "would define"
-				}
-				for _, d := range defs {
-					fmt.Fprintf(w, "%s %s (%s on %s, start=%s) in %s\n", verb, d.UUID, d.Type, d.Parent, d.Start, d.Path)
-				}
-				return nil
-			})
-		},
+		Action: runMdevDefine,
 	}
+}
+
+func runMdevDefine(ctx context.Context, cmd *cli.Command) error {
+	req := mdevDefineRequest(flagsOf(cmd))
+	if err := req.Check(); err != nil {
+		return err
+	}
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevDefine(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderMdevDefine(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevDefineRequest is mdev define's request: the UUID operands, --parent, --type, --manual
+// and --dry-run.
+func mdevDefineRequest(f flagValues) ops.MdevDefineRequest {
+	return ops.MdevDefineRequest{UUIDs: f.Operands(), Parent: f.String("parent"), Type: f.String("type"),
+		Manual: f.Bool("manual"), DryRun: f.Bool("dry-run")}
+}
+
+// renderMdevDefine prints what mdev define wrote (or would write) in output format output.
+func renderMdevDefine(w io.Writer, output string, res *ops.MdevDefineResult) error {
+	return emitTo(w, output, res.Definitions, func(w io.Writer) error {
+		verb := "defined"
+		if res.DryRun {
+			verb = "would define"
+		}
+		for _, d := range res.Definitions {
+			fmt.Fprintf(w, "%s %s (%s on %s, start=%s) in %s\n", verb, d.UUID, d.Type, d.Parent, d.Start, d.Path)
+		}
+		return nil
+	})
 }
 
 func mdevUndefineCommand() *cli.Command {
@@ -339,34 +361,42 @@ func mdevUndefineCommand() *cli.Command {
 		Usage:     "delete persistent mdev definitions (the active instances stay)",
 		ArgsUsage: "UUID...",
 		Flags:     []cli.Flag{dryRunFlag()},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			if cmd.Args().Len() == 0 {
-				return usageErr("undefine needs at least one UUID")
-			}
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			removed := []string{}
-			for _, id := range cmd.Args().Slice() {
-				r, err := m.Undefine(id)
-				if err != nil {
-					return err
-				}
-				removed = append(removed, r...)
-			}
-			return emit(cmd, map[string]any{"removed": removed, "dry_run": m.DryRun}, func(w io.Writer) error {
-				if len(removed) == 0 {
-					fmt.Fprintln(w, "nothing to undefine")
-				}
-				for _, p := range removed {
-					fmt.Fprintf(w, "removed %s\n", p)
-				}
-				return nil
-			})
-		},
+		Action:    runMdevUndefine,
 	}
+}
+
+func runMdevUndefine(ctx context.Context, cmd *cli.Command) error {
+	req := mdevUndefineRequest(flagsOf(cmd))
+	if err := req.Check(); err != nil {
+		return err
+	}
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	res, err := ops.MdevUndefine(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderMdevUndefine(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// mdevUndefineRequest is mdev undefine's request: the UUID operands and --dry-run.
+func mdevUndefineRequest(f flagValues) ops.MdevUndefineRequest {
+	return ops.MdevUndefineRequest{UUIDs: f.Operands(), DryRun: f.Bool("dry-run")}
+}
+
+// renderMdevUndefine prints what mdev undefine deleted (or would delete) in output format output.
+func renderMdevUndefine(w io.Writer, output string, res *ops.MdevUndefineResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error {
+		if len(res.Removed) == 0 {
+			fmt.Fprintln(w, "nothing to undefine")
+		}
+		for _, p := range res.Removed {
+			fmt.Fprintf(w, "removed %s\n", p)
+		}
+		return nil
+	})
 }
 
 func mdevPlaceCommand() *cli.Command {
@@ -378,40 +408,53 @@ func mdevPlaceCommand() *cli.Command {
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of instances"},
 			&cli.StringFlag{Name: "numa", Usage: "preferred NUMA `NODE`"},
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			numa := -1
-			if s := cmd.String("numa"); s != "" {
-				if numa, err = strconv.Atoi(s); err != nil || numa < 0 {
-					return usageErr("--numa %q: want a node number", s)
-				}
-			}
-			ps, err := m.Parents()
-			if err != nil {
-				return err
-			}
-			pl, err := mdev.PlaceWithMIG(mdev.Request{Profile: cmd.String("type"), Count: cmd.Int("count"), NUMA: numa}, ps, placeMIGState(ctx, m.Root, ps))
-			if err != nil {
-				return err
-			}
-			return emit(cmd, pl, func(w io.Writer) error {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "PARENT\tBACKEND\tNUMA\tTYPE\tNAME\tCOUNT\tFREE")
-				for _, a := range pl.Assignments {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", a.Parent, a.Backend, numaCell(a.NUMA), a.Type, a.TypeName, a.Count, a.Free)
-				}
-				if err := tw.Flush(); err != nil {
-					return err
-				}
-				for _, n := range pl.Notes {
-					fmt.Fprintf(w, "note: %s\n", n)
-				}
-				return nil
-			})
-		},
+		Action: runMdevPlace,
 	}
+}
+
+func runMdevPlace(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	req, err := mdevPlaceRequest(flagsOf(cmd))
+	if err != nil {
+		return err
+	}
+	pl, err := ops.MdevPlace(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderMdevPlace(cmd.Root().Writer, cmd.String("output"), pl)
+}
+
+// mdevPlaceRequest is mdev place's request: --type, --count and --numa, a node number.
+func mdevPlaceRequest(f flagValues) (ops.MdevPlaceRequest, error) {
+	req := ops.MdevPlaceRequest{Type: f.String("type"), Count: f.Int("count")}
+	if s := f.String("numa"); s != "" {
+		numa, err := strconv.Atoi(s)
+		if err != nil || numa < 0 {
+			return req, usageErr("--numa %q: want a node number", s)
+		}
+		req.NUMA = &numa
+	}
+	return req, nil
+}
+
+// renderMdevPlace prints mdev place's placement in output format output.
+func renderMdevPlace(w io.Writer, output string, pl *mdev.Placement) error {
+	return emitTo(w, output, pl, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PARENT\tBACKEND\tNUMA\tTYPE\tNAME\tCOUNT\tFREE")
+		for _, a := range pl.Assignments {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", a.Parent, a.Backend, numaCell(a.NUMA), a.Type, a.TypeName, a.Count, a.Free)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, n := range pl.Notes {
+			fmt.Fprintf(w, "note: %s\n", n)
+		}
+		return nil
+	})
 }

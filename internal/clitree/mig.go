@@ -34,41 +34,45 @@ func migCommand() *cli.Command {
 // openMIG starts the NVML helper.
 func openMIG() (*migremote.Client, error) { return migremote.Open() }
 
-// migCacheFor wraps b to keep the MIG state cache (migcache.go) of the command's host root.
-func migCacheFor(cmd *cli.Command, b mig.Backend) *migCaching {
-	root, err := rootOf(cmd)
-	if err != nil {
-		root, _ = host.NewRoot("/")
-	}
-	return cachingMIG(root, b)
-}
-
 func migShowCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "show",
 		Usage:     "list NVIDIA GPUs: MIG mode, profiles with their free placements, GPU instances",
 		ArgsUsage: "[GPU]",
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			c, err := openMIG()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			st, err := migCacheFor(cmd, c).State(ctx)
-			if err != nil {
-				return err
-			}
-			if cmd.Args().Len() > 0 {
-				g, err := st.GPU(cmd.Args().First())
-				if err != nil {
-					return err
-				}
-				st.GPUs = []mig.GPU{g}
-			}
-			view := migView(st)
-			return emit(cmd, view, func(w io.Writer) error { return migTable(w, view) })
-		},
+		Action:    runMIGShow,
 	}
+}
+
+// migEnv is the operations' environment of a mig invocation: its root (this machine's when
+// --host-root is not one: NVML describes this machine), whose MIG state cache it keeps.
+func migEnv(cmd *cli.Command) ops.Env {
+	root, err := rootOf(cmd)
+	if err != nil {
+		root, _ = host.NewRoot("/")
+	}
+	return opsEnv(cmd, root, "")
+}
+
+func runMIGShow(ctx context.Context, cmd *cli.Command) error {
+	res, err := ops.MIGShow(ctx, migEnv(cmd), migShowRequest(flagsOf(cmd)))
+	if err != nil {
+		return err
+	}
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	return renderMIGShow(cmd.Root().Writer, o, res)
+}
+
+// migShowRequest is mig show's request: its operand, the GPU, if any.
+func migShowRequest(f flagValues) ops.MIGShowRequest {
+	return ops.MIGShowRequest{GPU: firstOperand(f)}
+}
+
+// renderMIGShow prints mig show's GPUs in output format output.
+func renderMIGShow(w io.Writer, output string, res *ops.MIGShowResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return migTable(w, *res) })
 }
 
 // MIGGPUView is a GPU as `mig show` prints it (ops.MIGGPUView).
@@ -166,49 +170,17 @@ func migPlanFlags(apply bool) []cli.Flag {
 	return fs
 }
 
-// parseProfiles reads --profiles: "1g.10gb*7,3g.40gb" (× and x work as * does).
-func parseProfiles(s string) ([]string, error) {
-	out := []string{}
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		name, n := f, 1
-		for _, sep := range []string{"*", "×"} {
-			if a, b, ok := strings.Cut(f, sep); ok {
-				c, err := strconv.Atoi(strings.TrimSpace(b))
-				if err != nil || c < 1 || c > 64 {
-					return nil, usageErr("--profiles %q: %q is not NAME*COUNT with a count from 1 to 64", s, f)
-				}
-				name, n = strings.TrimSpace(a), c
-			}
-		}
-		for i := 0; i < n; i++ {
-			out = append(out, name)
-		}
-	}
-	return out, nil
+// migPlanRequest is mig plan's request: --gpu, --profiles (its comma-separated entries, each
+// NAME or NAME*COUNT, checked by the operation once NVML answers, as they always were) and
+// --disable-mig.
+func migPlanRequest(f flagValues) (ops.MIGPlanRequest, error) {
+	return ops.MIGPlanRequest{GPU: f.String("gpu"), Profiles: strings.Split(f.String("profiles"), ","), DisableMIG: f.Bool("disable-mig")}, nil
 }
 
-// migPlan reads the state and plans --gpu to --profiles.
-func migPlan(ctx context.Context, cmd *cli.Command, b mig.Backend) (mig.Changes, error) {
-	want, err := parseProfiles(cmd.String("profiles"))
-	if err != nil {
-		return mig.Changes{}, err
-	}
-	if cmd.Bool("disable-mig") && len(want) > 0 {
-		return mig.Changes{}, usageErr("--disable-mig goes with --profiles '' (no instances)")
-	}
-	st, err := b.State(ctx)
-	if err != nil {
-		return mig.Changes{}, err
-	}
-	g, err := st.GPU(cmd.String("gpu"))
-	if err != nil {
-		return mig.Changes{}, err
-	}
-	return mig.PlanWith(st, map[string][]string{g.Address: want}, mig.PlanOptions{DisableWhenEmpty: cmd.Bool("disable-mig")})
+// migApplyRequest is mig apply's request: plan's, and --dry-run.
+func migApplyRequest(f flagValues) (ops.MIGApplyRequest, error) {
+	p, err := migPlanRequest(f)
+	return ops.MIGApplyRequest{MIGPlanRequest: p, DryRun: f.Bool("dry-run")}, err
 }
 
 func changesTable(w io.Writer, c mig.Changes, verb string) error {
@@ -227,54 +199,67 @@ func changesTable(w io.Writer, c mig.Changes, verb string) error {
 
 func migPlanCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "plan",
-		Usage: "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
-		Flags: migPlanFlags(false),
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			return runMIGPlan(ctx, cmd, false)
-		},
+		Name:   "plan",
+		Usage:  "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
+		Flags:  migPlanFlags(false),
+		Action: runMIGPlan,
 	}
 }
 
 func migApplyCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "apply",
-		Usage: "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
-		Flags: migPlanFlags(true),
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			return runMIGPlan(ctx, cmd, !cmd.Bool("dry-run"))
-		},
+		Name:   "apply",
+		Usage:  "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
+		Flags:  migPlanFlags(true),
+		Action: runMIGApply,
 	}
 }
 
-// runMIGPlan plans --gpu to --profiles and prints the plan, or applies it and prints what was
-// done.
-func runMIGPlan(ctx context.Context, cmd *cli.Command, apply bool) error {
-	oc, err := openMIG()
+// runMIGPlan plans --gpu to --profiles and prints the plan.
+func runMIGPlan(ctx context.Context, cmd *cli.Command) error {
+	req, err := migPlanRequest(flagsOf(cmd))
 	if err != nil {
 		return err
 	}
-	defer oc.Close()
-	c := migCacheFor(cmd, oc)
-	defer c.Flush(ctx)
-	ch, err := migPlan(ctx, cmd, c)
+	res, err := ops.MIGPlan(ctx, migEnv(cmd), req)
 	if err != nil {
 		return err
 	}
-	if !apply {
-		verb := ""
-		if cmd.Bool("dry-run") {
-			verb = "would "
-		}
-		return emit(cmd, ch, func(w io.Writer) error { return changesTable(w, ch, verb) })
-	}
-	done, err := mig.ApplySteps(ctx, c, ch)
+	o, err := outputOf(cmd)
 	if err != nil {
 		return err
 	}
-	res := mig.Changes{Steps: done, Kept: ch.Kept}
-	if res.Steps == nil {
-		res.Steps = []mig.GPUChange{}
+	return renderMIGPlan(cmd.Root().Writer, o, res)
+}
+
+// renderMIGPlan prints mig plan's changes in output format output.
+func renderMIGPlan(w io.Writer, output string, res *ops.MIGPlanResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return changesTable(w, *res, "") })
+}
+
+// runMIGApply applies --gpu's plan to --profiles and prints what was done (with --dry-run, the
+// plan).
+func runMIGApply(ctx context.Context, cmd *cli.Command) error {
+	req, err := migApplyRequest(flagsOf(cmd))
+	if err != nil {
+		return err
 	}
-	return emit(cmd, res, func(w io.Writer) error { return changesTable(w, res, "") })
+	res, err := ops.MIGApply(ctx, migEnv(cmd), req)
+	if err != nil {
+		return err
+	}
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	return renderMIGApply(cmd.Root().Writer, o, res)
+}
+
+// renderMIGApply prints what mig apply did, or with a dry run would do, in output format output.
+func renderMIGApply(w io.Writer, output string, res *ops.MIGApplyResult) error {
+	verb := ""
+	if res.DryRun {
+		verb = "would "
+	}
+	return emitTo(w, output, &res.Changes, func(w io.Writer) error { return changesTable(w, res.Changes, verb) })
 }

@@ -9,13 +9,13 @@ import (
 	"io"
 	"net/url"
 	"os/exec"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func migrateCommand() *cli.Command {
@@ -199,35 +199,6 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// targetOf is how to reach the target's vgpu-host: --target-cmd, else ssh to the host of a
-// qemu+ssh URI.
-func targetOf(cmd *cli.Command, uri string) (*execTarget, error) {
-	errw := cmd.Root().ErrWriter
-	if cmd.IsSet("target-cmd") {
-		if runEnvOf(cmd) != nil {
-			return nil, usageErr("--target-cmd: the agent runs no command a caller names; it reaches the target from --to (qemu+ssh://HOST/...)")
-		}
-		w := strings.Fields(cmd.String("target-cmd"))
-		if len(w) == 0 {
-			return nil, usageErr("--target-cmd is empty")
-		}
-		return &execTarget{words: w, ssh: w[0] == "ssh", stderr: errw}, nil
-	}
-	u, err := url.Parse(uri)
-	if err != nil {
-		return nil, usageErr("--to %q: %v", uri, err)
-	}
-	if w := sshWords(u); w != nil {
-		return &execTarget{words: w, ssh: true, stderr: errw}, nil
-	}
-	if strings.HasSuffix(u.Scheme, "+ssh") {
-		return nil, usageErr("--to %q: no host to reach", uri)
-	}
-	// A local URI is a second libvirtd on this machine: its vgpu-host has a root and ledger of
-	// its own, which only the caller knows how to name.
-	return nil, usageErr("--to %q: vgpu-host reaches the target's vgpu-host over ssh for qemu+ssh:// URIs; for this one say how with --target-cmd", uri)
-}
-
 func runMigrate(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() != 1 {
 		return usageErr("migrate takes one VM name")
@@ -235,45 +206,77 @@ func runMigrate(ctx context.Context, cmd *cli.Command) error {
 	return migrateVM(ctx, cmd, cmd.Args().First(), cmd.Bool("dry-run"))
 }
 
+// migrateRequest is migrate's request: its one operand, the VM (or a spec file naming it),
+// and the flags migrateRequestFor reads.
+func migrateRequest(f flagValues) (ops.MigrateRequest, error) {
+	if len(f.Operands()) != 1 {
+		return ops.MigrateRequest{}, usageErr("migrate takes one VM name")
+	}
+	return migrateRequestFor(f, f.Operands()[0], f.Bool("dry-run"))
+}
+
+// migrateRequestFor is the request that migrates VM arg (only its plan on both hosts with
+// dryRun): --to, --target-cmd (words, no shell), --migrate-uri, --copy-storage,
+// --shared-storage and --reset. migrate and plan --migrate build it.
+func migrateRequestFor(f flagValues, arg string, dryRun bool) (ops.MigrateRequest, error) {
+	name, err := vmName(arg)
+	if err != nil {
+		return ops.MigrateRequest{}, err
+	}
+	req := ops.MigrateRequest{VM: name, To: f.String("to"), MigrateURI: f.String("migrate-uri"), CopyStorage: f.Bool("copy-storage"),
+		SharedStorage: f.Bool("shared-storage"), DryRun: dryRun, Reset: f.Bool("reset")}
+	if err := req.Check(); err != nil {
+		return req, err
+	}
+	if f.IsSet("target-cmd") {
+		if req.TargetCmd = strings.Fields(f.String("target-cmd")); len(req.TargetCmd) == 0 {
+			return req, usageErr("--target-cmd is empty")
+		}
+	}
+	return req, nil
+}
+
 // migrateVM migrates VM arg to --to (only its plan on both hosts with dryRun): migrate, and
 // plan --migrate.
 func migrateVM(ctx context.Context, cmd *cli.Command, arg string, dryRun bool) error {
-	name, err := vmName(arg)
+	req, err := migrateRequestFor(flagsOf(cmd), arg, dryRun)
 	if err != nil {
 		return err
 	}
-	if cmd.Bool("copy-storage") && cmd.Bool("shared-storage") {
-		return usageErr("--copy-storage and --shared-storage: choose one")
+	if len(req.TargetCmd) > 0 && runEnvOf(cmd) != nil {
+		return usageErr("--target-cmd: the agent runs no command a caller names; it reaches the target from --to (qemu+ssh://HOST/...)")
 	}
-	if mu := cmd.String("migrate-uri"); mu != "" {
-		if u, err := url.Parse(mu); err != nil || u.Scheme != "tcp" || u.Host == "" {
-			return usageErr("--migrate-uri %q: want tcp://ADDR[:PORT]", mu)
-		}
+	if _, _, err := ops.MigrationTarget(req.To, req.TargetCmd); err != nil {
+		return err
 	}
-	to := cmd.String("to")
-	tg, err := targetOf(cmd, to)
+	root, err := rootOf(cmd)
 	if err != nil {
 		return err
 	}
-	lc, conn, err := lifecycleOf(cmd)
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	uri, err := connURI(cmd, root)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	res, err := lc.Migrate(ctx, name, lifecycle.MigrateOptions{Target: tg, DestURI: to, MigrateURI: cmd.String("migrate-uri"),
-		CopyStorage: cmd.Bool("copy-storage"), SharedStorage: cmd.Bool("shared-storage"), DryRun: dryRun})
-	migrated := res != nil && !res.DryRun && slices.ContainsFunc(res.SourceSteps, func(s string) bool { return strings.HasPrefix(s, "migrate domain ") })
-	if err != nil && !migrated {
-		return err // the VM is where it was: nothing on stdout
+	env := opsEnv(cmd, root, uri)
+	env.MigrationTarget = func(words []string, ssh bool) lifecycle.MigrationTarget {
+		return &execTarget{words: words, ssh: ssh, stderr: cmd.Root().ErrWriter}
 	}
-	if root, rerr := rootOf(cmd); rerr == nil && len(res.Released) > 0 {
-		w, _ := hostIOFor(cmd, root)
-		handBack(ctx, cmd, root, w, releasedBy(&lifecycle.DestroyResult{VM: name, Released: res.Released}), "migrate "+name)
+	res, err := ops.Migrate(ctx, env, req)
+	if res == nil {
+		return err
 	}
-	if eerr := emit(cmd, res, func(w io.Writer) error { return migrateTable(w, res) }); eerr != nil {
+	if eerr := renderMigrate(cmd.Root().Writer, cmd.String("output"), res); eerr != nil {
 		return eerr
 	}
 	return err
+}
+
+// renderMigrate prints migrate's result in output format output.
+func renderMigrate(w io.Writer, output string, res *ops.MigrateResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return migrateTable(w, res) })
 }
 
 func migrateTable(w io.Writer, r *lifecycle.MigrateResult) error {
@@ -299,19 +302,5 @@ func migrateTable(w io.Writer, r *lifecycle.MigrateResult) error {
 	return nil
 }
 
-// sshWords is the command that runs vgpu-host on the host of a qemu+ssh URI:
-// ssh [-p PORT] -- [USER@]HOST vgpu-host; nil for another URI or one without a usable host.
-func sshWords(u *url.URL) []string {
-	if !strings.HasSuffix(u.Scheme, "+ssh") || u.Hostname() == "" || strings.HasPrefix(u.Hostname(), "-") {
-		return nil
-	}
-	w := []string{"ssh"}
-	if p := u.Port(); p != "" {
-		w = append(w, "-p", p)
-	}
-	dest := u.Hostname()
-	if u.User != nil && u.User.Username() != "" {
-		dest = u.User.Username() + "@" + dest
-	}
-	return append(w, "--", dest, "vgpu-host")
-}
+// sshWords is the command that runs vgpu-host on the host of a qemu+ssh URI (ops.SSHWords).
+func sshWords(u *url.URL) []string { return ops.SSHWords(u) }

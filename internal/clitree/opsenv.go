@@ -6,7 +6,10 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -41,7 +44,17 @@ func withHostParts(e *Env, env *ops.Env) {
 	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
 		return readMIGInventory(ctx, root, inv, live)
 	}
+	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, root, ps) }
 	env.OpenMIG = migOpener(root)
+	env.LayoutMIG = func() (mig.Backend, layout.MIGPlanner, func()) { return e.migFor(root) }
+	env.NVML = func() (mig.Backend, func(), error) {
+		oc, err := openMIG()
+		if err != nil {
+			return nil, nil, err
+		}
+		c := cachingMIG(root, oc)
+		return c, func() { c.Flush(context.Background()); oc.Close() }, nil
+	}
 	env.Lifecycle = func(o *lifecycle.Options) error {
 		o.Fetch = e.fetchISO
 		return crashHook(o)

@@ -7,20 +7,11 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
-// renderResult is `render --output json|yaml`: the domain XML and how the spec was resolved.
-type renderResult struct {
-	Name       string              `json:"name"`
-	XML        string              `json:"xml"`
-	Resolution *domains.Allocation `json:"resolution"`
-}
-
 func renderCommand() *cli.Command {
-	var offline bool
-	var virtType string
 	return &cli.Command{
 		Name:      "render",
 		Usage:     "print the libvirt domain XML for a VM spec (read-only)",
@@ -30,66 +21,63 @@ func renderCommand() *cli.Command {
 			"addresses and UUIDs are used as given, vGPUs get placeholder UUIDs derived from the\n" +
 			"VM name, selectors with fallback virtio-gpu fall back. See docs/spec.md.",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "offline", Usage: "render without reading the host", Destination: &offline},
-			&cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (overrides spec.virtType)", Destination: &virtType},
+			&cli.BoolFlag{Name: "offline", Usage: "render without reading the host"},
+			&cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (overrides spec.virtType)"},
 		},
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			if cmd.NArg() != 1 {
-				return usageErr("render takes one SPEC.yaml, got %d arguments", cmd.NArg())
-			}
-			if virtType != "" && virtType != "kvm" && virtType != "qemu" {
-				return usageErr("--virt-type %q: use kvm or qemu", virtType)
-			}
-			if _, err := outputOf(cmd); err != nil {
-				return err
-			}
-			vm, err := domains.Load(cmd.Args().First())
-			if err != nil {
-				return err
-			}
-			opts := domains.ResolveOptions{Offline: offline, VirtType: virtType}
-			var inv *host.Inventory
-			if !offline {
-				root, err := rootOf(cmd)
-				if err != nil {
-					return err
-				}
-				if inv, err = host.Scan(root); err != nil {
-					return fmt.Errorf("render %s: scan host (use --offline to render without one): %w", vm.Metadata.Name, err)
-				}
-			}
-			alloc, err := domains.Resolve(vm, inv, opts)
-			if err != nil {
-				return err
-			}
-			xml, err := domains.Render(vm, alloc, domains.BuildOptions{})
-			if err != nil {
-				return err
-			}
-			res := renderResult{Name: vm.Metadata.Name, XML: xml, Resolution: alloc}
-			return emit(cmd, res, func(w io.Writer) error {
-				if _, err := fmt.Fprintln(w, xml); err != nil {
-					return err
-				}
-				// stdout stays pure XML (for virsh define); what a user should know about the
-				// choices made (a fallback, placeholders, no NUMA placement) goes to stderr.
-				for _, n := range renderNotes(alloc) {
-					fmt.Fprintf(cmd.Root().ErrWriter, "note: %s\n", n)
-				}
-				return nil
-			})
-		},
+		Action: runRender,
 	}
 }
 
-// renderNotes are the lines render prints on stderr in table mode: every fallback with its
-// reason, then the allocation's notes.
-func renderNotes(alloc *domains.Allocation) []string {
-	var out []string
-	for _, g := range alloc.GPUs {
-		if g.FellBack {
-			out = append(out, fmt.Sprintf("spec.gpus[%d]: fell back to virtio-gpu: %s", g.Index, g.Reason))
+func runRender(ctx context.Context, cmd *cli.Command) error {
+	req, err := renderRequest(flagsOf(cmd))
+	if err != nil {
+		return err
+	}
+	o, err := outputOf(cmd)
+	if err != nil {
+		return err
+	}
+	// The spec first, then the root (unread with --offline): the errors' order as always.
+	vms, err := ops.LoadSpecs("render", []ops.Spec{req.Spec})
+	if err != nil {
+		return err
+	}
+	req.Spec.VM = vms[0]
+	var root host.Root
+	if !req.Offline {
+		if root, err = rootOf(cmd); err != nil {
+			return err
 		}
 	}
-	return append(out, alloc.Notes...)
+	res, err := ops.Render(ctx, ops.Env{Root: root}, req)
+	if err != nil {
+		return err
+	}
+	if o == "table" {
+		// stdout stays pure XML (for virsh define); what a user should know about the choices
+		// made (a fallback, placeholders, no NUMA placement) goes to stderr.
+		for _, n := range res.Notes() {
+			fmt.Fprintf(cmd.Root().ErrWriter, "note: %s\n", n)
+		}
+	}
+	return renderRender(cmd.Root().Writer, o, res)
+}
+
+// renderRequest is render's request: its one operand, the spec (loaded by the operation),
+// --offline and --virt-type.
+func renderRequest(f flagValues) (ops.RenderRequest, error) {
+	if n := len(f.Operands()); n != 1 {
+		return ops.RenderRequest{}, usageErr("render takes one SPEC.yaml, got %d arguments", n)
+	}
+	req := ops.RenderRequest{Spec: ops.Spec{Path: f.Operands()[0]}, Offline: f.Bool("offline"), VirtType: f.String("virt-type")}
+	return req, ops.CheckVirtType(req.VirtType)
+}
+
+// renderRender prints render's domain XML, or with JSON or YAML output the XML and its
+// resolution.
+func renderRender(w io.Writer, output string, res *ops.RenderResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, res.XML)
+		return err
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 func verifyCommand() *cli.Command {
@@ -23,22 +24,42 @@ func verifyCommand() *cli.Command {
 }
 
 func runVerify(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() != 1 {
-		return usageErr("verify needs one VM name")
-	}
-	lc, conn, err := lifecycleOf(cmd)
+	req, err := verifyRequest(flagsOf(cmd))
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	res, verr := lc.Verify(ctx, cmd.Args().First())
+	root, err := rootOf(cmd)
+	if err != nil {
+		return err
+	}
+	if _, err := outputOf(cmd); err != nil {
+		return err
+	}
+	uri, err := connURI(cmd, root)
+	if err != nil {
+		return err
+	}
+	res, verr := ops.Verify(ctx, opsEnv(cmd, root, uri), req)
 	if res == nil {
 		return verr
 	}
-	if err := emit(cmd, res, func(w io.Writer) error { return verifyTable(w, res) }); err != nil {
+	if err := renderVerify(cmd.Root().Writer, cmd.String("output"), res); err != nil {
 		return err
 	}
 	return verr
+}
+
+// verifyRequest is verify's request: its one operand, the VM.
+func verifyRequest(f flagValues) (ops.VerifyRequest, error) {
+	if len(f.Operands()) != 1 {
+		return ops.VerifyRequest{}, usageErr("verify needs one VM name")
+	}
+	return ops.VerifyRequest{Name: f.Operands()[0]}, nil
+}
+
+// renderVerify prints verify's result in output format output.
+func renderVerify(w io.Writer, output string, res *ops.VerifyResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return verifyTable(w, res) })
 }
 
 func verifyTable(w io.Writer, r *lifecycle.VerifyResult) error {

@@ -46,29 +46,42 @@ func vfListCommand() *cli.Command {
 		Name:      "list",
 		Usage:     "list SR-IOV physical functions and their VFs",
 		ArgsUsage: "[PF]",
-		Action: func(ctx context.Context, cmd *cli.Command) error {
-			m, _, done, err := vgpuManager(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			var pfs []mdev.PF
-			if cmd.Args().Len() > 0 {
-				a, err := pfArg(cmd)
-				if err != nil {
-					return err
-				}
-				pf, err := m.ReadPF(a)
-				if err != nil {
-					return err
-				}
-				pfs = []mdev.PF{pf}
-			} else if pfs, err = m.ListPFs(); err != nil {
-				return err
-			}
-			return emit(cmd, pfs, func(w io.Writer) error { return pfTable(w, pfs) })
-		},
+		Action:    runVFList,
 	}
+}
+
+func runVFList(ctx context.Context, cmd *cli.Command) error {
+	env, err := mdevEnv(cmd)
+	if err != nil {
+		return err
+	}
+	req, err := vfListRequest(flagsOf(cmd))
+	if err != nil {
+		return err
+	}
+	res, err := ops.VFList(ctx, env, req)
+	if err != nil {
+		return err
+	}
+	return renderVFList(cmd.Root().Writer, cmd.String("output"), res)
+}
+
+// vfListRequest is vf list's request: at most one operand, the PF.
+func vfListRequest(f flagValues) (ops.VFListRequest, error) {
+	switch o := f.Operands(); {
+	case len(o) > 1:
+		return ops.VFListRequest{}, usageErr("list needs exactly one PF address (e.g. 0000:00:0a.0)")
+	case len(o) == 1 && o[0] == "":
+		// An empty PF is no address (the request's empty PF means every PF).
+		_, err := host.ParseAddress("")
+		return ops.VFListRequest{}, usageErr("%v", err)
+	}
+	return ops.VFListRequest{PF: firstOperand(f)}, nil
+}
+
+// renderVFList prints vf list's result in output format output.
+func renderVFList(w io.Writer, output string, res *ops.VFListResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error { return pfTable(w, *res) })
 }
 
 func pfTable(out io.Writer, pfs []mdev.PF) error {
