@@ -61,8 +61,7 @@ func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
 					name += "/real-root"
 				}
 				t.Run(name, func(t *testing.T) {
-					noOpenat2 = fallback
-					t.Cleanup(func() { noOpenat2 = false })
+					t.Parallel()
 					outside := filepath.Join(t.TempDir(), "shadow")
 					if err := os.WriteFile(outside, []byte("secret\n"), 0o600); err != nil {
 						t.Fatal(err)
@@ -71,6 +70,7 @@ func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					root.walk = fallback
 					p := root.StateDir("ledger.lock")
 					special(t, kind, p, outside)
 					if real {
@@ -168,11 +168,11 @@ func TestStateFileReadStaysInRoot(t *testing.T) {
 // symlink out of it created the directories on the other side of the link.
 func TestMkdirAllStaysInRoot(t *testing.T) {
 	for _, fallback := range []bool{false, true} {
-		noOpenat2 = fallback
 		root, err := NewRoot(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
+		root.walk = fallback
 		outside := t.TempDir()
 		if err := os.Symlink(outside, root.Path("var")); err != nil {
 			t.Fatal(err)
@@ -201,7 +201,6 @@ func TestMkdirAllStaysInRoot(t *testing.T) {
 			t.Errorf("fallback %v: not created through the link inside the root: %v", fallback, err)
 		}
 	}
-	noOpenat2 = false
 }
 
 // TestQuarantinesAbsentOrOutside: a root without the quarantine directory has no quarantine
