@@ -522,20 +522,20 @@ func TestAttachProfileNumbers(t *testing.T) {
 // hotplugged device (no guest OS, as in the lab) stops the domain first instead of asking the
 // guest and waiting: it ends at once with the device released and the ledger empty.
 func TestDestroyRunningWithHotplugged(t *testing.T) {
-	defer func(d time.Duration) { step.DetachTimeout = d }(step.DetachTimeout)
-	step.DetachTimeout = 500 * time.Millisecond // were it asked, the guest would not answer
 	e := newEnv(t)
+	// Were it asked, the guest would not answer.
+	lc := func() *Lifecycle { return e.lc(func(o *Options) { o.DetachTimeout = 500 * time.Millisecond }) }
 	ctx := context.Background()
 	vm := hotplugSpec(t, "vgpuhost-hp-d", 2)
-	if _, err := e.lc().Apply(ctx, vm); err != nil {
+	if _, err := lc().Apply(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
 	name := vm.Metadata.Name
-	if _, err := e.lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"}); err != nil {
+	if _, err := lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"}); err != nil {
 		t.Fatal(err)
 	}
 	e.conn.HoldDetach(true)
-	if _, err := e.lc().Destroy(ctx, name); err != nil {
+	if _, err := lc().Destroy(ctx, name); err != nil {
 		t.Fatalf("destroy of a running VM holding a hotplugged GPU: %v", err)
 	}
 	if len(e.claimsOf(t, name)) != 0 || !e.host.clean() {

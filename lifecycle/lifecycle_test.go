@@ -121,14 +121,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := LateDefineGrace
-	LateDefineGrace = 300 * time.Millisecond
-	t.Cleanup(func() { LateDefineGrace = prev })
 	return &env{root: root, conn: virt.NewFake("qemu"), host: newFakeHost(), ledger: ledger.Open(root)}
 }
 
 func (e *env) lc(mod ...func(*Options)) *Lifecycle {
-	o := Options{Root: e.root, Conn: e.conn, Host: e.host, Ledger: e.ledger,
+	o := Options{Root: e.root, Conn: e.conn, Host: e.host, Ledger: e.ledger, LateDefineGrace: 300 * time.Millisecond,
 		Scan: func(r host.Root) (*host.Inventory, error) { return inventory(r.Dir()), nil }}
 	for _, m := range mod {
 		m(&o)
