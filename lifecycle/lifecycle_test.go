@@ -192,6 +192,7 @@ func (e *env) assertGone(t *testing.T, vm string) {
 }
 
 func TestApplyReapplyDestroy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-a", anyNvidia)
@@ -281,6 +282,7 @@ func TestApplyReapplyDestroy(t *testing.T) {
 }
 
 func TestFallbackWhenAllTaken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
@@ -304,6 +306,7 @@ func TestFallbackWhenAllTaken(t *testing.T) {
 }
 
 func TestForeignDomainDevicesAreNotTaken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.conn.AddForeignDomain("someone-elses", `<domain type='kvm'><name>someone-elses</name><devices>
@@ -330,6 +333,7 @@ func TestForeignDomainDevicesAreNotTaken(t *testing.T) {
 }
 
 func TestFailedApplyUndoesInReverse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.conn.Fail("Define", errors.New("schema says no"))
 	_, err := e.lc().Apply(context.Background(), spec(t, "vgpuhost-test-u", anyNvidia))
@@ -347,6 +351,7 @@ func TestFailedApplyUndoesInReverse(t *testing.T) {
 // every step, before and after taking it, then checks that both a new apply and a destroy
 // converge with nothing leaked.
 func TestCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	const steps = 6 // bind, pool, overlay, seed, define, start
 	for _, before := range []bool{false, true} {
 		for n := 1; n <= steps; n++ {
@@ -398,6 +403,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 // be after the next destroy found no domain. Here the apply stops dead right before its
 // define, and the define lands 100 ms into the destroy: destroy watches for it and removes it.
 func TestLateDefineAfterCrash(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-late", anyNvidia)
@@ -433,6 +439,7 @@ func TestLateDefineAfterCrash(t *testing.T) {
 // TestRace16For4 runs 16 applies at once, each with its own Lifecycle and ledger handle (so
 // each takes its own flock), all wanting one of four GPUs: exactly four win.
 func TestRace16For4(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -477,6 +484,7 @@ func TestRace16For4(t *testing.T) {
 }
 
 func TestVerifyFake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.conn.QMPFunc = func(_, _, _ string) (string, error) {
