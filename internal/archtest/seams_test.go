@@ -8,9 +8,11 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -150,6 +152,179 @@ func f() { g := func() {}; g() }
 	}
 	sort.Strings(got)
 	if want := "crashAt fetchISO hostIO lazyTable migFor openConn"; strings.Join(got, " ") != want {
+		t.Errorf("found %v, want [%s]", got, want)
+	}
+}
+
+// swapExceptions are the package variables a test may assign, each with why.
+var swapExceptions = map[string]string{
+	// The help the tree renders is embedded from roothelp.txt; -update-root-help rewrites
+	// the file and the variable together, in a run that exists to do just that.
+	"internal/clitree.rootHelpFile": "TestRootHelpFile -update-root-help",
+}
+
+// testSwaps returns the assignments in tests (files of dir ending _test.go) to package-level
+// variables of the module's non-test code: vars maps a package directory (relative to the
+// module) to its variables and imports maps an import path of the module to that directory.
+// A name assigned bare counts when it is not declared in the test file (so it is the
+// package's); one assigned as pkg.Name, when pkg is the module's package imported by that file.
+func testSwaps(fset *token.FileSet, f *ast.File, dir string, vars map[string]map[string]bool) []string {
+	imported := map[string]string{} // the file's name for an import -> its directory
+	for _, im := range f.Imports {
+		p, _ := strconv.Unquote(im.Path.Value)
+		if !strings.HasPrefix(p, modulePath) {
+			continue
+		}
+		name := p[strings.LastIndex(p, "/")+1:]
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		imported[name] = strings.TrimPrefix(p, modulePath)
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		a, ok := n.(*ast.AssignStmt)
+		if !ok || a.Tok == token.DEFINE {
+			return true
+		}
+		for _, l := range a.Lhs {
+			var pkg, name string
+			switch x := l.(type) {
+			case *ast.Ident:
+				if x.Obj == nil && !strings.HasSuffix(f.Name.Name, "_test") {
+					pkg, name = dir, x.Name
+				}
+			case *ast.SelectorExpr:
+				if id, ok := x.X.(*ast.Ident); ok && id.Obj == nil {
+					pkg, name = imported[id.Name], x.Sel.Name
+				}
+			}
+			if name != "" && name != "_" && vars[pkg][name] {
+				out = append(out, fmt.Sprintf("%s: %s.%s", fset.Position(l.Pos()), pkg, name))
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// TestTestsSwapNoPackageVariable: no test assigns a package-level variable of the module's
+// code (the seams tests swapped: noOpenat2, LateDefineGrace, step.DetachTimeout, crashAt,
+// syncDir, groupsFromLinks), which keeps every other test of the package from running beside
+// it: a test sets a field of the options or struct it builds instead. swapExceptions are the
+// ones left, each with why.
+func TestTestsSwapNoPackageVariable(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	fset := token.NewFileSet()
+	vars := map[string]map[string]bool{}
+	tests := map[string][]*ast.File{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel != "." && (rel == "third_party" || strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(rel)
+		if strings.HasSuffix(path, "_test.go") {
+			tests[dir] = append(tests[dir], f)
+			return nil
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				for _, s := range g.Specs {
+					for _, n := range s.(*ast.ValueSpec).Names {
+						if vars[dir] == nil {
+							vars[dir] = map[string]bool{}
+						}
+						vars[dir][n.Name] = true
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) < 40 {
+		t.Fatalf("found tests in only %d directories", len(tests))
+	}
+	used := map[string]bool{}
+	for dir, files := range tests {
+		for _, f := range files {
+			for _, s := range testSwaps(fset, f, dir, vars) {
+				key := s[strings.LastIndex(s, " ")+1:]
+				if _, ok := swapExceptions[key]; ok {
+					used[key] = true
+					continue
+				}
+				t.Errorf("a test assigns a package variable (make it a field the test sets on what it builds): %s", strings.TrimPrefix(s, root+"/"))
+			}
+		}
+	}
+	for k := range swapExceptions {
+		if !used[k] {
+			t.Errorf("swapExceptions lists %s, which no test assigns any more: drop it", k)
+		}
+	}
+}
+
+// TestTestSwapsFound: the check sees a package variable assigned bare (in the package's own
+// test file) or through the package's import (from another package's test, or an external
+// test package), and not a local of the same name, a field, or a variable the test file
+// declares itself.
+func TestTestSwapsFound(t *testing.T) {
+	t.Parallel()
+	const src = `package p
+
+import (
+	"github.com/vgpu-host/vgpu-host/step"
+	lc "github.com/vgpu-host/vgpu-host/lifecycle"
+)
+
+var mine = 1
+
+func TestX(t *testing.T) {
+	noOpenat2 = true
+	defer func() { noOpenat2 = false }()
+	step.DetachTimeout = 1
+	lc.LateDefineGrace, mine = 2, 2
+	crashAt := 1
+	crashAt = 2
+	var o struct{ syncDir int }
+	o.syncDir = 1
+	step.Other = 1
+	_ = crashAt
+}
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p_test.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]map[string]bool{
+		"p":         {"noOpenat2": true, "crashAt": true, "syncDir": true},
+		"step":      {"DetachTimeout": true},
+		"lifecycle": {"LateDefineGrace": true},
+	}
+	var got []string
+	for _, s := range testSwaps(fset, f, "p", vars) {
+		got = append(got, s[strings.LastIndex(s, " ")+1:])
+	}
+	if want := "p.noOpenat2 p.noOpenat2 step.DetachTimeout lifecycle.LateDefineGrace"; strings.Join(got, " ") != want {
 		t.Errorf("found %v, want [%s]", got, want)
 	}
 }
