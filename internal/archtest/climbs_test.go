@@ -230,6 +230,7 @@ func callee(info *types.Info, call *ast.CallExpr) (*types.Func, types.Type) {
 // package to another, each call site once. Every such call goes down into a package and
 // climbs back up when it returns, so the climbs are the calls; -show-climbs lists them.
 func TestApplyClimbs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("type-checks lifecycle and its dependencies (a few seconds)")
 	}
@@ -261,6 +262,7 @@ func TestApplyClimbs(t *testing.T) {
 // TestVMPathFollowsTheVM checks the walk on a small program: only calls that hand the VM to
 // another package count, calls inside a package are followed, and a function is walked once.
 func TestVMPathFollowsTheVM(t *testing.T) {
+	t.Parallel()
 	const src = `package lifecycle
 import "github.com/vgpu-host/vgpu-host/vgpu"
 type VMPlan struct{ Claims []vgpu.Claim }

@@ -98,6 +98,7 @@ func moduleFuncVars(t *testing.T, root string) (found []string, packages int) {
 // struct its code already takes (ledger.Ledger, the host scanner, clitree.Env), set by the
 // callers, or a function a build tag chooses (crashHook).
 func TestNoFunctionVariables(t *testing.T) {
+	t.Parallel()
 	found, packages := moduleFuncVars(t, moduleRoot(t))
 	if packages < 45 {
 		t.Fatalf("type-checked only %d packages of the module", packages)
