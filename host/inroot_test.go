@@ -13,6 +13,7 @@ import (
 // out of the root (absolute, or relative with enough "..") used to send the write to the real
 // file. Now every path resolves inside the root, with openat2 and with the fallback walk.
 func TestSysfsWriterStaysInRoot(t *testing.T) {
+	t.Parallel()
 	for _, fallback := range []bool{false, true} {
 		name := "openat2"
 		if fallback {

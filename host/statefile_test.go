@@ -50,6 +50,7 @@ var specialKinds = []string{"symlink", "fifo", "socket", "device", "directory"}
 // Root.OpenFile and Root.ReadFileLimit now refuse anything but a regular file, at once, with
 // an error naming the path, what is there and the fix; the target outside is untouched.
 func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
+	t.Parallel()
 	for _, fallback := range []bool{false, true} {
 		for _, real := range []bool{false, true} {
 			for _, kind := range specialKinds {
@@ -167,6 +168,7 @@ func TestStateFileReadStaysInRoot(t *testing.T) {
 // TestMkdirAllStaysInRoot: MkdirAll of a state directory under a fake root whose var is a
 // symlink out of it created the directories on the other side of the link.
 func TestMkdirAllStaysInRoot(t *testing.T) {
+	t.Parallel()
 	for _, fallback := range []bool{false, true} {
 		root, err := NewRoot(t.TempDir())
 		if err != nil {
@@ -207,6 +209,7 @@ func TestMkdirAllStaysInRoot(t *testing.T) {
 // (one stat, nothing listed); one whose var/lib/vgpu-host leads out of the root is still
 // refused, not listed, whatever lies on the other side.
 func TestQuarantinesAbsentOrOutside(t *testing.T) {
+	t.Parallel()
 	root, err := NewRoot(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
