@@ -33,6 +33,8 @@ type scanner struct {
 	// group, from the functions' iommu_group links, or nil when Scan lists the groups.
 	first   map[Address]*firstRead
 	members map[int][]Address
+	// groupsFrom says how readClasses decides between the links and listing the groups.
+	groupsFrom groupSource
 	// nodeCPUs is the local_cpulist read for each NUMA node (-1 included), which the kernel
 	// prints from the node alone (localCPUs).
 	nodeCPUs map[int]string

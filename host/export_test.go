@@ -1,12 +1,12 @@
 package host
 
-// SetGroupsFromLinks makes Scan learn IOMMU groups' members from the functions' links (true)
-// or by listing the groups (false), whatever they cost, until the returned function restores
-// the rule.
-func SetGroupsFromLinks(links bool) (restore func()) {
-	old := groupsFromLinks
-	groupsFromLinks = func(int, int) bool { return links }
-	return func() { groupsFromLinks = old }
+// ScanGroupsFromLinks is Scan learning IOMMU groups' members from the functions' links (true)
+// or by listing the groups (false), whatever they cost.
+func ScanGroupsFromLinks(root Root, links bool) (*Inventory, error) {
+	if links {
+		return scan(root, groupsFromLinksAlways)
+	}
+	return scan(root, groupsListed)
 }
 
 // HealthPollOnce is one fast poll of a HealthWatch (BenchmarkHealthPoll).

@@ -22,6 +22,16 @@ import (
 // openat2(2) with RESOLVE_IN_ROOT (Linux 5.6+), and an equivalent walk of the components where
 // the kernel lacks it.
 func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error) {
+	return openInRoot(root, path, flag, perm, false)
+}
+
+// openIn is OpenInRoot under r, by the component walk when r says so (Root.walk).
+func (r Root) openIn(path string, flag int, perm os.FileMode) (*os.File, error) {
+	return openInRoot(r.Dir(), path, flag, perm, r.walk)
+}
+
+// openInRoot is OpenInRoot, by the component walk alone when walk is set.
+func openInRoot(root, path string, flag int, perm os.FileMode, walk bool) (*os.File, error) {
 	root = filepath.Clean(root)
 	if root == "/" {
 		return os.OpenFile(path, flag, perm)
@@ -30,7 +40,7 @@ func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
 		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not under the host root %s", root)}
 	}
-	if !noOpenat2 {
+	if !walk {
 		f, err := openat2InRoot(root, rel, flag, perm)
 		if !errors.Is(err, unix.ENOSYS) {
 			if err != nil {
@@ -46,9 +56,6 @@ func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error)
 	// The last component was resolved by the walk: do not follow a link swapped in since.
 	return os.OpenFile(resolved, flag|syscall.O_NOFOLLOW, perm)
 }
-
-// noOpenat2 forces the component walk (tests of the fallback).
-var noOpenat2 = false
 
 func openat2InRoot(root, rel string, flag int, perm os.FileMode) (*os.File, error) {
 	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

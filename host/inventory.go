@@ -21,8 +21,24 @@ import (
 // Cost: one read of `uevent` (class, IDs, driver) per PCI function, and of its iommu_group
 // link where that is cheaper than listing the groups met; full reads only for the selected
 // ones; pci.ids names looked up only for the IDs present.
-func Scan(root Root) (*Inventory, error) {
+func Scan(root Root) (*Inventory, error) { return scan(root, groupsCheaper) }
+
+// groupSource is how Scan learns the members of the IOMMU groups it meets.
+type groupSource int
+
+const (
+	// groupsCheaper: from the links when that costs less than listing (groupsFromLinks).
+	groupsCheaper groupSource = iota
+	// groupsFromLinksAlways: from the functions' iommu_group links, whatever they cost.
+	groupsFromLinksAlways
+	// groupsListed: by listing ROOT/sys/kernel/iommu_groups/N/devices, whatever it costs.
+	groupsListed
+)
+
+// scan is Scan learning the groups' members as from says (the tests run it every way).
+func scan(root Root, from groupSource) (*Inventory, error) {
 	s := newScanner(root)
+	s.groupsFrom = from
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
 	groups, nonEmpty, err := openListable(s.groups.dir)
 	if err == nil {
@@ -148,7 +164,7 @@ func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint3
 		}
 	}
 	s.members = nil
-	if groupsFromLinks(len(others), len(candidates)) {
+	if s.groupsFrom == groupsFromLinksAlways || s.groupsFrom == groupsCheaper && groupsFromLinks(len(others), len(candidates)) {
 		forEach(len(others), func(j int) { readGroup(others[j]) })
 		s.members = map[int][]Address{}
 	}
@@ -174,9 +190,9 @@ func (s *scanner) readClasses(addrs []Address, names []string) map[Address]uint3
 // groupsFromLinks decides whether Scan learns the IOMMU groups' members from the iommu_group
 // links of the others, the functions whose link pass 1 has not read (one readlink each),
 // rather than by listing the group of each of the candidates (an open, two getdents and a
-// close: on the 64-GPU host, 600 groups of one VF each). A variable for the tests, which run
-// Scan both ways.
-var groupsFromLinks = func(others, candidates int) bool { return others <= 4*candidates }
+// close: on the 64-GPU host, 600 groups of one VF each). The tests run Scan both ways
+// whatever it costs (scanner.groupsFrom).
+func groupsFromLinks(others, candidates int) bool { return others <= 4*candidates }
 
 // mayBeSelected reports whether a function of this class can be selected by its class alone:
 // a GPU, or a companion of one.

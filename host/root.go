@@ -16,6 +16,9 @@ import (
 // Root is the directory under which every host path is resolved ("/" on a real host).
 type Root struct {
 	dir string
+	// walk makes the root's opens resolve paths by the component walk even where openat2(2)
+	// works (OpenInRoot's fallback): the tests of the fallback set it on the roots they build.
+	walk bool
 }
 
 // ErrNoRoot is returned by NewRoot when the host root does not exist or is not a directory.

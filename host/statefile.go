@@ -32,7 +32,7 @@ var ErrNotRegular = errors.New("not a regular file")
 // Errors from the open itself are *fs.PathError as from os.OpenFile (errors.Is(err,
 // fs.ErrNotExist) works); what is not a regular file wraps ErrNotRegular.
 func (r Root) OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
-	f, err := OpenInRoot(r.Dir(), path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm)
+	f, err := r.openIn(path, flag|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, perm)
 	if err != nil {
 		// ELOOP: the last component is a link (O_NOFOLLOW); EISDIR: a directory opened for
 		// writing; ENXIO: a socket, or a FIFO opened O_WRONLY|O_NONBLOCK without a reader.
@@ -58,7 +58,7 @@ func (r Root) OpenFile(path string, flag int, perm os.FileMode) (*os.File, error
 // lstatMode is the type of the file at path (os.Lstat's), its directories resolved inside the
 // root.
 func (r Root) lstatMode(path string) (fs.FileMode, error) {
-	dir, err := OpenInRoot(r.Dir(), filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
+	dir, err := r.openIn(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -103,9 +103,9 @@ func (r Root) MkdirAll(path string, perm os.FileMode) error {
 			continue
 		}
 		next := filepath.Join(cur, c)
-		d, err := OpenInRoot(r.Dir(), next, unix.O_PATH|unix.O_DIRECTORY, 0)
+		d, err := r.openIn(next, unix.O_PATH|unix.O_DIRECTORY, 0)
 		if errors.Is(err, fs.ErrNotExist) {
-			parent, perr := OpenInRoot(r.Dir(), cur, unix.O_PATH|unix.O_DIRECTORY, 0)
+			parent, perr := r.openIn(cur, unix.O_PATH|unix.O_DIRECTORY, 0)
 			if perr != nil {
 				return fmt.Errorf("create directory %s: %w", path, perr)
 			}
@@ -114,7 +114,7 @@ func (r Root) MkdirAll(path string, perm os.FileMode) error {
 			if merr != nil && !errors.Is(merr, unix.EEXIST) {
 				return fmt.Errorf("create directory %s: mkdir %s: %w", path, next, merr)
 			}
-			d, err = OpenInRoot(r.Dir(), next, unix.O_PATH|unix.O_DIRECTORY, 0)
+			d, err = r.openIn(next, unix.O_PATH|unix.O_DIRECTORY, 0)
 		}
 		if err != nil {
 			return fmt.Errorf("create directory %s: %w", path, err)

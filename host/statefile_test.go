@@ -50,6 +50,7 @@ var specialKinds = []string{"symlink", "fifo", "socket", "device", "directory"}
 // Root.OpenFile and Root.ReadFileLimit now refuse anything but a regular file, at once, with
 // an error naming the path, what is there and the fix; the target outside is untouched.
 func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
+	t.Parallel()
 	for _, fallback := range []bool{false, true} {
 		for _, real := range []bool{false, true} {
 			for _, kind := range specialKinds {
@@ -61,8 +62,7 @@ func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
 					name += "/real-root"
 				}
 				t.Run(name, func(t *testing.T) {
-					noOpenat2 = fallback
-					t.Cleanup(func() { noOpenat2 = false })
+					t.Parallel()
 					outside := filepath.Join(t.TempDir(), "shadow")
 					if err := os.WriteFile(outside, []byte("secret\n"), 0o600); err != nil {
 						t.Fatal(err)
@@ -71,6 +71,7 @@ func TestStateFileOpenRefusesSpecialFiles(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					root.walk = fallback
 					p := root.StateDir("ledger.lock")
 					special(t, kind, p, outside)
 					if real {
@@ -167,12 +168,13 @@ func TestStateFileReadStaysInRoot(t *testing.T) {
 // TestMkdirAllStaysInRoot: MkdirAll of a state directory under a fake root whose var is a
 // symlink out of it created the directories on the other side of the link.
 func TestMkdirAllStaysInRoot(t *testing.T) {
+	t.Parallel()
 	for _, fallback := range []bool{false, true} {
-		noOpenat2 = fallback
 		root, err := NewRoot(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
+		root.walk = fallback
 		outside := t.TempDir()
 		if err := os.Symlink(outside, root.Path("var")); err != nil {
 			t.Fatal(err)
@@ -201,13 +203,13 @@ func TestMkdirAllStaysInRoot(t *testing.T) {
 			t.Errorf("fallback %v: not created through the link inside the root: %v", fallback, err)
 		}
 	}
-	noOpenat2 = false
 }
 
 // TestQuarantinesAbsentOrOutside: a root without the quarantine directory has no quarantine
 // (one stat, nothing listed); one whose var/lib/vgpu-host leads out of the root is still
 // refused, not listed, whatever lies on the other side.
 func TestQuarantinesAbsentOrOutside(t *testing.T) {
+	t.Parallel()
 	root, err := NewRoot(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,9 +14,9 @@ import (
 // around each write that cost more than the write itself under TCG (issue 19: the lab's mdev
 // create/remove of 16 instances makes 32 writes). Under another root the path is resolved
 // inside it (OpenInRoot).
-func writeAttr(root, path, value string) error {
-	if filepath.Clean(root) != "/" {
-		f, err := OpenInRoot(root, path, os.O_WRONLY, 0)
+func writeAttr(root Root, path, value string) error {
+	if !root.IsReal() {
+		f, err := root.openIn(path, os.O_WRONLY, 0)
 		if err != nil {
 			return err
 		}

@@ -40,7 +40,7 @@ type SysfsWriter struct {
 // abandoned and reported with ErrWriteTimeout; the kernel may still complete it later.
 func (w SysfsWriter) Write(ctx context.Context, path, value string) error {
 	done := make(chan error, 1)
-	go func() { done <- writeAttr(w.Root.Dir(), path, value) }()
+	go func() { done <- writeAttr(w.Root, path, value) }()
 	select {
 	case err := <-done:
 		if err != nil {

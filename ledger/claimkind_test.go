@@ -9,6 +9,7 @@ import (
 
 // TestClaimKindOf pins which claim each guest kind holds, and that every kind has an answer.
 func TestClaimKindOf(t *testing.T) {
+	t.Parallel()
 	want := map[vgpu.Kind]ClaimKind{
 		vgpu.Passthrough:   KindPCI,
 		vgpu.SRIOVVF:       KindPCI,
@@ -31,6 +32,7 @@ func TestClaimKindOf(t *testing.T) {
 // TestClaimKindOnDisk pins the claim's JSON: the typed kind is written as the bare string the
 // ledger files have always held, and read back from it.
 func TestClaimKindOnDisk(t *testing.T) {
+	t.Parallel()
 	c := Claim{Kind: KindVendorVGPU, ID: "0000:41:00.4", Detail: "1155"}
 	b, err := json.Marshal(c)
 	if err != nil {

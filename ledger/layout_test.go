@@ -35,6 +35,7 @@ func counting(l *Ledger) (writes, removes *[]string) {
 // TestLayout: one file per VM under ledger/vms and the claims index, readable with plain JSON
 // (what jq sees); a journal step rewrites that VM's file only; a claim writes the index first.
 func TestLayout(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	writes, removes := counting(l)
@@ -113,6 +114,7 @@ func readJSON(t *testing.T, path string, v any) {
 // transaction still works, which it could not if it read them; Read, which shows them all,
 // names the first damaged one.
 func TestTransactionReadsOnlyWhatItNeeds(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	counting(l)
@@ -165,6 +167,7 @@ func TestTransactionReadsOnlyWhatItNeeds(t *testing.T) {
 // need it with an error naming the file and the fix, and leaves the file as it was; damage to
 // one VM does not stop a transaction on another, and Read lists the intact VMs.
 func TestDamagedFiles(t *testing.T) {
+	t.Parallel()
 	big := `{"name":"x","claims":[],"journal":[{"n":1,"action":"` + strings.Repeat("a", host.MaxStateFileSize) + `"}]}`
 	for name, tc := range map[string]struct {
 		file, content, want string
@@ -232,6 +235,7 @@ func TestDamagedFiles(t *testing.T) {
 // is rebuilt from the VM files: readers answer from the rebuilt one, the next transaction
 // writes it.
 func TestIndexRebuilt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	if err := l.Update(func(b *Book) error { return errors.Join(b.Claim("a", gpuA), b.Claim("b", gpuB, mdev)) }); err != nil {
@@ -274,12 +278,12 @@ func TestIndexRebuilt(t *testing.T) {
 // (no deferred cleanup), at the point LEDGER_TEST_CRASH_AT names.
 func crashChild(op string) {
 	at := os.Getenv("LEDGER_TEST_CRASH_AT")
-	crashAt = func(p string) {
+	l := OpenPath(os.Getenv("LEDGER_TEST_PATH"))
+	l.CrashAt = func(p string) {
 		if p == at {
 			os.Exit(137)
 		}
 	}
-	l := OpenPath(os.Getenv("LEDGER_TEST_PATH"))
 	var err error
 	switch op {
 	case "claim":
@@ -348,6 +352,7 @@ func state(t *testing.T, l *Ledger) map[string]string {
 // transaction writes the VM files out. Killed before the commit point (while writing the
 // index's temporary file, as the failing-write test shows) it never happened.
 func TestCrashBetweenWrites(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ op, point string }{
 		{"claim", "index-written"},
 		{"move", "index-written"},
@@ -417,6 +422,7 @@ func TestCrashBetweenWrites(t *testing.T) {
 // TestJournalStepAfterCrashWins: a VM whose newest state is a redo copy (its writer died) and
 // that is then changed alone keeps the newer change: the redo copy never shadows it.
 func TestJournalStepAfterCrashWins(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ledger.json")
 	l := OpenPath(path)
@@ -456,6 +462,7 @@ const oldDoc = `{
 // written by a reader) and migrated by the first transaction, which keeps it as
 // ledger.json.v1; a migration killed at any point is redone by the next transaction.
 func TestMigrateOldLedger(t *testing.T) {
+	t.Parallel()
 	for _, point := range []string{"", "migrate-vms-written", "migrate-index-written"} {
 		t.Run("crash-at-"+point, func(t *testing.T) {
 			dir := t.TempDir()
@@ -507,6 +514,7 @@ func TestMigrateOldLedger(t *testing.T) {
 // TestMigrateRefusesDamage: an old ledger.json that cannot become VM files (a VM name that is
 // no file name, a device claimed twice) stops the migration naming the file; nothing changes.
 func TestMigrateRefusesDamage(t *testing.T) {
+	t.Parallel()
 	for name, doc := range map[string]string{
 		"bad name": `{"version":1,"vms":{"../x":{"name":"../x","claims":[]}}}`,
 		"twice":    `{"version":1,"vms":{"a":{"claims":[{"kind":"pci","id":"x"}]},"b":{"claims":[{"kind":"pci","id":"x"}]}}}`,
@@ -533,6 +541,7 @@ func TestMigrateRefusesDamage(t *testing.T) {
 // ledger/ (every ledger file's temporary file is made there, never among the VM files); the
 // next transaction removes it.
 func TestStaleTempFilesInLedgerDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	if err := l.Update(func(b *Book) error { return b.Claim("a", gpuA) }); err != nil {

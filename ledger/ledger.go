@@ -178,6 +178,13 @@ type Ledger struct {
 	// LockTimeout is how long a transaction waits for another process's (0:
 	// filelock.DefaultTimeout); the error on timeout names the holder's pid.
 	LockTimeout time.Duration
+	// SyncDir fsyncs a ledger directory after a rename or removal in it (nil: host.SyncDir).
+	// Tests count the calls (Settle leaves some out).
+	SyncDir func(dir string)
+	// CrashAt, when set (crash tests only), is called at the named points between the writes
+	// of a transaction or a migration ("index-written", "vm-written", "migrate-vms-written",
+	// "migrate-index-written"); the crash tests exit there as kill -9 would.
+	CrashAt func(point string)
 }
 
 // Open returns the ledger under root's state directory (ROOT/var/lib/vgpu-host/ledger/, and

@@ -19,6 +19,7 @@ import (
 )
 
 func TestClaimIsExclusive(t *testing.T) {
+	t.Parallel()
 	l := OpenPath(filepath.Join(t.TempDir(), "ledger.json"))
 	gpu := Claim{Kind: KindPCI, ID: "0000:41:00.0"}
 	if err := l.Update(func(b *Book) error { return b.Claim("a", gpu) }); err != nil {
@@ -51,6 +52,7 @@ func TestClaimIsExclusive(t *testing.T) {
 }
 
 func TestJournal(t *testing.T) {
+	t.Parallel()
 	var e VM
 	n1 := e.Record("bind-group", "0000:41:00.0", nil)
 	n2 := e.Record("define", "vm", nil)
@@ -63,6 +65,7 @@ func TestJournal(t *testing.T) {
 }
 
 func TestFailedUpdateWritesNothing(t *testing.T) {
+	t.Parallel()
 	l := OpenPath(filepath.Join(t.TempDir(), "ledger.json"))
 	boom := errors.New("boom")
 	if err := l.Update(func(b *Book) error { b.Entry("x"); return boom }); !errors.Is(err, boom) {
@@ -125,6 +128,7 @@ func checkFour(t *testing.T, l *Ledger) {
 }
 
 func TestRaceGoroutines(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.json")
 	var wg sync.WaitGroup
 	errs := make([]error, 16)
@@ -152,6 +156,7 @@ func TestRaceGoroutines(t *testing.T) {
 }
 
 func TestRaceProcesses(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.json")
 	cmds := make([]*exec.Cmd, 16)
 	for i := range cmds {
@@ -185,6 +190,7 @@ func TestRaceProcesses(t *testing.T) {
 // writer with an error naming the file and the fix; nothing starts from an empty ledger (which
 // would give the devices other VMs hold to the next claim) and the file is left as it was.
 func TestDamagedLedgerIsNeverReplaced(t *testing.T) {
+	t.Parallel()
 	for name, content := range map[string]string{"empty": "", "truncated": `{"version": 1, "vms": {"a": {"name": "a", "claims": [{"kind": "pci", "id": "0000:41`, "garbage": "\x00\x00\x00"} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "ledger.json")
@@ -210,6 +216,7 @@ func TestDamagedLedgerIsNeverReplaced(t *testing.T) {
 // TestFailedWriteLosesNothing: a write that fails (a full disk) returns the error with the
 // path, and the previous ledger is still there, complete.
 func TestFailedWriteLosesNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	gpu := Claim{Kind: KindPCI, ID: "0000:41:00.0"}
@@ -258,6 +265,7 @@ func files(t *testing.T, dir string) map[string]string {
 }
 
 func TestLockVM(t *testing.T) {
+	t.Parallel()
 	l := OpenPath(filepath.Join(t.TempDir(), "ledger.json"))
 	unlock, err := l.LockVM("vm1")
 	if err != nil {
@@ -285,6 +293,7 @@ func TestLockVM(t *testing.T) {
 // TestStaleTempFilesRemoved: a writer killed between writing its temporary file and the rename
 // leaves .ledger.json.tmpNNN; the next transaction removes it.
 func TestStaleTempFilesRemoved(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	stale := filepath.Join(dir, ".ledger.json.tmp123")
@@ -302,6 +311,7 @@ func TestStaleTempFilesRemoved(t *testing.T) {
 // TestReadCreatesNothing: read-only commands (plan, status) read the ledger without creating
 // it, its lock or its directory.
 func TestReadCreatesNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "state", "ledger.json"))
 	b, err := l.Read()
@@ -323,6 +333,7 @@ func TestReadCreatesNothing(t *testing.T) {
 // the ledger; it must still clear the dead writer's temporary file (found by the kill -9 test
 // on the real libvirtd). A read with no lock file (no writer ever ran) removes nothing.
 func TestReadRemovesStaleTemps(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	stale := filepath.Join(dir, ".ledger.json.tmp123")
@@ -353,6 +364,7 @@ func TestReadRemovesStaleTemps(t *testing.T) {
 // lock file is now removed on unlock when the ledger has no entry for the VM, and kept while
 // it has one.
 func TestLockVMFileRemovedWhenVMGone(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := OpenPath(filepath.Join(dir, "ledger.json"))
 	lockFile := func(vm string) string { return filepath.Join(dir, "vms", vm+".lock") }
@@ -391,6 +403,7 @@ func TestLockVMFileRemovedWhenVMGone(t *testing.T) {
 // a symlink to a file outside the root was read (or truncated to the pid), and a FIFO in its
 // place hung the transaction. Each is now an error naming the path, at once.
 func TestLedgerStateFilesNotFollowed(t *testing.T) {
+	t.Parallel()
 	for _, file := range []string{"ledger.lock", "ledger.json", "ledger/claims.json", "ledger/vms/vm1.json", "vms/vm1.lock"} {
 		for _, kind := range []string{"symlink", "fifo"} {
 			t.Run(file+"/"+kind, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 // running VM's entry. Now both stop with an error naming both files and the fix; Read still
 // lists the ledger directory's VMs with it, and nothing is written.
 func TestStrayOldLedgerBesideNew(t *testing.T) {
+	t.Parallel()
 	for name, stray := range map[string]string{
 		"other VMs": oldDoc,
 		"empty":     `{"version":1,"vms":{}}`,

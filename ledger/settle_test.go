@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host"
 )
 
 // TestSettleSkipsOnlyTheDirectorySync: Settle writes what it changed like Update, and leaves
@@ -11,11 +13,10 @@ import (
 // one); a change of claims or of several VMs (through the index) and every Update sync their
 // directories.
 func TestSettleSkipsOnlyTheDirectorySync(t *testing.T) {
+	t.Parallel()
 	var synced []string
-	prev := syncDir
-	syncDir = func(dir string) { synced = append(synced, filepath.Base(dir)); prev(dir) }
-	t.Cleanup(func() { syncDir = prev })
 	l := OpenPath(filepath.Join(t.TempDir(), "ledger.json"))
+	l.SyncDir = func(dir string) { synced = append(synced, filepath.Base(dir)); host.SyncDir(dir) }
 	step := func(what string, tx func(func(*Book) error) error, fn func(*Book) error, want ...string) {
 		t.Helper()
 		synced = nil

@@ -45,14 +45,20 @@ type vmFile struct {
 	*VM
 }
 
-// crashAt, when set (tests only), is called at the named points between the writes of a
-// transaction or a migration; the crash tests exit there as kill -9 would.
-var crashAt func(point string)
-
-func crash(point string) {
-	if crashAt != nil {
-		crashAt(point)
+// crash calls the CrashAt hook, if any, at point.
+func (l *Ledger) crash(point string) {
+	if l.CrashAt != nil {
+		l.CrashAt(point)
 	}
+}
+
+// syncDir fsyncs dir, a ledger directory, after a rename or removal in it (SyncDir).
+func (l *Ledger) syncDir(dir string) {
+	if l.SyncDir != nil {
+		l.SyncDir(dir)
+		return
+	}
+	host.SyncDir(dir)
 }
 
 func (l *Ledger) vmsDir() string { return filepath.Join(l.dir, "vms") }
@@ -282,10 +288,6 @@ func (b *Book) loadAll() error {
 	return b.err
 }
 
-// syncDir fsyncs a ledger directory after a rename or removal in it (a variable: tests
-// count the calls).
-var syncDir = host.SyncDir
-
 // write replaces the ledger file at path with data, whole, and unless settle makes the rename
 // durable (see Settle).
 func (l *Ledger) write(path string, data []byte, settle bool) error {
@@ -296,7 +298,7 @@ func (l *Ledger) write(path string, data []byte, settle bool) error {
 		err = host.ReplaceFileVia(l.dir, path, data, 0o644)
 	}
 	if err == nil && !settle {
-		syncDir(filepath.Dir(path))
+		l.syncDir(filepath.Dir(path))
 	}
 	return err
 }
@@ -320,7 +322,7 @@ func (l *Ledger) removeVM(name string) error {
 	if err := l.remove(l.VMPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove ledger entry %s: %w", l.VMPath(name), err)
 	}
-	syncDir(l.vmsDir())
+	l.syncDir(l.vmsDir())
 	return nil
 }
 
@@ -449,10 +451,10 @@ func (l *Ledger) commit(b *Book, settle bool) error {
 	}
 	// Committed: a failure from here on leaves the redo copies, which every reader takes and
 	// the next transaction that writes the index writes out.
-	crash("index-written")
+	l.crash("index-written")
 	for i, name := range changed {
 		if i > 0 {
-			crash("vm-written")
+			l.crash("vm-written")
 		}
 		if e := b.vms[name]; e != nil {
 			if err := l.writeVM(name, e, gen); err != nil {
@@ -549,14 +551,14 @@ func (l *Ledger) migrate() error {
 			return fmt.Errorf("migrate ledger %s: %w", l.legacy, err)
 		}
 	}
-	crash("migrate-vms-written")
+	l.crash("migrate-vms-written")
 	if err := l.writeIndex(idx); err != nil {
 		return fmt.Errorf("migrate ledger %s: %w", l.legacy, err)
 	}
-	crash("migrate-index-written")
+	l.crash("migrate-index-written")
 	if err := os.Rename(l.legacy, l.legacy+".v1"); err != nil {
 		return fmt.Errorf("migrate ledger %s: keep it as the backup %s.v1: %w", l.legacy, l.legacy, err)
 	}
-	host.SyncDir(filepath.Dir(l.legacy))
+	l.syncDir(filepath.Dir(l.legacy))
 	return nil
 }

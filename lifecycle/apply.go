@@ -464,6 +464,9 @@ func (e *stepEnv) Pool() string      { return e.l.o.Pool }
 func (e *stepEnv) PoolDir() string   { return e.l.o.PoolDir }
 func (e *stepEnv) DomainXML() string { return e.plan.XML }
 
+// DetachTimeout bounds the wait for the guest to release a device (Options.DetachTimeout).
+func (e *stepEnv) DetachTimeout() time.Duration { return e.l.o.DetachTimeout }
+
 func (e *stepEnv) Host(what string) (step.HostPrep, error) {
 	if e.l.o.Host == nil {
 		return nil, fmt.Errorf("%s: this build has no host preparation wired in: %w", what, host.ErrUnsupported)
@@ -581,11 +584,12 @@ func (l *Lifecycle) stopForHotplugged(ctx context.Context, name string, live []l
 	return nil
 }
 
-// LateDefineGrace is how long teardown watches for the domain of a define that an apply
-// recorded and then died in (kill -9): libvirtd finishes a call whose client is gone, and a
-// define becomes visible only at its end (after parsing and the schema check), so the undo
-// can find no domain and the define land after it. A variable: tests shorten it.
-var LateDefineGrace = 3 * time.Second
+// DefaultLateDefineGrace is how long teardown watches for the domain of a define that an
+// apply recorded and then died in (kill -9): libvirtd finishes a call whose client is gone,
+// and a define becomes visible only at its end (after parsing and the schema check), so the
+// undo can find no domain and the define land after it. Options.LateDefineGrace overrides it
+// (tests shorten it).
+const DefaultLateDefineGrace = 3 * time.Second
 
 // mayLandLate reports whether s is such a define: started, not marked done (its apply died:
 // teardown holds the VM's lock), and no domain of that name now.
@@ -598,10 +602,10 @@ func (l *Lifecycle) mayLandLate(ctx context.Context, s ledger.JournalStep) bool 
 }
 
 // awaitLateDefine is teardown's answer to a define that may land late (mayLandLate): it
-// watches for the domain for LateDefineGrace after the undo, and undoes it again if it
+// watches for the domain for Options.LateDefineGrace after the undo, and undoes it again if it
 // appears.
 func (l *Lifecycle) awaitLateDefine(ctx context.Context, name string, s ledger.JournalStep) error {
-	deadline := time.Now().Add(LateDefineGrace)
+	deadline := time.Now().Add(l.o.LateDefineGrace)
 	for {
 		_, err := l.o.Conn.State(ctx, s.Target)
 		if err == nil {

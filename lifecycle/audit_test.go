@@ -20,6 +20,7 @@ import (
 // refused with ErrBusy before any step is journalled, and never replaced or deleted: a failed
 // apply undoes only what it created.
 func TestVolumesApplyDidNotCreateSurvive(t *testing.T) {
+	t.Parallel()
 	for _, vol := range []string{"vgpuhost-test-k-root.qcow2", "vgpuhost-test-k-cidata.iso"} {
 		t.Run(vol, func(t *testing.T) {
 			e := newEnv(t)
@@ -70,6 +71,7 @@ func (w *blockingWriter) Write(p []byte) (int, error) {
 // destroy of the same VM is refused with ErrBusy; it does not mistake the running apply for
 // an interrupted one and tear its steps down.
 func TestConcurrentApplyOfOneVM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-cc", anyNvidia)
@@ -108,6 +110,7 @@ func TestConcurrentApplyOfOneVM(t *testing.T) {
 // fails with the write error, and whatever it managed to journal converges: once the disk
 // has room, destroy (or apply) leaves nothing.
 func TestLedgerWriteFailsMidApply(t *testing.T) {
+	t.Parallel()
 	for k := 1; k <= 7; k++ {
 		t.Run(fmt.Sprint("after", k), func(t *testing.T) {
 			e := newEnv(t)

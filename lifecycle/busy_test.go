@@ -13,6 +13,7 @@ import (
 // TestBusyNamesHolders: when every GPU a selector matches is allocated, the refusal is busy
 // (not "not found") and names the VMs holding them.
 func TestBusyNamesHolders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	var names []string

@@ -15,6 +15,7 @@ import (
 // the field, the VM's ledger file and the fix, as damaged state (ErrDamagedJournal, exit 1 in
 // the CLI); it is never read as size 0, and nothing panics.
 func TestDestroyRefusesDamagedJournal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-damaged", anyNvidia)

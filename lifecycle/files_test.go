@@ -13,6 +13,7 @@ import (
 )
 
 func TestCheckSpecFiles(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to make files another user cannot read")
 	}
@@ -79,6 +80,7 @@ func TestCheckSpecFiles(t *testing.T) {
 }
 
 func TestSpecFiles(t *testing.T) {
+	t.Parallel()
 	vm, err := domains.Load("../examples/windows11-gaming.yaml")
 	if err != nil {
 		t.Fatal(err)

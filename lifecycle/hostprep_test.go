@@ -22,6 +22,7 @@ import (
 // binder over hosttest's kernel emulator, host.Scan of the fake tree) and a fake libvirt: the
 // GPU's whole group moves to vfio-pci, and destroy gives it back to its original drivers.
 func TestApplyPreparesFakeHost(t *testing.T) {
+	t.Parallel()
 	tree := hosttest.New(t)
 	gpu, audio := tree.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
 	k := hosttest.NewKernel(tree)
@@ -119,6 +120,7 @@ const vendorL40S8Q = "    - vgpu:\n        profile: \"L40S-8Q\"\n        mode: v
 // manager's vendor backend: the VF the allocation picked gets the type, the domain gets that VF
 // as a managed='no' hostdev, re-apply changes nothing, and destroy clears exactly that VF.
 func TestApplyVendorVGPUFakeHost(t *testing.T) {
+	t.Parallel()
 	e := newVendorEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-vv", vendorL40S8Q)
@@ -192,6 +194,7 @@ func TestApplyVendorVGPUFakeHost(t *testing.T) {
 // GPU is refused as busy, naming what runs; with fallback: virtio-gpu it gets virtio-gpu and
 // says so. Neither touches the first VM's VF.
 func TestVendorVGPUOneTypePerGPU(t *testing.T) {
+	t.Parallel()
 	e := newVendorEnv(t)
 	ctx := context.Background()
 	if _, err := e.lc().Apply(ctx, spec(t, "vgpuhost-test-v1", vendorL40S8Q)); err != nil {
@@ -238,6 +241,7 @@ func TestVendorVGPUOneTypePerGPU(t *testing.T) {
 
 // TestVendorVGPUTypeNotOurs: a type an operator set on a VF is never cleared by destroy.
 func TestVendorVGPUTypeNotOurs(t *testing.T) {
+	t.Parallel()
 	e := newVendorEnv(t)
 	ctx := context.Background()
 	if err := e.k.Write(ctx, e.tree.Root.PCIDevice(host.MustParseAddress("0000:41:00.4"), "nvidia", "current_vgpu_type"), "1160"); err != nil {
@@ -271,6 +275,7 @@ func TestVendorVGPUTypeNotOurs(t *testing.T) {
 // on the fake tree, then checks that apply or destroy converges: no VF holds a type, no ledger
 // entry, no domain.
 func TestVendorVGPUCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	const steps = 6 // assign-vgpu, pool, overlay, seed, define, start
 	for _, before := range []bool{false, true} {
 		for n := 1; n <= steps; n++ {
@@ -321,6 +326,7 @@ func TestVendorVGPUCrashAtEveryStep(t *testing.T) {
 // (here the boot VGA, and the HDMI audio function's ALSA node held by a process); apply refuses
 // on the same grounds and writes nothing; each --force=NAME overrides its own refusal only.
 func TestRefusalsPlannedAndNamedForce(t *testing.T) {
+	t.Parallel()
 	tree := hosttest.New(t)
 	gpu, audio := tree.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
 	tree.WriteFile("sys/bus/pci/devices/0000:01:00.0/boot_vga", "1\n")

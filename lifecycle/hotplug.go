@@ -290,7 +290,7 @@ func (l *Lifecycle) Attach(ctx context.Context, req AttachRequest) (*HotplugResu
 	defer unlock()
 	l.checked = map[string][]vfio.Refusal{}
 	if !req.DryRun {
-		if res.Converged, err = l.convergeHotplug(ctx, name, step.DetachTimeout); err != nil {
+		if res.Converged, err = l.convergeHotplug(ctx, name, l.o.DetachTimeout); err != nil {
 			return res, fmt.Errorf("attach %s: %w", name, err)
 		}
 	}
@@ -375,7 +375,7 @@ func (l *Lifecycle) fillResult(res *HotplugResult, p *attachPlan) {
 // takeHotplug takes the plan's steps after the mark (journal number markN), each recorded
 // before it is taken; a failure undoes the group. The last write marks the mark done.
 func (l *Lifecycle) takeHotplug(ctx context.Context, name string, p *attachPlan, markN int, res *HotplugResult) error {
-	env := hotplugEnv{Env: l.env(name, nil, nil), timeout: step.DetachTimeout}
+	env := hotplugEnv{Env: l.env(name, nil, nil), timeout: l.o.DetachTimeout}
 	pending := 0 // a step taken, not yet marked done (the mark stays started until the end)
 	fail := func(cause error) error {
 		if pending > 0 {
@@ -394,7 +394,7 @@ func (l *Lifecycle) takeHotplug(ctx context.Context, name string, p *attachPlan,
 		}
 		for _, g := range gs {
 			if g.mark.N == markN {
-				if _, err := l.undoGroup(ctx, name, g, step.DetachTimeout); err != nil {
+				if _, err := l.undoGroup(ctx, name, g, l.o.DetachTimeout); err != nil {
 					return fmt.Errorf("%w; undo also failed (run vgpu-host detach %s %s): %w", cause, name, p.device, err)
 				}
 			}

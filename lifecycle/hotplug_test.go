@@ -66,6 +66,7 @@ func (e *env) liveHostdevs(t *testing.T, vm string) []string {
 // root ports, the group bound and both claimed; attaching it again says so; detach gives
 // everything back, and a second detach says it is gone; destroy then leaves nothing.
 func TestAttachDetachGPU(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := hotplugSpec(t, "vgpuhost-hp-a", 2)
@@ -158,6 +159,7 @@ func TestAttachDetachGPU(t *testing.T) {
 // TestAttachRefusals: each refusal names its reason, maps to its exit code's error, and
 // changes nothing.
 func TestAttachRefusals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := hotplugSpec(t, "vgpuhost-hp-r", 2)
@@ -259,6 +261,7 @@ func TestAttachRefusals(t *testing.T) {
 // TestDetachTimeout: a guest that does not release the device fails detach as busy after the
 // timeout, with the device, its claims and its host state kept; once it lets go, detach ends.
 func TestDetachTimeout(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := hotplugSpec(t, "vgpuhost-hp-t", 2)
@@ -310,6 +313,7 @@ func TestDetachTimeout(t *testing.T) {
 // lab a --timeout 5s detach gave up after 11 s), and a detach that first undoes an attach a
 // crash left in the guest waits as long, not step.DetachTimeout.
 func TestDetachTimeoutCountsLibvirtsWait(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := hotplugSpec(t, "vgpuhost-hp-w", 2)
@@ -370,6 +374,7 @@ func TestDetachTimeoutCountsLibvirtsWait(t *testing.T) {
 // attach-device), before and after taking it; the next detach, attach or destroy of the VM
 // undoes the half-done attach first, leaving the ledger and the host as before it.
 func TestAttachCrashConverges(t *testing.T) {
+	t.Parallel()
 	for _, before := range []bool{false, true} {
 		for n := 1; n <= 3; n++ {
 			for _, then := range []string{"attach", "detach", "destroy"} {
@@ -430,6 +435,7 @@ func TestAttachCrashConverges(t *testing.T) {
 // TestHotplugJournalDecodes: the journal's hotplug steps decode back to what was recorded,
 // and damaged ones are refused.
 func TestHotplugJournalDecodes(t *testing.T) {
+	t.Parallel()
 	hp := step.Hotplug{VM: "a", Device: "0000:42:00.0", Claims: []string{"pci:0000:42:00.0"}}
 	s, err := step.Decode(string(hp.Action()), hp.Target(), hp.Params())
 	if err != nil || fmt.Sprint(s) != fmt.Sprint(hp) {
@@ -459,6 +465,7 @@ func TestHotplugJournalDecodes(t *testing.T) {
 // instance number (its UUID is vgpu.InstanceUUID of it), on the running guest; a detached
 // number is reused, and destroy removes what is left.
 func TestAttachProfileNumbers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	var created []string // the fake host keeps the instances; the inventory lists them
@@ -522,20 +529,21 @@ func TestAttachProfileNumbers(t *testing.T) {
 // hotplugged device (no guest OS, as in the lab) stops the domain first instead of asking the
 // guest and waiting: it ends at once with the device released and the ledger empty.
 func TestDestroyRunningWithHotplugged(t *testing.T) {
-	defer func(d time.Duration) { step.DetachTimeout = d }(step.DetachTimeout)
-	step.DetachTimeout = 500 * time.Millisecond // were it asked, the guest would not answer
+	t.Parallel()
 	e := newEnv(t)
+	// Were it asked, the guest would not answer.
+	lc := func() *Lifecycle { return e.lc(func(o *Options) { o.DetachTimeout = 500 * time.Millisecond }) }
 	ctx := context.Background()
 	vm := hotplugSpec(t, "vgpuhost-hp-d", 2)
-	if _, err := e.lc().Apply(ctx, vm); err != nil {
+	if _, err := lc().Apply(ctx, vm); err != nil {
 		t.Fatal(err)
 	}
 	name := vm.Metadata.Name
-	if _, err := e.lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"}); err != nil {
+	if _, err := lc().Attach(ctx, AttachRequest{VM: name, GPU: "0000:42:00.0"}); err != nil {
 		t.Fatal(err)
 	}
 	e.conn.HoldDetach(true)
-	if _, err := e.lc().Destroy(ctx, name); err != nil {
+	if _, err := lc().Destroy(ctx, name); err != nil {
 		t.Fatalf("destroy of a running VM holding a hotplugged GPU: %v", err)
 	}
 	if len(e.claimsOf(t, name)) != 0 || !e.host.clean() {

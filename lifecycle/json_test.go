@@ -13,6 +13,7 @@ import (
 // unchanged re-apply builds them) encodes its arrays as [], by value and by pointer, and the
 // slices that are set are kept.
 func TestResultJSONArraysNeverNull(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		v    any
 		want []string

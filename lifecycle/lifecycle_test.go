@@ -121,14 +121,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := LateDefineGrace
-	LateDefineGrace = 300 * time.Millisecond
-	t.Cleanup(func() { LateDefineGrace = prev })
 	return &env{root: root, conn: virt.NewFake("qemu"), host: newFakeHost(), ledger: ledger.Open(root)}
 }
 
 func (e *env) lc(mod ...func(*Options)) *Lifecycle {
-	o := Options{Root: e.root, Conn: e.conn, Host: e.host, Ledger: e.ledger,
+	o := Options{Root: e.root, Conn: e.conn, Host: e.host, Ledger: e.ledger, LateDefineGrace: 300 * time.Millisecond,
 		Scan: func(r host.Root) (*host.Inventory, error) { return inventory(r.Dir()), nil }}
 	for _, m := range mod {
 		m(&o)
@@ -195,6 +192,7 @@ func (e *env) assertGone(t *testing.T, vm string) {
 }
 
 func TestApplyReapplyDestroy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-a", anyNvidia)
@@ -284,6 +282,7 @@ func TestApplyReapplyDestroy(t *testing.T) {
 }
 
 func TestFallbackWhenAllTaken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
@@ -307,6 +306,7 @@ func TestFallbackWhenAllTaken(t *testing.T) {
 }
 
 func TestForeignDomainDevicesAreNotTaken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.conn.AddForeignDomain("someone-elses", `<domain type='kvm'><name>someone-elses</name><devices>
@@ -333,6 +333,7 @@ func TestForeignDomainDevicesAreNotTaken(t *testing.T) {
 }
 
 func TestFailedApplyUndoesInReverse(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.conn.Fail("Define", errors.New("schema says no"))
 	_, err := e.lc().Apply(context.Background(), spec(t, "vgpuhost-test-u", anyNvidia))
@@ -350,6 +351,7 @@ func TestFailedApplyUndoesInReverse(t *testing.T) {
 // every step, before and after taking it, then checks that both a new apply and a destroy
 // converge with nothing leaked.
 func TestCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	const steps = 6 // bind, pool, overlay, seed, define, start
 	for _, before := range []bool{false, true} {
 		for n := 1; n <= steps; n++ {
@@ -401,6 +403,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 // be after the next destroy found no domain. Here the apply stops dead right before its
 // define, and the define lands 100 ms into the destroy: destroy watches for it and removes it.
 func TestLateDefineAfterCrash(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-late", anyNvidia)
@@ -436,6 +439,7 @@ func TestLateDefineAfterCrash(t *testing.T) {
 // TestRace16For4 runs 16 applies at once, each with its own Lifecycle and ledger handle (so
 // each takes its own flock), all wanting one of four GPUs: exactly four win.
 func TestRace16For4(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -480,6 +484,7 @@ func TestRace16For4(t *testing.T) {
 }
 
 func TestVerifyFake(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.conn.QMPFunc = func(_, _, _ string) (string, error) {

@@ -97,6 +97,7 @@ func entryOf(t *testing.T, l *ledger.Ledger, name string) *ledger.VM {
 }
 
 func TestMigrateMovesVMDevicesAndClaims(t *testing.T) {
+	t.Parallel()
 	a, b, la, lb := twoHosts(t, true)
 	ctx := context.Background()
 	name := "vgpuhost-mig-a"
@@ -152,6 +153,7 @@ func TestMigrateMovesVMDevicesAndClaims(t *testing.T) {
 // prepared its devices: the VM runs on the source with its ledger and devices as they were, and
 // the target's reservation and devices are gone.
 func TestMigrateFailureLeavesSource(t *testing.T) {
+	t.Parallel()
 	a, b, la, lb := twoHosts(t, true)
 	ctx := context.Background()
 	name := "vgpuhost-mig-b"
@@ -189,6 +191,7 @@ func TestMigrateFailureLeavesSource(t *testing.T) {
 // TestMigrateTargetWithoutDevice: a target without the mdev type refuses in prepare; nothing
 // changed on either side.
 func TestMigrateTargetWithoutDevice(t *testing.T) {
+	t.Parallel()
 	a, b, la, lb := twoHosts(t, false)
 	ctx := context.Background()
 	name := "vgpuhost-mig-c"
@@ -207,6 +210,7 @@ func TestMigrateTargetWithoutDevice(t *testing.T) {
 
 // TestMigrateRefusesEarly: what cannot migrate is refused before the target is asked anything.
 func TestMigrateRefusesEarly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, gpus string
@@ -245,6 +249,7 @@ func TestMigrateRefusesEarly(t *testing.T) {
 
 // TestMigratePassthroughRefusedNamingDriver: a passthrough GPU on vfio-pci cannot migrate.
 func TestMigratePassthroughRefusedNamingDriver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	la := e.lc()
@@ -260,6 +265,7 @@ func TestMigratePassthroughRefusedNamingDriver(t *testing.T) {
 
 // TestMigrateDryRunChangesNothing prints both hosts' steps and changes neither.
 func TestMigrateDryRunChangesNothing(t *testing.T) {
+	t.Parallel()
 	a, b, la, lb := twoHosts(t, true)
 	ctx := context.Background()
 	name := "vgpuhost-mig-d"
@@ -286,6 +292,7 @@ func TestMigrateDryRunChangesNothing(t *testing.T) {
 // TestMigrateTargetAbortRefusesRunningDomain: the target never pulls devices from under a
 // domain that arrived; commit refuses without the domain.
 func TestMigrateTargetAbortRefusesRunningDomain(t *testing.T) {
+	t.Parallel()
 	b := newEnv(t)
 	lb := b.lc(func(o *Options) {
 		o.Scan = func(r host.Root) (*host.Inventory, error) { return migrationHost(r.Dir(), "0000:c1:00.6", true), nil }
@@ -321,6 +328,7 @@ func TestMigrateTargetAbortRefusesRunningDomain(t *testing.T) {
 // TestRewriteXMLTyped rewrites an mdev UUID and a VF address, and refuses a device that is not
 // in the domain.
 func TestRewriteXMLTyped(t *testing.T) {
+	t.Parallel()
 	x := `<domain type='qemu'><name>v</name><devices>
 <hostdev mode='subsystem' type='mdev' model='vfio-pci'><source><address uuid='11111111-1111-1111-1111-111111111111'/></source></hostdev>
 <hostdev mode='subsystem' type='pci' managed='no'><source><address domain='0x0000' bus='0x41' slot='0x00' function='0x4'/></source></hostdev>
@@ -356,6 +364,7 @@ func TestRewriteXMLTyped(t *testing.T) {
 // tree): the target's mtty parent gets the instance (same UUID: it derives from the VM's name)
 // and the source's loses it.
 func TestMigrateMttyOnFakeSysfs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	type side struct {
 		tree *hosttest.Tree
@@ -406,6 +415,7 @@ func TestMigrateMttyOnFakeSysfs(t *testing.T) {
 // commits the target and releases the source. A VM on neither host is said so, and nothing
 // changes.
 func TestMigrateFinishesInterrupted(t *testing.T) {
+	t.Parallel()
 	a, b, la, lb := twoHosts(t, true)
 	ctx := context.Background()
 	name := "vgpuhost-mig-f"

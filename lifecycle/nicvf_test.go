@@ -18,6 +18,7 @@ import (
 // not exist; a VF on vfio-pci becomes <interface type='hostdev' managed='no'> with its MAC, is
 // claimed in the ledger, and a second VM asking for it is told who has it.
 func TestNICVF(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	nic := hosttest.PCI{Addr: "0000:3b:00.0", Vendor: 0x8086, Device: 0x1592, Class: 0x020000, Driver: "ice"}
 	pf := tr.SRIOVPF(nic, hosttest.VFSpec{Total: 4, VFDevice: 0x1889, VFDriver: "iavf"}, 2)

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"libvirt.org/go/libvirtxml"
 
@@ -88,6 +89,13 @@ type Options struct {
 	CrashBefore bool
 	// Crash ends the process (os.Exit(137) in the CLI); tests pass runtime.Goexit.
 	Crash func()
+	// LateDefineGrace is how long teardown watches for the domain of a define an apply died
+	// in (awaitLateDefine; 0: DefaultLateDefineGrace). Tests shorten it.
+	LateDefineGrace time.Duration
+	// DetachTimeout bounds how long undoing an attach-device step waits for the guest to
+	// release the device (destroy, a failed attach; 0: step.DetachTimeout); detach's
+	// --timeout is its own.
+	DetachTimeout time.Duration
 	// ReadKey reads a public key file a spec names (spec.cloudInit.sshAuthorizedKeys), at
 	// most limit bytes; nil reads it from the filesystem. The agent passes the contents its
 	// caller sent: it opens no path a caller names.
@@ -119,6 +127,12 @@ func New(o Options) *Lifecycle {
 	}
 	if o.Ledger == nil {
 		o.Ledger = ledger.Open(o.Root)
+	}
+	if o.LateDefineGrace == 0 {
+		o.LateDefineGrace = DefaultLateDefineGrace
+	}
+	if o.DetachTimeout == 0 {
+		o.DetachTimeout = step.DetachTimeout
 	}
 	return &Lifecycle{o: o, checked: map[string][]vfio.Refusal{}}
 }

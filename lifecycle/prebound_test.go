@@ -19,6 +19,7 @@ import (
 // Before the fix, destroy refused ("vgpu-host did not bind it") and the VM could not be
 // destroyed at all.
 func TestPreboundGroupsStayBound(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name       string
 		audioBound bool // the audio function is on vfio-pci too (the whole group pre-bound)
@@ -81,6 +82,7 @@ func TestPreboundGroupsStayBound(t *testing.T) {
 // entries, for `vgpu-host unbind` to give back. Before the fix, destroy restored the user's
 // binding as if apply had made it.
 func TestGroupBoundByBindStaysBound(t *testing.T) {
+	t.Parallel()
 	tree := hosttest.New(t)
 	gpu, audio := tree.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
 	k := hosttest.NewKernel(tree)

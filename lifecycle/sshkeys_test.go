@@ -16,6 +16,7 @@ import (
 // next to what the user wrote; a missing or private key file fails plan, before any change,
 // naming the field and the path.
 func TestSSHAuthorizedKeys(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	dir := t.TempDir()

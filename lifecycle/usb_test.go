@@ -16,6 +16,7 @@ import (
 // has it (by ids, and by bus/device number), the domain gets its hostdev, vendor before
 // product as libvirt's schema wants.
 func TestUSBDevicePlan(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	vm := spec(t, "vgpuhost-test-usb", "")

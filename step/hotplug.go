@@ -25,7 +25,7 @@ const (
 // DetachTimeout bounds how long undoing an attach-device step waits for the guest to release
 // the device (destroy, a failed attach), unless the Env has a DetachTimeout() method (detach
 // --timeout).
-var DetachTimeout = 30 * time.Second
+const DetachTimeout = 30 * time.Second
 
 // Hotplug is the journal's mark of one attach of Device to VM holding the ledger claims
 // Claims names by key ("kind:id", vgpu.Claim.Key).

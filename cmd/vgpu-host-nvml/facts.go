@@ -19,7 +19,8 @@ const EnvFacts = "VGPU_HOST_NVML_FACTS"
 
 // factsLib is the replay of the capture at path. It says on stderr, once per helper process,
 // that no GPU answers; a capture that cannot be read ends the helper (exit 1).
-func factsLib(path string) nvml.Interface {
+// save is the test build's saving of the replay's state (replayState), nil in a release build.
+func factsLib(path string) (lib nvml.Interface, save func() error) {
 	f, err := nvmlfacts.Load(path)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvFacts, err)
@@ -27,8 +28,5 @@ func factsLib(path string) nvml.Interface {
 	}
 	fmt.Fprintf(os.Stderr, "vgpu-host-nvml: note: NVML answers from the capture %s (%s), not from a GPU\n", path, EnvFacts)
 	s := nvmlfacts.NewServer(f)
-	if replayState != nil {
-		replayState(s)
-	}
-	return s
+	return s, replayState(s)
 }

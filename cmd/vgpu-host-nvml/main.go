@@ -30,16 +30,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
-// Set only by the nvmlmock build (mock.go): mockLib returns go-nvml's dgxa100 mock when the
-// environment asks for it (nil otherwise); mockSave, set with it or with replayState, saves
-// the stand-in's state after each change; replayState loads a replay's state from the file
-// the environment names.
-var (
-	mockLib     func() nvml.Interface
-	mockSave    func() error
-	replayState func(*nvmlfacts.Server)
-)
-
 func main() {
 	if len(os.Args) == 2 {
 		switch os.Args[1] {
@@ -62,35 +52,34 @@ func main() {
 		os.Exit(2)
 	}
 	remote.Serve(func() (mig.Backend, error) {
-		lib := openLib()
+		lib, save := openLib()
 		if err := nvmlmig.Init(lib); err != nil {
 			return nil, err
 		}
 		b := nvmlmig.New(lib)
-		if mockSave != nil {
-			return saving{b}, nil
+		if save != nil {
+			return saving{b, save}, nil
 		}
 		return b, nil
 	}, stdio{})
 }
 
 // openLib is the NVML the helper answers from: the capture VGPU_HOST_NVML_FACTS names, else
-// (test build only) the mock the environment asks for, else the driver's.
-func openLib() nvml.Interface {
+// (test build only) the mock the environment asks for, else the driver's. save, when not nil
+// (test build only: mock.go), saves the stand-in's state after each change.
+func openLib() (lib nvml.Interface, save func() error) {
 	if path := os.Getenv(EnvFacts); path != "" {
 		return factsLib(path)
 	}
-	if mockLib != nil {
-		if lib := mockLib(); lib != nil {
-			return lib
-		}
+	if lib, save := mockLib(); lib != nil {
+		return lib, save
 	}
-	return nvml.New()
+	return nvml.New(), nil
 }
 
 // writeFacts writes a capture of what NVML answers to stdout: only reads, UUIDs zeroed.
 func writeFacts() error {
-	lib := openLib()
+	lib, _ := openLib() // a capture only reads
 	if err := nvmlmig.Init(lib); err != nil {
 		return err
 	}
@@ -109,20 +98,24 @@ func writeFacts() error {
 	return nil
 }
 
-// saving saves the stand-in's state after every call that changes it (nvmlmock build only).
-type saving struct{ mig.Backend }
+// saving saves the stand-in's state (save) after every call that changes it (nvmlmock build
+// only).
+type saving struct {
+	mig.Backend
+	save func() error
+}
 
 func (s saving) SetMode(ctx context.Context, address string, enabled bool) error {
-	return errors.Join(s.Backend.SetMode(ctx, address, enabled), mockSave())
+	return errors.Join(s.Backend.SetMode(ctx, address, enabled), s.save())
 }
 
 func (s saving) Create(ctx context.Context, address, profile string, start int) (mig.Instance, error) {
 	in, err := s.Backend.Create(ctx, address, profile, start)
-	return in, errors.Join(err, mockSave())
+	return in, errors.Join(err, s.save())
 }
 
 func (s saving) Destroy(ctx context.Context, address string, id int) error {
-	return errors.Join(s.Backend.Destroy(ctx, address, id), mockSave())
+	return errors.Join(s.Backend.Destroy(ctx, address, id), s.save())
 }
 
 // WaitXid passes the Xid events of the backend through (remote.XidSource).

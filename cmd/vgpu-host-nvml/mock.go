@@ -57,32 +57,37 @@ type mockInstance struct {
 	ComputeInstances int    `json:"compute_instances"`
 }
 
-func init() {
-	mockLib = func() nvml.Interface {
-		if os.Getenv(EnvMock) != "dgxa100" {
-			return nil
-		}
-		s := mocknvml.DGXA100()
-		if path := os.Getenv(EnvMockState); path != "" {
-			if err := loadMock(s, path); err != nil {
-				fmt.Fprintf(os.Stderr, "vgpu-host-nvml: mock state %s: %v\n", path, err)
-				os.Exit(1)
-			}
-			mockSave = func() error { return saveMock(s, path) }
-		}
-		return s
+// mockLib returns go-nvml's dgxa100 mock when the environment asks for it (EnvMock; nil
+// otherwise) and, when EnvMockState names a file, its state loaded from there and save, which
+// writes it back.
+func mockLib() (lib nvml.Interface, save func() error) {
+	if os.Getenv(EnvMock) != "dgxa100" {
+		return nil, nil
 	}
-	replayState = func(s *nvmlfacts.Server) {
-		st := os.Getenv(EnvMockState)
-		if st == "" {
-			return
-		}
-		if err := s.LoadState(st); err != nil {
-			fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvMockState, err)
-			os.Exit(1)
-		}
-		mockSave = func() error { return s.SaveState(st) }
+	s := mocknvml.DGXA100()
+	path := os.Getenv(EnvMockState)
+	if path == "" {
+		return s, nil
 	}
+	if err := loadMock(s, path); err != nil {
+		fmt.Fprintf(os.Stderr, "vgpu-host-nvml: mock state %s: %v\n", path, err)
+		os.Exit(1)
+	}
+	return s, func() error { return saveMock(s, path) }
+}
+
+// replayState loads a replay's state from the file EnvMockState names, if any, and returns
+// the function that saves it there (nil when none is named).
+func replayState(s *nvmlfacts.Server) (save func() error) {
+	st := os.Getenv(EnvMockState)
+	if st == "" {
+		return nil
+	}
+	if err := s.LoadState(st); err != nil {
+		fmt.Fprintf(os.Stderr, "vgpu-host-nvml: %s: %v\n", EnvMockState, err)
+		os.Exit(1)
+	}
+	return func() error { return s.SaveState(st) }
 }
 
 func loadMock(s *dgxa100.Server, path string) error {

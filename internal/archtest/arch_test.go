@@ -104,6 +104,7 @@ func readsHost(call *ast.CallExpr, tainted, pathFuncs map[string]bool, readFuncs
 // the root's directory; or an fs.ReadFile-like read of "sys/...", "proc/..." or "dev/...". Writing
 // to such a path (through host.Writer) is every package's right; reading is host's job.
 func TestOnlyHostReadsTheHost(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	pkgs := map[string][]*ast.File{}
 	fset := token.NewFileSet()
@@ -308,6 +309,7 @@ func callName(c *ast.CallExpr) string {
 // spelt by hand with Path or filepath.Join over Dir, os.DirFS over the root or an fs read of
 // a path under sys) and passes writes and reads of other files.
 func TestViolationsFound(t *testing.T) {
+	t.Parallel()
 	src := `package p
 func direct(r host.Root)        { os.ReadFile(r.PCIDevice(a, "class")) }
 func viaVar(r host.Root)        { dir := r.Sys("class", "mdev_bus"); os.ReadDir(dir) }

@@ -12,6 +12,7 @@ import (
 // PATH that may lack Go (GNU make 4.3 gives $(shell) its own PATH, not the one the Makefile
 // exports to recipes).
 func TestCheckGo(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(moduleRoot(t), "scripts", "check-go.sh")
 	run := func(path string, args ...string) (string, int) {
 		t.Helper()

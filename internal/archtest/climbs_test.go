@@ -65,13 +65,18 @@ func carriesVM(t types.Type) bool {
 type listedPackage struct {
 	path, export, dir string
 	files             []string
+	// compiled are the Go files the compiler reads, cgo's output for a package using cgo
+	// (absolute paths; only when go list is given -compiled).
+	compiled []string
 }
 
-// listDeps lists pkg and its dependencies with their export data (go list -export builds
-// what is missing into the build cache).
-func listDeps(t *testing.T, root, pkg string) map[string]listedPackage {
+// listDeps lists the packages args name (go list's flags and patterns) and their
+// dependencies with their export data (go list -export builds what is missing into the build
+// cache).
+func listDeps(t *testing.T, root string, args ...string) map[string]listedPackage {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "-export", "-f", "{{.ImportPath}}\t{{.Export}}\t{{.Dir}}\t{{join .GoFiles \" \"}}", pkg)
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-export", "-f",
+		"{{.ImportPath}}\t{{.Export}}\t{{.Dir}}\t{{join .GoFiles \" \"}}\t{{join .CompiledGoFiles \" \"}}"}, args...)...)
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -83,10 +88,10 @@ func listDeps(t *testing.T, root, pkg string) map[string]listedPackage {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), "\t")
-		if len(f) != 4 {
+		if len(f) != 5 {
 			continue
 		}
-		pkgs[f[0]] = listedPackage{path: f[0], export: f[1], dir: f[2], files: strings.Fields(f[3])}
+		pkgs[f[0]] = listedPackage{path: f[0], export: f[1], dir: f[2], files: strings.Fields(f[3]), compiled: strings.Fields(f[4])}
 	}
 	return pkgs
 }
@@ -225,6 +230,7 @@ func callee(info *types.Info, call *ast.CallExpr) (*types.Func, types.Type) {
 // package to another, each call site once. Every such call goes down into a package and
 // climbs back up when it returns, so the climbs are the calls; -show-climbs lists them.
 func TestApplyClimbs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("type-checks lifecycle and its dependencies (a few seconds)")
 	}
@@ -256,6 +262,7 @@ func TestApplyClimbs(t *testing.T) {
 // TestVMPathFollowsTheVM checks the walk on a small program: only calls that hand the VM to
 // another package count, calls inside a package are followed, and a function is walked once.
 func TestVMPathFollowsTheVM(t *testing.T) {
+	t.Parallel()
 	const src = `package lifecycle
 import "github.com/vgpu-host/vgpu-host/vgpu"
 type VMPlan struct{ Claims []vgpu.Claim }

@@ -123,6 +123,7 @@ func mermaid(g map[string][]string, pkgs []string) string {
 // dependency not implied by others, and none the code lacks). A change of imports fails here
 // until the diagram is regenerated with -update-diagram.
 func TestArchitectureDiagram(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	doc := filepath.Join(root, "docs", "architecture.md")
 	b, err := os.ReadFile(doc)
@@ -172,6 +173,7 @@ func TestArchitectureDiagram(t *testing.T) {
 
 // TestReduce: the reduction keeps each dependency once and drops only implied edges.
 func TestReduce(t *testing.T) {
+	t.Parallel()
 	g := map[string][]string{"a": {"b", "c", "d"}, "b": {"c"}, "c": {"d"}, "e": {"d"}}
 	got := reduce(g)
 	want := map[string][]string{"a": {"b"}, "b": {"c"}, "c": {"d"}, "e": {"d"}}

@@ -1,105 +1,141 @@
 package archtest
 
 import (
+	"fmt"
 	"go/ast"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// treePackages are the command tree and what the mains add to it: their ways to the host are
-// fields of clitree.Env, given by the main (or a test) to the tree it builds, never package
-// variables that tests swap (issue #28).
-var treePackages = []string{"internal/clitree", "internal/agentcmd", "cmd/vgpu-host", "cmd/vgpu-host-agent"}
+// vetTagSets are the build tag sets whose files make up the module's code, as `make lint`
+// vets them (VET_TAGS in the Makefile): the untagged files and every !TAG file, then every tag
+// the builds and tests use at once.
+var vetTagSets = []string{"", "nvmlmock,crashtest,fakekernel"}
 
-// funcVars returns the package-level variables of f that hold a function: a function literal,
-// a variable declared with a function type, or another name as the value (a function named as
-// a value reads like any other name without types).
-func funcVars(fset *token.FileSet, f *ast.File) []string {
-	var bad []string
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.VAR {
+// funcVarsOf returns the package-level variables of pkg whose type is a function (declared so,
+// a function literal, another function named as the value, a call that returns one, or a
+// named type whose underlying type is a function), as "FILE:LINE:COL: var NAME".
+func funcVarsOf(fset *token.FileSet, pkg *types.Package) []string {
+	var out []string
+	scope := pkg.Scope()
+	for _, name := range scope.Names() {
+		v, ok := scope.Lookup(name).(*types.Var)
+		if !ok {
 			continue
 		}
-		for _, s := range g.Specs {
-			vs := s.(*ast.ValueSpec)
-			_, funcType := vs.Type.(*ast.FuncType)
-			for i, name := range vs.Names {
-				isFunc := funcType
-				if i < len(vs.Values) {
-					switch vs.Values[i].(type) {
-					case *ast.FuncLit:
-						isFunc = true
-					case *ast.SelectorExpr, *ast.Ident:
-						// Another name as the value (var fetchISO = httpget.Fetch): without
-						// types, a function reads like any other value, so every such alias
-						// counts (a constant is a const; nothing else in the tree is one).
-						isFunc = true
-					}
-				}
-				if isFunc {
-					bad = append(bad, fset.Position(name.Pos()).String()+": var "+name.Name)
-				}
-			}
+		if _, isFunc := v.Type().Underlying().(*types.Signature); isFunc {
+			out = append(out, fset.Position(v.Pos()).String()+": var "+name)
 		}
 	}
-	return bad
+	return out
 }
 
-// TestNoSeamVariablesInTree: no non-test file of the command tree or its mains declares a
-// package-level variable holding a function, the seams tests used to swap (hostIO, openConn,
-// migFor, fetchISO): each is a field of clitree.Env.
-func TestNoSeamVariablesInTree(t *testing.T) {
-	root := moduleRoot(t)
-	fset := token.NewFileSet()
-	var bad []string
-	files := 0
-	for _, p := range treePackages {
-		matches, err := filepath.Glob(filepath.Join(root, p, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range matches {
-			if strings.HasSuffix(m, "_test.go") {
+// moduleFuncVars type-checks every package of the module (outside third_party/) from its
+// non-test files under each of vetTagSets, and returns their package-level variables of
+// function type (funcVarsOf), with paths relative to root, each once.
+func moduleFuncVars(t *testing.T, root string) (found []string, packages int) {
+	t.Helper()
+	seen := map[string]bool{}
+	checked := map[string]bool{}
+	for _, tags := range vetTagSets {
+		pkgs := listDeps(t, root, "-compiled", "-tags", tags, "./...")
+		fset := token.NewFileSet()
+		imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+			p, ok := pkgs[path]
+			if !ok || p.export == "" {
+				return nil, fmt.Errorf("no export data for %s", path)
+			}
+			return os.Open(p.export)
+		})
+		for path, p := range pkgs {
+			if !strings.HasPrefix(path, modulePath) || strings.HasPrefix(path, modulePath+"third_party/") || len(p.compiled) == 0 {
 				continue
 			}
-			f, err := parser.ParseFile(fset, m, nil, parser.SkipObjectResolution)
-			if err != nil {
-				t.Fatal(err)
+			checked[path] = true
+			var files []*ast.File
+			for _, f := range p.compiled {
+				if !filepath.IsAbs(f) {
+					f = filepath.Join(p.dir, f)
+				}
+				af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+				if err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, af)
 			}
-			files++
-			for _, b := range funcVars(fset, f) {
-				bad = append(bad, strings.TrimPrefix(b, root+"/"))
+			conf := types.Config{Importer: imp}
+			pkg, err := conf.Check(path, fset, files, nil)
+			if err != nil {
+				t.Fatalf("type-check %s (tags %q): %v", path, tags, err)
+			}
+			for _, b := range funcVarsOf(fset, pkg) {
+				b = strings.TrimPrefix(b, root+"/")
+				if !seen[b] {
+					seen[b] = true
+					found = append(found, b)
+				}
 			}
 		}
 	}
-	if files < 40 {
-		t.Fatalf("found only %d Go files in %v", files, treePackages)
+	sort.Strings(found)
+	return found, len(checked)
+}
+
+// TestNoFunctionVariables: no package of the module (outside tests and third_party/) has a
+// package-level variable holding a function. Such a variable is a seam tests swap by
+// assigning it (crashAt, syncDir, groupsFromLinks, hostIO, openConn, migFor were), which
+// keeps any two tests of the package from running at once: it is a field of the options or
+// struct its code already takes (ledger.Ledger, the host scanner, clitree.Env), set by the
+// callers, or a function a build tag chooses (crashHook).
+func TestNoFunctionVariables(t *testing.T) {
+	t.Parallel()
+	found, packages := moduleFuncVars(t, moduleRoot(t))
+	if packages < 45 {
+		t.Fatalf("type-checked only %d packages of the module", packages)
 	}
-	sort.Strings(bad)
-	for _, b := range bad {
-		t.Errorf("a seam in a package variable (make it a field of clitree.Env): %s", b)
+	for _, b := range found {
+		t.Errorf("a function in a package variable (make it a field of the options or struct the code takes): %s", b)
 	}
 }
 
-// TestSeamVariablesFound: the check sees the seams as the tree had them, and not a function
-// declared as such, a variable of another type or a function literal inside a function.
-func TestSeamVariablesFound(t *testing.T) {
+// TestFunctionVariablesFound: the check sees a function in a package variable however it is
+// spelt (a literal, a declared function type, a named function type, another function as the
+// value, a call that returns one), and not a function declared as such, a variable of another
+// type (a bool switch, a struct with a function field, a lazy value), or a function literal
+// inside a function.
+func TestFunctionVariablesFound(t *testing.T) {
+	t.Parallel()
 	const src = `package p
-var hostIO = func(root host.Root) (host.Writer, host.ModuleLoader) { return nil, nil }
-var fetchISO = httpget.Fetch
+type Root struct{}
+type hook func(point string)
+type table struct{ New func() int }
+func fetch(string) error { return nil }
+func onceValue[T any](f func() T) func() T { return f }
+
+var hostIO = func(root Root) (int, error) { return 0, nil }
+var fetchISO = fetch
 var (
 	openConn func(string) error
 	migFor, n = func() {}, 1
 )
-func hostIOOK(root host.Root) {}
-var errX = errors.New("x")
+var crashAt hook
+var lazyTable = onceValue(func() int { return 1 })
+
+func hostIOOK(root Root) {}
+var errX = error(nil)
 var count = 3
-var once sync.Once
+var noOpenat2 = false
+var lazy = table{New: func() int { return 1 }}
 func f() { g := func() {}; g() }
 `
 	fset := token.NewFileSet()
@@ -107,11 +143,189 @@ func f() { g := func() {}; g() }
 	if err != nil {
 		t.Fatal(err)
 	}
+	pkg, err := (&types.Config{}).Check("p", fset, []*ast.File{f}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
-	for _, b := range funcVars(fset, f) {
+	for _, b := range funcVarsOf(fset, pkg) {
 		got = append(got, b[strings.LastIndex(b, " ")+1:])
 	}
-	if strings.Join(got, " ") != "hostIO fetchISO openConn migFor" {
-		t.Errorf("found %v, want [hostIO fetchISO openConn migFor]", got)
+	sort.Strings(got)
+	if want := "crashAt fetchISO hostIO lazyTable migFor openConn"; strings.Join(got, " ") != want {
+		t.Errorf("found %v, want [%s]", got, want)
+	}
+}
+
+// swapExceptions are the package variables a test may assign, each with why.
+var swapExceptions = map[string]string{
+	// The help the tree renders is embedded from roothelp.txt; -update-root-help rewrites
+	// the file and the variable together, in a run that exists to do just that.
+	"internal/clitree.rootHelpFile": "TestRootHelpFile -update-root-help",
+}
+
+// testSwaps returns the assignments in tests (files of dir ending _test.go) to package-level
+// variables of the module's non-test code: vars maps a package directory (relative to the
+// module) to its variables and imports maps an import path of the module to that directory.
+// A name assigned bare counts when it is not declared in the test file (so it is the
+// package's); one assigned as pkg.Name, when pkg is the module's package imported by that file.
+func testSwaps(fset *token.FileSet, f *ast.File, dir string, vars map[string]map[string]bool) []string {
+	imported := map[string]string{} // the file's name for an import -> its directory
+	for _, im := range f.Imports {
+		p, _ := strconv.Unquote(im.Path.Value)
+		if !strings.HasPrefix(p, modulePath) {
+			continue
+		}
+		name := p[strings.LastIndex(p, "/")+1:]
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		imported[name] = strings.TrimPrefix(p, modulePath)
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		a, ok := n.(*ast.AssignStmt)
+		if !ok || a.Tok == token.DEFINE {
+			return true
+		}
+		for _, l := range a.Lhs {
+			var pkg, name string
+			switch x := l.(type) {
+			case *ast.Ident:
+				if x.Obj == nil && !strings.HasSuffix(f.Name.Name, "_test") {
+					pkg, name = dir, x.Name
+				}
+			case *ast.SelectorExpr:
+				if id, ok := x.X.(*ast.Ident); ok && id.Obj == nil {
+					pkg, name = imported[id.Name], x.Sel.Name
+				}
+			}
+			if name != "" && name != "_" && vars[pkg][name] {
+				out = append(out, fmt.Sprintf("%s: %s.%s", fset.Position(l.Pos()), pkg, name))
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// TestTestsSwapNoPackageVariable: no test assigns a package-level variable of the module's
+// code (the seams tests swapped: noOpenat2, LateDefineGrace, step.DetachTimeout, crashAt,
+// syncDir, groupsFromLinks), which keeps every other test of the package from running beside
+// it: a test sets a field of the options or struct it builds instead. swapExceptions are the
+// ones left, each with why.
+func TestTestsSwapNoPackageVariable(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	fset := token.NewFileSet()
+	vars := map[string]map[string]bool{}
+	tests := map[string][]*ast.File{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel != "." && (rel == "third_party" || strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(rel)
+		if strings.HasSuffix(path, "_test.go") {
+			tests[dir] = append(tests[dir], f)
+			return nil
+		}
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.VAR {
+				for _, s := range g.Specs {
+					for _, n := range s.(*ast.ValueSpec).Names {
+						if vars[dir] == nil {
+							vars[dir] = map[string]bool{}
+						}
+						vars[dir][n.Name] = true
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) < 40 {
+		t.Fatalf("found tests in only %d directories", len(tests))
+	}
+	used := map[string]bool{}
+	for dir, files := range tests {
+		for _, f := range files {
+			for _, s := range testSwaps(fset, f, dir, vars) {
+				key := s[strings.LastIndex(s, " ")+1:]
+				if _, ok := swapExceptions[key]; ok {
+					used[key] = true
+					continue
+				}
+				t.Errorf("a test assigns a package variable (make it a field the test sets on what it builds): %s", strings.TrimPrefix(s, root+"/"))
+			}
+		}
+	}
+	for k := range swapExceptions {
+		if !used[k] {
+			t.Errorf("swapExceptions lists %s, which no test assigns any more: drop it", k)
+		}
+	}
+}
+
+// TestTestSwapsFound: the check sees a package variable assigned bare (in the package's own
+// test file) or through the package's import (from another package's test, or an external
+// test package), and not a local of the same name, a field, or a variable the test file
+// declares itself.
+func TestTestSwapsFound(t *testing.T) {
+	t.Parallel()
+	const src = `package p
+
+import (
+	"github.com/vgpu-host/vgpu-host/step"
+	lc "github.com/vgpu-host/vgpu-host/lifecycle"
+)
+
+var mine = 1
+
+func TestX(t *testing.T) {
+	noOpenat2 = true
+	defer func() { noOpenat2 = false }()
+	step.DetachTimeout = 1
+	lc.LateDefineGrace, mine = 2, 2
+	crashAt := 1
+	crashAt = 2
+	var o struct{ syncDir int }
+	o.syncDir = 1
+	step.Other = 1
+	_ = crashAt
+}
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p_test.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]map[string]bool{
+		"p":         {"noOpenat2": true, "crashAt": true, "syncDir": true},
+		"step":      {"DetachTimeout": true},
+		"lifecycle": {"LateDefineGrace": true},
+	}
+	var got []string
+	for _, s := range testSwaps(fset, f, "p", vars) {
+		got = append(got, s[strings.LastIndex(s, " ")+1:])
+	}
+	if want := "p.noOpenat2 p.noOpenat2 step.DetachTimeout lifecycle.LateDefineGrace"; strings.Join(got, " ") != want {
+		t.Errorf("found %v, want [%s]", got, want)
 	}
 }

@@ -59,6 +59,7 @@ func startupViolations(fset *token.FileSet, f *ast.File) []string {
 // TestNoCompileAtInit keeps regular expressions and templates out of package initialisers
 // in every non-test file the binaries build from.
 func TestNoCompileAtInit(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	fset := token.NewFileSet()
 	var bad []string
@@ -85,6 +86,7 @@ func TestNoCompileAtInit(t *testing.T) {
 // fmt.Errorf and map with entries, and not a compile inside a function literal or a function
 // body, an empty map or errors.New.
 func TestStartupViolationsFound(t *testing.T) {
+	t.Parallel()
 	const src = `package p
 import "regexp"
 var a = regexp.MustCompile("a")
