@@ -23,6 +23,7 @@ import (
 // ones; pci.ids names looked up only for the IDs present.
 func Scan(root Root) (*Inventory, error) {
 	s := newScanner(root)
+	s.pfOf = map[Address]Address{}
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
 	groups, nonEmpty, err := openListable(s.groups.dir)
 	if err == nil {
