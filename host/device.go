@@ -38,6 +38,10 @@ type scanner struct {
 	// nodeCPUs is the local_cpulist read for each NUMA node (-1 included), which the kernel
 	// prints from the node alone (localCPUs).
 	nodeCPUs map[int]string
+	// pfOf is, in Scan, the PF of every VF a PF read so far named in its virtfnN links
+	// (readSRIOV), so that the VF's physfn link need not be read (functionLinks); nil outside
+	// Scan.
+	pfOf map[Address]Address
 
 	mu       sync.Mutex
 	warnings []string

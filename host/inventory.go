@@ -39,6 +39,7 @@ const (
 func scan(root Root, from groupSource) (*Inventory, error) {
 	s := newScanner(root)
 	s.groupsFrom = from
+	s.pfOf = map[Address]Address{}
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
 	groups, nonEmpty, err := openListable(s.groups.dir)
 	if err == nil {
@@ -55,17 +56,23 @@ func scan(root Root, from groupSource) (*Inventory, error) {
 	s.bus = openDevDir(s.bus.dir)
 	defer s.bus.close()
 	classes := s.readClasses(addrs, names)
-	devs, groupMembers := s.readSelected(addrs, classes)
-	// The devices in address order, each copied once into a slice of the right size (an
-	// append per device doubled it, 0.65 MB of fresh memory on the 64-GPU host).
-	sorted := make([]*Device, 0, len(devs))
-	for _, d := range devs {
-		sorted = append(sorted, d)
-	}
-	sort.Slice(sorted, func(i, j int) bool { return addrLess(sorted[i].Address, sorted[j].Address) })
-	inv.Devices = make([]Device, len(sorted))
-	for i, d := range sorted {
-		inv.Devices[i] = *d
+	devs, groupMembers, batches := s.readSelected(addrs, classes)
+	if len(batches) == 1 {
+		// One batch, read in address order: the devices are already where they belong
+		// (on the 64-GPU host, 194 KB of fresh memory less than a copy).
+		inv.Devices = batches[0]
+	} else {
+		// The devices in address order, each copied once into a slice of the right size
+		// (an append per device doubled it, 0.65 MB of fresh memory on the 64-GPU host).
+		sorted := make([]*Device, 0, len(devs))
+		for _, d := range devs {
+			sorted = append(sorted, d)
+		}
+		sort.Slice(sorted, func(i, j int) bool { return addrLess(sorted[i].Address, sorted[j].Address) })
+		inv.Devices = make([]Device, len(sorted))
+		for i, d := range sorted {
+			inv.Devices[i] = *d
+		}
 	}
 	inv.Groups = groupsOf(devs, groupMembers)
 	addCompanions(inv)
@@ -208,8 +215,9 @@ func mayBeSelected(class uint32) bool {
 
 // readSelected is pass 2: the GPUs and the companions of their slots, then, transitively, the
 // members of their IOMMU groups and the VFs of GPUs, each read in full once. It returns the
-// devices read and the member addresses of every group met.
-func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map[Address]*Device, map[int][]Address) {
+// devices read, the member addresses of every group met, and the devices of each batch, each
+// batch read in address order (a PF before its VFs, whose routing IDs are above its own).
+func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map[Address]*Device, map[int][]Address, [][]Device) {
 	selected := map[Address]bool{}
 	var queue []Address
 	add := func(a Address) {
@@ -233,10 +241,15 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 	}
 	devs := map[Address]*Device{}
 	groupMembers := map[int][]Address{}
+	var batches [][]Device
 	for len(queue) > 0 {
 		batch := queue
 		queue = nil
-		for _, d := range s.readBatch(batch) {
+		sort.Slice(batch, func(i, j int) bool { return addrLess(batch[i], batch[j]) })
+		read := s.readBatch(batch)
+		batches = append(batches, read)
+		for i := range read {
+			d := &read[i]
 			devs[d.Address] = d
 			if d.IOMMUGroup >= 0 {
 				if _, seen := groupMembers[d.IOMMUGroup]; !seen {
@@ -257,12 +270,12 @@ func (s *scanner) readSelected(addrs []Address, classOf map[Address]uint32) (map
 			}
 		}
 	}
-	return devs, groupMembers
+	return devs, groupMembers, batches
 }
 
 // readBatch reads the devices of batch, in order, leaving out (with a warning) those that
 // vanished or cannot be read. They are read into one slice, not one allocation each.
-func (s *scanner) readBatch(batch []Address) []*Device {
+func (s *scanner) readBatch(batch []Address) []Device {
 	read := make([]Device, len(batch))
 	ok := make([]bool, len(batch))
 	forEach(len(batch), func(i int) {
@@ -277,13 +290,14 @@ func (s *scanner) readBatch(batch []Address) []*Device {
 		}
 		read[i], ok[i] = d, true
 	})
-	out := make([]*Device, 0, len(batch))
+	n := 0
 	for i := range read {
 		if ok[i] {
-			out = append(out, &read[i])
+			read[n] = read[i]
+			n++
 		}
 	}
-	return out
+	return read[:n]
 }
 
 // groupsOf builds the IOMMU groups from the devices already read (no second read of any

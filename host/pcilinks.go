@@ -77,7 +77,13 @@ func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) (l Func
 	} else {
 		s.warn("%s: %v", addr, err)
 	}
-	if pf := s.optionalLink(addr, dd, "physfn"); pf != "" {
+	// The kernel makes a VF's physfn link and its PF's virtfnN link together and removes them
+	// together (pci_iov_sysfs_link, pci_iov_remove_virtfn): in Scan, a VF whose PF was read
+	// first (a VF's routing ID is above its PF's, and Scan reads in address order) takes its
+	// PF from there, one readlink less per VF (512 on the 64-GPU host).
+	if pf, ok := s.knownPF(addr); pre != nil && ok {
+		l.PhysFn = &pf
+	} else if pf := s.optionalLink(addr, dd, "physfn"); pf != "" {
 		if a, err := ParseAddress(pf); err == nil {
 			l.PhysFn = &a
 		} else {
@@ -85,6 +91,14 @@ func (s *scanner) functionLinks(addr Address, dd devDir, pre *firstRead) (l Func
 		}
 	}
 	return l, numaRead
+}
+
+// knownPF is the PF whose virtfnN link named vf, when Scan read it (pfOf).
+func (s *scanner) knownPF(vf Address) (Address, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pf, ok := s.pfOf[vf]
+	return pf, ok
 }
 
 // ListPCIFunctions returns the address of every function under ROOT/sys/bus/pci/devices,

@@ -117,3 +117,69 @@ func addresses(ms []host.GroupMember) []host.Address {
 	}
 	return out
 }
+
+// Every device Scan reports is the device ReadDevice reads alone, which takes nothing from
+// another function: on both real-kernel snapshots (IDs and driver from uevent, groups from
+// links) here, and in TestScanGolden on the generated 64-GPU host (512 VFs, whose PF Scan takes
+// from their PF's virtfnN links instead of reading their physfn links; NUMA nodes'
+// local_cpulist read once), whose tree takes seconds to write. A cut in Scan that changes any
+// field of any device, where the goldens do not look, fails here.
+func TestScanDevicesEqualReadDevice(t *testing.T) {
+	t.Parallel()
+	onRealSnapshots(t, func(t *testing.T, root host.Root) { scanEqualsReadDevice(t, root, 0) })
+}
+
+// scanEqualsReadDevice checks TestScanDevicesEqualReadDevice's claim on root, where Scan must
+// report at least wantVFs VFs.
+func scanEqualsReadDevice(t *testing.T, root host.Root, wantVFs int) {
+	t.Helper()
+	inv, err := host.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vfs := 0
+	for _, d := range inv.Devices {
+		alone, err := host.ReadDevice(root, d.Address)
+		if err != nil {
+			t.Fatalf("%s: %v", d.Address, err)
+		}
+		d.Companions, d.Mdev = nil, nil // what only Scan fills, from the rest of the host
+		if !reflect.DeepEqual(d, alone) {
+			t.Errorf("%s: Scan %+v\nReadDevice %+v", d.Address, d, alone)
+		}
+		if d.PhysFn != nil {
+			vfs++
+		}
+	}
+	if vfs < wantVFs {
+		t.Fatalf("%d of Scan's devices are VFs, want at least %d: not the host this test was written for", vfs, wantVFs)
+	}
+}
+
+// Scan takes a VF's PF from the PF's virtfnN link (the kernel makes it and the VF's physfn
+// link together), so it does not read physfn of a VF its PF named: here the VF's own link is
+// gone and Scan still reports its PF, where ReadDevice, reading the VF alone, finds none.
+func TestScanTakesVFsPFFromVirtfn(t *testing.T) {
+	t.Parallel()
+	tr := hosttest.New(t)
+	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 1, 2, nil)
+	vf := tr.VFAddress(pf, 1)
+	must(t, os.Remove(tr.Root.PCIDevice(vf, "physfn")))
+	inv, err := host.Scan(tr.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *host.Address
+	found := false
+	for _, d := range inv.Devices {
+		if d.Address == vf {
+			got, found = d.PhysFn, true
+		}
+	}
+	if !found || got == nil || *got != pf {
+		t.Fatalf("Scan's VF %s (found %v): physfn %v, want %s from %s/virtfn1", vf, found, got, pf, pf)
+	}
+	if alone, err := host.ReadDevice(tr.Root, vf); err != nil || alone.PhysFn != nil {
+		t.Fatalf("ReadDevice(%s) = physfn %v, %v; want none: the link is gone", vf, alone.PhysFn, err)
+	}
+}

@@ -67,6 +67,9 @@ func TestScanGolden(t *testing.T) {
 				got := bytes.ReplaceAll(buf.Bytes(), []byte(root.Dir()), []byte("ROOT"))
 				compareGolden(t, c.name, got)
 			}
+			if c.name == "gpu64" { // TestScanDevicesEqualReadDevice's, on this tree generated once
+				scanEqualsReadDevice(t, root, 512)
+			}
 		})
 	}
 }

@@ -71,6 +71,13 @@ func (s *scanner) readSRIOV(addr Address, dd devDir) *SRIOV {
 		}
 		sr.VFs = append(sr.VFs, a)
 	}
+	if s.pfOf != nil {
+		s.mu.Lock()
+		for _, vf := range sr.VFs {
+			s.pfOf[vf] = addr
+		}
+		s.mu.Unlock()
+	}
 	return sr
 }
 
