@@ -41,24 +41,8 @@ func healthCommand() *cli.Command {
 			"and every quarantine record.\n" +
 			"With ADDR: check the device now (config space, BARs, capability list, driver, AER counters,\n" +
 			"link width) against its baseline; nothing is written.",
-		Action: runHealth,
+		Action: opAction("host health", nil),
 	}
-}
-
-func runHealth(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := healthRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.Health(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderHealth(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // healthRequest is host health's request: at most one operand, the device to check now.

@@ -12,7 +12,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // The commands backed by an operation of package ops run as flags → request → operation →
@@ -82,19 +84,37 @@ type fileSource interface {
 	sentFile(name string) (content string, ok, sent bool)
 }
 
+// sentContent is the content of the file path that command op reads, as the caller's CLI
+// sent it to the agent: sent false in the CLI, which reads the file itself; an error when the
+// agent runs the command and the request lacks the file (the agent opens no file a caller
+// names).
+func sentContent(f flagValues, op, path string) (data []byte, sent bool, err error) {
+	src, ok := f.(fileSource)
+	if !ok {
+		return nil, false, nil
+	}
+	c, ok, sent := src.sentFile(path)
+	if !sent {
+		return nil, false, nil
+	}
+	if !ok {
+		return nil, true, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", op, path)
+	}
+	return []byte(c), true, nil
+}
+
 // specsOf loads the SPEC operands of command op (apply, plan): read as the caller by the CLI,
 // the content the caller sent in the agent, named by the caller's path either way.
 func specsOf(f flagValues, op string) ([]ops.Spec, error) {
 	var specs []ops.Spec
 	for _, p := range f.Operands() {
 		s := ops.Spec{Path: p}
-		if src, ok := f.(fileSource); ok {
-			if c, ok, sent := src.sentFile(p); sent {
-				if !ok {
-					return nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", op, p)
-				}
-				s.Data = []byte(c)
-			}
+		c, sent, err := sentContent(f, op, p)
+		if err != nil {
+			return nil, err
+		}
+		if sent {
+			s.Data = c
 		}
 		specs = append(specs, s)
 	}
@@ -121,6 +141,9 @@ const (
 	// connFlagLazy: --connect, checked when the operation opens it, after the specs, the
 	// virt type and the forced checks (apply, plan).
 	connFlagLazy
+	// connFlagOrLocal: --connect when set, else this machine's libvirt (host layout); the
+	// agent's own in the agent, which --connect may only repeat.
+	connFlagOrLocal
 )
 
 // shown prints an operation's result as the invocation's output asks.
@@ -151,6 +174,14 @@ type opCommand struct {
 	// requestFirst: the request is checked before the host root and --output.
 	requestFirst bool
 	conn         connKind
+	// check, when set, checks the built request after the root and --output, before the
+	// libvirt URI (attach's --force).
+	check func(req ops.Request) error
+	// outputLast: --output is checked after the operation ran (mig: as it always was).
+	outputLast bool
+	// anyRoot: in the CLI, a --host-root that cannot be used is / (mig); the agent serves
+	// its own root only.
+	anyRoot bool
 	// commandLine, when set, says that this invocation still runs as a command line (its
 	// urfave/cli action, in the agent too): plan --migrate has no operation yet.
 	commandLine func(f flagValues) bool
@@ -183,6 +214,25 @@ func opCmd[Q ops.Request, R any](build func(flagValues) (Q, error), run func(con
 			}
 			return func(o opOutput) error { return render(o, res) }, err
 		},
+	}
+}
+
+// plain is the renderer opCmd takes of a renderer that prints R in an output format on w
+// (renderMdevTypes, ...).
+func plain[R any](render func(w io.Writer, output string, res R) error) func(opOutput, R) error {
+	return func(o opOutput, r R) error { return render(o.w, o.format, r) }
+}
+
+// infallible is the request builder opCmd takes of one that refuses nothing.
+func infallible[Q any](build func(flagValues) Q) func(flagValues) (Q, error) {
+	return func(f flagValues) (Q, error) { return build(f), nil }
+}
+
+// checked is the request builder opCmd takes of one whose request checks itself (Check).
+func checked[Q interface{ Check() error }](build func(flagValues) Q) func(flagValues) (Q, error) {
+	return func(f flagValues) (Q, error) {
+		q := build(f)
+		return q, q.Check()
 	}
 }
 
@@ -220,6 +270,24 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		c.conn, c.requestFirst = connLocal, requestFirst
 		return c
 	}
+	withConn := func(c opCommand, kind connKind) opCommand {
+		c.requestFirst, c.conn = true, kind
+		return c
+	}
+	// mig: the request, the root (/ when --host-root cannot be used), the operation, and only
+	// then --output, as these commands always did.
+	migCmd := func(c opCommand, requestFirst bool) opCommand {
+		c.requestFirst, c.anyRoot, c.outputLast = requestFirst, true, true
+		return c
+	}
+	attach := withConn(opCmd(attachRequest, ops.Attach, plain(renderAttach), false), connFlag)
+	attach.check = func(req ops.Request) error {
+		r, _ := req.(ops.AttachRequest)
+		_, err := ops.CheckForce(r.Force, vfio.ForceableChecks)
+		return err
+	}
+	layoutShow := opCmd(infallible(layoutShowRequest), ops.LayoutShow, plain(renderLayoutShow), false)
+	layoutShow.conn = connFlagOrLocal
 	return map[string]opCommand{
 		"inspect":      inspect,
 		"check":        opCmd(func(flagValues) (ops.CheckRequest, error) { return ops.CheckRequest{}, nil }, ops.Check, renderCheck, true),
@@ -234,6 +302,25 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		"vf enable":    local(opCmd(vfEnableRequest, ops.VFEnable, renderVFEnable, false), true),
 		"vf disable":   local(opCmd(vfDisableRequest, ops.VFDisable, renderVFDisable, false), true),
 		"host restore": local(opCmd(restoreRequest, ops.Restore, renderRestore, true), false),
+
+		"mdev types":    local(opCmd(infallible(mdevTypesRequest), ops.MdevTypes, plain(renderMdevTypes), false), false),
+		"mdev list":     local(opCmd(infallible(mdevListRequest), ops.MdevList, plain(renderMdevList), false), false),
+		"mdev place":    local(opCmd(mdevPlaceRequest, ops.MdevPlace, plain(renderMdevPlace), false), false),
+		"mdev define":   local(opCmd(checked(mdevDefineRequest), ops.MdevDefine, plain(renderMdevDefine), false), true),
+		"mdev undefine": local(opCmd(checked(mdevUndefineRequest), ops.MdevUndefine, plain(renderMdevUndefine), false), true),
+		"vf list":       local(opCmd(vfListRequest, ops.VFList, plain(renderVFList), false), false),
+		"host health":   local(opCmd(healthRequest, ops.Health, plain(renderHealth), false), false),
+		"verify":        withConn(opCmd(verifyRequest, ops.Verify, plain(renderVerify), true), connFlag),
+		"attach":        attach,
+		"detach":        withConn(opCmd(detachRequest, ops.Detach, plain(renderDetach), false), connFlag),
+
+		"mig show":  migCmd(opCmd(infallible(migShowRequest), ops.MIGShow, plain(renderMIGShow), false), false),
+		"mig plan":  migCmd(opCmd(migPlanRequest, ops.MIGPlan, plain(renderMIGPlan), false), true),
+		"mig apply": migCmd(opCmd(migApplyRequest, ops.MIGApply, plain(renderMIGApply), false), true),
+
+		"host layout show":  layoutShow,
+		"host layout plan":  withConn(opCmd(layoutPlanRequest, ops.LayoutPlan, plain(renderLayoutPlan), true), connFlagOrLocal),
+		"host layout apply": withConn(opCmd(layoutApplyRequest, ops.LayoutApply, plain(renderLayoutApply), true), connFlagOrLocal),
 	}
 }}
 
@@ -268,14 +355,26 @@ func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, 
 	}
 	root, err := site.root(f)
 	if err != nil {
-		return err
+		if !oc.anyRoot || !site.oneShot() {
+			return err
+		}
+		if root, err = host.NewRoot("/"); err != nil {
+			return err
+		}
 	}
-	o, err := outputFormat(f.String("output"))
-	if err != nil {
-		return err
+	var o string
+	if !oc.outputLast {
+		if o, err = outputFormat(f.String("output")); err != nil {
+			return err
+		}
 	}
 	if err := build(); err != nil {
 		return err
+	}
+	if oc.check != nil {
+		if err := oc.check(req); err != nil {
+			return err
+		}
 	}
 	var uri string
 	if oc.conn == connFlag {
@@ -289,6 +388,12 @@ func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, 
 	show, err := oc.run(ctx, site.env(f, oc.conn, root, uri), req)
 	if show == nil {
 		return err
+	}
+	if oc.outputLast {
+		var oerr error
+		if o, oerr = outputFormat(f.String("output")); oerr != nil {
+			return oerr
+		}
 	}
 	if perr := show(opOutput{w: stdout, format: o, root: root, name: appName + " " + name}); perr != nil {
 		return perr
@@ -329,6 +434,12 @@ func (s cliSite) env(_ flagValues, kind connKind, root host.Root, uri string) op
 	switch kind {
 	case connLocal:
 		return opsEnv(s.cmd, root, virt.DefaultURI)
+	case connFlagOrLocal:
+		env := opsEnv(s.cmd, root, virt.DefaultURI)
+		if uri := s.cmd.String("connect"); uri != "" {
+			env.OpenConn = func() (virt.Conn, error) { return envOf(s.cmd).openConn(uri, remote.OpenOptions{}) }
+		}
+		return env
 	case connFlagLazy:
 		env := opsEnv(s.cmd, root, "")
 		env.OpenConn = func() (virt.Conn, error) {

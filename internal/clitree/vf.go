@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -46,24 +45,8 @@ func vfListCommand() *cli.Command {
 		Name:      "list",
 		Usage:     "list SR-IOV physical functions and their VFs",
 		ArgsUsage: "[PF]",
-		Action:    runVFList,
+		Action:    opAction("vf list", nil),
 	}
-}
-
-func runVFList(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := vfListRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.VFList(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderVFList(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // vfListRequest is vf list's request: at most one operand, the PF.
