@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 
@@ -12,12 +13,10 @@ import (
 )
 
 // stillCommandLine are the commands the agent still runs as a command line (runCommandLine,
-// on the command tree) because they have no operation in package ops yet, and plan, whose
-// --migrate has none. Issue 28: this list may only shrink; a command given an operation
+// on the command tree) because they have no operation in package ops yet. Issue 28: this list may only shrink; a command given an operation
 // leaves it (TestCommandLineCommands says so).
 var stillCommandLine = []string{
-	"host install-unit", "host release-quarantine", "image export", "kubevirt config", "kubevirt labels",
-	"kubevirt vm", "migrate", "migrate-target", "render",
+	"host install-unit", "host release-quarantine", "migrate-target",
 }
 
 // TestCommandLineCommands: every command the agent runs has an operation or is in
@@ -48,14 +47,15 @@ func TestCommandLineCommands(t *testing.T) {
 }
 
 // TestAgentExecRunsOperations: POST /v1/exec runs an operation-backed command with no command
-// line (the runner's command-line count stays 0) and answers what the CLI prints; plan
-// --migrate, which has no operation, and a command without one still take the command line.
+// line (the runner's command-line count stays 0) and answers what the CLI prints, plan
+// --migrate too; a command without an operation still takes the command line.
 func TestAgentExecRunsOperations(t *testing.T) {
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *cliRunner
 	startAgentWith(t, dir, func(s *agent.Server) { cr = s.Runner.(*cliRunner) })
 	c := agentClient(t, dir)
+	spec := deviceFreeVM(t, dir, "ops")
 	for _, args := range [][]string{
 		{"inspect"},
 		{"-o", "json", "inspect", "0000:01:00.0"},
@@ -77,11 +77,32 @@ func TestAgentExecRunsOperations(t *testing.T) {
 		{"-o", "json", "mig", "plan", "--gpu", "0000:01:00.0", "--profiles", "1g.10gb"},
 		{"mig", "apply", "--gpu", "0000:01:00.0", "--profiles", "", "--dry-run"},
 		{"verify"},
-		{"attach", "--force", "no-such-check", "vm1"},
+		{"mdev", "define", "--parent", "mbochs", "--type", "small", "--dry-run", "9794f498-f859-59a6-9e2f-84991849c7b4"},
+		{"-o", "json", "mdev", "undefine", "--dry-run", "9794f498-f859-59a6-9e2f-84991849c7b4"},
+		{"attach", "--gpu", "0000:01:00.0", "--force", "no-such-check", "vm1"},
 		{"detach"},
+		{"render", "--offline", spec},
+		{"render", spec},
+		{"-o", "json", "render", spec},
+		{"render", spec, spec},
+		{"kubevirt", "config"},
+		{"kubevirt", "labels", "-o", "json"},
+		{"kubevirt", "vm", spec},
+		{"kubevirt", "vm", "--container-disk", "bad", spec},
+		{"image", "export"},
+		{"image", "export", "-o", "./vm1.qcow2", "vm1"},
+		{"image", "export", "-o", "xml", "vm1"},
+		{"migrate", "--to", "qemu+ssh://target/system"},
+		{"migrate", "--to", "qemu+ssh://target/system", "--migrate-uri", "udp://x", "vm1"},
+		{"plan", "--migrate", "vm1"},
+		{"plan", "--migrate", "vm1", spec},
+		{"plan", "--migrate", "vm1", "--to", "qemu+ssh://target/system", "--migrate-uri", "udp://x"},
 	} {
 		in, inErr, inCode := runVia(t, agentNever, append([]string{"--host-root", dir}, args...)...)
 		out, outErr, outCode := runVia(t, agentAlways, append([]string{"--host-root", dir}, args...)...)
+		if os.Getenv("AGENT_TEST_DEBUG") != "" {
+			t.Logf("%v: exit %d\n%s%s", args, inCode, in, inErr)
+		}
 		if in != out || inErr != outErr || inCode != outCode {
 			t.Errorf("%v: through the agent exit %d:\n%s%s\nin-process exit %d:\n%s%s", args, outCode, out, outErr, inCode, in, inErr)
 		}
@@ -89,11 +110,11 @@ func TestAgentExecRunsOperations(t *testing.T) {
 	if n := cr.commandLines.Load(); n != 0 {
 		t.Errorf("the agent ran %d operation-backed request(s) as a command line; want none", n)
 	}
-	res, err := c.Exec(context.Background(), agentapi.ExecRequest{Command: "render", Flags: map[string]json.RawMessage{"host-root": json.RawMessage(`"` + dir + `"`)}})
-	if err != nil || res.ExitCode == 0 {
-		t.Fatalf("render without a spec: %v %+v", err, res)
+	res, err := c.Exec(context.Background(), agentapi.ExecRequest{Command: "host release-quarantine", Flags: map[string]json.RawMessage{"host-root": json.RawMessage(`"` + dir + `"`)}})
+	if err != nil || res.ExitCode != exitUsage {
+		t.Fatalf("host release-quarantine without an address: %v %+v", err, res)
 	}
 	if n := cr.commandLines.Load(); n != 1 {
-		t.Errorf("render (no operation yet) ran %d command lines; want 1", n)
+		t.Errorf("host release-quarantine (no operation yet) ran %d command lines; want 1", n)
 	}
 }

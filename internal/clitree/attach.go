@@ -39,7 +39,7 @@ func attachCommand() *cli.Command {
 			&cli.BoolFlag{Name: "config", Usage: "change the VM's definition only (its next boot), even when it runs"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the steps and the device XML and change nothing"},
 		},
-		Action: opAction("attach", nil),
+		Action: opAction("attach"),
 	}
 }
 

@@ -24,7 +24,7 @@ func detachCommand() *cli.Command {
 			connectFlag(),
 			&cli.DurationFlag{Name: "timeout", Value: ops.DefaultDetachTimeout, Usage: "wait at most `DURATION` for the guest to release the device"},
 		},
-		Action: opAction("detach", nil),
+		Action: opAction("detach"),
 	}
 }
 

@@ -41,7 +41,7 @@ func healthCommand() *cli.Command {
 			"and every quarantine record.\n" +
 			"With ADDR: check the device now (config space, BARs, capability list, driver, AER counters,\n" +
 			"link width) against its baseline; nothing is written.",
-		Action: opAction("host health", nil),
+		Action: opAction("host health"),
 	}
 }
 

@@ -69,14 +69,14 @@ func layoutCommand() *cli.Command {
 				Usage:     "print the changes that bring the host to a configuration, in order; change nothing",
 				ArgsUsage: "FILE",
 				Flags:     []cli.Flag{configFlag, layoutForce, connect, timeoutFlag()},
-				Action:    opAction("host layout plan", nil),
+				Action:    opAction("host layout plan"),
 			},
 			{
 				Name:      "apply",
 				Usage:     "change only what differs from a configuration, in dependency order, with the undo stack; persist it",
 				ArgsUsage: "FILE",
 				Flags:     []cli.Flag{configFlag, layoutForce, connect, dryRunFlag(), timeoutFlag()},
-				Action:    opAction("host layout apply", nil),
+				Action:    opAction("host layout apply"),
 			},
 			{
 				Name:  "show",
@@ -85,7 +85,7 @@ func layoutCommand() *cli.Command {
 					&cli.BoolFlag{Name: "selected", Usage: "print the configuration the last apply recorded (" + layout.SelectionFile + " in the state directory)"},
 					timeoutFlag(),
 				},
-				Action: opAction("host layout show", nil),
+				Action: opAction("host layout show"),
 			},
 		},
 	}

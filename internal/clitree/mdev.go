@@ -105,7 +105,7 @@ func mdevTypesCommand() *cli.Command {
 		Name:      "types",
 		Usage:     "list vGPU parents and the types they can create now",
 		ArgsUsage: "[PARENT]",
-		Action:    opAction("mdev types", nil),
+		Action:    opAction("mdev types"),
 	}
 }
 
@@ -161,7 +161,7 @@ func mdevListCommand() *cli.Command {
 			&cli.BoolFlag{Name: "defined", Aliases: []string{"d"}, Usage: "only instances with a persistent definition (mdevctl list --defined)"},
 			&cli.BoolFlag{Name: "active", Usage: "only instances that exist in the kernel now (mdevctl list)"},
 		},
-		Action: opAction("mdev list", nil),
+		Action: opAction("mdev list"),
 	}
 }
 
@@ -212,7 +212,7 @@ func mdevCreateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "define", Usage: "also persist the mdev instances (mdevctl format, start=auto)"},
 			dryRunFlag(), timeoutFlag(),
 		},
-		Action: opAction("mdev create", nil),
+		Action: opAction("mdev create"),
 	}
 }
 
@@ -274,7 +274,7 @@ func mdevRemoveCommand() *cli.Command {
 			dryRunFlag(), timeoutFlag(),
 			resetFlag(),
 		},
-		Action: opAction("mdev remove", nil),
+		Action: opAction("mdev remove"),
 	}
 }
 
@@ -289,7 +289,7 @@ func mdevDefineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "manual", Usage: "start=manual: keep the definition but do not create it at boot"},
 			dryRunFlag(),
 		},
-		Action: opAction("mdev define", nil),
+		Action: opAction("mdev define"),
 	}
 }
 
@@ -320,7 +320,7 @@ func mdevUndefineCommand() *cli.Command {
 		Usage:     "delete persistent mdev definitions (the active instances stay)",
 		ArgsUsage: "UUID...",
 		Flags:     []cli.Flag{dryRunFlag()},
-		Action:    opAction("mdev undefine", nil),
+		Action:    opAction("mdev undefine"),
 	}
 }
 
@@ -351,7 +351,7 @@ func mdevPlaceCommand() *cli.Command {
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of instances"},
 			&cli.StringFlag{Name: "numa", Usage: "preferred NUMA `NODE`"},
 		},
-		Action: opAction("mdev place", nil),
+		Action: opAction("mdev place"),
 	}
 }
 

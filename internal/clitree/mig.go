@@ -37,7 +37,7 @@ func migShowCommand() *cli.Command {
 		Name:      "show",
 		Usage:     "list NVIDIA GPUs: MIG mode, profiles with their free placements, GPU instances",
 		ArgsUsage: "[GPU]",
-		Action:    opAction("mig show", nil),
+		Action:    opAction("mig show"),
 	}
 }
 
@@ -178,7 +178,7 @@ func migPlanCommand() *cli.Command {
 		Name:   "plan",
 		Usage:  "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
 		Flags:  migPlanFlags(false),
-		Action: opAction("mig plan", nil),
+		Action: opAction("mig plan"),
 	}
 }
 
@@ -187,7 +187,7 @@ func migApplyCommand() *cli.Command {
 		Name:   "apply",
 		Usage:  "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
 		Flags:  migPlanFlags(true),
-		Action: opAction("mig apply", nil),
+		Action: opAction("mig apply"),
 	}
 }
 

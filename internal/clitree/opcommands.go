@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"reflect"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/lazy"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
@@ -141,6 +145,9 @@ const (
 	// connFlagLazy: --connect, checked when the operation opens it, after the specs, the
 	// virt type and the forced checks (apply, plan).
 	connFlagLazy
+	// connFlagRaw: --connect as given, opened when the operation needs it (image export);
+	// in the agent, its own, which --connect may only repeat.
+	connFlagRaw
 	// connFlagOrLocal: --connect when set, else this machine's libvirt (host layout); the
 	// agent's own in the agent, which --connect may only repeat.
 	connFlagOrLocal
@@ -153,6 +160,7 @@ type shown func(out opOutput) error
 // (inspect and status list its quarantined devices) and the command's full name.
 type opOutput struct {
 	w      io.Writer
+	errw   io.Writer // stderr: render's notes, kubevirt labels' "wrote FILE"
 	format string
 	root   host.Root
 	name   string // "vgpu-host mdev create"
@@ -174,17 +182,34 @@ type opCommand struct {
 	// requestFirst: the request is checked before the host root and --output.
 	requestFirst bool
 	conn         connKind
-	// check, when set, checks the built request after the root and --output, before the
-	// libvirt URI (attach's --force).
-	check func(req ops.Request) error
+	// pre, when set, checks the flags and operands before anything else (the operand count).
+	pre func(f flagValues) error
+	// outputFirst: --output is checked before the request and the root (render, kubevirt).
+	outputFirst bool
 	// outputLast: --output is checked after the operation ran (mig: as it always was).
 	outputLast bool
+	// needsRoot, when set, says whether the request needs the host root at all (render
+	// --offline does not); only with requestFirst.
+	needsRoot func(req ops.Request) bool
 	// anyRoot: in the CLI, a --host-root that cannot be used is / (mig); the agent serves
 	// its own root only.
 	anyRoot bool
-	// commandLine, when set, says that this invocation still runs as a command line (its
-	// urfave/cli action, in the agent too): plan --migrate has no operation yet.
-	commandLine func(f flagValues) bool
+	// rootErr, when set, is the error a root that cannot be used fails with (kubevirt vm's
+	// names the VM); only with requestFirst.
+	rootErr func(req ops.Request, err error) error
+	// finish, when set, completes the built request at site after the root and --output,
+	// before the libvirt URI (attach's --force checked, kubevirt vm's --config read, image
+	// export's progress asked for).
+	finish func(f flagValues, req ops.Request, site opSite) (ops.Request, error)
+	// interruptible: in the CLI, SIGINT and SIGTERM cancel the operation (image export kills
+	// its helpers and removes FILE.partial); the agent's request has its own cancellation.
+	interruptible bool
+	// variant, when set, is the command this invocation runs instead, when it is another
+	// (plan --migrate: the migration's plan).
+	variant func(f flagValues) (opCommand, bool)
+	// vet, when set, checks the request built first at site before the root (migrate:
+	// --target-cmd refused in the agent, the way to the target).
+	vet func(req ops.Request, site opSite) error
 	// oneShot is what a one-shot CLI process does before the operation runs (never the
 	// agent, which lives on).
 	oneShot func(req ops.Request)
@@ -222,6 +247,9 @@ func opCmd[Q ops.Request, R any](build func(flagValues) (Q, error), run func(con
 func plain[R any](render func(w io.Writer, output string, res R) error) func(opOutput, R) error {
 	return func(o opOutput, r R) error { return render(o.w, o.format, r) }
 }
+
+// manifestOf prints a Kubernetes manifest R as renderManifest does.
+func manifestOf[R any](o opOutput, r R) error { return renderManifest(o.w, o.format, r) }
 
 // infallible is the request builder opCmd takes of one that refuses nothing.
 func infallible[Q any](build func(flagValues) Q) func(flagValues) (Q, error) {
@@ -265,7 +293,6 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 	apply.requestFirst, apply.conn = true, connFlagLazy
 	plan := opCmd(planRequest, ops.Plan, renderPlan, true)
 	plan.requestFirst, plan.conn = true, connFlagLazy
-	plan.commandLine = func(f flagValues) bool { return f.IsSet("migrate") }
 	local := func(c opCommand, requestFirst bool) opCommand {
 		c.conn, c.requestFirst = connLocal, requestFirst
 		return c
@@ -274,6 +301,13 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		c.requestFirst, c.conn = true, kind
 		return c
 	}
+	// migrate: the request, the way to the target, the root, --output, --connect; its
+	// result printed with the error when it fails half-way.
+	migrate := withConn(opCmd(migrateRequest, ops.Migrate, plain(renderMigrate), true), connFlag)
+	migrate.vet = vetMigrate
+	planMigrate := withConn(opCmd(planMigrateRequestOf, planMigrateOp, plain(renderMigrate), true), connFlag)
+	planMigrate.pre, planMigrate.vet = planMigrateUsage, vetMigrate
+	plan.variant = func(f flagValues) (opCommand, bool) { return planMigrate, f.IsSet("migrate") }
 	// mig: the request, the root (/ when --host-root cannot be used), the operation, and only
 	// then --output, as these commands always did.
 	migCmd := func(c opCommand, requestFirst bool) opCommand {
@@ -281,10 +315,48 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		return c
 	}
 	attach := withConn(opCmd(attachRequest, ops.Attach, plain(renderAttach), false), connFlag)
-	attach.check = func(req ops.Request) error {
+	attach.finish = func(_ flagValues, req ops.Request, _ opSite) (ops.Request, error) {
 		r, _ := req.(ops.AttachRequest)
 		_, err := ops.CheckForce(r.Force, vfio.ForceableChecks)
-		return err
+		return req, err
+	}
+	// render: the operand and --virt-type, --output, the spec, then the root (unread with
+	// --offline), as it always did.
+	render := opCmd(renderSpecRequest, ops.Render, renderNoted, false)
+	render.pre = func(f flagValues) error { _, err := renderRequest(f); return err }
+	render.outputFirst, render.requestFirst = true, true
+	render.needsRoot = func(req ops.Request) bool { r, _ := req.(ops.RenderRequest); return !r.Offline }
+	// kubevirt: the operand count, --output, the root, the request (kubevirt vm: its disks
+	// and spec before the root, --config after it, both errors naming the VM).
+	manifest := func(c opCommand, n int, name string) opCommand {
+		c.pre = func(f flagValues) error {
+			switch got := len(f.Operands()); {
+			case got == n:
+				return nil
+			case n == 0:
+				return usageErr("%s takes no arguments", name)
+			default:
+				return usageErr("%s takes one SPEC.yaml, got %d arguments", name, got)
+			}
+		}
+		c.outputFirst = true
+		return c
+	}
+	kubeVM := manifest(opCmd(kubeVirtVMSpecRequest, ops.KubeVirtVM, manifestOf[*ops.KubeVirtVMResult], false), 1, "kubevirt vm")
+	kubeVM.requestFirst, kubeVM.finish = true, kubeVirtVMConfig
+	kubeVM.rootErr = func(req ops.Request, err error) error {
+		r, _ := req.(ops.KubeVirtVMRequest)
+		return fmt.Errorf("kubevirt vm %s: %w", kubeVMName(r), err)
+	}
+	// image export: the operand count, --output (a path there is a mistake of its own), the
+	// request, the root, then the helpers' progress asked for only when it can be shown.
+	export := opCmd(exportRequest, ops.Export, plain(renderExport), false)
+	export.pre = exportUsage
+	export.outputFirst, export.requestFirst, export.conn, export.interruptible = true, true, connFlagRaw, true
+	export.finish = func(f flagValues, req ops.Request, site opSite) (ops.Request, error) {
+		r, _ := req.(ops.ExportRequest)
+		r.Progress = f.String("output") == "table" && site.liveProgress()
+		return r, nil
 	}
 	layoutShow := opCmd(infallible(layoutShowRequest), ops.LayoutShow, plain(renderLayoutShow), false)
 	layoutShow.conn = connFlagOrLocal
@@ -318,6 +390,12 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		"mig plan":  migCmd(opCmd(migPlanRequest, ops.MIGPlan, plain(renderMIGPlan), false), true),
 		"mig apply": migCmd(opCmd(migApplyRequest, ops.MIGApply, plain(renderMIGApply), false), true),
 
+		"render":            render,
+		"image export":      export,
+		"migrate":           migrate,
+		"kubevirt config":   manifest(opCmd(kubeVirtConfigRequest, ops.KubeVirtConfig, manifestOf[*ops.KubeVirtConfigResult], false), 0, "kubevirt config"),
+		"kubevirt labels":   manifest(opCmd(kubeVirtLabelsRequest, ops.KubeVirtLabels, renderLabelsWritten, false), 0, "kubevirt labels"),
+		"kubevirt vm":       kubeVM,
 		"host layout show":  layoutShow,
 		"host layout plan":  withConn(opCmd(layoutPlanRequest, ops.LayoutPlan, plain(renderLayoutPlan), true), connFlagOrLocal),
 		"host layout apply": withConn(opCmd(layoutApplyRequest, ops.LayoutApply, plain(renderLayoutApply), true), connFlagOrLocal),
@@ -333,14 +411,23 @@ type opSite interface {
 	env(f flagValues, kind connKind, root host.Root, uri string) ops.Env
 	// oneShot reports whether this is a one-shot process (the CLI).
 	oneShot() bool
+	// liveProgress reports whether progress redrawn in place can reach a person: the CLI's
+	// stderr is a terminal, or the agent's caller streams events (its CLI draws them only on
+	// a terminal).
+	liveProgress() bool
 }
 
 // runOpCommand runs the operation-backed command name at site: the request built from f
 // (before or after the root and --output are checked, as the command always did), the
-// operation, its result printed on stdout. The error is what the command fails with
-// (printed "vgpu-host: ERR" with exitCode's code); pre, when not nil, is the request Prepare
-// built already.
-func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, site opSite, stdout io.Writer, pre ops.Request) error {
+// operation, its result printed on stdout (and what a command says beside it, on stderr).
+// The error is what the command fails with (printed "vgpu-host: ERR" with exitCode's code);
+// pre, when not nil, is the request Prepare built already.
+func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, site opSite, stdout, stderr io.Writer, pre ops.Request) error {
+	if oc.pre != nil {
+		if err := oc.pre(f); err != nil {
+			return err
+		}
+	}
 	req := pre
 	build := func() (err error) {
 		if req == nil {
@@ -348,75 +435,120 @@ func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, 
 		}
 		return err
 	}
+	var o string
+	output := func() (err error) {
+		o, err = outputFormat(f.String("output"))
+		return err
+	}
+	if oc.outputFirst {
+		if err := output(); err != nil {
+			return err
+		}
+	}
 	if oc.requestFirst {
 		if err := build(); err != nil {
 			return err
 		}
-	}
-	root, err := site.root(f)
-	if err != nil {
-		if !oc.anyRoot || !site.oneShot() {
-			return err
-		}
-		if root, err = host.NewRoot("/"); err != nil {
-			return err
+		if oc.vet != nil {
+			if err := oc.vet(req, site); err != nil {
+				return err
+			}
 		}
 	}
-	var o string
-	if !oc.outputLast {
-		if o, err = outputFormat(f.String("output")); err != nil {
+	var root host.Root
+	if oc.needsRoot == nil || oc.needsRoot(req) {
+		var err error
+		if root, err = site.root(f); err != nil {
+			switch {
+			case oc.anyRoot && site.oneShot():
+				if root, err = host.NewRoot("/"); err != nil {
+					return err
+				}
+			case oc.rootErr != nil:
+				return oc.rootErr(req, err)
+			default:
+				return err
+			}
+		}
+	}
+	if !oc.outputFirst && !oc.outputLast {
+		if err := output(); err != nil {
 			return err
 		}
 	}
 	if err := build(); err != nil {
 		return err
 	}
-	if oc.check != nil {
-		if err := oc.check(req); err != nil {
+	if oc.finish != nil {
+		var err error
+		if req, err = oc.finish(f, req, site); err != nil {
 			return err
 		}
 	}
 	var uri string
-	if oc.conn == connFlag {
+	switch oc.conn {
+	case connFlag:
+		var err error
 		if uri, err = site.connURI(f, root); err != nil {
 			return err
 		}
+	case connFlagRaw:
+		uri = f.String("connect")
 	}
 	if oc.oneShot != nil && site.oneShot() {
 		oc.oneShot(req)
 	}
-	show, err := oc.run(ctx, site.env(f, oc.conn, root, uri), req)
+	if oc.interruptible && site.oneShot() {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	env := site.env(f, oc.conn, root, uri)
+	if env.MigrationTarget == nil {
+		// migrate's way to the target's vgpu-host, its stderr the command's.
+		env.MigrationTarget = func(words []string, ssh bool) lifecycle.MigrationTarget {
+			return &execTarget{words: words, ssh: ssh, stderr: stderr}
+		}
+	}
+	show, err := oc.run(ctx, env, req)
 	if show == nil {
 		return err
 	}
 	if oc.outputLast {
-		var oerr error
-		if o, oerr = outputFormat(f.String("output")); oerr != nil {
+		if oerr := output(); oerr != nil {
 			return oerr
 		}
 	}
-	if perr := show(opOutput{w: stdout, format: o, root: root, name: appName + " " + name}); perr != nil {
+	if perr := show(opOutput{w: stdout, errw: stderr, format: o, root: root, name: appName + " " + name}); perr != nil {
 		return perr
 	}
 	return err
 }
 
+// opCommandOf is the operation-backed command that this invocation (f) of command name runs:
+// its opCommands entry, or the entry's variant (plan --migrate).
+func opCommandOf(name string, f flagValues) opCommand {
+	oc := opCommands.Get()[name]
+	if oc.variant != nil {
+		if v, ok := oc.variant(f); ok {
+			return v
+		}
+	}
+	return oc
+}
+
 // opAction is the CLI's action of the operation-backed command name: flags → request →
 // operation → render, in this process (wireAgent forwards it to the agent first when
-// --agent says so). An invocation that still takes its command line (plan --migrate) runs
-// action.
-func opAction(name string, action cli.ActionFunc) cli.ActionFunc {
+// --agent says so).
+func opAction(name string) cli.ActionFunc {
 	return func(ctx context.Context, cmd *cli.Command) error {
-		oc := opCommands.Get()[name]
 		f := cliFlags{cmd}
-		if oc.commandLine != nil && oc.commandLine(f) {
-			return action(ctx, cmd)
-		}
+		oc := opCommandOf(name, f)
 		if rv := runEnvOf(cmd); rv != nil {
 			// The agent runs these without a command line (agentops.go): reaching here is a bug.
 			return fmt.Errorf("internal error: the agent ran %s as a command line (a bug in vgpu-host, please report it)", name)
 		}
-		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, nil)
+		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, cmd.Root().ErrWriter, nil)
 	}
 }
 
@@ -429,6 +561,8 @@ func (s cliSite) root(flagValues) (host.Root, error) { return rootOf(s.cmd) }
 func (s cliSite) connURI(_ flagValues, root host.Root) (string, error) { return connURI(s.cmd, root) }
 
 func (s cliSite) oneShot() bool { return true }
+
+func (s cliSite) liveProgress() bool { return stderrIsTerminal(s.cmd) }
 
 func (s cliSite) env(_ flagValues, kind connKind, root host.Root, uri string) ops.Env {
 	switch kind {

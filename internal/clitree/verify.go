@@ -18,7 +18,7 @@ func verifyCommand() *cli.Command {
 		Description: "Exit codes: 0 every hostdev and virtio GPU is on the guest's PCI bus, 1 one is missing\n" +
 			"(listed), 6 no such domain.",
 		Flags:  []cli.Flag{connectFlag()},
-		Action: opAction("verify", nil),
+		Action: opAction("verify"),
 	}
 }
 

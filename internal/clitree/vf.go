@@ -45,7 +45,7 @@ func vfListCommand() *cli.Command {
 		Name:      "list",
 		Usage:     "list SR-IOV physical functions and their VFs",
 		ArgsUsage: "[PF]",
-		Action:    opAction("vf list", nil),
+		Action:    opAction("vf list"),
 	}
 }
 
@@ -108,7 +108,7 @@ func vfEnableCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "change the count even when a process (a guest) holds a VF open; the kernel then waits for it"},
 			dryRunFlag(), timeoutFlag(),
 		},
-		Action: opAction("vf enable", nil),
+		Action: opAction("vf enable"),
 	}
 }
 
@@ -143,7 +143,7 @@ func vfDisableCommand() *cli.Command {
 			dryRunFlag(), timeoutFlag(),
 			resetFlag(),
 		},
-		Action: opAction("vf disable", nil),
+		Action: opAction("vf disable"),
 	}
 }
 
