@@ -186,11 +186,21 @@ func ReadFile(path string) (*File, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read layout: %w: %w", err, host.ErrInvalid)
 	}
-	f, err := Parse(b)
+	f, err := ParseFile(path, b)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, err
 	}
 	return f, b, nil
+}
+
+// ParseFile is Parse of data, the content of the layout file path (read by ReadFile, or sent
+// to the agent by the caller's CLI), its errors naming path.
+func ParseFile(path string, data []byte) (*File, error) {
+	f, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, nil
 }
 
 // Parse decodes (strictly: unknown fields, duplicate keys or config names, wrong types and a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 
@@ -12,14 +13,10 @@ import (
 )
 
 // stillCommandLine are the commands the agent still runs as a command line (runCommandLine,
-// on the command tree) because they have no operation in package ops yet, and plan, whose
-// --migrate has none. Issue 28: this list may only shrink; a command given an operation
+// on the command tree) because they have no operation in package ops yet. Issue 28: this list may only shrink; a command given an operation
 // leaves it (TestCommandLineCommands says so).
 var stillCommandLine = []string{
-	"attach", "detach", "host health", "host install-unit", "host layout apply", "host layout plan",
-	"host layout show", "host release-quarantine", "image export", "kubevirt config", "kubevirt labels",
-	"kubevirt vm", "mdev define", "mdev list", "mdev place", "mdev types", "mdev undefine", "mig apply",
-	"mig plan", "mig show", "migrate", "migrate-target", "render", "verify", "vf list",
+	"host install-unit", "migrate-target",
 }
 
 // TestCommandLineCommands: every command the agent runs has an operation or is in
@@ -50,14 +47,15 @@ func TestCommandLineCommands(t *testing.T) {
 }
 
 // TestAgentExecRunsOperations: POST /v1/exec runs an operation-backed command with no command
-// line (the runner's command-line count stays 0) and answers what the CLI prints; plan
-// --migrate, which has no operation, and a command without one still take the command line.
+// line (the runner's command-line count stays 0) and answers what the CLI prints, plan
+// --migrate too; a command without an operation still takes the command line.
 func TestAgentExecRunsOperations(t *testing.T) {
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *cliRunner
 	startAgentWith(t, dir, func(s *agent.Server) { cr = s.Runner.(*cliRunner) })
 	c := agentClient(t, dir)
+	spec := deviceFreeVM(t, dir, "ops")
 	for _, args := range [][]string{
 		{"inspect"},
 		{"-o", "json", "inspect", "0000:01:00.0"},
@@ -66,9 +64,48 @@ func TestAgentExecRunsOperations(t *testing.T) {
 		{"-o", "yaml", "vf", "enable", "--count", "2", "--dry-run", "0000:00:0a.0"},
 		{"mdev", "create", "--parent", "mbochs", "--type", "small", "--count", "2", "--name", "vm9", "--dry-run"},
 		{"host", "restore", "--dry-run"},
+		{"mdev", "types"},
+		{"-o", "json", "mdev", "list"},
+		{"mdev", "place", "--type", "small", "--count", "2"},
+		{"mdev", "define", "--parent", "mbochs", "--type", "small", "--dry-run"},
+		{"mdev", "undefine", "--dry-run"},
+		{"vf", "list"},
+		{"host", "health"},
+		{"host", "health", "a", "b"},
+		{"host", "layout", "show"},
+		{"mig", "show"},
+		{"-o", "json", "mig", "plan", "--gpu", "0000:01:00.0", "--profiles", "1g.10gb"},
+		{"mig", "apply", "--gpu", "0000:01:00.0", "--profiles", "", "--dry-run"},
+		{"verify"},
+		{"mdev", "define", "--parent", "mbochs", "--type", "small", "--dry-run", "9794f498-f859-59a6-9e2f-84991849c7b4"},
+		{"-o", "json", "mdev", "undefine", "--dry-run", "9794f498-f859-59a6-9e2f-84991849c7b4"},
+		{"attach", "--gpu", "0000:01:00.0", "--force", "no-such-check", "vm1"},
+		{"detach"},
+		{"render", "--offline", spec},
+		{"render", spec},
+		{"-o", "json", "render", spec},
+		{"render", spec, spec},
+		{"kubevirt", "config"},
+		{"kubevirt", "labels", "-o", "json"},
+		{"kubevirt", "vm", spec},
+		{"kubevirt", "vm", "--container-disk", "bad", spec},
+		{"image", "export"},
+		{"image", "export", "-o", "./vm1.qcow2", "vm1"},
+		{"image", "export", "-o", "xml", "vm1"},
+		{"host", "release-quarantine"},
+		{"host", "release-quarantine", "01:00.0.9"},
+		{"host", "release-quarantine", "0000:01:00.0"},
+		{"migrate", "--to", "qemu+ssh://target/system"},
+		{"migrate", "--to", "qemu+ssh://target/system", "--migrate-uri", "udp://x", "vm1"},
+		{"plan", "--migrate", "vm1"},
+		{"plan", "--migrate", "vm1", spec},
+		{"plan", "--migrate", "vm1", "--to", "qemu+ssh://target/system", "--migrate-uri", "udp://x"},
 	} {
 		in, inErr, inCode := runVia(t, agentNever, append([]string{"--host-root", dir}, args...)...)
 		out, outErr, outCode := runVia(t, agentAlways, append([]string{"--host-root", dir}, args...)...)
+		if os.Getenv("AGENT_TEST_DEBUG") != "" {
+			t.Logf("%v: exit %d\n%s%s", args, inCode, in, inErr)
+		}
 		if in != out || inErr != outErr || inCode != outCode {
 			t.Errorf("%v: through the agent exit %d:\n%s%s\nin-process exit %d:\n%s%s", args, outCode, out, outErr, inCode, in, inErr)
 		}
@@ -76,11 +113,11 @@ func TestAgentExecRunsOperations(t *testing.T) {
 	if n := cr.commandLines.Load(); n != 0 {
 		t.Errorf("the agent ran %d operation-backed request(s) as a command line; want none", n)
 	}
-	res, err := c.Exec(context.Background(), agentapi.ExecRequest{Command: "mdev types", Flags: map[string]json.RawMessage{"host-root": json.RawMessage(`"` + dir + `"`)}})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("mdev types: %v %+v", err, res)
+	res, err := c.Exec(context.Background(), agentapi.ExecRequest{Command: "migrate-target", Flags: map[string]json.RawMessage{"host-root": json.RawMessage(`"` + dir + `"`)}})
+	if err != nil || res.ExitCode != exitUsage {
+		t.Fatalf("migrate-target without a request: %v %+v", err, res)
 	}
 	if n := cr.commandLines.Load(); n != 1 {
-		t.Errorf("mdev types (no operation yet) ran %d command lines; want 1", n)
+		t.Errorf("migrate-target (no operation yet) ran %d command lines; want 1", n)
 	}
 }

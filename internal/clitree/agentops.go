@@ -18,22 +18,18 @@ import (
 // renderer into stdout, errors as the CLI prints them, the exit code exitCode gives. No command
 // line is built or parsed on the way (issue 28).
 
-// operationOf returns the operation-backed command a checked request names and the request's
-// flag values; ok is false when the command (or this invocation of it: plan --migrate) still
-// runs as a command line.
+// operationOf returns the operation-backed command a checked request names (for plan
+// --migrate, the migration's plan) and the request's flag values; ok is false when the command
+// still runs as a command line.
 func operationOf(cl commandLine, req agentapi.ExecRequest) (opCommand, execFlags, bool) {
-	oc, ok := opCommands.Get()[req.Command]
-	if !ok {
+	if _, ok := opCommands.Get()[req.Command]; !ok {
 		return opCommand{}, execFlags{}, false
 	}
 	f := execFlags{set: make(map[string]any, len(cl.flags)), defs: cl.defs, operands: req.Operands, files: req.Files}
 	for _, tf := range cl.flags {
 		f.set[tf.name] = tf.v
 	}
-	if oc.commandLine != nil && oc.commandLine(f) {
-		return opCommand{}, execFlags{}, false
-	}
-	return oc, f, true
+	return opCommandOf(req.Command, f), f, true
 }
 
 // runOperation runs the job's operation for the caller in env: the typed request Prepare
@@ -61,7 +57,7 @@ func (r *cliRunner) runOperation(ctx context.Context, job agentapi.Job, env agen
 	if op, ok := job.Operation.(ops.Request); ok {
 		pre = op
 	}
-	err := runOpCommand(ctx, job.Op, oc, f, site, &out, pre)
+	err := runOpCommand(ctx, job.Op, oc, f, site, &out, &errw, pre)
 	if err != nil {
 		fmt.Fprintf(&errw, "vgpu-host: %v\n", err)
 	}
@@ -88,6 +84,8 @@ func (s agentSite) root(f flagValues) (host.Root, error) { return agentRoot(f, s
 func (s agentSite) connURI(f flagValues, _ host.Root) (string, error) { return agentURI(f, s.r.uri) }
 
 func (s agentSite) oneShot() bool { return false }
+
+func (s agentSite) liveProgress() bool { return s.run.Progress != nil }
 
 func (s agentSite) env(f flagValues, _ connKind, _ host.Root, _ string) ops.Env {
 	e := s.r.opsEnv(s.job.Op, s.run, s.job.Request.KeyFiles, s.progress)

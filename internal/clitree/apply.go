@@ -196,7 +196,7 @@ func applyCommand() *cli.Command {
 			&cli.BoolFlag{Name: "wait-shutdown", Usage: "after starting, wait until the guest powers itself off (image builders)"},
 			&cli.DurationFlag{Name: "timeout", Value: time.Hour, Usage: "give up waiting for --wait-shutdown after `DURATION`"},
 		},
-		Action: opAction("apply", nil),
+		Action: opAction("apply"),
 	}
 }
 

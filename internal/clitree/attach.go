@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/step"
-	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
 func attachCommand() *cli.Command {
@@ -41,34 +39,8 @@ func attachCommand() *cli.Command {
 			&cli.BoolFlag{Name: "config", Usage: "change the VM's definition only (its next boot), even when it runs"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the steps and the device XML and change nothing"},
 		},
-		Action: runAttach,
+		Action: opAction("attach"),
 	}
-}
-
-func runAttach(ctx context.Context, cmd *cli.Command) error {
-	req, err := attachRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	if _, err := ops.CheckForce(req.Force, vfio.ForceableChecks); err != nil {
-		return err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return err
-	}
-	res, err := ops.Attach(ctx, opsEnv(cmd, root, uri), req)
-	if err != nil {
-		return err
-	}
-	return renderAttach(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // attachRequest is attach's request: its one operand, the VM (or a spec file naming it),

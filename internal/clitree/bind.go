@@ -37,7 +37,7 @@ func bindCommand() *cli.Command {
 			&cli.BoolFlag{Name: "persist", Usage: "also keep the binding across reboots (driverctl override + modprobe softdep)"},
 			&cli.DurationFlag{Name: "timeout", Value: vfio.DefaultTimeout, Usage: "bound each sysfs write and driver wait by `DURATION`"},
 		},
-		Action: opAction("bind", nil),
+		Action: opAction("bind"),
 	}
 }
 

@@ -17,7 +17,7 @@ func checkCommand() *cli.Command {
 		Usage: "judge the host's readiness for GPU passthrough and vGPU (exit 3 when nothing can be assigned)",
 		Description: "One line per check with ok/warn/fail and the fix, then one line per GPU. Exits 0 when a GPU\n" +
 			"or vGPU can be assigned to a VM, 3 when none can (virtio-gpu alone does not count).",
-		Action: opAction("check", nil),
+		Action: opAction("check"),
 	}
 }
 

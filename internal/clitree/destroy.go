@@ -22,7 +22,7 @@ func destroyCommand() *cli.Command {
 		Description: "Undoes, newest first, every step apply journalled for the VM: only what vgpu-host created.\n" +
 			"Also finishes an interrupted apply or destroy. Exit codes: 0 destroyed, 1 failed, 6 not in the ledger.",
 		Flags:  []cli.Flag{connectFlag(), resetFlag()},
-		Action: opAction("destroy", nil),
+		Action: opAction("destroy"),
 	}
 }
 

@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"io"
 
 	"github.com/urfave/cli/v3"
@@ -25,31 +24,8 @@ func detachCommand() *cli.Command {
 			connectFlag(),
 			&cli.DurationFlag{Name: "timeout", Value: ops.DefaultDetachTimeout, Usage: "wait at most `DURATION` for the guest to release the device"},
 		},
-		Action: runDetach,
+		Action: opAction("detach"),
 	}
-}
-
-func runDetach(ctx context.Context, cmd *cli.Command) error {
-	req, err := detachRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return err
-	}
-	res, err := ops.Detach(ctx, opsEnv(cmd, root, uri), req)
-	if err != nil {
-		return err
-	}
-	return renderDetach(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // detachRequest is detach's request: its operands, the VM (or a spec file naming it) and the

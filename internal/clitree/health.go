@@ -41,24 +41,8 @@ func healthCommand() *cli.Command {
 			"and every quarantine record.\n" +
 			"With ADDR: check the device now (config space, BARs, capability list, driver, AER counters,\n" +
 			"link width) against its baseline; nothing is written.",
-		Action: runHealth,
+		Action: opAction("host health"),
 	}
-}
-
-func runHealth(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := healthRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.Health(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderHealth(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // healthRequest is host health's request: at most one operand, the device to check now.
@@ -137,40 +121,30 @@ func releaseQuarantineCommand() *cli.Command {
 		ArgsUsage: "ADDR",
 		Description: "The device is checked as a handback checks it. Healthy: its quarantine record is removed and\n" +
 			"the check recorded (exit 0). Still failing: the record stays and the reasons are printed (exit 4).",
-		Action: runReleaseQuarantine,
+		Action: opAction("host release-quarantine"),
 	}
 }
 
-func runReleaseQuarantine(_ context.Context, cmd *cli.Command) error {
-	root, err := rootOf(cmd)
+// releaseQuarantineRequest is host release-quarantine's request: its one operand, the device.
+func releaseQuarantineRequest(f flagValues) (ops.ReleaseQuarantineRequest, error) {
+	if len(f.Operands()) != 1 {
+		return ops.ReleaseQuarantineRequest{}, usageErr("release-quarantine takes one PCI address")
+	}
+	a, err := host.ParseAddress(f.Operands()[0])
 	if err != nil {
-		return err
+		return ops.ReleaseQuarantineRequest{}, usageErr("%v", err)
 	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	if cmd.Args().Len() != 1 {
-		return usageErr("release-quarantine takes one PCI address")
-	}
-	a, err := host.ParseAddress(cmd.Args().First())
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	q, err := host.LoadQuarantine(root, a)
-	if err != nil {
-		return err
-	}
-	h, err := host.ReleaseQuarantine(root, a, time.Now().UTC())
-	if err != nil {
-		return err
-	}
-	res := map[string]any{"address": a, "released": q != nil, "health": h}
-	return emit(cmd, res, func(w io.Writer) error {
-		if q == nil {
-			fmt.Fprintf(w, "%s was not quarantined; it checks healthy\n", a)
+	return ops.ReleaseQuarantineRequest{Address: a}, nil
+}
+
+// renderReleaseQuarantine prints what host release-quarantine did in output format output.
+func renderReleaseQuarantine(w io.Writer, output string, res *ops.ReleaseQuarantineResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error {
+		if res.Was == nil {
+			fmt.Fprintf(w, "%s was not quarantined; it checks healthy\n", res.Address)
 			return nil
 		}
-		fmt.Fprintf(w, "%s checks healthy: quarantine released (it was: %s)\n", a, q.Reason())
+		fmt.Fprintf(w, "%s checks healthy: quarantine released (it was: %s)\n", res.Address, res.Was.Reason())
 		return nil
 	})
 }

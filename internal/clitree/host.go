@@ -32,7 +32,7 @@ func hostCommand() *cli.Command {
 					"before libvirt starts guests. Everything already in place is left alone; a failed step does not stop\n" +
 					"the others, and the exit code is non-zero. docs/reconcile.md.",
 				Flags:  []cli.Flag{dryRunFlag(), timeoutFlag()},
-				Action: opAction("host restore", nil),
+				Action: opAction("host restore"),
 			},
 			{
 				Name:  "install-unit",

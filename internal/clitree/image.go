@@ -1,13 +1,9 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/urfave/cli/v3"
 
@@ -36,42 +32,21 @@ func imageCommand() *cli.Command {
 				&cli.BoolFlag{Name: "force", Usage: "overwrite FILE if it exists"},
 				&cli.BoolFlag{Name: "dry-run", Usage: "print the exact qemu-img and virt-sysprep command lines and change nothing"},
 			},
-			Action: runImageExport,
+			Action: opAction("image export"),
 		}},
 	}
 }
 
-func runImageExport(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() != 1 {
+// exportUsage is what image export checks first: one operand, and --output a format (a path
+// there is a mistake of its own: the image goes to --to).
+func exportUsage(f flagValues) error {
+	if len(f.Operands()) != 1 {
 		return usageErr("image export needs one VM name (and --to FILE)")
 	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		if strings.ContainsAny(cmd.String("output"), "./") {
-			return usageErr("-o/--output is the output format (table, json or yaml); image export writes the image to --to FILE")
-		}
-		return err
+	if _, err := outputFormat(f.String("output")); err != nil && strings.ContainsAny(f.String("output"), "./") {
+		return usageErr("-o/--output is the output format (table, json or yaml); image export writes the image to --to FILE")
 	}
-	req, err := exportRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	// Progress (qemu-img -p, virt-sysprep's steps) only for a person at a terminal; JSON and
-	// pipes get the result alone.
-	req.Progress = o == "table" && stderrIsTerminal(cmd)
-	env := opsEnv(cmd, root, cmd.String("connect"))
-	// An interrupted export kills qemu-img or virt-sysprep and removes FILE.partial.
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	res, err := ops.Export(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderExport(cmd.Root().Writer, o, res)
+	return nil
 }
 
 // exportRequest is image export's request: its one operand, the VM, --to, --format,

@@ -23,7 +23,7 @@ func inspectCommand() *cli.Command {
 			"(parent, type, driver) and its own IOMMU group.",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "mig", Usage: "ask NVML for the MIG section now (starts the NVML helper: ~30 ms on a real host); " +
 			"without it the section comes from the MIG state cache the agent and MIG commands keep, with its age, when there is one"}},
-		Action: opAction("inspect", nil),
+		Action: opAction("inspect"),
 	}
 }
 

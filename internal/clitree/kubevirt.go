@@ -29,15 +29,18 @@ func kubeConfigFlag() cli.Flag {
 	return &cli.StringFlag{Name: "config", Usage: "resource-name overrides (`FILE`; default " + kube.DefaultConfigPath + " under --host-root, if present)"}
 }
 
-// kubeConfigOf is the --config of a Kubernetes command's request: the file read (its
-// content travels, so the operation opens no file a caller names), or none for the default
-// file under the host root.
-func kubeConfigOf(f flagValues) (ops.KubeConfig, error) {
+// kubeConfigOf is the --config of Kubernetes command op's request: the file read by the CLI,
+// the content the caller's CLI sent in the agent (its content travels, so the operation opens
+// no file a caller names), or none for the default file under the host root.
+func kubeConfigOf(f flagValues, op string) (ops.KubeConfig, error) {
 	p := f.String("config")
 	if p == "" {
 		return ops.KubeConfig{}, nil
 	}
-	b, err := kube.ReadConfig(p)
+	b, sent, err := sentContent(f, op, p)
+	if err == nil && !sent {
+		b, err = kube.ReadConfig(p)
+	}
 	if err != nil {
 		return ops.KubeConfig{}, err
 	}
@@ -151,7 +154,7 @@ func kubevirtCommand() *cli.Command {
 					"KubeVirt's mediatedDevicesConfiguration is left out: vgpu-host owns the vGPU layout.\n" +
 					"Apply: kubectl patch kubevirt kubevirt -n kubevirt --type merge --patch-file FILE",
 				Flags:  []cli.Flag{kubeConfigFlag()},
-				Action: runKubeVirtConfig,
+				Action: opAction("kubevirt config"),
 			},
 			{
 				Name:      "vm",
@@ -168,7 +171,7 @@ func kubevirtCommand() *cli.Command {
 					&cli.StringSliceFlag{Name: "container-disk", Usage: "make disk `NAME=IMAGE` a containerDisk (repeatable)"},
 					&cli.BoolFlag{Name: "strict", Usage: "fail (exit 7) when a field cannot be expressed"},
 				},
-				Action: kubevirtVM,
+				Action: opAction("kubevirt vm"),
 			},
 			{
 				Name:  "labels",
@@ -178,33 +181,10 @@ func kubevirtCommand() *cli.Command {
 					"etc/" + kube.FeaturesFile + " under --host-root (the device plugin's --nfd\n" +
 					"keeps it current).",
 				Flags:  []cli.Flag{kubeConfigFlag(), &cli.BoolFlag{Name: "write", Usage: "write the NFD feature file"}},
-				Action: runKubeVirtLabels,
+				Action: opAction("kubevirt labels"),
 			},
 		},
 	}
-}
-
-func runKubeVirtConfig(ctx context.Context, cmd *cli.Command) error {
-	if cmd.NArg() != 0 {
-		return usageErr("kubevirt config takes no arguments")
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := kubeVirtConfigRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.KubeVirtConfig(ctx, opsEnv(cmd, root, ""), req)
-	if err != nil {
-		return err
-	}
-	return renderManifest(cmd.Root().Writer, o, res)
 }
 
 // kubeVirtConfigRequest is kubevirt config's request: no operand, --config.
@@ -212,35 +192,8 @@ func kubeVirtConfigRequest(f flagValues) (ops.KubeVirtConfigRequest, error) {
 	if len(f.Operands()) != 0 {
 		return ops.KubeVirtConfigRequest{}, usageErr("kubevirt config takes no arguments")
 	}
-	k, err := kubeConfigOf(f)
+	k, err := kubeConfigOf(f, "kubevirt config")
 	return ops.KubeVirtConfigRequest{KubeConfig: k}, err
-}
-
-func runKubeVirtLabels(ctx context.Context, cmd *cli.Command) error {
-	if cmd.NArg() != 0 {
-		return usageErr("kubevirt labels takes no arguments")
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := kubeVirtLabelsRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.KubeVirtLabels(ctx, opsEnv(cmd, root, ""), req)
-	if err != nil {
-		return err
-	}
-	if o == "table" && res.Written != "" {
-		// On stderr, before the labels are flushed to stdout, as always.
-		fmt.Fprintf(cmd.Root().ErrWriter, "wrote %s\n", res.Written)
-	}
-	return renderKubeVirtLabels(cmd.Root().Writer, o, res)
 }
 
 // kubeVirtLabelsRequest is kubevirt labels' request: no operand, --config and --write.
@@ -248,8 +201,17 @@ func kubeVirtLabelsRequest(f flagValues) (ops.KubeVirtLabelsRequest, error) {
 	if len(f.Operands()) != 0 {
 		return ops.KubeVirtLabelsRequest{}, usageErr("kubevirt labels takes no arguments")
 	}
-	k, err := kubeConfigOf(f)
+	k, err := kubeConfigOf(f, "kubevirt labels")
 	return ops.KubeVirtLabelsRequest{KubeConfig: k, Write: f.Bool("write")}, err
+}
+
+// renderLabelsWritten prints kubevirt labels' result: with table output "wrote FILE" on
+// stderr first (before the labels reach stdout, as always), then renderKubeVirtLabels's.
+func renderLabelsWritten(o opOutput, res *ops.KubeVirtLabelsResult) error {
+	if o.format == "table" && res.Written != "" {
+		fmt.Fprintf(o.errw, "wrote %s\n", res.Written)
+	}
+	return renderKubeVirtLabels(o.w, o.format, res)
 }
 
 // renderKubeVirtLabels prints kubevirt labels' labels in output format output.
@@ -260,45 +222,6 @@ func renderKubeVirtLabels(w io.Writer, output string, res *ops.KubeVirtLabelsRes
 		}
 		return nil
 	})
-}
-
-func kubevirtVM(ctx context.Context, cmd *cli.Command) error {
-	if cmd.NArg() != 1 {
-		return usageErr("kubevirt vm takes one SPEC.yaml, got %d arguments", cmd.NArg())
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	// kubeVirtVMRequest's steps, in the order the command always took them: the disks, the
-	// spec, the root and the config (their errors naming the VM).
-	f := flagsOf(cmd)
-	disks, err := containerDisks(f)
-	if err != nil {
-		return err
-	}
-	req := ops.KubeVirtVMRequest{Spec: ops.Spec{Path: f.Operands()[0]}, ContainerDisks: disks, Strict: f.Bool("strict")}
-	vms, err := ops.LoadSpecs("kubevirt vm", []ops.Spec{req.Spec})
-	if err != nil {
-		return err
-	}
-	vm := vms[0]
-	req.Spec.VM = vm
-	if err := ops.CheckContainerDisks(vm, disks); err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return fmt.Errorf("kubevirt vm %s: %w", vm.Metadata.Name, err)
-	}
-	if req.KubeConfig, err = kubeConfigOf(f); err != nil {
-		return fmt.Errorf("kubevirt vm %s: %w", vm.Metadata.Name, err)
-	}
-	res, err := ops.KubeVirtVM(ctx, opsEnv(cmd, root, ""), req)
-	if err != nil {
-		return err
-	}
-	return renderManifest(cmd.Root().Writer, o, res)
 }
 
 // kubeVirtVMRequest is kubevirt vm's request: its one operand, the spec (loaded by the
@@ -312,8 +235,45 @@ func kubeVirtVMRequest(f flagValues) (ops.KubeVirtVMRequest, error) {
 		return ops.KubeVirtVMRequest{}, err
 	}
 	req := ops.KubeVirtVMRequest{Spec: ops.Spec{Path: f.Operands()[0]}, ContainerDisks: disks, Strict: f.Bool("strict")}
-	req.KubeConfig, err = kubeConfigOf(f)
+	req.KubeConfig, err = kubeConfigOf(f, "kubevirt vm")
 	return req, err
+}
+
+// kubeVirtVMSpecRequest is kubevirt vm's request in the order the command always took its
+// steps: the disks, the spec (read by the CLI, the content the caller sent in the agent) and
+// its disks checked; kubeVirtVMConfig adds --config after the root.
+func kubeVirtVMSpecRequest(f flagValues) (ops.KubeVirtVMRequest, error) {
+	disks, err := containerDisks(f)
+	if err != nil {
+		return ops.KubeVirtVMRequest{}, err
+	}
+	specs, err := specsOf(f, "kubevirt vm")
+	if err != nil {
+		return ops.KubeVirtVMRequest{}, err
+	}
+	if err := ops.CheckContainerDisks(specs[0].VM, disks); err != nil {
+		return ops.KubeVirtVMRequest{}, err
+	}
+	return ops.KubeVirtVMRequest{Spec: specs[0], ContainerDisks: disks, Strict: f.Bool("strict")}, nil
+}
+
+// kubeVirtVMConfig completes kubevirt vm's request with --config, its error naming the VM.
+func kubeVirtVMConfig(f flagValues, req ops.Request, _ opSite) (ops.Request, error) {
+	r, _ := req.(ops.KubeVirtVMRequest)
+	k, err := kubeConfigOf(f, "kubevirt vm")
+	if err != nil {
+		return nil, fmt.Errorf("kubevirt vm %s: %w", kubeVMName(r), err)
+	}
+	r.KubeConfig = k
+	return r, nil
+}
+
+// kubeVMName is the name of kubevirt vm's VM (its spec is loaded by the request builder).
+func kubeVMName(r ops.KubeVirtVMRequest) string {
+	if r.Spec.VM == nil {
+		return ""
+	}
+	return r.Spec.VM.Metadata.Name
 }
 
 // containerDisks reads --container-disk NAME=IMAGE.

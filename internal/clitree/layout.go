@@ -13,8 +13,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/ops"
-	"github.com/vgpu-host/vgpu-host/virt"
-	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // nvmlMIG returns the MIG backend and planner for root and how to let the NVML helper go: the
@@ -71,14 +69,14 @@ func layoutCommand() *cli.Command {
 				Usage:     "print the changes that bring the host to a configuration, in order; change nothing",
 				ArgsUsage: "FILE",
 				Flags:     []cli.Flag{configFlag, layoutForce, connect, timeoutFlag()},
-				Action:    runLayoutPlan,
+				Action:    opAction("host layout plan"),
 			},
 			{
 				Name:      "apply",
 				Usage:     "change only what differs from a configuration, in dependency order, with the undo stack; persist it",
 				ArgsUsage: "FILE",
 				Flags:     []cli.Flag{configFlag, layoutForce, connect, dryRunFlag(), timeoutFlag()},
-				Action:    runLayoutApply,
+				Action:    opAction("host layout apply"),
 			},
 			{
 				Name:  "show",
@@ -87,23 +85,10 @@ func layoutCommand() *cli.Command {
 					&cli.BoolFlag{Name: "selected", Usage: "print the configuration the last apply recorded (" + layout.SelectionFile + " in the state directory)"},
 					timeoutFlag(),
 				},
-				Action: runLayoutShow,
+				Action: opAction("host layout show"),
 			},
 		},
 	}
-}
-
-// layoutEnv is the operations' environment of a host layout invocation: its root and output
-// checked, libvirt on this machine (the agent's own in the agent), or at --connect.
-func layoutEnv(cmd *cli.Command) (ops.Env, error) {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return ops.Env{}, err
-	}
-	if uri := cmd.String("connect"); uri != "" {
-		env.OpenConn = func() (virt.Conn, error) { return envOf(cmd).openConn(uri, remote.OpenOptions{}) }
-	}
-	return env, nil
 }
 
 // layoutPlanRequest is host layout plan's request: its FILE operand read (the CLI reads the
@@ -124,7 +109,16 @@ func layoutRequest(f flagValues, verb string) (ops.LayoutPlanRequest, error) {
 		return ops.LayoutPlanRequest{}, usageErr("%s needs exactly one layout FILE", verb)
 	}
 	p := f.Operands()[0]
-	_, data, err := layout.ReadFile(p)
+	// The CLI reads FILE; the agent has the content the caller's CLI sent.
+	data, sent, err := sentContent(f, "host layout "+verb, p)
+	if err != nil {
+		return ops.LayoutPlanRequest{}, err
+	}
+	if sent {
+		_, err = layout.ParseFile(p, data)
+	} else {
+		_, data, err = layout.ReadFile(p)
+	}
 	if err != nil {
 		return ops.LayoutPlanRequest{}, err
 	}
@@ -134,25 +128,6 @@ func layoutRequest(f flagValues, verb string) (ops.LayoutPlanRequest, error) {
 	}
 	return ops.LayoutPlanRequest{File: p, Data: data, Config: f.String("config"), Force: force,
 		AskLibvirt: f.String("connect") != "", Timeout: f.Duration("timeout")}, nil
-}
-
-func runLayoutPlan(ctx context.Context, cmd *cli.Command) error {
-	req, err := layoutPlanRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	env, err := layoutEnv(cmd)
-	if err != nil {
-		return err
-	}
-	plan, perr := ops.LayoutPlan(ctx, env, req)
-	if plan == nil {
-		return perr
-	}
-	if err := renderLayoutPlan(cmd.Root().Writer, cmd.String("output"), plan); err != nil {
-		return err
-	}
-	return perr
 }
 
 // renderLayoutPlan prints host layout plan's plan in output format output.
@@ -189,25 +164,6 @@ func planTable(out io.Writer, p *layout.HostPlan) error {
 		fmt.Fprintf(out, "warning: %s\n", wmsg)
 	}
 	return nil
-}
-
-func runLayoutApply(ctx context.Context, cmd *cli.Command) error {
-	req, err := layoutApplyRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	env, err := layoutEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, aerr := ops.LayoutApply(ctx, env, req)
-	if res == nil {
-		return aerr
-	}
-	if err := renderLayoutApply(cmd.Root().Writer, cmd.String("output"), res); err != nil {
-		return err
-	}
-	return aerr
 }
 
 // renderLayoutApply prints host layout apply's result in output format output: what it did,
@@ -249,18 +205,6 @@ func applyLayoutTable(out io.Writer, r *layout.HostApplyResult) error {
 		fmt.Fprintf(out, "warning: %s\n", wmsg)
 	}
 	return nil
-}
-
-func runLayoutShow(ctx context.Context, cmd *cli.Command) error {
-	env, err := layoutEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.LayoutShow(ctx, env, layoutShowRequest(flagsOf(cmd)))
-	if err != nil {
-		return err
-	}
-	return renderLayoutShow(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // layoutShowRequest is host layout show's request: --selected and --timeout.

@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -106,20 +105,8 @@ func mdevTypesCommand() *cli.Command {
 		Name:      "types",
 		Usage:     "list vGPU parents and the types they can create now",
 		ArgsUsage: "[PARENT]",
-		Action:    runMdevTypes,
+		Action:    opAction("mdev types"),
 	}
-}
-
-func runMdevTypes(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.MdevTypes(ctx, env, mdevTypesRequest(flagsOf(cmd)))
-	if err != nil {
-		return err
-	}
-	return renderMdevTypes(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // mdevTypesRequest is mdev types' request: its operand, the parent, if any (an empty one
@@ -174,20 +161,8 @@ func mdevListCommand() *cli.Command {
 			&cli.BoolFlag{Name: "defined", Aliases: []string{"d"}, Usage: "only instances with a persistent definition (mdevctl list --defined)"},
 			&cli.BoolFlag{Name: "active", Usage: "only instances that exist in the kernel now (mdevctl list)"},
 		},
-		Action: runMdevList,
+		Action: opAction("mdev list"),
 	}
-}
-
-func runMdevList(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.MdevList(ctx, env, mdevListRequest(flagsOf(cmd)))
-	if err != nil {
-		return err
-	}
-	return renderMdevList(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // mdevListRequest is mdev list's request: the parent operand, --defined and --active.
@@ -237,7 +212,7 @@ func mdevCreateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "define", Usage: "also persist the mdev instances (mdevctl format, start=auto)"},
 			dryRunFlag(), timeoutFlag(),
 		},
-		Action: opAction("mdev create", nil),
+		Action: opAction("mdev create"),
 	}
 }
 
@@ -299,7 +274,7 @@ func mdevRemoveCommand() *cli.Command {
 			dryRunFlag(), timeoutFlag(),
 			resetFlag(),
 		},
-		Action: opAction("mdev remove", nil),
+		Action: opAction("mdev remove"),
 	}
 }
 
@@ -314,24 +289,8 @@ func mdevDefineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "manual", Usage: "start=manual: keep the definition but do not create it at boot"},
 			dryRunFlag(),
 		},
-		Action: runMdevDefine,
+		Action: opAction("mdev define"),
 	}
-}
-
-func runMdevDefine(ctx context.Context, cmd *cli.Command) error {
-	req := mdevDefineRequest(flagsOf(cmd))
-	if err := req.Check(); err != nil {
-		return err
-	}
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.MdevDefine(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderMdevDefine(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // mdevDefineRequest is mdev define's request: the UUID operands, --parent, --type, --manual
@@ -361,24 +320,8 @@ func mdevUndefineCommand() *cli.Command {
 		Usage:     "delete persistent mdev definitions (the active instances stay)",
 		ArgsUsage: "UUID...",
 		Flags:     []cli.Flag{dryRunFlag()},
-		Action:    runMdevUndefine,
+		Action:    opAction("mdev undefine"),
 	}
-}
-
-func runMdevUndefine(ctx context.Context, cmd *cli.Command) error {
-	req := mdevUndefineRequest(flagsOf(cmd))
-	if err := req.Check(); err != nil {
-		return err
-	}
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	res, err := ops.MdevUndefine(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderMdevUndefine(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // mdevUndefineRequest is mdev undefine's request: the UUID operands and --dry-run.
@@ -408,24 +351,8 @@ func mdevPlaceCommand() *cli.Command {
 			&cli.IntFlag{Name: "count", Aliases: []string{"n"}, Value: 1, Usage: "number of instances"},
 			&cli.StringFlag{Name: "numa", Usage: "preferred NUMA `NODE`"},
 		},
-		Action: runMdevPlace,
+		Action: opAction("mdev place"),
 	}
-}
-
-func runMdevPlace(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := mdevPlaceRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	pl, err := ops.MdevPlace(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderMdevPlace(cmd.Root().Writer, cmd.String("output"), pl)
 }
 
 // mdevPlaceRequest is mdev place's request: --type, --count and --numa, a node number.

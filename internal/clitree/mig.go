@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/ops"
@@ -39,30 +37,8 @@ func migShowCommand() *cli.Command {
 		Name:      "show",
 		Usage:     "list NVIDIA GPUs: MIG mode, profiles with their free placements, GPU instances",
 		ArgsUsage: "[GPU]",
-		Action:    runMIGShow,
+		Action:    opAction("mig show"),
 	}
-}
-
-// migEnv is the operations' environment of a mig invocation: its root (this machine's when
-// --host-root is not one: NVML describes this machine), whose MIG state cache it keeps.
-func migEnv(cmd *cli.Command) ops.Env {
-	root, err := rootOf(cmd)
-	if err != nil {
-		root, _ = host.NewRoot("/")
-	}
-	return opsEnv(cmd, root, "")
-}
-
-func runMIGShow(ctx context.Context, cmd *cli.Command) error {
-	res, err := ops.MIGShow(ctx, migEnv(cmd), migShowRequest(flagsOf(cmd)))
-	if err != nil {
-		return err
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	return renderMIGShow(cmd.Root().Writer, o, res)
 }
 
 // migShowRequest is mig show's request: its operand, the GPU, if any.
@@ -202,7 +178,7 @@ func migPlanCommand() *cli.Command {
 		Name:   "plan",
 		Usage:  "print the changes that bring a GPU to exactly a list of MIG profiles; change nothing",
 		Flags:  migPlanFlags(false),
-		Action: runMIGPlan,
+		Action: opAction("mig plan"),
 	}
 }
 
@@ -211,48 +187,13 @@ func migApplyCommand() *cli.Command {
 		Name:   "apply",
 		Usage:  "bring a GPU to exactly a list of MIG profiles: keep what is right, destroy and create the rest",
 		Flags:  migPlanFlags(true),
-		Action: runMIGApply,
+		Action: opAction("mig apply"),
 	}
-}
-
-// runMIGPlan plans --gpu to --profiles and prints the plan.
-func runMIGPlan(ctx context.Context, cmd *cli.Command) error {
-	req, err := migPlanRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.MIGPlan(ctx, migEnv(cmd), req)
-	if err != nil {
-		return err
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	return renderMIGPlan(cmd.Root().Writer, o, res)
 }
 
 // renderMIGPlan prints mig plan's changes in output format output.
 func renderMIGPlan(w io.Writer, output string, res *ops.MIGPlanResult) error {
 	return emitTo(w, output, res, func(w io.Writer) error { return changesTable(w, *res, "") })
-}
-
-// runMIGApply applies --gpu's plan to --profiles and prints what was done (with --dry-run, the
-// plan).
-func runMIGApply(ctx context.Context, cmd *cli.Command) error {
-	req, err := migApplyRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.MIGApply(ctx, migEnv(cmd), req)
-	if err != nil {
-		return err
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	return renderMIGApply(cmd.Root().Writer, o, res)
 }
 
 // renderMIGApply prints what mig apply did, or with a dry run would do, in output format output.

@@ -37,7 +37,7 @@ func migrateCommand() *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "print both hosts' steps (the target's from its own plan); change nothing"},
 			resetFlag(),
 		)...),
-		Action: runMigrate,
+		Action: opAction("migrate"),
 	}
 }
 
@@ -199,13 +199,6 @@ func shellWord(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-func runMigrate(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() != 1 {
-		return usageErr("migrate takes one VM name")
-	}
-	return migrateVM(ctx, cmd, cmd.Args().First(), cmd.Bool("dry-run"))
-}
-
 // migrateRequest is migrate's request: its one operand, the VM (or a spec file naming it),
 // and the flags migrateRequestFor reads.
 func migrateRequest(f flagValues) (ops.MigrateRequest, error) {
@@ -236,41 +229,20 @@ func migrateRequestFor(f flagValues, arg string, dryRun bool) (ops.MigrateReques
 	return req, nil
 }
 
-// migrateVM migrates VM arg to --to (only its plan on both hosts with dryRun): migrate, and
-// plan --migrate.
-func migrateVM(ctx context.Context, cmd *cli.Command, arg string, dryRun bool) error {
-	req, err := migrateRequestFor(flagsOf(cmd), arg, dryRun)
-	if err != nil {
-		return err
+// vetMigrate checks a migration's request before the root, as migrate always did: the agent
+// runs no command a caller names (--target-cmd), and the target can be reached.
+func vetMigrate(req ops.Request, site opSite) error {
+	var r ops.MigrateRequest
+	switch q := req.(type) {
+	case ops.MigrateRequest:
+		r = q
+	case planMigrateRequest:
+		r = q.MigrateRequest
 	}
-	if len(req.TargetCmd) > 0 && runEnvOf(cmd) != nil {
+	if len(r.TargetCmd) > 0 && !site.oneShot() {
 		return usageErr("--target-cmd: the agent runs no command a caller names; it reaches the target from --to (qemu+ssh://HOST/...)")
 	}
-	if _, _, err := ops.MigrationTarget(req.To, req.TargetCmd); err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return err
-	}
-	env := opsEnv(cmd, root, uri)
-	env.MigrationTarget = func(words []string, ssh bool) lifecycle.MigrationTarget {
-		return &execTarget{words: words, ssh: ssh, stderr: cmd.Root().ErrWriter}
-	}
-	res, err := ops.Migrate(ctx, env, req)
-	if res == nil {
-		return err
-	}
-	if eerr := renderMigrate(cmd.Root().Writer, cmd.String("output"), res); eerr != nil {
-		return eerr
-	}
+	_, _, err := ops.MigrationTarget(r.To, r.TargetCmd)
 	return err
 }
 

@@ -4,15 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"reflect"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/lazy"
+	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/ops"
+	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
+	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // The commands backed by an operation of package ops run as flags → request → operation →
@@ -82,19 +88,37 @@ type fileSource interface {
 	sentFile(name string) (content string, ok, sent bool)
 }
 
+// sentContent is the content of the file path that command op reads, as the caller's CLI
+// sent it to the agent: sent false in the CLI, which reads the file itself; an error when the
+// agent runs the command and the request lacks the file (the agent opens no file a caller
+// names).
+func sentContent(f flagValues, op, path string) (data []byte, sent bool, err error) {
+	src, ok := f.(fileSource)
+	if !ok {
+		return nil, false, nil
+	}
+	c, ok, sent := src.sentFile(path)
+	if !sent {
+		return nil, false, nil
+	}
+	if !ok {
+		return nil, true, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", op, path)
+	}
+	return []byte(c), true, nil
+}
+
 // specsOf loads the SPEC operands of command op (apply, plan): read as the caller by the CLI,
 // the content the caller sent in the agent, named by the caller's path either way.
 func specsOf(f flagValues, op string) ([]ops.Spec, error) {
 	var specs []ops.Spec
 	for _, p := range f.Operands() {
 		s := ops.Spec{Path: p}
-		if src, ok := f.(fileSource); ok {
-			if c, ok, sent := src.sentFile(p); sent {
-				if !ok {
-					return nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", op, p)
-				}
-				s.Data = []byte(c)
-			}
+		c, sent, err := sentContent(f, op, p)
+		if err != nil {
+			return nil, err
+		}
+		if sent {
+			s.Data = c
 		}
 		specs = append(specs, s)
 	}
@@ -121,6 +145,12 @@ const (
 	// connFlagLazy: --connect, checked when the operation opens it, after the specs, the
 	// virt type and the forced checks (apply, plan).
 	connFlagLazy
+	// connFlagRaw: --connect as given, opened when the operation needs it (image export);
+	// in the agent, its own, which --connect may only repeat.
+	connFlagRaw
+	// connFlagOrLocal: --connect when set, else this machine's libvirt (host layout); the
+	// agent's own in the agent, which --connect may only repeat.
+	connFlagOrLocal
 )
 
 // shown prints an operation's result as the invocation's output asks.
@@ -130,6 +160,7 @@ type shown func(out opOutput) error
 // (inspect and status list its quarantined devices) and the command's full name.
 type opOutput struct {
 	w      io.Writer
+	errw   io.Writer // stderr: render's notes, kubevirt labels' "wrote FILE"
 	format string
 	root   host.Root
 	name   string // "vgpu-host mdev create"
@@ -151,9 +182,34 @@ type opCommand struct {
 	// requestFirst: the request is checked before the host root and --output.
 	requestFirst bool
 	conn         connKind
-	// commandLine, when set, says that this invocation still runs as a command line (its
-	// urfave/cli action, in the agent too): plan --migrate has no operation yet.
-	commandLine func(f flagValues) bool
+	// pre, when set, checks the flags and operands before anything else (the operand count).
+	pre func(f flagValues) error
+	// outputFirst: --output is checked before the request and the root (render, kubevirt).
+	outputFirst bool
+	// outputLast: --output is checked after the operation ran (mig: as it always was).
+	outputLast bool
+	// needsRoot, when set, says whether the request needs the host root at all (render
+	// --offline does not); only with requestFirst.
+	needsRoot func(req ops.Request) bool
+	// anyRoot: in the CLI, a --host-root that cannot be used is / (mig); the agent serves
+	// its own root only.
+	anyRoot bool
+	// rootErr, when set, is the error a root that cannot be used fails with (kubevirt vm's
+	// names the VM); only with requestFirst.
+	rootErr func(req ops.Request, err error) error
+	// finish, when set, completes the built request at site after the root and --output,
+	// before the libvirt URI (attach's --force checked, kubevirt vm's --config read, image
+	// export's progress asked for).
+	finish func(f flagValues, req ops.Request, site opSite) (ops.Request, error)
+	// interruptible: in the CLI, SIGINT and SIGTERM cancel the operation (image export kills
+	// its helpers and removes FILE.partial); the agent's request has its own cancellation.
+	interruptible bool
+	// variant, when set, is the command this invocation runs instead, when it is another
+	// (plan --migrate: the migration's plan).
+	variant func(f flagValues) (opCommand, bool)
+	// vet, when set, checks the request built first at site before the root (migrate:
+	// --target-cmd refused in the agent, the way to the target).
+	vet func(req ops.Request, site opSite) error
 	// oneShot is what a one-shot CLI process does before the operation runs (never the
 	// agent, which lives on).
 	oneShot func(req ops.Request)
@@ -186,6 +242,28 @@ func opCmd[Q ops.Request, R any](build func(flagValues) (Q, error), run func(con
 	}
 }
 
+// plain is the renderer opCmd takes of a renderer that prints R in an output format on w
+// (renderMdevTypes, ...).
+func plain[R any](render func(w io.Writer, output string, res R) error) func(opOutput, R) error {
+	return func(o opOutput, r R) error { return render(o.w, o.format, r) }
+}
+
+// manifestOf prints a Kubernetes manifest R as renderManifest does.
+func manifestOf[R any](o opOutput, r R) error { return renderManifest(o.w, o.format, r) }
+
+// infallible is the request builder opCmd takes of one that refuses nothing.
+func infallible[Q any](build func(flagValues) Q) func(flagValues) (Q, error) {
+	return func(f flagValues) (Q, error) { return build(f), nil }
+}
+
+// checked is the request builder opCmd takes of one whose request checks itself (Check).
+func checked[Q interface{ Check() error }](build func(flagValues) Q) func(flagValues) (Q, error) {
+	return func(f flagValues) (Q, error) {
+		q := build(f)
+		return q, q.Check()
+	}
+}
+
 // isNil reports whether v is nil: a nil pointer, slice or map result is no result.
 func isNil(v any) bool {
 	if v == nil {
@@ -215,11 +293,73 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 	apply.requestFirst, apply.conn = true, connFlagLazy
 	plan := opCmd(planRequest, ops.Plan, renderPlan, true)
 	plan.requestFirst, plan.conn = true, connFlagLazy
-	plan.commandLine = func(f flagValues) bool { return f.IsSet("migrate") }
 	local := func(c opCommand, requestFirst bool) opCommand {
 		c.conn, c.requestFirst = connLocal, requestFirst
 		return c
 	}
+	withConn := func(c opCommand, kind connKind) opCommand {
+		c.requestFirst, c.conn = true, kind
+		return c
+	}
+	// migrate: the request, the way to the target, the root, --output, --connect; its
+	// result printed with the error when it fails half-way.
+	migrate := withConn(opCmd(migrateRequest, ops.Migrate, plain(renderMigrate), true), connFlag)
+	migrate.vet = vetMigrate
+	planMigrate := withConn(opCmd(planMigrateRequestOf, planMigrateOp, plain(renderMigrate), true), connFlag)
+	planMigrate.pre, planMigrate.vet = planMigrateUsage, vetMigrate
+	plan.variant = func(f flagValues) (opCommand, bool) { return planMigrate, f.IsSet("migrate") }
+	// mig: the request, the root (/ when --host-root cannot be used), the operation, and only
+	// then --output, as these commands always did.
+	migCmd := func(c opCommand, requestFirst bool) opCommand {
+		c.requestFirst, c.anyRoot, c.outputLast = requestFirst, true, true
+		return c
+	}
+	attach := withConn(opCmd(attachRequest, ops.Attach, plain(renderAttach), false), connFlag)
+	attach.finish = func(_ flagValues, req ops.Request, _ opSite) (ops.Request, error) {
+		r, _ := req.(ops.AttachRequest)
+		_, err := ops.CheckForce(r.Force, vfio.ForceableChecks)
+		return req, err
+	}
+	// render: the operand and --virt-type, --output, the spec, then the root (unread with
+	// --offline), as it always did.
+	render := opCmd(renderSpecRequest, ops.Render, renderNoted, false)
+	render.pre = func(f flagValues) error { _, err := renderRequest(f); return err }
+	render.outputFirst, render.requestFirst = true, true
+	render.needsRoot = func(req ops.Request) bool { r, _ := req.(ops.RenderRequest); return !r.Offline }
+	// kubevirt: the operand count, --output, the root, the request (kubevirt vm: its disks
+	// and spec before the root, --config after it, both errors naming the VM).
+	manifest := func(c opCommand, n int, name string) opCommand {
+		c.pre = func(f flagValues) error {
+			switch got := len(f.Operands()); {
+			case got == n:
+				return nil
+			case n == 0:
+				return usageErr("%s takes no arguments", name)
+			default:
+				return usageErr("%s takes one SPEC.yaml, got %d arguments", name, got)
+			}
+		}
+		c.outputFirst = true
+		return c
+	}
+	kubeVM := manifest(opCmd(kubeVirtVMSpecRequest, ops.KubeVirtVM, manifestOf[*ops.KubeVirtVMResult], false), 1, "kubevirt vm")
+	kubeVM.requestFirst, kubeVM.finish = true, kubeVirtVMConfig
+	kubeVM.rootErr = func(req ops.Request, err error) error {
+		r, _ := req.(ops.KubeVirtVMRequest)
+		return fmt.Errorf("kubevirt vm %s: %w", kubeVMName(r), err)
+	}
+	// image export: the operand count, --output (a path there is a mistake of its own), the
+	// request, the root, then the helpers' progress asked for only when it can be shown.
+	export := opCmd(exportRequest, ops.Export, plain(renderExport), false)
+	export.pre = exportUsage
+	export.outputFirst, export.requestFirst, export.conn, export.interruptible = true, true, connFlagRaw, true
+	export.finish = func(f flagValues, req ops.Request, site opSite) (ops.Request, error) {
+		r, _ := req.(ops.ExportRequest)
+		r.Progress = f.String("output") == "table" && site.liveProgress()
+		return r, nil
+	}
+	layoutShow := opCmd(infallible(layoutShowRequest), ops.LayoutShow, plain(renderLayoutShow), false)
+	layoutShow.conn = connFlagOrLocal
 	return map[string]opCommand{
 		"inspect":      inspect,
 		"check":        opCmd(func(flagValues) (ops.CheckRequest, error) { return ops.CheckRequest{}, nil }, ops.Check, renderCheck, true),
@@ -234,6 +374,32 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		"vf enable":    local(opCmd(vfEnableRequest, ops.VFEnable, renderVFEnable, false), true),
 		"vf disable":   local(opCmd(vfDisableRequest, ops.VFDisable, renderVFDisable, false), true),
 		"host restore": local(opCmd(restoreRequest, ops.Restore, renderRestore, true), false),
+
+		"mdev types":              local(opCmd(infallible(mdevTypesRequest), ops.MdevTypes, plain(renderMdevTypes), false), false),
+		"mdev list":               local(opCmd(infallible(mdevListRequest), ops.MdevList, plain(renderMdevList), false), false),
+		"mdev place":              local(opCmd(mdevPlaceRequest, ops.MdevPlace, plain(renderMdevPlace), false), false),
+		"mdev define":             local(opCmd(checked(mdevDefineRequest), ops.MdevDefine, plain(renderMdevDefine), false), true),
+		"mdev undefine":           local(opCmd(checked(mdevUndefineRequest), ops.MdevUndefine, plain(renderMdevUndefine), false), true),
+		"vf list":                 local(opCmd(vfListRequest, ops.VFList, plain(renderVFList), false), false),
+		"host release-quarantine": opCmd(releaseQuarantineRequest, ops.ReleaseQuarantine, plain(renderReleaseQuarantine), false),
+		"host health":             local(opCmd(healthRequest, ops.Health, plain(renderHealth), false), false),
+		"verify":                  withConn(opCmd(verifyRequest, ops.Verify, plain(renderVerify), true), connFlag),
+		"attach":                  attach,
+		"detach":                  withConn(opCmd(detachRequest, ops.Detach, plain(renderDetach), false), connFlag),
+
+		"mig show":  migCmd(opCmd(infallible(migShowRequest), ops.MIGShow, plain(renderMIGShow), false), false),
+		"mig plan":  migCmd(opCmd(migPlanRequest, ops.MIGPlan, plain(renderMIGPlan), false), true),
+		"mig apply": migCmd(opCmd(migApplyRequest, ops.MIGApply, plain(renderMIGApply), false), true),
+
+		"render":            render,
+		"image export":      export,
+		"migrate":           migrate,
+		"kubevirt config":   manifest(opCmd(kubeVirtConfigRequest, ops.KubeVirtConfig, manifestOf[*ops.KubeVirtConfigResult], false), 0, "kubevirt config"),
+		"kubevirt labels":   manifest(opCmd(kubeVirtLabelsRequest, ops.KubeVirtLabels, renderLabelsWritten, false), 0, "kubevirt labels"),
+		"kubevirt vm":       kubeVM,
+		"host layout show":  layoutShow,
+		"host layout plan":  withConn(opCmd(layoutPlanRequest, ops.LayoutPlan, plain(renderLayoutPlan), true), connFlagOrLocal),
+		"host layout apply": withConn(opCmd(layoutApplyRequest, ops.LayoutApply, plain(renderLayoutApply), true), connFlagOrLocal),
 	}
 }}
 
@@ -246,14 +412,23 @@ type opSite interface {
 	env(f flagValues, kind connKind, root host.Root, uri string) ops.Env
 	// oneShot reports whether this is a one-shot process (the CLI).
 	oneShot() bool
+	// liveProgress reports whether progress redrawn in place can reach a person: the CLI's
+	// stderr is a terminal, or the agent's caller streams events (its CLI draws them only on
+	// a terminal).
+	liveProgress() bool
 }
 
 // runOpCommand runs the operation-backed command name at site: the request built from f
 // (before or after the root and --output are checked, as the command always did), the
-// operation, its result printed on stdout. The error is what the command fails with
-// (printed "vgpu-host: ERR" with exitCode's code); pre, when not nil, is the request Prepare
-// built already.
-func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, site opSite, stdout io.Writer, pre ops.Request) error {
+// operation, its result printed on stdout (and what a command says beside it, on stderr).
+// The error is what the command fails with (printed "vgpu-host: ERR" with exitCode's code);
+// pre, when not nil, is the request Prepare built already.
+func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, site opSite, stdout, stderr io.Writer, pre ops.Request) error {
+	if oc.pre != nil {
+		if err := oc.pre(f); err != nil {
+			return err
+		}
+	}
 	req := pre
 	build := func() (err error) {
 		if req == nil {
@@ -261,57 +436,120 @@ func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, 
 		}
 		return err
 	}
+	var o string
+	output := func() (err error) {
+		o, err = outputFormat(f.String("output"))
+		return err
+	}
+	if oc.outputFirst {
+		if err := output(); err != nil {
+			return err
+		}
+	}
 	if oc.requestFirst {
 		if err := build(); err != nil {
 			return err
 		}
+		if oc.vet != nil {
+			if err := oc.vet(req, site); err != nil {
+				return err
+			}
+		}
 	}
-	root, err := site.root(f)
-	if err != nil {
-		return err
+	var root host.Root
+	if oc.needsRoot == nil || oc.needsRoot(req) {
+		var err error
+		if root, err = site.root(f); err != nil {
+			switch {
+			case oc.anyRoot && site.oneShot():
+				if root, err = host.NewRoot("/"); err != nil {
+					return err
+				}
+			case oc.rootErr != nil:
+				return oc.rootErr(req, err)
+			default:
+				return err
+			}
+		}
 	}
-	o, err := outputFormat(f.String("output"))
-	if err != nil {
-		return err
+	if !oc.outputFirst && !oc.outputLast {
+		if err := output(); err != nil {
+			return err
+		}
 	}
 	if err := build(); err != nil {
 		return err
 	}
+	if oc.finish != nil {
+		var err error
+		if req, err = oc.finish(f, req, site); err != nil {
+			return err
+		}
+	}
 	var uri string
-	if oc.conn == connFlag {
+	switch oc.conn {
+	case connFlag:
+		var err error
 		if uri, err = site.connURI(f, root); err != nil {
 			return err
 		}
+	case connFlagRaw:
+		uri = f.String("connect")
 	}
 	if oc.oneShot != nil && site.oneShot() {
 		oc.oneShot(req)
 	}
-	show, err := oc.run(ctx, site.env(f, oc.conn, root, uri), req)
+	if oc.interruptible && site.oneShot() {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	env := site.env(f, oc.conn, root, uri)
+	if env.MigrationTarget == nil {
+		// migrate's way to the target's vgpu-host, its stderr the command's.
+		env.MigrationTarget = func(words []string, ssh bool) lifecycle.MigrationTarget {
+			return &execTarget{words: words, ssh: ssh, stderr: stderr}
+		}
+	}
+	show, err := oc.run(ctx, env, req)
 	if show == nil {
 		return err
 	}
-	if perr := show(opOutput{w: stdout, format: o, root: root, name: appName + " " + name}); perr != nil {
+	if oc.outputLast {
+		if oerr := output(); oerr != nil {
+			return oerr
+		}
+	}
+	if perr := show(opOutput{w: stdout, errw: stderr, format: o, root: root, name: appName + " " + name}); perr != nil {
 		return perr
 	}
 	return err
 }
 
+// opCommandOf is the operation-backed command that this invocation (f) of command name runs:
+// its opCommands entry, or the entry's variant (plan --migrate).
+func opCommandOf(name string, f flagValues) opCommand {
+	oc := opCommands.Get()[name]
+	if oc.variant != nil {
+		if v, ok := oc.variant(f); ok {
+			return v
+		}
+	}
+	return oc
+}
+
 // opAction is the CLI's action of the operation-backed command name: flags → request →
 // operation → render, in this process (wireAgent forwards it to the agent first when
-// --agent says so). An invocation that still takes its command line (plan --migrate) runs
-// action.
-func opAction(name string, action cli.ActionFunc) cli.ActionFunc {
+// --agent says so).
+func opAction(name string) cli.ActionFunc {
 	return func(ctx context.Context, cmd *cli.Command) error {
-		oc := opCommands.Get()[name]
 		f := cliFlags{cmd}
-		if oc.commandLine != nil && oc.commandLine(f) {
-			return action(ctx, cmd)
-		}
+		oc := opCommandOf(name, f)
 		if rv := runEnvOf(cmd); rv != nil {
 			// The agent runs these without a command line (agentops.go): reaching here is a bug.
 			return fmt.Errorf("internal error: the agent ran %s as a command line (a bug in vgpu-host, please report it)", name)
 		}
-		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, nil)
+		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, cmd.Root().ErrWriter, nil)
 	}
 }
 
@@ -325,10 +563,18 @@ func (s cliSite) connURI(_ flagValues, root host.Root) (string, error) { return 
 
 func (s cliSite) oneShot() bool { return true }
 
+func (s cliSite) liveProgress() bool { return stderrIsTerminal(s.cmd) }
+
 func (s cliSite) env(_ flagValues, kind connKind, root host.Root, uri string) ops.Env {
 	switch kind {
 	case connLocal:
 		return opsEnv(s.cmd, root, virt.DefaultURI)
+	case connFlagOrLocal:
+		env := opsEnv(s.cmd, root, virt.DefaultURI)
+		if uri := s.cmd.String("connect"); uri != "" {
+			env.OpenConn = func() (virt.Conn, error) { return envOf(s.cmd).openConn(uri, remote.OpenOptions{}) }
+		}
+		return env
 	case connFlagLazy:
 		env := opsEnv(s.cmd, root, "")
 		env.OpenConn = func() (virt.Conn, error) {

@@ -28,20 +28,43 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-start", Usage: "plan without the start step"},
 			&cli.StringFlag{Name: "migrate", Usage: "plan the live migration of the applied `VM` to --to instead of SPECs"},
 		}, migrateFlags(false)...),
-		Action: opAction("plan", runPlanMigrate),
+		Action: opAction("plan"),
 	}
 }
 
-// runPlanMigrate is plan --migrate VM --to URI: the migration's plan, which has no operation
-// yet (it runs as a command line in the agent too).
-func runPlanMigrate(ctx context.Context, cmd *cli.Command) error {
-	if cmd.Args().Len() > 0 {
+// planMigrateUsage is what plan --migrate VM --to URI checks first: no SPEC, and --to.
+func planMigrateUsage(f flagValues) error {
+	if len(f.Operands()) > 0 {
 		return usageErr("plan --migrate VM takes no SPEC")
 	}
-	if cmd.String("to") == "" {
+	if f.String("to") == "" {
 		return usageErr("plan --migrate VM needs --to URI")
 	}
-	return migrateVM(ctx, cmd, cmd.String("migrate"), true)
+	return nil
+}
+
+// planMigrateRequest is plan --migrate's request: the migration's plan on both hosts (a
+// migrate --dry-run), named plan with --migrate set, so the agent decides its class as
+// plan --migrate's (classOf: a change's right, as it reaches another host).
+type planMigrateRequest struct{ ops.MigrateRequest }
+
+// Op is the command the request is: plan.
+func (planMigrateRequest) Op() string { return "plan" }
+
+// IsSet reports whether the request sets the named flag: --migrate always.
+func (r planMigrateRequest) IsSet(name string) bool {
+	return name == "migrate" || r.MigrateRequest.IsSet(name)
+}
+
+// planMigrateRequestOf is plan --migrate VM's request: migrate's, for VM, as a dry run.
+func planMigrateRequestOf(f flagValues) (planMigrateRequest, error) {
+	r, err := migrateRequestFor(f, f.String("migrate"), true)
+	return planMigrateRequest{r}, err
+}
+
+// planMigrateOp runs plan --migrate: the migration's dry run.
+func planMigrateOp(ctx context.Context, env ops.Env, req planMigrateRequest) (*ops.MigrateResult, error) {
+	return ops.Migrate(ctx, env, req.MigrateRequest)
 }
 
 // planRequest is plan's request: the specs loaded, --virt-type, --force, --no-start; the

@@ -1,13 +1,11 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ops"
 )
 
@@ -24,43 +22,8 @@ func renderCommand() *cli.Command {
 			&cli.BoolFlag{Name: "offline", Usage: "render without reading the host"},
 			&cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (overrides spec.virtType)"},
 		},
-		Action: runRender,
+		Action: opAction("render"),
 	}
-}
-
-func runRender(ctx context.Context, cmd *cli.Command) error {
-	req, err := renderRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	// The spec first, then the root (unread with --offline): the errors' order as always.
-	vms, err := ops.LoadSpecs("render", []ops.Spec{req.Spec})
-	if err != nil {
-		return err
-	}
-	req.Spec.VM = vms[0]
-	var root host.Root
-	if !req.Offline {
-		if root, err = rootOf(cmd); err != nil {
-			return err
-		}
-	}
-	res, err := ops.Render(ctx, ops.Env{Root: root}, req)
-	if err != nil {
-		return err
-	}
-	if o == "table" {
-		// stdout stays pure XML (for virsh define); what a user should know about the choices
-		// made (a fallback, placeholders, no NUMA placement) goes to stderr.
-		for _, n := range res.Notes() {
-			fmt.Fprintf(cmd.Root().ErrWriter, "note: %s\n", n)
-		}
-	}
-	return renderRender(cmd.Root().Writer, o, res)
 }
 
 // renderRequest is render's request: its one operand, the spec (loaded by the operation),
@@ -71,6 +34,33 @@ func renderRequest(f flagValues) (ops.RenderRequest, error) {
 	}
 	req := ops.RenderRequest{Spec: ops.Spec{Path: f.Operands()[0]}, Offline: f.Bool("offline"), VirtType: f.String("virt-type")}
 	return req, ops.CheckVirtType(req.VirtType)
+}
+
+// renderSpecRequest is render's request with its spec loaded: read by the CLI, the content
+// the caller sent in the agent.
+func renderSpecRequest(f flagValues) (ops.RenderRequest, error) {
+	req, err := renderRequest(f)
+	if err != nil {
+		return req, err
+	}
+	specs, err := specsOf(f, "render")
+	if err != nil {
+		return req, err
+	}
+	req.Spec = specs[0]
+	return req, nil
+}
+
+// renderNoted prints render's result: with table output, what a user should know about the
+// choices made (a fallback, placeholders, no NUMA placement) on stderr, so stdout stays pure
+// XML (for virsh define); then renderRender's.
+func renderNoted(o opOutput, res *ops.RenderResult) error {
+	if o.format == "table" {
+		for _, n := range res.Notes() {
+			fmt.Fprintf(o.errw, "note: %s\n", n)
+		}
+	}
+	return renderRender(o.w, o.format, res)
 }
 
 // renderRender prints render's domain XML, or with JSON or YAML output the XML and its

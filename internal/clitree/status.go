@@ -21,7 +21,7 @@ func statusCommand() *cli.Command {
 			"ledger/claims.json (who holds each device); both read with jq (docs/apply.md).\n" +
 			"Exit codes: 0 listed, 6 a named VM is not in the ledger (the others named are still listed).",
 		Flags:  []cli.Flag{connectFlag()},
-		Action: opAction("status", nil),
+		Action: opAction("status"),
 	}
 }
 

@@ -24,7 +24,7 @@ func unbindCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Value: vfio.DefaultTimeout, Usage: "bound each sysfs write and driver wait by `DURATION`"},
 			resetFlag(),
 		},
-		Action: opAction("unbind", nil),
+		Action: opAction("unbind"),
 	}
 }
 

@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 
@@ -19,34 +18,8 @@ func verifyCommand() *cli.Command {
 		Description: "Exit codes: 0 every hostdev and virtio GPU is on the guest's PCI bus, 1 one is missing\n" +
 			"(listed), 6 no such domain.",
 		Flags:  []cli.Flag{connectFlag()},
-		Action: runVerify,
+		Action: opAction("verify"),
 	}
-}
-
-func runVerify(ctx context.Context, cmd *cli.Command) error {
-	req, err := verifyRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	root, err := rootOf(cmd)
-	if err != nil {
-		return err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return err
-	}
-	res, verr := ops.Verify(ctx, opsEnv(cmd, root, uri), req)
-	if res == nil {
-		return verr
-	}
-	if err := renderVerify(cmd.Root().Writer, cmd.String("output"), res); err != nil {
-		return err
-	}
-	return verr
 }
 
 // verifyRequest is verify's request: its one operand, the VM.

@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -46,24 +45,8 @@ func vfListCommand() *cli.Command {
 		Name:      "list",
 		Usage:     "list SR-IOV physical functions and their VFs",
 		ArgsUsage: "[PF]",
-		Action:    runVFList,
+		Action:    opAction("vf list"),
 	}
-}
-
-func runVFList(ctx context.Context, cmd *cli.Command) error {
-	env, err := mdevEnv(cmd)
-	if err != nil {
-		return err
-	}
-	req, err := vfListRequest(flagsOf(cmd))
-	if err != nil {
-		return err
-	}
-	res, err := ops.VFList(ctx, env, req)
-	if err != nil {
-		return err
-	}
-	return renderVFList(cmd.Root().Writer, cmd.String("output"), res)
 }
 
 // vfListRequest is vf list's request: at most one operand, the PF.
@@ -125,7 +108,7 @@ func vfEnableCommand() *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "change the count even when a process (a guest) holds a VF open; the kernel then waits for it"},
 			dryRunFlag(), timeoutFlag(),
 		},
-		Action: opAction("vf enable", nil),
+		Action: opAction("vf enable"),
 	}
 }
 
@@ -160,7 +143,7 @@ func vfDisableCommand() *cli.Command {
 			dryRunFlag(), timeoutFlag(),
 			resetFlag(),
 		},
-		Action: opAction("vf disable", nil),
+		Action: opAction("vf disable"),
 	}
 }
 
