@@ -18,13 +18,7 @@ import (
 func layoutHost(env Env, timeout time.Duration, dryRun, askLibvirt bool) (*layout.Host, *host.Recorder, func()) {
 	m, rec, done := MdevManager(env, timeout, dryRun)
 	if askLibvirt && !env.Root.IsReal() {
-		l := &LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) {
-			c, err := env.OpenConn()
-			if err != nil {
-				return nil, nil, err
-			}
-			return c, func() { c.Close() }, nil
-		}}
+		l := env.lazyLibvirt()
 		m.Domains = l
 		prev := done
 		done = func() { prev(); l.Close() }

@@ -64,17 +64,23 @@ func MdevManager(env Env, timeout time.Duration, dryRun bool) (m *mdev.Manager, 
 	m.Allocated = ledgerHolder(env.Root)
 	done = func() {}
 	if env.Root.IsReal() {
-		l := &LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) {
-			c, err := env.OpenConn()
-			if err != nil {
-				return nil, nil, err
-			}
-			return c, func() { c.Close() }, nil
-		}}
+		l := env.lazyLibvirt()
 		m.Domains = l
 		done = l.Close
 	}
 	return m, rec, done
+}
+
+// lazyLibvirt is env's libvirt as mdev asks it which domains use an instance: opened on the
+// first question, closed by its Close.
+func (env Env) lazyLibvirt() *LazyLibvirt {
+	return &LazyLibvirt{Open: func() (mdev.DomainXMLLister, func(), error) {
+		c, err := env.OpenConn()
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, func() { c.Close() }, nil
+	}}
 }
 
 // ledgerHolder returns the check mdev remove makes against the allocation ledger: the VM it
