@@ -102,7 +102,9 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 		fmt.Fprintf(stderr, "vgpu-host: --agent %q: use auto, always or never\n", mode)
 		return exitUsage, true
 	}
-	req, socket, ok := agentRequest(cmd)
+	// The socket first: with --agent auto and no agent (most runs of the CLI), nothing of
+	// the request is built or read (issue 32: the command's own start-up cost).
+	socket, ok := agentSocket(cmd)
 	if !ok {
 		return 0, false
 	}
@@ -110,6 +112,10 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 		if st, err := os.Stat(socket); err != nil || st.Mode()&os.ModeSocket == 0 {
 			return 0, false
 		}
+	}
+	req, ok := agentRequest(cmd)
+	if !ok {
+		return 0, false
 	}
 	if cmd.Root().Metadata == nil {
 		cmd.Root().Metadata = map[string]any{}
@@ -158,18 +164,14 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 // (on the command line or from the environment, as urfave/cli resolved it) with its typed
 // value, its operands, and the content of the files it reads, read here with the caller's
 // permissions; paths the agent cannot resolve from its own working directory are made
-// absolute. It returns the agent's socket too; ok is false when the CLI should run the
-// command itself.
-func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
+// absolute. ok is false when the CLI should run the command itself.
+func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, bool) {
 	op := opName(cmd)
-	rule := agentRules.Get()[op]
-	req := agentapi.ExecRequest{Command: op, Flags: map[string]json.RawMessage{}, Operands: cmd.Args().Slice()}
-	abs := func(v string) string {
-		if a, err := filepath.Abs(v); err == nil {
-			return a
-		}
-		return v
+	rule, ok := agentRules.Get()[op]
+	if !ok {
+		return agentapi.ExecRequest{}, false // the agent does not run it
 	}
+	req := agentapi.ExecRequest{Command: op, Flags: map[string]json.RawMessage{}, Operands: cmd.Args().Slice()}
 	seen := map[string]bool{}
 	for _, c := range cmd.Lineage() {
 		for _, f := range c.Flags {
@@ -189,22 +191,19 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 			}
 			b, err := json.Marshal(v)
 			if err != nil {
-				return req, "", false
+				return req, false
 			}
 			req.Flags[name] = b
 		}
 	}
-	rootDir := "/"
-	if cmd.IsSet("host-root") {
-		rootDir = abs(cmd.String("host-root"))
-	} else {
+	if !cmd.IsSet("host-root") {
 		// Always name the root meant, so that an agent serving another (--agent-socket)
 		// refuses rather than acting on its own.
-		req.Flags["host-root"], _ = json.Marshal(rootDir)
+		req.Flags["host-root"], _ = json.Marshal(rootDirOf(cmd))
 	}
 	job, _, err := prepareRequest(cmd.Root(), req)
 	if err != nil {
-		return req, "", false // the in-process run reports it
+		return req, false // the in-process run reports it
 	}
 	read := func(name string, limit int64, regular bool) (string, bool) {
 		readFile := host.ReadFileLimit // a spec may be a pipe: apply <(generate-spec)
@@ -220,7 +219,7 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 		}
 		var ok bool
 		if req.Files[name], ok = read(name, agentapi.DefaultMaxBody/2, false); !ok {
-			return req, "", false
+			return req, false
 		}
 		if !rule.specs {
 			continue
@@ -238,22 +237,44 @@ func agentRequest(cmd *cli.Command) (agentapi.ExecRequest, string, bool) {
 				req.KeyFiles = map[string]string{}
 			}
 			if req.KeyFiles[k], ok = read(k, lifecycle.MaxKeyFileSize, true); !ok {
-				return req, "", false
+				return req, false
 			}
 		}
 	}
+	return req, true
+}
+
+// abs is path v made absolute, or v when it cannot be.
+func abs(v string) string {
+	if a, err := filepath.Abs(v); err == nil {
+		return a
+	}
+	return v
+}
+
+// rootDirOf is the host root a parsed command names, made absolute: / by default.
+func rootDirOf(cmd *cli.Command) string {
+	if cmd.IsSet("host-root") {
+		return abs(cmd.String("host-root"))
+	}
+	return "/"
+}
+
+// agentSocket is the socket of the agent a parsed command goes to: --agent-socket, else the
+// one under its host root; ok is false when the CLI should run the command itself.
+func agentSocket(cmd *cli.Command) (string, bool) {
 	socket := cmd.String("agent-socket")
 	if pick, ok := cmd.Root().Metadata[agentSocketKey].(func(*cli.Command) (string, bool)); ok {
 		if socket, ok = pick(cmd); !ok {
-			return req, "", false
+			return "", false
 		}
 	}
 	if socket == "" {
-		root, err := host.NewRoot(rootDir)
+		root, err := host.NewRoot(rootDirOf(cmd))
 		if err != nil {
-			return req, "", false
+			return "", false
 		}
 		socket = agentSocketUnder(root)
 	}
-	return req, abs(socket), true
+	return abs(socket), true
 }

@@ -23,9 +23,19 @@ var stillCommandLine = []string{
 // stillCommandLine, not both; every operation-backed command is one the agent runs, and its
 // request names it (the class is decided on the request by the command's rule).
 func TestCommandLineCommands(t *testing.T) {
-	rules, opCmds := agentRules.Get(), opCommands.Get()
+	rules := agentRules.Get()
+	opCmds := map[string]bool{}
+	for _, name := range opCommandNames {
+		if _, ok := opCommandNamed(name); !ok || opCmds[name] {
+			t.Errorf("opCommandNames lists %s, which opCommandNamed does not build or which it lists twice", name)
+		}
+		opCmds[name] = true
+	}
 	for _, name := range slices.Sorted(maps.Keys(rules)) {
-		_, op := opCmds[name]
+		_, op := opCommandNamed(name)
+		if op && !opCmds[name] {
+			t.Errorf("opCommandNamed builds %s, which opCommandNames does not list", name)
+		}
 		listed := slices.Contains(stillCommandLine, name)
 		switch {
 		case !op && !listed:

@@ -22,7 +22,7 @@ import (
 // --migrate, the migration's plan) and the request's flag values; ok is false when the command
 // still runs as a command line.
 func operationOf(cl commandLine, req agentapi.ExecRequest) (opCommand, execFlags, bool) {
-	if _, ok := opCommands.Get()[req.Command]; !ok {
+	if _, ok := opCommandNamed(req.Command); !ok {
 		return opCommand{}, execFlags{}, false
 	}
 	f := execFlags{set: make(map[string]any, len(cl.flags)), defs: cl.defs, operands: req.Operands, files: req.Files}

@@ -13,7 +13,6 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
@@ -276,132 +275,184 @@ func isNil(v any) bool {
 	return false
 }
 
-// opCommands maps the full name of each command backed by an operation to it. Built on first
-// use (internal/lazy): not at every start of the CLI.
-var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opCommand {
-	inspect := opCmd(inspectRequest, ops.Inventory, renderInventory, false)
-	inspect.oneShot = func(req ops.Request) {
-		if r, ok := req.(ops.InventoryRequest); ok && r.Target == "" {
-			inspectGC()
-		}
-	}
-	status := opCmd(statusRequest, ops.Status, renderStatus, true)
-	status.conn = connFlag
-	destroy := opCmd(destroyRequest, ops.Destroy, renderDestroy, true)
-	destroy.requestFirst, destroy.conn = true, connFlag
-	apply := opCmd(applyRequest, ops.Apply, renderApply, true)
-	apply.requestFirst, apply.conn = true, connFlagLazy
-	plan := opCmd(planRequest, ops.Plan, renderPlan, true)
-	plan.requestFirst, plan.conn = true, connFlagLazy
-	local := func(c opCommand, requestFirst bool) opCommand {
-		c.conn, c.requestFirst = connLocal, requestFirst
-		return c
-	}
-	withConn := func(c opCommand, kind connKind) opCommand {
-		c.requestFirst, c.conn = true, kind
-		return c
-	}
-	// migrate: the request, the way to the target, the root, --output, --connect; its
-	// result printed with the error when it fails half-way.
-	migrate := withConn(opCmd(migrateRequest, ops.Migrate, plain(renderMigrate), true), connFlag)
-	migrate.vet = vetMigrate
-	planMigrate := withConn(opCmd(planMigrateRequestOf, planMigrateOp, plain(renderMigrate), true), connFlag)
-	planMigrate.pre, planMigrate.vet = planMigrateUsage, vetMigrate
-	plan.variant = func(f flagValues) (opCommand, bool) { return planMigrate, f.IsSet("migrate") }
-	// mig: the request, the root (/ when --host-root cannot be used), the operation, and only
-	// then --output, as these commands always did.
-	migCmd := func(c opCommand, requestFirst bool) opCommand {
-		c.requestFirst, c.anyRoot, c.outputLast = requestFirst, true, true
-		return c
-	}
-	attach := withConn(opCmd(attachRequest, ops.Attach, plain(renderAttach), false), connFlag)
-	attach.finish = func(_ flagValues, req ops.Request, _ opSite) (ops.Request, error) {
-		r, _ := req.(ops.AttachRequest)
-		_, err := ops.CheckForce(r.Force, vfio.ForceableChecks)
-		return req, err
-	}
-	// render: the operand and --virt-type, --output, the spec, then the root (unread with
-	// --offline), as it always did.
-	render := opCmd(renderSpecRequest, ops.Render, renderNoted, false)
-	render.pre = func(f flagValues) error { _, err := renderRequest(f); return err }
-	render.outputFirst, render.requestFirst = true, true
-	render.needsRoot = func(req ops.Request) bool { r, _ := req.(ops.RenderRequest); return !r.Offline }
-	// kubevirt: the operand count, --output, the root, the request (kubevirt vm: its disks
-	// and spec before the root, --config after it, both errors naming the VM).
-	manifest := func(c opCommand, n int, name string) opCommand {
-		c.pre = func(f flagValues) error {
-			switch got := len(f.Operands()); {
-			case got == n:
-				return nil
-			case n == 0:
-				return usageErr("%s takes no arguments", name)
-			default:
-				return usageErr("%s takes one SPEC.yaml, got %d arguments", name, got)
+// opCommandNames are the full names of the commands backed by an operation, in the order
+// help lists them. opCommandNamed builds each one's entry (TestOpCommandNames: the two agree).
+var opCommandNames = [...]string{
+	"inspect", "check", "status", "destroy", "apply", "plan", "bind", "unbind",
+	"mdev create", "mdev remove", "vf enable", "vf disable", "host restore",
+	"mdev types", "mdev list", "mdev place", "mdev define", "mdev undefine", "vf list",
+	"host release-quarantine", "host health", "verify", "attach", "detach",
+	"mig show", "mig plan", "mig apply",
+	"render", "image export", "migrate", "kubevirt config", "kubevirt labels", "kubevirt vm",
+	"host layout show", "host layout plan", "host layout apply",
+}
+
+// opCommandNamed builds the entry of the operation-backed command name; ok is false when name
+// has none. Only the named entry is built: a process runs one command, and building all of
+// them (each an instantiation of opCmd) cost every first call about 45 page faults (issue 32).
+func opCommandNamed(name string) (opCommand, bool) {
+	var c opCommand
+	switch name {
+	case "inspect":
+		c = opCmd(inspectRequest, ops.Inventory, renderInventory, false)
+		c.oneShot = func(req ops.Request) {
+			if r, ok := req.(ops.InventoryRequest); ok && r.Target == "" {
+				inspectGC()
 			}
 		}
-		c.outputFirst = true
-		return c
+	case "check":
+		c = opCmd(func(flagValues) (ops.CheckRequest, error) { return ops.CheckRequest{}, nil }, ops.Check, renderCheck, true)
+	case "status":
+		c = opCmd(statusRequest, ops.Status, renderStatus, true)
+		c.conn = connFlag
+	case "destroy":
+		c = connOf(opCmd(destroyRequest, ops.Destroy, renderDestroy, true), connFlag)
+	case "apply":
+		c = connOf(opCmd(applyRequest, ops.Apply, renderApply, true), connFlagLazy)
+	case "plan":
+		c = connOf(opCmd(planRequest, ops.Plan, renderPlan, true), connFlagLazy)
+		c.variant = func(f flagValues) (opCommand, bool) {
+			if !f.IsSet("migrate") {
+				return opCommand{}, false
+			}
+			// plan --migrate: the migration's plan.
+			pm := connOf(opCmd(planMigrateRequestOf, planMigrateOp, plain(renderMigrate), true), connFlag)
+			pm.pre, pm.vet = planMigrateUsage, vetMigrate
+			return pm, true
+		}
+	case "bind":
+		c = opCmd(bindRequest, ops.Bind, renderBindResult, false)
+	case "unbind":
+		c = opCmd(unbindRequest, ops.Unbind, renderBindResult, false)
+	case "mdev create":
+		c = local(opCmd(mdevCreateRequest, ops.MdevCreate, renderMdevCreate, false), true)
+	case "mdev remove":
+		c = local(opCmd(mdevRemoveRequest, ops.MdevRemove, renderMdevRemove, false), true)
+	case "vf enable":
+		c = local(opCmd(vfEnableRequest, ops.VFEnable, renderVFEnable, false), true)
+	case "vf disable":
+		c = local(opCmd(vfDisableRequest, ops.VFDisable, renderVFDisable, false), true)
+	case "host restore":
+		c = local(opCmd(restoreRequest, ops.Restore, renderRestore, true), false)
+	case "mdev types":
+		c = local(opCmd(infallible(mdevTypesRequest), ops.MdevTypes, plain(renderMdevTypes), false), false)
+	case "mdev list":
+		c = local(opCmd(infallible(mdevListRequest), ops.MdevList, plain(renderMdevList), false), false)
+	case "mdev place":
+		c = local(opCmd(mdevPlaceRequest, ops.MdevPlace, plain(renderMdevPlace), false), false)
+	case "mdev define":
+		c = local(opCmd(checked(mdevDefineRequest), ops.MdevDefine, plain(renderMdevDefine), false), true)
+	case "mdev undefine":
+		c = local(opCmd(checked(mdevUndefineRequest), ops.MdevUndefine, plain(renderMdevUndefine), false), true)
+	case "vf list":
+		c = local(opCmd(vfListRequest, ops.VFList, plain(renderVFList), false), false)
+	case "host release-quarantine":
+		c = opCmd(releaseQuarantineRequest, ops.ReleaseQuarantine, plain(renderReleaseQuarantine), false)
+	case "host health":
+		c = local(opCmd(healthRequest, ops.Health, plain(renderHealth), false), false)
+	case "verify":
+		c = connOf(opCmd(verifyRequest, ops.Verify, plain(renderVerify), true), connFlag)
+	case "attach":
+		c = connOf(opCmd(attachRequest, ops.Attach, plain(renderAttach), false), connFlag)
+		c.finish = func(_ flagValues, req ops.Request, _ opSite) (ops.Request, error) {
+			r, _ := req.(ops.AttachRequest)
+			_, err := ops.CheckForce(r.Force, vfio.ForceableChecks)
+			return req, err
+		}
+	case "detach":
+		c = connOf(opCmd(detachRequest, ops.Detach, plain(renderDetach), false), connFlag)
+	// mig: the request, the root (/ when --host-root cannot be used), the operation, and only
+	// then --output, as these commands always did.
+	case "mig show":
+		c = migCmd(opCmd(infallible(migShowRequest), ops.MIGShow, plain(renderMIGShow), false), false)
+	case "mig plan":
+		c = migCmd(opCmd(migPlanRequest, ops.MIGPlan, plain(renderMIGPlan), false), true)
+	case "mig apply":
+		c = migCmd(opCmd(migApplyRequest, ops.MIGApply, plain(renderMIGApply), false), true)
+	case "render":
+		// render: the operand and --virt-type, --output, the spec, then the root (unread with
+		// --offline), as it always did.
+		c = opCmd(renderSpecRequest, ops.Render, renderNoted, false)
+		c.pre = func(f flagValues) error { _, err := renderRequest(f); return err }
+		c.outputFirst, c.requestFirst = true, true
+		c.needsRoot = func(req ops.Request) bool { r, _ := req.(ops.RenderRequest); return !r.Offline }
+	case "image export":
+		// image export: the operand count, --output (a path there is a mistake of its own), the
+		// request, the root, then the helpers' progress asked for only when it can be shown.
+		c = opCmd(exportRequest, ops.Export, plain(renderExport), false)
+		c.pre = exportUsage
+		c.outputFirst, c.requestFirst, c.conn, c.interruptible = true, true, connFlagRaw, true
+		c.finish = func(f flagValues, req ops.Request, site opSite) (ops.Request, error) {
+			r, _ := req.(ops.ExportRequest)
+			r.Progress = f.String("output") == "table" && site.liveProgress()
+			return r, nil
+		}
+	case "migrate":
+		// migrate: the request, the way to the target, the root, --output, --connect; its
+		// result printed with the error when it fails half-way.
+		c = connOf(opCmd(migrateRequest, ops.Migrate, plain(renderMigrate), true), connFlag)
+		c.vet = vetMigrate
+	// kubevirt: the operand count, --output, the root, the request (kubevirt vm: its disks
+	// and spec before the root, --config after it, both errors naming the VM).
+	case "kubevirt config":
+		c = manifest(opCmd(kubeVirtConfigRequest, ops.KubeVirtConfig, manifestOf[*ops.KubeVirtConfigResult], false), 0, name)
+	case "kubevirt labels":
+		c = manifest(opCmd(kubeVirtLabelsRequest, ops.KubeVirtLabels, renderLabelsWritten, false), 0, name)
+	case "kubevirt vm":
+		c = manifest(opCmd(kubeVirtVMSpecRequest, ops.KubeVirtVM, manifestOf[*ops.KubeVirtVMResult], false), 1, name)
+		c.requestFirst, c.finish = true, kubeVirtVMConfig
+		c.rootErr = func(req ops.Request, err error) error {
+			r, _ := req.(ops.KubeVirtVMRequest)
+			return fmt.Errorf("kubevirt vm %s: %w", kubeVMName(r), err)
+		}
+	case "host layout show":
+		c = opCmd(infallible(layoutShowRequest), ops.LayoutShow, plain(renderLayoutShow), false)
+		c.conn = connFlagOrLocal
+	case "host layout plan":
+		c = connOf(opCmd(layoutPlanRequest, ops.LayoutPlan, plain(renderLayoutPlan), true), connFlagOrLocal)
+	case "host layout apply":
+		c = connOf(opCmd(layoutApplyRequest, ops.LayoutApply, plain(renderLayoutApply), true), connFlagOrLocal)
+	default:
+		return opCommand{}, false
 	}
-	kubeVM := manifest(opCmd(kubeVirtVMSpecRequest, ops.KubeVirtVM, manifestOf[*ops.KubeVirtVMResult], false), 1, "kubevirt vm")
-	kubeVM.requestFirst, kubeVM.finish = true, kubeVirtVMConfig
-	kubeVM.rootErr = func(req ops.Request, err error) error {
-		r, _ := req.(ops.KubeVirtVMRequest)
-		return fmt.Errorf("kubevirt vm %s: %w", kubeVMName(r), err)
-	}
-	// image export: the operand count, --output (a path there is a mistake of its own), the
-	// request, the root, then the helpers' progress asked for only when it can be shown.
-	export := opCmd(exportRequest, ops.Export, plain(renderExport), false)
-	export.pre = exportUsage
-	export.outputFirst, export.requestFirst, export.conn, export.interruptible = true, true, connFlagRaw, true
-	export.finish = func(f flagValues, req ops.Request, site opSite) (ops.Request, error) {
-		r, _ := req.(ops.ExportRequest)
-		r.Progress = f.String("output") == "table" && site.liveProgress()
-		return r, nil
-	}
-	layoutShow := opCmd(infallible(layoutShowRequest), ops.LayoutShow, plain(renderLayoutShow), false)
-	layoutShow.conn = connFlagOrLocal
-	return map[string]opCommand{
-		"inspect":      inspect,
-		"check":        opCmd(func(flagValues) (ops.CheckRequest, error) { return ops.CheckRequest{}, nil }, ops.Check, renderCheck, true),
-		"status":       status,
-		"destroy":      destroy,
-		"apply":        apply,
-		"plan":         plan,
-		"bind":         opCmd(bindRequest, ops.Bind, renderBindResult, false),
-		"unbind":       opCmd(unbindRequest, ops.Unbind, renderBindResult, false),
-		"mdev create":  local(opCmd(mdevCreateRequest, ops.MdevCreate, renderMdevCreate, false), true),
-		"mdev remove":  local(opCmd(mdevRemoveRequest, ops.MdevRemove, renderMdevRemove, false), true),
-		"vf enable":    local(opCmd(vfEnableRequest, ops.VFEnable, renderVFEnable, false), true),
-		"vf disable":   local(opCmd(vfDisableRequest, ops.VFDisable, renderVFDisable, false), true),
-		"host restore": local(opCmd(restoreRequest, ops.Restore, renderRestore, true), false),
+	return c, true
+}
 
-		"mdev types":              local(opCmd(infallible(mdevTypesRequest), ops.MdevTypes, plain(renderMdevTypes), false), false),
-		"mdev list":               local(opCmd(infallible(mdevListRequest), ops.MdevList, plain(renderMdevList), false), false),
-		"mdev place":              local(opCmd(mdevPlaceRequest, ops.MdevPlace, plain(renderMdevPlace), false), false),
-		"mdev define":             local(opCmd(checked(mdevDefineRequest), ops.MdevDefine, plain(renderMdevDefine), false), true),
-		"mdev undefine":           local(opCmd(checked(mdevUndefineRequest), ops.MdevUndefine, plain(renderMdevUndefine), false), true),
-		"vf list":                 local(opCmd(vfListRequest, ops.VFList, plain(renderVFList), false), false),
-		"host release-quarantine": opCmd(releaseQuarantineRequest, ops.ReleaseQuarantine, plain(renderReleaseQuarantine), false),
-		"host health":             local(opCmd(healthRequest, ops.Health, plain(renderHealth), false), false),
-		"verify":                  withConn(opCmd(verifyRequest, ops.Verify, plain(renderVerify), true), connFlag),
-		"attach":                  attach,
-		"detach":                  withConn(opCmd(detachRequest, ops.Detach, plain(renderDetach), false), connFlag),
+// local is c run on this machine's libvirt (connLocal), its request checked first or not.
+func local(c opCommand, requestFirst bool) opCommand {
+	c.conn, c.requestFirst = connLocal, requestFirst
+	return c
+}
 
-		"mig show":  migCmd(opCmd(infallible(migShowRequest), ops.MIGShow, plain(renderMIGShow), false), false),
-		"mig plan":  migCmd(opCmd(migPlanRequest, ops.MIGPlan, plain(renderMIGPlan), false), true),
-		"mig apply": migCmd(opCmd(migApplyRequest, ops.MIGApply, plain(renderMIGApply), false), true),
+// connOf is c with its request checked first and its libvirt connection of kind.
+func connOf(c opCommand, kind connKind) opCommand {
+	c.requestFirst, c.conn = true, kind
+	return c
+}
 
-		"render":            render,
-		"image export":      export,
-		"migrate":           migrate,
-		"kubevirt config":   manifest(opCmd(kubeVirtConfigRequest, ops.KubeVirtConfig, manifestOf[*ops.KubeVirtConfigResult], false), 0, "kubevirt config"),
-		"kubevirt labels":   manifest(opCmd(kubeVirtLabelsRequest, ops.KubeVirtLabels, renderLabelsWritten, false), 0, "kubevirt labels"),
-		"kubevirt vm":       kubeVM,
-		"host layout show":  layoutShow,
-		"host layout plan":  withConn(opCmd(layoutPlanRequest, ops.LayoutPlan, plain(renderLayoutPlan), true), connFlagOrLocal),
-		"host layout apply": withConn(opCmd(layoutApplyRequest, ops.LayoutApply, plain(renderLayoutApply), true), connFlagOrLocal),
+// migCmd is a mig command: its request checked first or not, any root in the CLI, --output
+// checked last.
+func migCmd(c opCommand, requestFirst bool) opCommand {
+	c.requestFirst, c.anyRoot, c.outputLast = requestFirst, true, true
+	return c
+}
+
+// manifest is a kubevirt command taking n operands (name in its usage error), --output
+// checked first.
+func manifest(c opCommand, n int, name string) opCommand {
+	c.pre = func(f flagValues) error {
+		switch got := len(f.Operands()); {
+		case got == n:
+			return nil
+		case n == 0:
+			return usageErr("%s takes no arguments", name)
+		default:
+			return usageErr("%s takes one SPEC.yaml, got %d arguments", name, got)
+		}
 	}
-}}
+	c.outputFirst = true
+	return c
+}
 
 // opSite is where an operation-backed command runs: the CLI's process (cliSite) or the agent
 // (agentSite, agentops.go). It resolves the host root and libvirt URI the flags name and
@@ -527,9 +578,9 @@ func runOpCommand(ctx context.Context, name string, oc opCommand, f flagValues, 
 }
 
 // opCommandOf is the operation-backed command that this invocation (f) of command name runs:
-// its opCommands entry, or the entry's variant (plan --migrate).
+// its opCommandNamed entry, or the entry's variant (plan --migrate).
 func opCommandOf(name string, f flagValues) opCommand {
-	oc := opCommands.Get()[name]
+	oc, _ := opCommandNamed(name)
 	if oc.variant != nil {
 		if v, ok := oc.variant(f); ok {
 			return v
