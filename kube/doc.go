@@ -11,6 +11,11 @@
 // every leaf after a round trip. The gRPC device plugin that serves the catalog lives in
 // kube/deviceplugin and its own binary, vgpu-host-kube.
 //
-// Everything is read from the host model: host.Scan's Inventory and the domains spec types.
-// The reference is docs/kubevirt.md.
+// Everything is read from the host model: the host's Inventory and the domains spec types,
+// handed in by the typed operations' callers. The CLI's kubevirt commands run ops' kubevirt
+// operations; kube/deviceplugin and kube/dra run ops.Inventory (vgpu-host inspect's operation)
+// at every re-scan with HostOnly: the host alone, since this package reads each device's
+// quarantine record and last health check where it decides the device's health.
+// internal/archtest's TestInventoryThroughOps keeps them off host.Scan. The reference is
+// docs/kubevirt.md.
 package kube

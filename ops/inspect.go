@@ -15,6 +15,12 @@ type InventoryRequest struct {
 	Target string
 	// MIG asks NVML for the MIG section now instead of the MIG state cache.
 	MIG bool
+	// HostOnly reads the whole inventory alone, as host.Scan has it: no MIG section (Env.MIG
+	// is not asked) and no list of quarantined functions. The device plugin and the DRA driver
+	// ask for it at every re-scan: their catalog reads each device's quarantine record and last
+	// health check itself (kube.Catalog.MarkDeviceNodes) and they publish no MIG section. No
+	// flag or endpoint sets it; with a Target it changes nothing.
+	HostOnly bool
 }
 
 // Op is "inspect".
@@ -124,8 +130,10 @@ type MdevReport struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// Inventory is inspect: the whole inventory (with MIG and the quarantined functions), one
-// PCI function and its IOMMU group, or one mdev instance (exit 6 when there is no such one).
+// Inventory is inspect: the whole inventory (with MIG and the quarantined functions, unless
+// HostOnly), one PCI function and its IOMMU group, or one mdev instance (exit 6 when there is
+// no such one). It is how every caller reads the inventory: the CLI, the agent's
+// GET /v1/inventory, the device plugin and the DRA driver (internal/archtest keeps it so).
 func Inventory(ctx context.Context, env Env, req InventoryRequest) (*InventoryResult, error) {
 	root := env.Root
 	if req.Target != "" && host.IsMdevUUID(req.Target) {
@@ -159,6 +167,9 @@ func Inventory(ctx context.Context, env Env, req InventoryRequest) (*InventoryRe
 		return nil, err
 	}
 	rep := InventoryReport{Inventory: inv}
+	if req.HostOnly {
+		return &InventoryResult{Inventory: &rep}, nil
+	}
 	if env.MIG != nil {
 		rep.MIG = env.MIG(ctx, inv, req.MIG)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -101,6 +102,44 @@ func TestInventory(t *testing.T) {
 		if v != nil || !errors.As(err, &oe) || oe.Code != c.code || !strings.Contains(err.Error(), c.words) {
 			t.Errorf("inspect %s: %v, %v; want exit %d naming %q", c.target, v, err, c.code, c.words)
 		}
+	}
+}
+
+// TestInventoryHostOnly: HostOnly is host.Scan's inventory alone, what the device plugin and
+// the DRA driver advertise from: MIG is not asked and the quarantine records are not listed
+// (their catalog reads each device's own), where inspect's whole inventory has both.
+func TestInventoryHostOnly(t *testing.T) {
+	tr := hosttest.New(t)
+	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "nouveau")
+	env := fakeEnv(t, tr)
+	asked := 0
+	env.MIG = func(context.Context, *host.Inventory, bool) *MIGInventory {
+		asked++
+		return &MIGInventory{Note: "test"}
+	}
+	if err := host.SaveQuarantine(env.Root, &host.Quarantine{Address: gpu, Problems: []host.Problem{{Check: "config-space", Detail: "reads 0xffff"}}}); err != nil {
+		t.Fatal(err)
+	}
+	full, err := Inventory(context.Background(), env, InventoryRequest{})
+	if err != nil || full.Inventory == nil || full.Inventory.MIG == nil || len(full.Inventory.Quarantined) != 1 || asked != 1 {
+		t.Fatalf("whole inventory: %#v, %v (MIG asked %d times); want MIG and the quarantined GPU", full, err, asked)
+	}
+	res, err := Inventory(context.Background(), env, InventoryRequest{HostOnly: true})
+	if err != nil || res.Inventory == nil || res.Device != nil || res.Mdev != nil {
+		t.Fatalf("host only: %#v, %v", res, err)
+	}
+	if rep := res.Inventory; rep.MIG != nil || rep.Quarantined != nil || asked != 1 {
+		t.Errorf("host only: MIG %v, quarantined %v, MIG asked %d times; want neither, not asked", rep.MIG, rep.Quarantined, asked)
+	}
+	inv, err := host.Scan(env.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Inventory.Inventory, inv) {
+		t.Errorf("host only is not host.Scan's inventory:\n%+v\nwant\n%+v", *res.Inventory.Inventory, *inv)
+	}
+	if len(inv.Devices) == 0 || inv.Devices[0].Address != gpu {
+		t.Errorf("the fake host's inventory has no GPU %s: %+v", gpu, inv.Devices)
 	}
 }
 

@@ -16,9 +16,11 @@ import (
 var updateDiagram = flag.Bool("update-diagram", false, "rewrite docs/architecture.md's import diagram from the code")
 
 // diagramPackages are the packages docs/architecture.md draws: the layers a change goes
-// through, from the CLI down to host.
+// through, from the shells that call ops (the CLI, the agent, the device plugin and the DRA
+// driver) down to host.
 var diagramPackages = []string{
-	"cmd/vgpu-host", "cmd/vgpu-host-agent", "internal/agentcmd", "internal/clitree", "agent", "ops", "layout", "lifecycle", "domains", "step", "mdev", "mig", "mig/remote",
+	"cmd/vgpu-host", "cmd/vgpu-host-agent", "cmd/vgpu-host-kube", "internal/agentcmd", "internal/clitree", "agent", "kube/deviceplugin", "kube/dra",
+	"ops", "kube", "layout", "lifecycle", "domains", "step", "mdev", "mig", "mig/remote",
 	"vfio", "ledger", "virt/remote", "virt/native", "virt", "vgpu", "host",
 }
 

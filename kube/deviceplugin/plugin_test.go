@@ -2,7 +2,9 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -639,5 +641,38 @@ func TestXidUnhealthy(t *testing.T) {
 	got := k.waitList(rtx, func(m map[string]string) bool { return m[a[0].String()] == pluginapi.Unhealthy })
 	if got[a[2].String()] != pluginapi.Healthy {
 		t.Errorf("the GPU with only Xid 13 is %s", got[a[2].String()])
+	}
+}
+
+// TestRunFailsWhenTheHostCannotBeRead: the first turn's inventory comes from ops.Inventory, and
+// a root it cannot read ends Run with the plugin's scan error wrapping the host's (a scan that
+// fails later is logged and tried again); OnScan gets host.Scan's inventory otherwise.
+func TestRunFailsWhenTheHostCannotBeRead(t *testing.T) {
+	t.Parallel()
+	tr, a := consumerHost(t)
+	var scanned []*host.Inventory
+	s := New(Options{Root: tr.Root, KubeletDir: socketDir(t), OnScan: func(inv *host.Inventory, _ *kube.Catalog) { scanned = append(scanned, inv) }})
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stopAll()
+	if len(scanned) != 1 || len(scanned[0].Devices) == 0 || scanned[0].Devices[0].Address != a[0] || scanned[0].Root != tr.Root.Dir() {
+		t.Fatalf("OnScan got %+v; want the fake host's inventory, %s first", scanned, a[0])
+	}
+
+	gone := filepath.Join(t.TempDir(), "gone")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := host.NewRoot(gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	err = New(Options{Root: r, KubeletDir: socketDir(t)}).Run(context.Background())
+	if !errors.Is(err, errScan) || !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "device plugin: cannot scan the host: scan host root "+gone) {
+		t.Errorf("run on a root removed: %v; want the plugin's scan error wrapping the host's", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/kube"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // DefaultKubeletDir is the kubelet's device-plugins directory (kubelet.sock and the plugins'
@@ -95,13 +96,16 @@ func (s *Server) Run(ctx context.Context) error {
 // errScan marks a Sync that could not read the host at all.
 var errScan = errors.New("cannot scan the host")
 
-// Sync is one turn of Run's loop: scan, update every plugin, start plugins for new resources,
+// Sync is one turn of Run's loop: read the inventory through the typed operation the CLI's
+// inspect and the agent's GET /v1/inventory run (ops.Inventory, the host alone: the catalog
+// reads health and quarantine records itself), update every plugin, start plugins for new resources,
 // and register with the kubelet whatever is not registered with the kubelet now running.
 func (s *Server) Sync(ctx context.Context) error {
-	inv, err := host.Scan(s.opts.Root)
+	res, err := ops.Inventory(ctx, ops.Env{Root: s.opts.Root}, ops.InventoryRequest{HostOnly: true})
 	if err != nil {
 		return fmt.Errorf("device plugin: %w: %w", errScan, err)
 	}
+	inv := res.Inventory.Inventory
 	cfg, err := s.opts.Config.WithRecorded(s.opts.Root)
 	if err != nil {
 		s.opts.Logf("%v", err)

@@ -32,6 +32,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/lazy"
 	"github.com/vgpu-host/vgpu-host/kube"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // DriverName is the DRA driver's name (the "driver" of its DeviceClass selectors).
@@ -67,22 +68,28 @@ type Driver struct {
 }
 
 // Scan re-reads the host and returns the devices to publish.
-func (d *Driver) Scan() ([]resourceapi.Device, error) {
-	inv, err := host.Scan(d.Root)
+func (d *Driver) Scan() ([]resourceapi.Device, error) { return d.scan(context.Background()) }
+
+// scan is Scan under ctx. The inventory comes from the typed operation the CLI's inspect and
+// the agent's GET /v1/inventory run (ops.Inventory, the host alone: the catalog reads health
+// and quarantine records itself).
+func (d *Driver) scan(ctx context.Context) ([]resourceapi.Device, error) {
+	res, err := ops.Inventory(ctx, ops.Env{Root: d.Root}, ops.InventoryRequest{HostOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("dra: %w", err)
 	}
+	inv := res.Inventory.Inventory
 	cfg, err := d.Config.WithRecorded(d.Root)
 	if err != nil {
-		d.HandleError(context.Background(), err, "scan")
+		d.HandleError(ctx, err, "scan")
 	}
 	cat := kube.Build(inv, cfg)
 	if err := cat.RecordNames(d.Root, cfg); err != nil {
-		d.HandleError(context.Background(), err, "scan")
+		d.HandleError(ctx, err, "scan")
 	}
 	cat.MarkDeviceNodes(d.Root)
 	if err := cat.MarkHeldFromLedger(d.Root); err != nil {
-		d.HandleError(context.Background(), err, "scan")
+		d.HandleError(ctx, err, "scan")
 	}
 	d.mu.Lock()
 	d.cat, d.inv = cat, inv
@@ -295,7 +302,7 @@ func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 func (d *Driver) Run(ctx context.Context, helper *kubeletplugin.Helper, node string, interval time.Duration) error {
 	var last []byte
 	for {
-		devs, err := d.Scan()
+		devs, err := d.scan(ctx)
 		if err != nil {
 			d.HandleError(ctx, err, "scan")
 		} else if b, _ := json.Marshal(devs); string(b) != string(last) {

@@ -3,12 +3,15 @@ package dra
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +190,63 @@ func TestPublishAndPrepare(t *testing.T) {
 	claim.Status.Allocation.Devices.Results = []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: DriverName, Pool: "node-1", Device: "pci-0000-17-00-0"}}
 	if res, _ := drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim}); res[claim.UID].Err == nil {
 		t.Error("a claim for an unhealthy device was prepared")
+	}
+}
+
+// TestScanQuarantinedAndUnreadable: Scan reads the host through ops.Inventory's host-only
+// inventory, and a quarantined GPU still leaves what it publishes (the catalog reads the record
+// itself; the inventory carries no quarantine list); released, it comes back. A root the
+// inventory cannot read is the driver's error, wrapping the host's.
+func TestScanQuarantinedAndUnreadable(t *testing.T) {
+	t.Parallel()
+	tr := kubetest.ExampleHost(t)
+	drv := &Driver{Root: tr.Root, CDIDir: filepath.Join(t.TempDir(), "cdi")}
+	names := func() []string {
+		t.Helper()
+		devs, err := drv.Scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range devs {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	all := names()
+	a := kubetest.Addr("0000:17:00.0")
+	if !slices.Contains(all, "pci-0000-17-00-0") {
+		t.Fatalf("the example host publishes %v, without the A100 at %s", all, a)
+	}
+	if err := host.SaveQuarantine(tr.Root, &host.Quarantine{Address: a, Since: time.Now(), Op: "destroy vm1",
+		Problems: []host.Problem{{Check: "config-space", Detail: "reads all ones"}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := names()
+	want := slices.DeleteFunc(slices.Clone(all), func(n string) bool { return n == "pci-0000-17-00-0" })
+	if !slices.Equal(got, want) {
+		t.Errorf("with %s quarantined, published %v; want %v", a, got, want)
+	}
+	if err := os.Remove(host.QuarantinePath(tr.Root, a)); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, all) {
+		t.Errorf("released, published %v; want %v", got, all)
+	}
+
+	gone := filepath.Join(t.TempDir(), "gone")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := host.NewRoot(gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	bad := &Driver{Root: r}
+	if devs, err := bad.Scan(); err == nil || devs != nil || !strings.HasPrefix(err.Error(), "dra: scan host root "+r.Dir()) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("scan of a root removed: %v, %v; want the driver's error wrapping the host's", devs, err)
 	}
 }
