@@ -4,13 +4,14 @@
 // histograms and error counters per operation), drift between the ledger and libvirt, and the
 // last boot reconcile.
 //
-// The host and the ledger are read at scrape time through their one reader each (host.Scan,
+// The host and the ledger are read at scrape time through their one reader each (ops.Inventory,
 // ledger.Read), never cached here, so a scrape shows the host as it is. Operation, drift and
 // reconcile metrics are pushed by the agent as they happen. Metrics has its own registry: the
 // agent serves it on its socket and, when asked, on TCP (Handler).
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/reconcile"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/ledger"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -39,11 +41,17 @@ type Source interface {
 	Allocations() (*ledger.Book, error)
 }
 
-// HostSource reads the inventory (host.Scan) and the ledger (ledger.Open(Root).Read) of Root.
+// HostSource reads the inventory (ops.Inventory, the host alone) and the ledger (ledger.Open(Root).Read) of Root.
 type HostSource struct{ Root host.Root }
 
 // Inventory implements Source.
-func (s HostSource) Inventory() (*host.Inventory, error) { return host.Scan(s.Root) }
+func (s HostSource) Inventory() (*host.Inventory, error) {
+	res, err := ops.Inventory(context.Background(), ops.Env{Root: s.Root}, ops.InventoryRequest{HostOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	return res.Inventory.Inventory, nil
+}
 
 // Allocations implements Source.
 func (s HostSource) Allocations() (*ledger.Book, error) { return ledger.Open(s.Root).Read() }
