@@ -381,6 +381,7 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		"mdev define":             local(opCmd(checked(mdevDefineRequest), ops.MdevDefine, plain(renderMdevDefine), false), true),
 		"mdev undefine":           local(opCmd(checked(mdevUndefineRequest), ops.MdevUndefine, plain(renderMdevUndefine), false), true),
 		"vf list":                 local(opCmd(vfListRequest, ops.VFList, plain(renderVFList), false), false),
+		"host install-unit":       local(opCmd(installUnitRequest, ops.InstallUnit, plain(renderInstallUnit), false), false),
 		"host release-quarantine": opCmd(releaseQuarantineRequest, ops.ReleaseQuarantine, plain(renderReleaseQuarantine), false),
 		"host health":             local(opCmd(healthRequest, ops.Health, plain(renderHealth), false), false),
 		"verify":                  withConn(opCmd(verifyRequest, ops.Verify, plain(renderVerify), true), connFlag),
@@ -394,6 +395,7 @@ var opCommands = lazy.Value[map[string]opCommand]{New: func() map[string]opComma
 		"render":            render,
 		"image export":      export,
 		"migrate":           migrate,
+		"migrate-target":    withConn(opCmd(migrateTargetRequest, ops.MigrateTarget, renderMigrateTarget, false), connFlag),
 		"kubevirt config":   manifest(opCmd(kubeVirtConfigRequest, ops.KubeVirtConfig, manifestOf[*ops.KubeVirtConfigResult], false), 0, "kubevirt config"),
 		"kubevirt labels":   manifest(opCmd(kubeVirtLabelsRequest, ops.KubeVirtLabels, renderLabelsWritten, false), 0, "kubevirt labels"),
 		"kubevirt vm":       kubeVM,
@@ -545,10 +547,6 @@ func opAction(name string) cli.ActionFunc {
 	return func(ctx context.Context, cmd *cli.Command) error {
 		f := cliFlags{cmd}
 		oc := opCommandOf(name, f)
-		if rv := runEnvOf(cmd); rv != nil {
-			// The agent runs these without a command line (agentops.go): reaching here is a bug.
-			return fmt.Errorf("internal error: the agent ran %s as a command line (a bug in vgpu-host, please report it)", name)
-		}
 		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, cmd.Root().ErrWriter, nil)
 	}
 }
