@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,8 +20,9 @@ type outcome struct {
 }
 
 // execute runs one typed request for the caller in ctx: Prepare (the request checked and
-// classified on its typed values), the permission check on that class, the caller's files,
-// then the Runner, on the worker for mutations. Every operation of the API goes through here.
+// classified on its typed values), the permission check on that class, the caller's files
+// checked against the files the command reads (checkFiles), then the Runner, on the worker
+// for mutations. Every operation of the API goes through here.
 // progress, when set, receives the run's progress events as they happen (a streamed answer).
 func (s *Server) execute(ctx context.Context, req ExecRequest, progress func(any)) outcome {
 	peer, ok := PeerOf(ctx)
@@ -42,11 +42,10 @@ func (s *Server) execute(ctx context.Context, req ExecRequest, progress func(any
 		s.log().Warn("refused", "op", job.Op, "class", job.Class.String(), "uid", peer.UID, "pid", peer.PID, "err", err)
 		return outcome{status: http.StatusForbidden, err: err.Error()}
 	}
-	tmp, paths, restore, err := materialize(job, req.Files)
-	if err != nil {
+	if err := checkFiles(job, req.Files); err != nil {
 		return outcome{status: http.StatusOK, res: ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 2}}
 	}
-	env := RunEnv{Paths: paths, Peer: peer, Progress: progress}
+	env := RunEnv{Peer: peer, Progress: progress}
 	if s.OpenConn != nil {
 		env.Conn = s.sharedConn
 	}
@@ -56,7 +55,6 @@ func (s *Server) execute(ctx context.Context, req ExecRequest, progress func(any
 		start := time.Now()
 		res := s.Runner.Run(ctx, job, env)
 		d := time.Since(start)
-		res.Stdout, res.Stderr = restore.Replace(res.Stdout), restore.Replace(res.Stderr)
 		if s.Observe != nil {
 			var oerr error
 			if res.ExitCode != 0 {
@@ -74,7 +72,7 @@ func (s *Server) execute(ctx context.Context, req ExecRequest, progress func(any
 	status, msg := s.schedule(ctx, job.Op, peer, job.Class == Read, func(ctx context.Context) int {
 		res = run(ctx)
 		return res.ExitCode
-	}, func() { os.RemoveAll(tmp) })
+	})
 	if status == http.StatusOK {
 		info.exitCode = res.ExitCode
 	}
@@ -84,28 +82,24 @@ func (s *Server) execute(ctx context.Context, req ExecRequest, progress func(any
 // schedule runs one authorized operation for peer; run returns its exit code. A read runs at
 // once, under the request's context. A change runs on the worker, with a context detached
 // from the request, so that a caller that leaves does not stop it half-way; it waits for the
-// operations before it. cleanup runs once the operation ran or was skipped. The status is 200
-// when it ran (what run set may be read then), else msg says why not.
-func (s *Server) schedule(ctx context.Context, op string, peer Peer, read bool, run func(ctx context.Context) int, cleanup func()) (status int, msg string) {
+// operations before it. The status is 200 when it ran (what run set may be read then), else
+// msg says why not.
+func (s *Server) schedule(ctx context.Context, op string, peer Peer, read bool, run func(ctx context.Context) int) (status int, msg string) {
 	if read {
-		defer cleanup()
 		run(ctx)
 		return http.StatusOK, ""
 	}
 	t := &task{ctx: ctx, done: make(chan struct{})}
 	t.run = func(wctx context.Context) {
-		defer cleanup()
 		code := run(wctx)
 		if ctx.Err() != nil {
 			s.log().Warn("the caller left before the operation ended; it ran to the end", "op", op, "uid", peer.UID, "pid", peer.PID, "exit_code", code)
 		}
 	}
 	t.skip = func() {
-		cleanup()
 		s.log().Warn("the caller left before the operation started; not run", "op", op, "uid", peer.UID, "pid", peer.PID)
 	}
 	if !s.enqueue(t) {
-		cleanup()
 		return http.StatusServiceUnavailable, "the agent is stopping: run the command again when it is back, or with --agent never"
 	}
 	select {
@@ -125,66 +119,28 @@ func flagsOf(req ExecRequest) map[string]string {
 	return m
 }
 
-// replacer maps the private copies of the caller's files back to the names the caller gave,
-// so that messages name the caller's files.
-type replacer [][2]string
-
-// Replace rewrites every private path in s to the caller's name.
-func (r replacer) Replace(s string) string {
-	for _, p := range r {
-		s = strings.ReplaceAll(s, p[0], p[1])
-	}
-	return s
-}
-
-// materialize writes the caller's files into a private directory and returns where each of
-// the job's file arguments now is. Every file argument must come with its content: the agent
-// opens no path a caller names, root's included (the CLI reads them as the caller).
-func materialize(job Job, files map[string]string) (string, map[string]string, replacer, error) {
+// checkFiles checks the caller's files against the job's: every file the command reads comes
+// with its content (the agent opens no path a caller names, root's included: the CLI reads
+// them as the caller, and the operation reads the content from the request), and nothing else
+// is sent.
+func checkFiles(job Job, files map[string]string) error {
 	if len(job.Files) == 0 {
 		if len(files) > 0 {
-			return "", nil, nil, fmt.Errorf("files were sent but %s reads none", job.Op)
+			return fmt.Errorf("files were sent but %s reads none", job.Op)
 		}
-		return "", nil, nil, nil
+		return nil
 	}
-	tmp, err := os.MkdirTemp("", "vgpu-host-agent-")
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("make a private directory for the request's files: %w", err)
-	}
-	var rep replacer
-	paths := map[string]string{}
-	for i, orig := range job.Files {
-		if _, done := paths[orig]; done {
-			continue
+	for _, name := range job.Files {
+		if _, ok := files[name]; !ok {
+			return fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", job.Op, name)
 		}
-		content, ok := files[orig]
-		if !ok {
-			os.RemoveAll(tmp)
-			return "", nil, nil, fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", job.Op, orig)
-		}
-		dir := filepath.Join(tmp, strconv.Itoa(i))
-		base := filepath.Base(orig)
-		if base == "/" || base == "." || base == ".." {
-			base = "file"
-		}
-		p := filepath.Join(dir, base)
-		if err := os.Mkdir(dir, 0o700); err == nil {
-			err = os.WriteFile(p, []byte(content), 0o600)
-		}
-		if err != nil {
-			os.RemoveAll(tmp)
-			return "", nil, nil, fmt.Errorf("write the caller's %s to %s: %w", orig, p, err)
-		}
-		paths[orig] = p
-		rep = append(rep, [2]string{p, orig})
 	}
 	for name := range files {
-		if _, ok := paths[name]; !ok {
-			os.RemoveAll(tmp)
-			return "", nil, nil, fmt.Errorf("file %q was sent but is not a file argument of %s", name, job.Op)
+		if !slices.Contains(job.Files, name) {
+			return fmt.Errorf("file %q was sent but is not a file argument of %s", name, job.Op)
 		}
 	}
-	return tmp, paths, rep, nil
+	return nil
 }
 
 // Internal runs a request as the agent itself (uid 0) through the same path and the same
@@ -256,7 +212,7 @@ func (s *Server) runOperation(ctx context.Context, o Operator, op Operation, pro
 				"uid", peer.UID, "pid", peer.PID, "duration_ms", ms(d), "exit_code", out.code)
 		}
 		return out.code
-	}, func() {})
+	})
 	if status != http.StatusOK {
 		return opOutcome{status: status, msg: msg}
 	}

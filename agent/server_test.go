@@ -79,11 +79,11 @@ func (r *scriptRunner) Run(ctx context.Context, j Job, env RunEnv) ExecResult {
 	case "read", "change":
 		time.Sleep(20 * time.Millisecond)
 	case "file":
-		b, err := os.ReadFile(env.Paths[name])
-		if err != nil {
-			return ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: 1}
+		b, ok := j.Request.Files[name]
+		if !ok {
+			return ExecResult{Stderr: "vgpu-host: " + name + " was not sent\n", ExitCode: 1}
 		}
-		out = string(b)
+		out = b
 	}
 	r.mu.Lock()
 	r.finished = append(r.finished, name)

@@ -41,12 +41,23 @@ func SystemdUnit(execPath string) string {
 // UnitPath returns where InstallUnit writes the unit.
 func (m *Manager) UnitPath() string { return m.Root.Etc("systemd", "system", UnitName) }
 
+// CheckUnitExec refuses a binary path the unit cannot run as written (host.ErrInvalid): one
+// that is not absolute (systemd would not find it; the agent's working directory is not the
+// caller's), or holds a space, quote, %, \, ';', a control character or invalid UTF-8, which
+// would make ExecStart= run something else. It only looks at the text: the path is not opened.
+func CheckUnitExec(execPath string) error {
+	if !filepath.IsAbs(execPath) || strings.ContainsAny(execPath, " \t%\\\"';") || strings.IndexFunc(execPath, unicode.IsControl) >= 0 || !utf8.ValidString(execPath) {
+		return fmt.Errorf("install %s: %w: the binary path %q must be absolute, without spaces, quotes, %%, \\, ';' or control characters (CR, LF, ...): the unit file would run something else", UnitName, host.ErrInvalid, execPath)
+	}
+	return nil
+}
+
 // InstallUnit writes the unit under root.Etc("systemd/system") and enables it the way
 // `systemctl enable` does (a multi-user.target.wants symlink). It returns the files it wrote
 // or would write; an identical unit is left alone. Run `systemctl daemon-reload` afterwards.
 func (m *Manager) InstallUnit(execPath string) ([]string, error) {
-	if !filepath.IsAbs(execPath) || strings.ContainsAny(execPath, " \t%\\\"';") || strings.IndexFunc(execPath, unicode.IsControl) >= 0 || !utf8.ValidString(execPath) {
-		return nil, fmt.Errorf("install %s: %w: the binary path %q must be absolute, without spaces, quotes, %%, \\, ';' or control characters (CR, LF, ...): the unit file would run something else", UnitName, host.ErrInvalid, execPath)
+	if err := CheckUnitExec(execPath); err != nil {
+		return nil, err
 	}
 	path := m.UnitPath()
 	link := m.Root.Etc("systemd", "system", "multi-user.target.wants", UnitName)

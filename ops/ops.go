@@ -405,6 +405,10 @@ func Run(ctx context.Context, env Env, req Request) (any, error) {
 		return result(Export(ctx, env, *r))
 	case *MigrateRequest:
 		return result(Migrate(ctx, env, *r))
+	case *MigrateTargetRequest:
+		return result(MigrateTarget(ctx, env, *r))
+	case *InstallUnitRequest:
+		return result(InstallUnit(ctx, env, *r))
 	case *RestoreRequest:
 		res, err := Restore(ctx, env, *r)
 		if res == nil {

@@ -29,7 +29,7 @@ const (
 	DefaultShutdownTimeout = 5 * time.Minute
 )
 
-// Class says how a command line is run.
+// Class says how a request is run: who may run it, and whether it waits its turn.
 type Class int
 
 const (
@@ -58,9 +58,10 @@ type Job struct {
 	// Files are the operands and flag values (as the caller gave them) that name files the
 	// command reads: each must come with its content in Request.Files.
 	Files []string
-	// Operation is the typed request of a command backed by an operation, built by Prepare
-	// from the request's typed values: Class was decided on it, and it is what runs. Nil for
-	// a command that still runs as a command line, or whose request is refused when it runs.
+	// Operation is the typed request of the command's operation, built by Prepare from the
+	// request's typed values: Class was decided on it, and it is what runs. Nil when the
+	// command's request builder refuses the values (the request is then refused when it runs,
+	// after the permission check, as the command reports it).
 	Operation Operation
 }
 
@@ -74,8 +75,6 @@ type Peer struct {
 
 // RunEnv is what one run gets from the agent besides its request.
 type RunEnv struct {
-	// Paths maps each of the job's Files to the private copy of its content the agent wrote.
-	Paths map[string]string
 	// Peer is the caller.
 	Peer Peer
 	// Conn, when set, returns the agent's one libvirt connection: commands use it instead of
@@ -87,7 +86,7 @@ type RunEnv struct {
 	Progress func(event any)
 }
 
-// Runner runs vgpu-host's command tree in-process.
+// Runner runs vgpu-host's commands in-process, each as its typed operation.
 type Runner interface {
 	// Prepare checks a request without running it: the command exists and may run through
 	// the agent, every flag is one of its flags with a value of the flag's type, and from
@@ -130,8 +129,9 @@ type ExecRequest struct {
 	// Operands are the command's operands, never read as flags.
 	Operands []string `json:"operands,omitempty"`
 	// Files maps an operand or flag value that names a file the command reads (a spec, a
-	// --config) to the file's content: the CLI reads it as the caller, and the agent runs the
-	// command on a private copy. The agent opens no path a caller names.
+	// --config) to the file's content: the CLI reads it as the caller, and the operation
+	// reads this content, named by the caller's path. The agent opens no path a caller names
+	// and writes no copy of these files.
 	Files map[string]string `json:"files,omitempty"`
 	// KeyFiles maps the paths of public key files the specs name (spec.cloudInit.
 	// sshAuthorizedKeys) to their content, read by the CLI as the caller.

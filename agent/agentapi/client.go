@@ -89,8 +89,9 @@ func (c Client) dial(ctx context.Context, timeout time.Duration) (net.Conn, erro
 	return nil, fmt.Errorf("%w at %s", ErrUnreachable, c.Socket)
 }
 
-// Exec sends a command line to POST /v1/exec and returns what it printed and its exit code.
-// A refusal before the command ran is a *StatusError; no agent is ErrUnreachable.
+// Exec sends a command request (typed flag values, never a command line) to POST /v1/exec
+// and returns what it printed and its exit code. A refusal before the command ran is a
+// *StatusError; no agent is ErrUnreachable.
 func (c Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
 	var res ExecResult
 	err := c.Do(ctx, "POST", "/"+APIVersion+"/exec", req, &res)

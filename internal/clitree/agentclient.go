@@ -67,9 +67,6 @@ func wireAgent(app *cli.Command) {
 			}
 			action := c.Action
 			c.Action = func(ctx context.Context, cmd *cli.Command) error {
-				if runEnvOf(cmd) != nil {
-					return action(ctx, cmd) // in the agent: run it
-				}
 				code, done := forward(ctx, cmd)
 				if !done {
 					return action(ctx, cmd)

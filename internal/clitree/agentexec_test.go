@@ -12,16 +12,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 )
 
-// stillCommandLine are the commands the agent still runs as a command line (runCommandLine,
-// on the command tree) because they have no operation in package ops yet. Issue 28: this list may only shrink; a command given an operation
-// leaves it (TestCommandLineCommands says so).
-var stillCommandLine = []string{
-	"host install-unit", "migrate-target",
-}
-
-// TestCommandLineCommands: every command the agent runs has an operation or is in
-// stillCommandLine, not both; every operation-backed command is one the agent runs, and its
-// request names it (the class is decided on the request by the command's rule).
+// TestCommandLineCommands: every command the agent runs has an operation (issue 28: the agent
+// runs no command line any more, and a new command must not bring one back), and every
+// operation-backed command is one the agent runs.
 func TestCommandLineCommands(t *testing.T) {
 	rules := agentRules.Get()
 	opCmds := map[string]bool{}
@@ -36,12 +29,8 @@ func TestCommandLineCommands(t *testing.T) {
 		if op && !opCmds[name] {
 			t.Errorf("opCommandNamed builds %s, which opCommandNames does not list", name)
 		}
-		listed := slices.Contains(stillCommandLine, name)
-		switch {
-		case !op && !listed:
-			t.Errorf("%s runs as a command line in the agent: give it an operation (package ops) and an opCommands entry; the list of commands that do not may only shrink", name)
-		case op && listed:
-			t.Errorf("%s has an operation now: remove it from stillCommandLine", name)
+		if !op {
+			t.Errorf("%s has no operation: give it one (package ops) and an opCommandNamed entry; the agent runs no command line", name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(opCmds)) {
@@ -49,16 +38,11 @@ func TestCommandLineCommands(t *testing.T) {
 			t.Errorf("%s has an operation but no agent rule", name)
 		}
 	}
-	for _, name := range stillCommandLine {
-		if _, ok := rules[name]; !ok {
-			t.Errorf("stillCommandLine lists %s, which the agent does not run", name)
-		}
-	}
 }
 
-// TestAgentExecRunsOperations: POST /v1/exec runs an operation-backed command with no command
-// line (the runner's command-line count stays 0) and answers what the CLI prints, plan
-// --migrate too; a command without an operation still takes the command line.
+// TestAgentExecRunsOperations: POST /v1/exec runs every command as its operation (the runner
+// counts none without one) and answers what the CLI prints, plan --migrate too
+// (TestInstallUnitAndMigrateTargetThroughAgent: the last two commands given one).
 func TestAgentExecRunsOperations(t *testing.T) {
 	tr := agentHost(t)
 	dir := tr.Dir()
@@ -110,6 +94,8 @@ func TestAgentExecRunsOperations(t *testing.T) {
 		{"plan", "--migrate", "vm1"},
 		{"plan", "--migrate", "vm1", spec},
 		{"plan", "--migrate", "vm1", "--to", "qemu+ssh://target/system", "--migrate-uri", "udp://x"},
+		{"migrate-target", "--request", `{"op":"prepare","vm":"x","extra":1}`},
+		{"host", "install-unit", "--dry-run", "--exec", "/usr/local/bin/vgpu-host"},
 	} {
 		in, inErr, inCode := runVia(t, agentNever, append([]string{"--host-root", dir}, args...)...)
 		out, outErr, outCode := runVia(t, agentAlways, append([]string{"--host-root", dir}, args...)...)
@@ -120,14 +106,11 @@ func TestAgentExecRunsOperations(t *testing.T) {
 			t.Errorf("%v: through the agent exit %d:\n%s%s\nin-process exit %d:\n%s%s", args, outCode, out, outErr, inCode, in, inErr)
 		}
 	}
-	if n := cr.commandLines.Load(); n != 0 {
-		t.Errorf("the agent ran %d operation-backed request(s) as a command line; want none", n)
-	}
 	res, err := c.Exec(context.Background(), agentapi.ExecRequest{Command: "migrate-target", Flags: map[string]json.RawMessage{"host-root": json.RawMessage(`"` + dir + `"`)}})
 	if err != nil || res.ExitCode != exitUsage {
 		t.Fatalf("migrate-target without a request: %v %+v", err, res)
 	}
-	if n := cr.commandLines.Load(); n != 1 {
-		t.Errorf("migrate-target (no operation yet) ran %d command lines; want 1", n)
+	if n := cr.unserved.Load(); n != 0 {
+		t.Errorf("the agent got %d request(s) for a command without an operation (once run as a command line); want none", n)
 	}
 }

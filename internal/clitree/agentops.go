@@ -20,8 +20,8 @@ import (
 
 // operationOf returns the operation-backed command a checked request names (for plan
 // --migrate, the migration's plan) and the request's flag values; ok is false when the command
-// still runs as a command line.
-func operationOf(cl commandLine, req agentapi.ExecRequest) (opCommand, execFlags, bool) {
+// has no operation (a bug: every command the agent runs has one, TestCommandLineCommands).
+func operationOf(cl checkedRequest, req agentapi.ExecRequest) (opCommand, execFlags, bool) {
 	if _, ok := opCommandNamed(req.Command); !ok {
 		return opCommand{}, execFlags{}, false
 	}

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,39 +25,19 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
-// runEnv is what one command line run by the agent gets instead of the process's globals:
-// the agent's host root and libvirt, its one connection, the caller's environment and a log
-// of host changes. It lives in the run's root command's Metadata, so that concurrent runs
-// never share mutable state. A command run from a shell has none.
-type runEnv struct {
-	root host.Root
-	uri  string
-	conn func() (virt.Conn, error) // nil: open one per run
-	log  *slog.Logger
-	peer agentapi.Peer
-	// keys are the contents of the key files the caller's specs name, read by the CLI.
-	keys map[string]string
-}
-
-const runEnvKey = "vgpu-host-agent-run"
-
-// runEnvOf returns the agent's environment of this run, or nil outside the agent.
-func runEnvOf(cmd *cli.Command) *runEnv {
-	rv, _ := cmd.Root().Metadata[runEnvKey].(*runEnv)
-	return rv
-}
-
-// readKey is lifecycle's ReadKey in the agent: the key files the caller's CLI read and sent,
-// and no other (the agent opens no path a caller names).
-func (rv *runEnv) readKey(path string, limit int64) ([]byte, error) {
-	k, ok := rv.keys[path]
-	if !ok {
-		return nil, fmt.Errorf("the agent opens no file a caller names and %s was not sent with the request: run the command with the vgpu-host CLI, which sends the key files it can read, or give the key itself (ssh-ed25519 AAAA…): %w", path, host.ErrInvalid)
+// sentKeys is lifecycle's ReadKey in the agent: the key files the caller's CLI read and sent
+// (keys, by the path the spec names), and no other (the agent opens no path a caller names).
+func sentKeys(keys map[string]string) func(path string, limit int64) ([]byte, error) {
+	return func(path string, limit int64) ([]byte, error) {
+		k, ok := keys[path]
+		if !ok {
+			return nil, fmt.Errorf("the agent opens no file a caller names and %s was not sent with the request: run the command with the vgpu-host CLI, which sends the key files it can read, or give the key itself (ssh-ed25519 AAAA…): %w", path, host.ErrInvalid)
+		}
+		if int64(len(k)) > limit {
+			return nil, fmt.Errorf("%s: larger than %d bytes: %w", path, limit, host.ErrTooLarge)
+		}
+		return []byte(k), nil
 	}
-	if int64(len(k)) > limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes: %w", path, limit, host.ErrTooLarge)
-	}
-	return []byte(k), nil
 }
 
 // borrowedConn is the agent's connection lent to one command: the command's Close is a no-op.
@@ -67,22 +46,15 @@ type borrowedConn struct{ virt.Conn }
 // Close leaves the agent's connection open.
 func (borrowedConn) Close() error { return nil }
 
-// openConnFor opens the invocation's libvirt connection: openConn from a shell, the agent's
-// own connection (never another URI) in the agent.
+// openConnFor opens the invocation's libvirt connection (the agent lends its own instead:
+// cliRunner.opsEnv).
 //
 // Only apply goes on while the helper connects: it asks libvirt whether the domain exists
 // before it claims or changes anything, so an unreachable libvirtd is still its first error.
 // Every other command waits for the connection here and fails on it first, as before (status
 // would otherwise list the ledger's VMs as "unknown" and exit 0).
 func openConnFor(cmd *cli.Command, uri string) (virt.Conn, error) {
-	rv := runEnvOf(cmd)
-	if rv == nil {
-		return openFor(envOf(cmd), cmd.Name, uri)
-	}
-	if _, err := agentConnURI(cmd, rv); err != nil {
-		return nil, err
-	}
-	return lendConn(envOf(cmd), rv.conn, rv.uri, cmd.Name)
+	return openFor(envOf(cmd), cmd.Name, uri)
 }
 
 // openFor opens a connection to uri for the command named name (see openConnFor).
@@ -106,12 +78,8 @@ func lendConn(e *Env, conn func() (virt.Conn, error), uri, name string) (virt.Co
 	return borrowedConn{c}, nil
 }
 
-// hostIOFor is hostIO for the invocation; in the agent every sysfs write is also logged
-// with its device, path, old and new value, and the caller.
+// hostIOFor is hostIO for the invocation (the agent's logs every sysfs write: loggedHostIO).
 func hostIOFor(cmd *cli.Command, root host.Root) (host.Writer, host.ModuleLoader) {
-	if rv := runEnvOf(cmd); rv != nil && rv.log != nil {
-		return loggedHostIO(envOf(cmd), root, rv.log, cmd.FullName(), rv.peer)
-	}
 	return envOf(cmd).hostIO(root)
 }
 
@@ -131,66 +99,22 @@ func loggedHostIO(e *Env, root host.Root, log *slog.Logger, op string, peer agen
 	return w, m
 }
 
-// stderrIsTerminal reports whether progress lines are for a human on a terminal. In the
-// agent stderr is a buffer, returned when the command ends: no progress.
-func stderrIsTerminal(cmd *cli.Command) bool {
-	return runEnvOf(cmd) == nil && isTerminal(os.Stderr)
+// stderrIsTerminal reports whether progress lines are for a human on a terminal (the CLI's
+// stderr; the agent's runs print theirs into the result's stderr, or stream them as events).
+func stderrIsTerminal(*cli.Command) bool {
+	return isTerminal(os.Stderr)
 }
 
-// mapEnvSource is a flag's environment variable read from the caller's environment (sent with
-// the request) instead of the agent's.
-type mapEnvSource struct {
-	key string
-	env map[string]string
-}
-
-func (m mapEnvSource) Lookup() (string, bool) { v, ok := m.env[m.key]; return v, ok }
-func (m mapEnvSource) String() string         { return fmt.Sprintf("environment variable %q", m.key) }
-func (m mapEnvSource) GoString() string       { return fmt.Sprintf("&mapEnvSource{Key:%q}", m.key) }
-func (m mapEnvSource) IsFromEnv() bool        { return true }
-func (m mapEnvSource) Key() string            { return m.key }
-
-// flagSources returns the value sources of f (every flag type of urfave/cli has a Sources
-// field; reflection reaches them all).
-func flagSources(f cli.Flag) *cli.ValueSourceChain {
-	v := reflect.ValueOf(f)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil
-	}
-	s := v.Elem().FieldByName("Sources")
-	if !s.IsValid() || !s.CanAddr() {
-		return nil
-	}
-	c, _ := s.Addr().Interface().(*cli.ValueSourceChain)
-	return c
-}
-
-// useEnv makes every flag of the tree read its environment variables from env.
-func useEnv(c *cli.Command, env map[string]string) {
-	for _, f := range c.Flags {
-		if src := flagSources(f); src != nil {
-			for i, s := range src.Chain {
-				if e, ok := s.(cli.EnvValueSource); ok && e.IsFromEnv() {
-					src.Chain[i] = mapEnvSource{key: e.Key(), env: env}
-				}
-			}
-		}
-	}
-	for _, sub := range c.Commands {
-		useEnv(sub, env)
-	}
-}
-
-// cliRunner is the agent's Runner: the operations, and for the commands without one yet the
-// command tree, in-process.
+// cliRunner is the agent's Runner: every command it runs is an operation of package ops,
+// run in-process from the request's typed values; no command line is built or parsed.
 type cliRunner struct {
 	root host.Root
 	uri  string
 	log  *slog.Logger
 	env  *Env // the trees' (nil: the light CLI's)
-	// commandLines counts the requests run as a command line (runCommandLine): the tests
-	// check that a command with an operation never is.
-	commandLines atomic.Int64
+	// unserved counts the checked requests that named no operation (refused as a bug in
+	// vgpu-host): the tests check that none does.
+	unserved atomic.Int64
 }
 
 // Prepare checks a typed request against the command tree's flag definitions (see
@@ -212,8 +136,7 @@ func (r *cliRunner) Prepare(req agentapi.ExecRequest) (agentapi.Job, error) {
 	return j, nil
 }
 
-// Run runs the job: a command backed by an operation as that operation, with no command line
-// (runOperation); the others on a command tree (runCommandLine).
+// Run runs the job as its command's operation (runOperation), with no command line.
 func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
 	app := newApp(r.env)
 	pruneUnnamed(app, strings.Fields(job.Op))
@@ -221,51 +144,13 @@ func (r *cliRunner) Run(ctx context.Context, job agentapi.Job, env agentapi.RunE
 	if err != nil {
 		return agentapi.ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: exitUsage}
 	}
-	if oc, f, ok := operationOf(cl, job.Request); ok {
-		return r.runOperation(ctx, job, env, oc, f)
+	oc, f, ok := operationOf(cl, job.Request)
+	if !ok {
+		// Every command the agent runs has an operation (TestCommandLineCommands).
+		r.unserved.Add(1)
+		return agentapi.ExecResult{Stderr: fmt.Sprintf("vgpu-host: internal error: %s has no operation in this vgpu-host (a bug in vgpu-host, please report it)\n", job.Op), ExitCode: exitFailure}
 	}
-	return r.runCommandLine(ctx, job, env)
-}
-
-// runCommandLine is how the commands without an operation yet still run in the agent (the
-// shrinking exception of issue 28; TestCommandLineCommands lists them): on a fresh command
-// tree whose output is captured, given the job's typed values as its canonical command line
-// (every flag --NAME=VALUE, every operand after --). Before the command's action runs, the
-// command the tree parsed and its class from the parsed typed values must be the job's: what
-// runs is what was authorized.
-func (r *cliRunner) runCommandLine(ctx context.Context, job agentapi.Job, env agentapi.RunEnv) agentapi.ExecResult {
-	r.commandLines.Add(1)
-	app := newApp(r.env)
-	pruneUnnamed(app, strings.Fields(job.Op))
-	var out, errw bytes.Buffer
-	app.Writer, app.ErrWriter, app.Reader = &out, &errw, bytes.NewReader(nil)
-	app.Metadata[runEnvKey] = &runEnv{root: r.root, uri: r.uri, conn: env.Conn, log: r.log, peer: env.Peer, keys: job.Request.KeyFiles}
-	// Flags read no environment in the agent: the caller's values came typed in the request.
-	useEnv(app, map[string]string{})
-	fail := func(err error) agentapi.ExecResult {
-		return agentapi.ExecResult{Stderr: "vgpu-host: " + err.Error() + "\n", ExitCode: exitUsage}
-	}
-	_, cl, err := prepareRequest(app, job.Request)
-	if err != nil {
-		return fail(err)
-	}
-	args, err := cl.argv(env.Paths)
-	if err != nil {
-		return fail(err)
-	}
-	leaf := cl.path[len(cl.path)-1]
-	action := leaf.Action
-	leaf.Action = func(ctx context.Context, cmd *cli.Command) error {
-		if op := opName(cmd); op != job.Op || classOf(op, cmd.Bool, cmd.IsSet) != job.Class {
-			return fmt.Errorf("internal error: the agent authorized %s as a %s and the command tree parsed %s as a %s: not run (a bug in vgpu-host, please report it)",
-				job.Op, job.Class, op, classOf(op, cmd.Bool, cmd.IsSet))
-		}
-		return action(ctx, cmd)
-	}
-	ctx, cancel := withoutValues(ctx)
-	defer cancel()
-	code := executeCtx(ctx, app, append([]string{app.Name}, args...), &errw)
-	return agentapi.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: code}
+	return r.runOperation(ctx, job, env, oc, f)
 }
 
 // Class is how a typed operation runs in the agent: classOf, the command's rule, on the
@@ -293,7 +178,7 @@ func (r *cliRunner) opsEnv(name string, env agentapi.RunEnv, keys map[string]str
 	e := ops.Env{
 		Root:     r.root,
 		Peer:     env.Peer,
-		ReadKey:  (&runEnv{keys: keys}).readKey,
+		ReadKey:  sentKeys(keys),
 		OpenConn: func() (virt.Conn, error) { return lendConn(r.envOrLight(), env.Conn, r.uri, name) },
 		HostIO: func() (host.Writer, host.ModuleLoader) {
 			if r.log == nil {
@@ -320,12 +205,6 @@ func (r *cliRunner) opsEnv(name string, env agentapi.RunEnv, keys map[string]str
 	return e
 }
 
-// agentRootOf is rootOf in the agent: the agent's root, and --host-root (or VGPU_HOST_ROOT
-// in the caller's environment) must name that same directory.
-func agentRootOf(cmd *cli.Command, rv *runEnv) (host.Root, error) {
-	return agentRoot(cliFlags{cmd}, rv.root)
-}
-
 // agentRoot is the agent's root, which --host-root in f must name, if set.
 func agentRoot(f flagValues, root host.Root) (host.Root, error) {
 	if f.IsSet("host-root") {
@@ -335,11 +214,6 @@ func agentRoot(f flagValues, root host.Root) (host.Root, error) {
 		}
 	}
 	return root, nil
-}
-
-// agentConnURI is connURI in the agent: its own URI, and --connect may only repeat it.
-func agentConnURI(cmd *cli.Command, rv *runEnv) (string, error) {
-	return agentURI(cliFlags{cmd}, rv.uri)
 }
 
 // agentURI is the agent's libvirt URI uri, which --connect in f may only repeat.
@@ -447,7 +321,7 @@ func cliOnlyFlag(name string) bool {
 
 // classOf is how command op runs, decided on typed values: its rule's class, a read with
 // --dry-run, a change with `kubevirt labels --write`. boolFlag is a boolean flag's value (the
-// request's, or the parsed command's when the agent checks what it is about to run). One
+// request's, or its typed request's when the agent decides on the operation it runs). One
 // function for both, so the class the agent authorizes is the class of what runs.
 func classOf(op string, boolFlag, isSet func(name string) bool) agentapi.Class {
 	c := agentRules.Get()[op].class
@@ -471,8 +345,8 @@ func opName(cmd *cli.Command) string {
 	return strings.Join(p[1:], " ")
 }
 
-// typedFlag is one checked flag of a request: its canonical name and its value as the flag's
-// own command-line text(s).
+// typedFlag is one checked flag of a request: its canonical name, its value as the flag's own
+// text(s) (the file names of a flag naming files, Job.Files) and its typed value.
 type typedFlag struct {
 	name   string
 	values []string
@@ -480,8 +354,9 @@ type typedFlag struct {
 	v      any  // the value, typed as the flag is: bool, int, string, time.Duration or []string
 }
 
-// commandLine is a checked request as the tree takes it.
-type commandLine struct {
+// checkedRequest is a request checked against the command tree's flag definitions: the
+// command's path, its typed flags and operands.
+type checkedRequest struct {
 	path     []*cli.Command // root first
 	flags    []typedFlag
 	operands []string
@@ -490,55 +365,14 @@ type commandLine struct {
 	defs map[string]cli.Flag
 }
 
-// argv is the canonical command line of a checked request: the command's path, each flag as
-// --NAME=VALUE, then "--" and the operands (never read as flags). Files named by the request
-// are replaced by the private copies in paths.
-func (c commandLine) argv(paths map[string]string) ([]string, error) {
-	var args []string
-	for _, p := range c.path[1:] {
-		args = append(args, p.Name)
-	}
-	sub := func(v string) (string, error) {
-		p, ok := paths[v]
-		if !ok {
-			return "", fmt.Errorf("%s reads %s: send its content in the request's files (the agent opens no file a caller names)", opName(c.path[len(c.path)-1]), v)
-		}
-		return p, nil
-	}
-	for _, f := range c.flags {
-		for _, v := range f.values {
-			if slices.Contains(c.rule.fileFlags, f.name) {
-				var err error
-				if v, err = sub(v); err != nil {
-					return nil, err
-				}
-			}
-			args = append(args, "--"+f.name+"="+v)
-		}
-	}
-	if len(c.operands) > 0 {
-		ops := slices.Clone(c.operands)
-		if c.rule.fileOperands != nil {
-			for _, i := range c.rule.fileOperands(ops) {
-				var err error
-				if ops[i], err = sub(ops[i]); err != nil {
-					return nil, err
-				}
-			}
-		}
-		args = append(append(args, "--"), ops...)
-	}
-	return args, nil
-}
-
 // prepareRequest checks a typed request against the command tree app: the command is one
 // the agent runs, every flag is a flag of it (or of a command above it) named by its long
 // name, with a value of the flag's type, and no value holds a NUL. From those typed values it
 // decides the job's class (classOf) and which values name files. Nothing in a request is
 // ever parsed as a command line: there is no text for a flag to hide in.
-func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, commandLine, error) {
+func prepareRequest(app *cli.Command, req agentapi.ExecRequest) (agentapi.Job, checkedRequest, error) {
 	job := agentapi.Job{Request: req, Op: req.Command}
-	var cl commandLine
+	var cl checkedRequest
 	if req.Command == "completion" || req.Command == "agent" {
 		return job, cl, fmt.Errorf("%s cannot run through the agent: run it with --agent never", req.Command)
 	}
@@ -667,21 +501,6 @@ func typedValue(f cli.Flag, name string, raw json.RawMessage) (typedFlag, error)
 		return tf, fmt.Errorf("flag %q: a %T cannot be sent to the agent", name, f)
 	}
 	return tf, nil
-}
-
-// withoutValues returns a context with ctx's deadline and cancellation but none of its values.
-// urfave/cli's Run makes a command it finds in its context the parent of the one it runs: a
-// request's command tree run under the `agent` command's context (the drift watcher's
-// releases, the boot reconcile) would take the agent's command as its root and lose the run
-// environment, so it would act as a plain CLI on the real root.
-func withoutValues(ctx context.Context) (context.Context, context.CancelFunc) {
-	c, cancelDeadline := context.Background(), context.CancelFunc(func() {})
-	if d, ok := ctx.Deadline(); ok {
-		c, cancelDeadline = context.WithDeadline(c, d)
-	}
-	c, cancel := context.WithCancel(c)
-	stop := context.AfterFunc(ctx, cancel)
-	return c, func() { stop(); cancel(); cancelDeadline() }
 }
 
 // envOrLight is the runner's Env, or the light CLI's when it was given none.

@@ -79,9 +79,6 @@ func opened(c virt.Conn, err error) (virt.Conn, error) {
 // so the URI must then be given explicitly (--connect, VGPU_HOST_CONNECT or
 // LIBVIRT_DEFAULT_URI).
 func connURI(cmd *cli.Command, root host.Root) (string, error) {
-	if rv := runEnvOf(cmd); rv != nil {
-		return agentConnURI(cmd, rv)
-	}
 	if !root.IsReal() && !cmd.IsSet("connect") {
 		return "", usageErr("--host-root %s is not this machine's root: name the libvirt to use with --connect URI (test:///default, %s:///PATH/libvirt.json, or qemu:///system if you mean the real one)",
 			root.Dir(), virt.FileScheme)
@@ -95,17 +92,7 @@ func forceFlag() cli.Flag {
 	return &cli.StringSliceFlag{Name: "force", Usage: "go past the named safety `CHECK`s only: " + strings.Join(vfio.ForceableChecks, ", ") + " (repeat, or comma-separate)"}
 }
 
-// forcedChecks returns the validated --force names.
-func forcedChecks(cmd *cli.Command) ([]string, error) {
-	return forcedFrom(cmd, vfio.ForceableChecks)
-}
-
-// forcedFrom returns the --force names, each one of allowed.
-func forcedFrom(cmd *cli.Command, allowed []string) ([]string, error) {
-	return ops.CheckForce(cmd.StringSlice("force"), allowed)
-}
-
-// virtTypeFlag is --virt-type of plan and apply; lifecycleOf validates it.
+// virtTypeFlag is --virt-type of plan and apply; ops.CheckVirtType validates it.
 func virtTypeFlag() cli.Flag {
 	return &cli.StringFlag{Name: "virt-type", Usage: "domain type `kvm|qemu` (default: the best libvirt's domain capabilities offer)"}
 }
@@ -118,62 +105,6 @@ func connectFlag() cli.Flag {
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// virtTypeOf returns the validated --virt-type ("" when not given).
-func virtTypeOf(cmd *cli.Command) (string, error) {
-	if !cmd.IsSet("virt-type") {
-		return "", nil
-	}
-	vt := cmd.String("virt-type")
-	if vt != "kvm" && vt != "qemu" {
-		return "", usageErr("--virt-type %q: use kvm or qemu", vt)
-	}
-	return vt, nil
-}
-
-// lifecycleOf builds the Lifecycle for the invocation and opens its libvirt connection.
-func lifecycleOf(cmd *cli.Command) (*lifecycle.Lifecycle, virt.Conn, error) {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := outputOf(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	vt, err := virtTypeOf(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	force, err := forcedChecks(cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	uri, err := connURI(cmd, root)
-	if err != nil {
-		return nil, nil, err
-	}
-	conn, err := openConnFor(cmd, uri)
-	if err != nil {
-		return nil, nil, err
-	}
-	w, m := hostIOFor(cmd, root)
-	o := lifecycle.Options{Root: root, Conn: conn, Host: lifecycle.NewSysfsPrep(root, w, m), VirtType: vt, Force: force, Fetch: envOf(cmd).fetchISO}
-	if cmd.IsSet("no-start") {
-		o.NoStart = cmd.Bool("no-start")
-	}
-	if rv := runEnvOf(cmd); rv != nil {
-		o.ReadKey = rv.readKey
-	}
-	if out == "table" {
-		o.Progress = cmd.Root().ErrWriter
-	}
-	if err := crashHook(&o); err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return lifecycle.New(o), conn, nil
 }
 
 func applyCommand() *cli.Command {

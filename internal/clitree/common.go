@@ -87,9 +87,6 @@ func globalFlags() []cli.Flag {
 
 // rootOf returns the validated --host-root of the invocation.
 func rootOf(cmd *cli.Command) (host.Root, error) {
-	if rv := runEnvOf(cmd); rv != nil {
-		return agentRootOf(cmd, rv)
-	}
 	if cmd.IsSet("host-root") && cmd.String("host-root") == "" {
 		// An empty --host-root (or VGPU_HOST_ROOT=) is a mistake, never the real root.
 		return host.Root{}, usageErr("--host-root is empty: name a directory (/ for this machine)")

@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -41,47 +40,48 @@ func hostCommand() *cli.Command {
 					&cli.StringFlag{Name: "exec", Usage: "absolute `PATH` of the vgpu-host binary the unit runs (default: this binary)"},
 					dryRunFlag(),
 				},
-				Action: func(ctx context.Context, cmd *cli.Command) error {
-					m, _, done, err := vgpuManager(cmd)
-					if err != nil {
-						return err
-					}
-					defer done()
-					exe := cmd.String("exec")
-					if exe == "" {
-						if exe, err = os.Executable(); err != nil {
-							return fmt.Errorf("find this binary's path: %w (pass --exec)", err)
-						}
-						if r, err := filepath.EvalSymlinks(exe); err == nil {
-							exe = r
-						}
-					}
-					wrote, err := m.InstallUnit(exe)
-					if err != nil {
-						return err
-					}
-					if wrote == nil {
-						wrote = []string{}
-					}
-					return emit(cmd, map[string]any{"unit": m.UnitPath(), "exec": exe, "written": wrote, "dry_run": m.DryRun}, func(w io.Writer) error {
-						if len(wrote) == 0 {
-							fmt.Fprintf(w, "%s is installed and enabled already\n", m.UnitPath())
-							return nil
-						}
-						verb := "wrote"
-						if m.DryRun {
-							verb = "would write"
-						}
-						for _, p := range wrote {
-							fmt.Fprintf(w, "%s %s\n", verb, p)
-						}
-						fmt.Fprintln(w, "run: systemctl daemon-reload")
-						return nil
-					})
-				},
+				Action: opAction("host install-unit"),
 			},
 		},
 	}
+}
+
+// installUnitRequest is host install-unit's request: --exec (default: this binary, its
+// links resolved) and --dry-run. The path is checked as text (ops.InstallUnitRequest.Check),
+// never opened: in the agent it is the caller's, made absolute by the caller's CLI (absFlags),
+// and a relative one is refused, not resolved against the agent's working directory.
+func installUnitRequest(f flagValues) (ops.InstallUnitRequest, error) {
+	exe := f.String("exec")
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return ops.InstallUnitRequest{}, fmt.Errorf("find this binary's path: %w (pass --exec)", err)
+		}
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+	}
+	req := ops.InstallUnitRequest{Exec: exe, DryRun: f.Bool("dry-run")}
+	return req, req.Check()
+}
+
+// renderInstallUnit prints what host install-unit wrote, or would write with --dry-run.
+func renderInstallUnit(w io.Writer, output string, res *ops.InstallUnitResult) error {
+	return emitTo(w, output, res, func(w io.Writer) error {
+		if len(res.Written) == 0 {
+			fmt.Fprintf(w, "%s is installed and enabled already\n", res.Unit)
+			return nil
+		}
+		verb := "wrote"
+		if res.DryRun {
+			verb = "would write"
+		}
+		for _, p := range res.Written {
+			fmt.Fprintf(w, "%s %s\n", verb, p)
+		}
+		fmt.Fprintln(w, "run: systemctl daemon-reload")
+		return nil
+	})
 }
 
 // restoreRequest is host restore's request: --dry-run, --timeout.

@@ -65,7 +65,7 @@ func migrateTargetCommand() *cli.Command {
 			connectFlag(),
 			&cli.StringFlag{Name: "request", Usage: "the request, one JSON `OBJECT`"},
 		},
-		Action: runMigrateTarget,
+		Action: opAction("migrate-target"),
 	}
 }
 
@@ -84,37 +84,29 @@ func decodeIncoming(s string) (lifecycle.IncomingRequest, error) {
 	return req, req.Check()
 }
 
-func runMigrateTarget(ctx context.Context, cmd *cli.Command) error {
-	var req lifecycle.IncomingRequest
+// migrateTargetRequest is migrate-target's request: --request JSON (decoded strictly), or
+// the operands commit VM or abort VM.
+func migrateTargetRequest(f flagValues) (ops.MigrateTargetRequest, error) {
+	args := f.Operands()
 	switch {
-	case cmd.IsSet("request") && cmd.Args().Len() == 0:
-		r, err := decodeIncoming(cmd.String("request"))
-		if err != nil {
-			return err
-		}
-		req = r
-	case !cmd.IsSet("request") && cmd.Args().Len() == 2 && (cmd.Args().Get(0) == "commit" || cmd.Args().Get(0) == "abort"):
-		req = lifecycle.IncomingRequest{Op: lifecycle.IncomingOp(cmd.Args().Get(0)), VM: cmd.Args().Get(1)}
-		if err := req.Check(); err != nil {
-			return err
-		}
-	default:
-		return usageErr("migrate-target takes --request JSON, or commit VM, or abort VM")
+	case f.IsSet("request") && len(args) == 0:
+		r, err := decodeIncoming(f.String("request"))
+		return ops.MigrateTargetRequest{Incoming: r}, err
+	case !f.IsSet("request") && len(args) == 2 && (args[0] == "commit" || args[0] == "abort"):
+		req := ops.MigrateTargetRequest{Incoming: lifecycle.IncomingRequest{Op: lifecycle.IncomingOp(args[0]), VM: args[1]}}
+		return req, req.Check()
 	}
-	lc, conn, err := lifecycleOf(cmd)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	rep, err := lc.Incoming(ctx, req)
-	if err != nil {
-		return err
-	}
+	return ops.MigrateTargetRequest{}, usageErr("migrate-target takes --request JSON, or commit VM, or abort VM")
+}
+
+// renderMigrateTarget prints the target's answer as one line of JSON whatever --output says:
+// the source decodes it (execTarget).
+func renderMigrateTarget(o opOutput, rep *ops.MigrateTargetResult) error {
 	b, err := json.Marshal(rep)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(cmd.Root().Writer, "%s\n", b)
+	_, err = fmt.Fprintf(o.w, "%s\n", b)
 	return err
 }
 

@@ -281,9 +281,9 @@ var opCommandNames = [...]string{
 	"inspect", "check", "status", "destroy", "apply", "plan", "bind", "unbind",
 	"mdev create", "mdev remove", "vf enable", "vf disable", "host restore",
 	"mdev types", "mdev list", "mdev place", "mdev define", "mdev undefine", "vf list",
-	"host release-quarantine", "host health", "verify", "attach", "detach",
+	"host install-unit", "host release-quarantine", "host health", "verify", "attach", "detach",
 	"mig show", "mig plan", "mig apply",
-	"render", "image export", "migrate", "kubevirt config", "kubevirt labels", "kubevirt vm",
+	"render", "image export", "migrate", "migrate-target", "kubevirt config", "kubevirt labels", "kubevirt vm",
 	"host layout show", "host layout plan", "host layout apply",
 }
 
@@ -346,6 +346,8 @@ func opCommandNamed(name string) (opCommand, bool) {
 		c = local(opCmd(checked(mdevUndefineRequest), ops.MdevUndefine, plain(renderMdevUndefine), false), true)
 	case "vf list":
 		c = local(opCmd(vfListRequest, ops.VFList, plain(renderVFList), false), false)
+	case "host install-unit":
+		c = local(opCmd(installUnitRequest, ops.InstallUnit, plain(renderInstallUnit), false), false)
 	case "host release-quarantine":
 		c = opCmd(releaseQuarantineRequest, ops.ReleaseQuarantine, plain(renderReleaseQuarantine), false)
 	case "host health":
@@ -392,6 +394,8 @@ func opCommandNamed(name string) (opCommand, bool) {
 		// result printed with the error when it fails half-way.
 		c = connOf(opCmd(migrateRequest, ops.Migrate, plain(renderMigrate), true), connFlag)
 		c.vet = vetMigrate
+	case "migrate-target":
+		c = connOf(opCmd(migrateTargetRequest, ops.MigrateTarget, renderMigrateTarget, false), connFlag)
 	// kubevirt: the operand count, --output, the root, the request (kubevirt vm: its disks
 	// and spec before the root, --config after it, both errors naming the VM).
 	case "kubevirt config":
@@ -596,10 +600,6 @@ func opAction(name string) cli.ActionFunc {
 	return func(ctx context.Context, cmd *cli.Command) error {
 		f := cliFlags{cmd}
 		oc := opCommandOf(name, f)
-		if rv := runEnvOf(cmd); rv != nil {
-			// The agent runs these without a command line (agentops.go): reaching here is a bug.
-			return fmt.Errorf("internal error: the agent ran %s as a command line (a bug in vgpu-host, please report it)", name)
-		}
 		return runOpCommand(ctx, name, oc, f, cliSite{cmd}, cmd.Root().Writer, cmd.Root().ErrWriter, nil)
 	}
 }

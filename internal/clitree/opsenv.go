@@ -15,9 +15,8 @@ import (
 )
 
 // opsEnv is the operations' environment of the invocation cmd on root: its libvirt at uri
-// (opened as openConnFor opens it), its host writer (hostIOFor), the agent's key files when
-// the agent runs the command line, inspect's MIG reader, the ISO fetcher and the crash
-// tests' hook.
+// (opened as openConnFor opens it), its host writer (hostIOFor), inspect's MIG reader, the
+// ISO fetcher and the crash tests' hook. The agent builds its own (cliRunner.opsEnv).
 func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
 	env := ops.Env{
 		Root:     root,
@@ -28,9 +27,6 @@ func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
 			o, _ := outputOf(cmd)
 			printEvent(cmd.Root().ErrWriter, o, stderrIsTerminal(cmd), e)
 		},
-	}
-	if rv := runEnvOf(cmd); rv != nil {
-		env.ReadKey, env.Peer = rv.readKey, rv.peer
 	}
 	withHostParts(envOf(cmd), &env)
 	return env

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -839,4 +841,281 @@ func TestMIGOpsWithoutNVML(t *testing.T) {
 		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb*x"}),
 		planCase(map[string]string{"gpu": "0", "profiles": "1g.5gb", "disable-mig": "true"}),
 	})
+}
+
+// TestInstallUnitOpIsTheCLIs: host install-unit, as an operation on requests built from flag
+// values, answers what the command prints: the dry run, this binary's path by default, paths
+// the unit cannot run refused (exit 2) with nothing written, the install done by the
+// operation and then by the command, and the unit found installed already.
+func TestInstallUnitOpIsTheCLIs(t *testing.T) {
+	dir := hosttest.New(t).Dir()
+	unitCase := func(vals map[string]string) typedCase {
+		args := []string{"host", "install-unit"}
+		if v, ok := vals["exec"]; ok {
+			args = append(args, "--exec", v)
+		}
+		if vals["dry-run"] == "true" {
+			args = append(args, "--dry-run")
+		}
+		ff := fakeFlags{vals: vals}
+		return typedCase{args: args, build: func() (ops.Request, error) { r, err := installUnitRequest(ff); return &r, err },
+			back: roundTrip[ops.InstallUnitResult]}
+	}
+	exe := "/usr/local/bin/vgpu-host"
+	dry := map[string]string{"exec": exe, "dry-run": "true"}
+	checkTypedCases(t, dir, []typedCase{
+		unitCase(dry),
+		unitCase(map[string]string{"dry-run": "true"}),
+		unitCase(map[string]string{"exec": "vgpu-host"}),
+		unitCase(map[string]string{"exec": "./bin/vgpu-host", "dry-run": "true"}),
+		unitCase(map[string]string{"exec": "/usr/bin/vgpu-host;reboot"}),
+		unitCase(map[string]string{"exec": "/usr/bin/vgpu-host\rExecStart=/bin/sh"}),
+	})
+	unit := filepath.Join(dir, "etc", "systemd", "system", mdev.UnitName)
+	if _, err := os.Lstat(unit); !os.IsNotExist(err) {
+		t.Fatalf("a dry run or a refused path wrote %s (%v)", unit, err)
+	}
+	// Installed by the operation, removed, installed by the command: the same answer.
+	req, err := installUnitRequest(fakeFlags{vals: map[string]string{"exec": exe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ops.Run(context.Background(), opsEnvFor(t, dir), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byOp bytes.Buffer
+	if err := jsonindent.Encode(&byOp, v); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(unit); err != nil || string(b) != mdev.SystemdUnit(exe) {
+		t.Fatalf("the operation wrote %q (%v)", b, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "etc", "systemd")); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runVia(t, agentNever, "--host-root", dir, "-o", "json", "host", "install-unit", "--exec", exe)
+	if code != 0 || stdout != byOp.String() {
+		t.Errorf("host install-unit: exit %d (%s)\n%s\nthe operation's result:\n%s", code, stderr, stdout, byOp.String())
+	}
+	checkTypedCases(t, dir, []typedCase{unitCase(map[string]string{"exec": exe}), unitCase(dry)})
+	// A typed caller that skips the request builder is refused the same way.
+	for _, p := range []string{"", "vgpu-host", "../vgpu-host", "/a b"} {
+		_, err := ops.Run(context.Background(), opsEnvFor(t, dir), &ops.InstallUnitRequest{Exec: p})
+		if exitCode(err) != exitUsage || !strings.Contains(fmt.Sprint(err), "must be absolute") {
+			t.Errorf("exec %q: %v (exit %d); want the path refused, exit 2", p, err, exitCode(err))
+		}
+	}
+}
+
+// TestInstallUnitAgentOpensNoCallerPath: the agent takes host install-unit's --exec as text
+// only. A relative path sent straight to the agent (the CLI makes --exec absolute, absFlags) is
+// refused as the CLI refuses it, a FIFO is written into the unit without being opened (opened,
+// it would block the request), and a link is written as given, not resolved.
+func TestInstallUnitAgentOpensNoCallerPath(t *testing.T) {
+	tr := agentHost(t)
+	dir := tr.Dir()
+	startAgentWith(t, dir, nil)
+	c := agentClient(t, dir)
+	exec := func(exe string) agentapi.ExecResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		flags := map[string]json.RawMessage{"host-root": json.RawMessage(strconv.Quote(dir))}
+		flags["exec"], _ = json.Marshal(exe)
+		res, err := c.Exec(ctx, agentapi.ExecRequest{Command: "host install-unit", Flags: flags})
+		if err != nil {
+			t.Fatalf("exec %q: %v", exe, err)
+		}
+		return res
+	}
+	unit := filepath.Join(dir, "etc", "systemd", "system", mdev.UnitName)
+	for _, p := range []string{"vgpu-host", "./vgpu-host", "bin/../vgpu-host"} {
+		res := exec(p)
+		_, stderr, code := runVia(t, agentNever, "--host-root", dir, "host", "install-unit", "--exec", p)
+		if res.ExitCode != exitUsage || res.ExitCode != code || res.Stderr != stderr || res.Stdout != "" {
+			t.Errorf("exec %q: the agent exits %d: %q%q; the CLI %d: %q", p, res.ExitCode, res.Stdout, res.Stderr, code, stderr)
+		}
+		if _, err := os.Lstat(unit); !os.IsNotExist(err) {
+			t.Fatalf("exec %q: the refused request wrote %s (%v)", p, unit, err)
+		}
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink("/bin/true", link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, link} {
+		if res := exec(p); res.ExitCode != 0 {
+			t.Fatalf("exec %s: exit %d: %s", p, res.ExitCode, res.Stderr)
+		}
+		if b, err := os.ReadFile(unit); err != nil || string(b) != mdev.SystemdUnit(p) {
+			t.Errorf("exec %s: the unit is %q (%v)", p, b, err)
+		}
+	}
+}
+
+// TestInstallUnitAndMigrateTargetThroughAgent: POST /v1/exec runs host install-unit and
+// migrate-target as their operations and answers what the CLI prints, each change made through
+// the agent, undone, and made in-process; no request names a command without an operation.
+func TestInstallUnitAndMigrateTargetThroughAgent(t *testing.T) {
+	tr := agentHost(t)
+	dir := tr.Dir()
+	var cr *cliRunner
+	uri, _ := startAgentWith(t, dir, func(s *agent.Server) { cr = s.Runner.(*cliRunner) })
+	same := func(args ...string) {
+		t.Helper()
+		in, inErr, inCode := runVia(t, agentNever, append([]string{"--host-root", dir}, args...)...)
+		out, outErr, outCode := runVia(t, agentAlways, append([]string{"--host-root", dir}, args...)...)
+		if in != out || inErr != outErr || inCode != outCode {
+			t.Errorf("%v: through the agent exit %d:\n%s%s\nin-process exit %d:\n%s%s", args, outCode, out, outErr, inCode, in, inErr)
+		}
+	}
+	// undone runs args through the agent and then in-process, running undo after each.
+	undone := func(undo func(), args ...string) {
+		t.Helper()
+		out, outErr, outCode := runVia(t, agentAlways, append([]string{"--host-root", dir}, args...)...)
+		undo()
+		in, inErr, inCode := runVia(t, agentNever, append([]string{"--host-root", dir}, args...)...)
+		undo()
+		if in != out || inErr != outErr || inCode != outCode || inCode != 0 {
+			t.Errorf("%v: through the agent exit %d:\n%s%s\nin-process exit %d:\n%s%s", args, outCode, out, outErr, inCode, in, inErr)
+		}
+	}
+	plan := `{"op":"plan","vm":"x"}`
+	for _, args := range [][]string{
+		{"migrate-target"},
+		{"migrate-target", "commit"},
+		{"migrate-target", "pause", "x"},
+		{"migrate-target", "--request", `{"op":"prepare","vm":"x","extra":1}`},
+		{"migrate-target", "--request", `{"op":"prepare","vm":"x"} {}`},
+		{"migrate-target", "--request", plan, "abort", "x"},
+		{"migrate-target", "--connect", uri, "--request", plan},
+		{"-o", "yaml", "migrate-target", "--connect", uri, "--request", plan},
+		{"-o", "xml", "migrate-target", "--connect", uri, "--request", plan},
+		{"migrate-target", "--connect", uri, "--request", `{"op":"plan","vm":"x","devices":[{"kind":"mdev","type":"mbochs-small","source":"00000000-0000-0000-0000-00000000000a"}]}`},
+		{"migrate-target", "--connect", uri, "--request", `{"op":"plan","vm":"x","devices":[{"kind":"pci","type":"t","source":"s"}]}`},
+		{"migrate-target", "--connect", uri, "abort", "../x"},
+		{"migrate-target", "--connect", uri, "commit", "x"},
+		{"migrate-target", "--connect", uri, "abort", "x"},
+		{"host", "install-unit", "--dry-run", "--exec", "/usr/local/bin/vgpu-host"},
+		{"-o", "yaml", "host", "install-unit", "--dry-run", "--exec", "/usr/local/bin/vgpu-host"},
+		{"host", "install-unit", "--exec", "/usr/local/bin/vgpu host"},
+		{"-o", "xml", "host", "install-unit", "--exec", "/usr/local/bin/vgpu-host"},
+	} {
+		same(args...)
+	}
+	noUnit := func() {
+		if err := os.RemoveAll(filepath.Join(dir, "etc", "systemd")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	undone(noUnit, "host", "install-unit", "--exec", "/usr/local/bin/vgpu-host")
+	undone(noUnit, "-o", "json", "host", "install-unit", "--exec", "/usr/local/bin/vgpu-host")
+	abort := func() {
+		if out, code := runCLI(t, "--host-root", dir, "migrate-target", "--connect", uri, "abort", "x"); code != 0 {
+			t.Fatalf("abort: exit %d: %s", code, out)
+		}
+	}
+	undone(abort, "migrate-target", "--connect", uri, "--request", `{"op":"prepare","vm":"x"}`)
+	if n := cr.unserved.Load(); n != 0 {
+		t.Errorf("the agent got %d request(s) for a command without an operation; want none", n)
+	}
+}
+
+// TestMigrateTargetOpIsTheCLIs: migrate-target, as an operation on requests built from flag
+// values, answers what the command prints (its one line of JSON, whatever --output says):
+// malformed requests (exit 2), a plan, a prepare by the operation and then by the command,
+// each undone by an abort, and a commit of a VM that does not run here.
+func TestMigrateTargetOpIsTheCLIs(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	dir := tr.Dir()
+	fake := fakeLibvirt(t) // the CLI's --connect, from its environment
+	env := opsEnvFor(t, dir)
+	env.OpenConn = func() (virt.Conn, error) { return fake, nil }
+	// check runs args and the request f builds: the same exit code, error and JSON line; it
+	// returns the CLI's stdout.
+	check := func(f fakeFlags, args ...string) string {
+		t.Helper()
+		stdout, stderr, code := runVia(t, agentNever, append([]string{"--host-root", dir}, args...)...)
+		r, err := migrateTargetRequest(f)
+		var v any
+		if err == nil {
+			v, err = ops.Run(context.Background(), env, &r)
+		}
+		want := ""
+		if err != nil {
+			want = "vgpu-host: " + err.Error() + "\n"
+		}
+		if exitCode(err) != code || stderr != want {
+			t.Errorf("%v: the operation exits %d (%v), the CLI %d: %s", args, exitCode(err), err, code, stderr)
+		}
+		line := ""
+		if v != nil && err == nil {
+			b, merr := json.Marshal(v)
+			if merr != nil {
+				t.Fatal(merr)
+			}
+			line = string(b) + "\n"
+			var back ops.MigrateTargetResult
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Errorf("%v: %v", args, err)
+			} else if b2, _ := json.Marshal(&back); string(b2) != string(b) {
+				t.Errorf("%v: the result does not round-trip through JSON:\n%s\nwant\n%s", args, b2, b)
+			}
+		}
+		if line != stdout {
+			t.Errorf("%v: the operation's result\n%s\nthe CLI's\n%s", args, line, stdout)
+		}
+		return stdout
+	}
+	req := func(s string) fakeFlags { return fakeFlags{vals: map[string]string{"request": s}} }
+	ops2 := func(a ...string) fakeFlags { return fakeFlags{operands: a} }
+	mbochs := `{"op":"plan","vm":"x","devices":[{"kind":"mdev","type":"mbochs-small","source":"00000000-0000-0000-0000-00000000000a"}]}`
+	for _, c := range []struct {
+		f    fakeFlags
+		args []string
+	}{
+		{ops2(), nil},
+		{ops2("commit"), []string{"commit"}},
+		{ops2("pause", "x"), []string{"pause", "x"}},
+		{ops2("abort", "../x"), []string{"abort", "../x"}},
+		{req(`{"op":"prepare","vm":"x","extra":1}`), []string{"--request", `{"op":"prepare","vm":"x","extra":1}`}},
+		{req(`{"op":"plan","vm":"x"} {}`), []string{"--request", `{"op":"plan","vm":"x"} {}`}},
+		{req(`{"op":"plan","vm":"x","virt_type":"xen"}`), []string{"--request", `{"op":"plan","vm":"x","virt_type":"xen"}`}},
+		{req(`{"op":"plan","vm":"x"}`), []string{"--request", `{"op":"plan","vm":"x"}`}},
+		{req(mbochs), []string{"--request", mbochs}},
+		{ops2("commit", "x"), []string{"commit", "x"}},
+		{ops2("abort", "x"), []string{"abort", "x"}},
+	} {
+		check(c.f, append([]string{"migrate-target"}, c.args...)...)
+	}
+	if out := check(req(`{"op":"plan","vm":"x"}`), "-o", "yaml", "migrate-target", "--request", `{"op":"plan","vm":"x"}`); !strings.HasPrefix(out, `{"vm":"x",`) {
+		t.Errorf("-o yaml: %q; want the JSON line", out)
+	}
+	// Prepared by the operation, aborted, prepared by the command: the same answer; and the
+	// aborts alike.
+	prepare := `{"op":"prepare","vm":"x"}`
+	r, err := migrateTargetRequest(req(prepare))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ops.Run(context.Background(), env, &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOp, _ := json.Marshal(v)
+	abortOut := check(ops2("abort", "x"), "migrate-target", "abort", "x")
+	if out, _, code := runVia(t, agentNever, "--host-root", dir, "migrate-target", "--request", prepare); code != 0 || out != string(byOp)+"\n" {
+		t.Errorf("prepare: exit %d\n%s\nthe operation's\n%s", code, out, byOp)
+	}
+	r, _ = migrateTargetRequest(ops2("abort", "x"))
+	v, err = ops.Run(context.Background(), env, &r)
+	if b, _ := json.Marshal(v); err != nil || string(b)+"\n" != abortOut {
+		t.Errorf("abort by the operation: %v\n%s\nthe command's\n%s", err, b, abortOut)
+	}
 }
