@@ -296,20 +296,23 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	if err := r.verifyBound(ctx, groups); err != nil {
 		return res, err
 	}
-	recordBaselines(b.Root, moves, res)
+	recordBaselines(b.Root, groups, moves, res)
 	return res, nil
 }
 
 // recordBaselines stores each moved function's health baseline (BAR sizes, AER counts, link
-// width) as vgpu-host takes it: the handback check compares with it. A baseline that cannot be
-// written is a warning; the bind itself is done.
-func recordBaselines(root host.Root, moves map[int][]host.GroupMember, res *Result) {
-	for _, ms := range moves {
-		for _, m := range ms {
-			if err := host.RecordBaseline(root, m.Address, time.Now()); err != nil {
-				res.Warnings = append(res.Warnings, err.Error())
-			}
+// width) as vgpu-host takes it: the handback check compares with it. The files are written
+// together (host.RecordBaselines: one sync of their directory for the bind, not one per
+// function). A baseline that cannot be written is a warning; the bind itself is done.
+func recordBaselines(root host.Root, groups []*host.Group, moves map[int][]host.GroupMember, res *Result) {
+	var addrs []host.Address
+	for _, g := range groups { // in the order the groups were named, as the result lists them
+		for _, m := range moves[g.ID] {
+			addrs = append(addrs, m.Address)
 		}
+	}
+	for _, err := range host.RecordBaselines(root, addrs, time.Now()) {
+		res.Warnings = append(res.Warnings, err.Error())
 	}
 }
 
