@@ -114,11 +114,23 @@ func Handback(ctx context.Context, root Root, w Writer, rel []Released, o Handba
 	}
 	var out []HandbackResult
 	var errs []error
+	// Each function's health file is read once (its baseline for the check, the rest kept in
+	// the record) and the records are written together, the directory synced once.
+	states := make([]*HealthState, 0, len(rel))
 	for _, r := range rel {
-		res := handbackOne(ctx, root, w, r, o, now)
-		if err := recordCheck(root, res.Health, res.Resets); err != nil {
-			errs = append(errs, err)
+		st, err := LoadHealthState(root, r.Address)
+		res := handbackOne(ctx, root, w, r, o, now, st, err)
+		if err != nil {
+			st = nil // damaged: the check warned of it, and the record starts afresh
 		}
+		states = append(states, checkedState(root, st, res.Health, res.Resets))
+		out = append(out, res)
+	}
+	if err := saveHealthStates(root, states); err != nil {
+		errs = append(errs, fmt.Errorf("record health: %w", err))
+	}
+	for i, r := range rel {
+		res := &out[i]
 		if !res.Health.Healthy {
 			q := &Quarantine{Address: r.Address, Problems: res.Health.Problems, Since: now(), Op: o.Op, Resets: res.Resets}
 			if err := SaveQuarantine(root, q); err != nil {
@@ -127,16 +139,16 @@ func Handback(ctx context.Context, root Root, w Writer, rel []Released, o Handba
 				res.Quarantined = q
 			}
 		}
-		out = append(out, res)
 	}
 	return out, errors.Join(errs...)
 }
 
 // handbackOne checks one function and resets it as the options allow.
-func handbackOne(ctx context.Context, root Root, w Writer, r Released, o HandbackOptions, now func() time.Time) HandbackResult {
+// st is its health file as read before (stErr: why it could not be).
+func handbackOne(ctx context.Context, root Root, w Writer, r Released, o HandbackOptions, now func() time.Time, st *HealthState, stErr error) HandbackResult {
 	var resetAt time.Time // a reset clears the fatal Xids before it
 	check := func() DeviceHealth {
-		return CheckDevice(root, r.Address, CheckOptions{Driver: r.Driver, Now: now(), ResetAt: resetAt})
+		return checkDevice(root, r.Address, CheckOptions{Driver: r.Driver, Now: now(), ResetAt: resetAt}, st, stErr)
 	}
 	res := HandbackResult{Health: check()}
 	if res.Health.Healthy && !o.Reset {
@@ -190,7 +202,19 @@ func handbackOne(ctx context.Context, root Root, w Writer, r Released, o Handbac
 // evidence). A healthy function with no baseline yet gets one.
 func recordCheck(root Root, h DeviceHealth, resets []ResetAttempt) error {
 	st, err := LoadHealthState(root, h.Address)
-	if err != nil || st == nil {
+	if err != nil {
+		st = nil
+	}
+	if err := saveHealthStates(root, []*HealthState{checkedState(root, st, h, resets)}); err != nil {
+		return fmt.Errorf("record health of %s: %w", h.Address, err)
+	}
+	return nil
+}
+
+// checkedState is st (the function's health file as read; nil for none) with check h and its
+// resets recorded, as recordCheck stores it.
+func checkedState(root Root, st *HealthState, h DeviceHealth, resets []ResetAttempt) *HealthState {
+	if st == nil {
 		st = &HealthState{Address: h.Address}
 	}
 	st.Last = &h
@@ -211,15 +235,16 @@ func recordCheck(root Root, h DeviceHealth, resets []ResetAttempt) error {
 			st.LastReset = h.CheckedAt
 		}
 	}
-	// Fatal Xids a reset or a reboot cleared are kept no longer (their count stays).
-	boot, _ := BootTime(root)
-	st.XidPending = slices.DeleteFunc(st.XidPending, func(e XidEvent) bool {
-		return !e.Time.After(st.LastReset) || (!boot.IsZero() && e.Time.Before(boot))
-	})
-	if err := SaveHealthState(root, st); err != nil {
-		return fmt.Errorf("record health of %s: %w", h.Address, err)
+	// Fatal Xids a reset or a reboot cleared are kept no longer (their count stays). The boot
+	// time (/proc/stat, which the kernel formats with every IRQ's count) is read only when
+	// there is one to judge.
+	if len(st.XidPending) > 0 {
+		boot, _ := BootTime(root)
+		st.XidPending = slices.DeleteFunc(st.XidPending, func(e XidEvent) bool {
+			return !e.Time.After(st.LastReset) || (!boot.IsZero() && e.Time.Before(boot))
+		})
 	}
-	return nil
+	return st
 }
 
 // RecordCheck stores a check made outside a handback (release-quarantine, the agent's

@@ -142,15 +142,26 @@ const (
 //	$ xxd -l 4 /sys/bus/pci/devices/0000:41:00.0/config
 //	00000000: ffff ffff                                ....     <- the device fell off the bus
 func CheckDevice(root Root, a Address, o CheckOptions) DeviceHealth {
+	var st *HealthState
+	var err error
+	if o.Baseline == nil {
+		st, err = LoadHealthState(root, a)
+	}
+	return checkDevice(root, a, o, st, err)
+}
+
+// checkDevice is CheckDevice with the function's health state file already read (st, nil when
+// there is none, or stErr): a handback reads it once for the check and the record it then
+// writes. With o.Baseline nil the baseline, pending Xids and last reset come from st.
+func checkDevice(root Root, a Address, o CheckOptions, st *HealthState, stErr error) DeviceHealth {
 	h := DeviceHealth{Address: a, Healthy: true, CheckedAt: o.Now, ExpectDriver: o.Driver}
 	if h.CheckedAt.IsZero() {
 		h.CheckedAt = time.Now().UTC()
 	}
 	base, xids, resetAt := o.Baseline, o.Xids, o.ResetAt
 	if base == nil {
-		st, err := LoadHealthState(root, a)
-		if err != nil {
-			h.warn(HealthStateDamaged, "%v", err)
+		if stErr != nil {
+			h.warn(HealthStateDamaged, "%v", stErr)
 		} else if st != nil {
 			base, xids = st.Baseline, st.XidPending
 			if st.LastReset.After(resetAt) {

@@ -102,23 +102,73 @@ func LoadHealthState(root Root, a Address) (*HealthState, error) {
 
 // SaveHealthState writes a function's health file atomically.
 func SaveHealthState(root Root, st *HealthState) error {
-	st.Version = HealthStateVersion
-	return saveJSONState(root, HealthStatePath(root, st.Address), st)
+	return saveHealthStates(root, []*HealthState{st})
 }
 
 // RecordBaseline stores what the function looks like now as its health baseline (bind does,
 // when it takes a function): later checks compare BAR sizes, AER counters and link width with it.
 func RecordBaseline(root Root, a Address, now time.Time) error {
-	b, err := BaselineOf(root, a, now)
-	if err != nil {
-		return fmt.Errorf("record health baseline of %s: %w", a, err)
+	return errors.Join(RecordBaselines(root, []Address{a}, now)...)
+}
+
+// RecordBaselines is RecordBaseline for several functions (the ones a bind moved): each file is
+// replaced on its own, and the health directory made and synced once for all of them. The
+// errors are one per function that could not be recorded.
+func RecordBaselines(root Root, addrs []Address, now time.Time) []error {
+	var errs []error
+	sts := make([]*HealthState, 0, len(addrs))
+	for _, a := range addrs {
+		b, err := BaselineOf(root, a, now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("record health baseline of %s: %w", a, err))
+			continue
+		}
+		st, err := LoadHealthState(root, a)
+		if err != nil || st == nil {
+			st = &HealthState{Address: a}
+		}
+		st.Baseline = &b
+		sts = append(sts, st)
 	}
-	st, err := LoadHealthState(root, a)
-	if err != nil || st == nil {
-		st = &HealthState{Address: a}
+	if err := saveHealthStates(root, sts); err != nil {
+		errs = append(errs, fmt.Errorf("record health baseline: %w", err))
 	}
-	st.Baseline = &b
-	return SaveHealthState(root, st)
+	return errs
+}
+
+// saveHealthStates writes health files atomically, each on its own (one that fails does not
+// stop the others; each error names its file), with their directory made once and synced once
+// after the last rename.
+func saveHealthStates(root Root, sts []*HealthState) error {
+	if len(sts) == 0 {
+		return nil
+	}
+	dir := root.StateDir("health")
+	if err := root.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	wrote := false
+	for _, st := range sts {
+		st.Version = HealthStateVersion
+		p := HealthStatePath(root, st.Address)
+		b, err := json.MarshalIndent(st, "", "  ")
+		if err == nil {
+			err = root.CheckInside(p)
+		}
+		if err == nil {
+			err = ReplaceFileVia(dir, p, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("save %s: %w", p, err))
+			continue
+		}
+		wrote = true
+	}
+	if wrote {
+		SyncDir(dir)
+	}
+	return errors.Join(errs...)
 }
 
 // LoadQuarantine reads a function's quarantine record; nil when it is not quarantined.

@@ -296,20 +296,23 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	if err := r.verifyBound(ctx, groups); err != nil {
 		return res, err
 	}
-	recordBaselines(b.Root, moves, res)
+	recordBaselines(b.Root, groups, moves, res)
 	return res, nil
 }
 
 // recordBaselines stores each moved function's health baseline (BAR sizes, AER counts, link
-// width) as vgpu-host takes it: the handback check compares with it. A baseline that cannot be
-// written is a warning; the bind itself is done.
-func recordBaselines(root host.Root, moves map[int][]host.GroupMember, res *Result) {
-	for _, ms := range moves {
-		for _, m := range ms {
-			if err := host.RecordBaseline(root, m.Address, time.Now()); err != nil {
-				res.Warnings = append(res.Warnings, err.Error())
-			}
+// width) as vgpu-host takes it: the handback check compares with it. The files are written
+// together (host.RecordBaselines: one sync of their directory for the bind, not one per
+// function). A baseline that cannot be written is a warning; the bind itself is done.
+func recordBaselines(root host.Root, groups []*host.Group, moves map[int][]host.GroupMember, res *Result) {
+	var addrs []host.Address
+	for _, g := range groups { // in the order the groups were named, as the result lists them
+		for _, m := range moves[g.ID] {
+			addrs = append(addrs, m.Address)
 		}
+	}
+	for _, err := range host.RecordBaselines(root, addrs, time.Now()) {
+		res.Warnings = append(res.Warnings, err.Error())
 	}
 }
 
@@ -447,23 +450,25 @@ func (r *run) bindGroup(ctx context.Context, g *host.Group, moves []host.GroupMe
 	return nil
 }
 
-// bindOne: override, unbind, probe, wait for the driver link.
+// bindOne: override, unbind, probe, wait for the driver link. m's override is as read under
+// the bind lock (the group's read), so it is not read again before the write; its driver is
+// (the unbind must name the driver it is on now), and after the unbind it has none, so the
+// probe is written without a look (the raw sequence's writes, one readlink more).
 func (r *run) bindOne(ctx context.Context, m host.GroupMember) error {
 	t := r.b.timeout()
 	a := m.Address
 	r.touched[a] = true
-	if err := SetDriverOverride(ctx, r.root, r.w, t, a, DriverName); err != nil {
+	if err := setDriverOverrideFrom(ctx, r.root, r.w, t, a, m.DriverOverride, DriverName); err != nil {
 		return err
 	}
 	if err := Unbind(ctx, r.root, r.w, t, a); err != nil {
 		return err
 	}
-	if r.dry {
-		// Nothing really unbound, so Probe's state check would skip: record the write.
-		return r.w.Write(ctx, probePath(r.root), a.String())
-	}
-	if err := Probe(ctx, r.root, r.w, t, a); err != nil {
+	if err := probe(ctx, r.root, r.w, t, a); err != nil {
 		return err
+	}
+	if r.dry {
+		return nil
 	}
 	if err := WaitDriver(ctx, r.root, t, a, DriverName); err != nil {
 		return fmt.Errorf("%w (is %s's override taken? check dmesg for vfio-pci errors)", err, a)
@@ -574,7 +579,7 @@ func (r *run) restoreOne(ctx context.Context, e Binding, native bool) error {
 		return finish() // never moved (a revert of a function whose unbind failed), or already back
 	}
 	if cur != "" {
-		if err := Unbind(ctx, r.root, r.w, t, a); err != nil {
+		if err := unbindFrom(ctx, r.root, r.w, t, a, cur); err != nil { // cur was read just now
 			return r.explainUnbind(err, e)
 		}
 	}
@@ -588,14 +593,12 @@ func (r *run) restoreOne(ctx context.Context, e Binding, native bool) error {
 		r.confirmed[a] = ""
 		return nil
 	}
-	if r.dry {
-		if err := r.w.Write(ctx, probePath(r.root), a.String()); err != nil {
-			return err
-		}
-		return finish()
-	}
-	if err := Probe(ctx, r.root, r.w, t, a); err != nil {
+	// Unbound just now (or found driverless): no driver to look for before the probe.
+	if err := probe(ctx, r.root, r.w, t, a); err != nil {
 		return err
+	}
+	if r.dry {
+		return finish()
 	}
 	if native {
 		return nil

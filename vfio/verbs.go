@@ -20,6 +20,12 @@ func SetDriverOverride(ctx context.Context, root host.Root, w host.Writer, timeo
 	if err != nil {
 		return err
 	}
+	return setDriverOverrideFrom(ctx, root, w, timeout, a, cur, driver)
+}
+
+// setDriverOverrideFrom is SetDriverOverride for a caller that has just read the override (cur)
+// under the bind lock: it writes only when cur differs, without reading it again.
+func setDriverOverrideFrom(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address, cur, driver string) error {
 	if cur == driver {
 		return nil
 	}
@@ -38,8 +44,16 @@ func SetDriverOverride(ctx context.Context, root host.Root, w host.Writer, timeo
 // A device with no driver is left alone.
 func Unbind(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address) error {
 	cur, err := host.Driver(root, a)
-	if err != nil || cur == "" {
+	if err != nil {
 		return err
+	}
+	return unbindFrom(ctx, root, w, timeout, a, cur)
+}
+
+// unbindFrom is Unbind for a caller that has just read a's driver (cur, "" for none).
+func unbindFrom(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address, cur string) error {
+	if cur == "" {
+		return nil
 	}
 	p := root.PCIDriver(cur, "unbind")
 	if err := write(ctx, w, timeout, p, a.String()); err != nil {
@@ -55,6 +69,13 @@ func Probe(ctx context.Context, root host.Root, w host.Writer, timeout time.Dura
 	if err != nil || cur != "" {
 		return err
 	}
+	return probe(ctx, root, w, timeout, a)
+}
+
+// probe writes a to drivers_probe without looking at its driver first: for a caller that has
+// just unbound a (the kernel probes no driver on an unbind, so a has none). On a function that
+// has a driver after all the write changes nothing (the kernel's device_attach keeps it).
+func probe(ctx context.Context, root host.Root, w host.Writer, timeout time.Duration, a host.Address) error {
 	p := probePath(root)
 	if err := write(ctx, w, timeout, p, a.String()); err != nil {
 		return fmt.Errorf("probe drivers for %s via %s: %w", a, p, err)
