@@ -1,9 +1,9 @@
 package host
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"syscall"
 )
 
@@ -29,14 +29,21 @@ const atCWD = -0x64
 // project's 2-core machine the difference to syscall.Openat/Read was inside the noise of the
 // 2,000-function benchmark (go test ./host -bench Scan), so the safe calls stay.
 func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
-	rel := name
-	if attr != "" {
-		rel = name + "/" + attr
-	}
-	pathOf := func() string { return filepath.Join(dir, rel) }
-	fd, err := openat(dirfd, rel, syscall.O_RDONLY)
+	v, err := readAttrRaw(dirfd, name, attr)
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", pathOf(), err)
+		return "", fmt.Errorf("read %s: %w", filepath.Join(dir, joinRel(name, attr)), err)
+	}
+	return v, nil
+}
+
+// readAttrRaw is readAttrAt with the bare error of open(2) or read(2) (a syscall.Errno), for
+// callers that build their message only when they report it: an optional attribute that is
+// absent (sriov_totalvfs on a function without SR-IOV, reset_method before Linux 5.15) is no
+// error to them, and formatting one was two allocations each.
+func readAttrRaw(dirfd int, name, attr string) (string, error) {
+	fd, err := openatJoin(dirfd, name, attr, syscall.O_RDONLY)
+	if err != nil {
+		return "", err
 	}
 	defer syscall.Close(fd)
 	var buf [4096]byte
@@ -47,14 +54,14 @@ func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", pathOf(), err)
+			return "", err
 		}
 		n += m
 		if m == 0 || n < len(buf) {
 			break // a short read is the end of a sysfs attribute or a small file
 		}
 	}
-	return strings.TrimSpace(string(buf[:n])), nil
+	return string(bytes.TrimSpace(buf[:n])), nil // trimmed first: one copy of the right size
 }
 
 // readHexAttr is ReadHex over readAttr.

@@ -26,7 +26,7 @@ func TestDevDirFileSizes(t *testing.T) {
 				t.Fatalf("file of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
 			}
 			var page [4096]byte
-			got, err = dd.fileIn("f", &page)
+			got, err = dd.fileIn("f", "", &page)
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("fileIn of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
 			}
@@ -51,11 +51,20 @@ func TestStackPageReadsAllocate(t *testing.T) {
 	}
 	dd := openDevDir(dir)
 	defer dd.close()
-	if id := readIdentity(dd, "uevent"); id.driver != "nvidia" || id.class != 0x30200 || id.vendor != 0x10de || id.subDevice != 0x145a {
+	if id := readIdentity(dd, "uevent", ""); id.driver != "nvidia" || id.class != 0x30200 || id.vendor != 0x10de || id.subDevice != 0x145a {
 		t.Fatalf("identity = %+v", id)
 	}
-	if n := testing.AllocsPerRun(20, func() { readIdentity(dd, "uevent") }); n > 1 {
+	if n := testing.AllocsPerRun(20, func() { readIdentity(dd, "uevent", "") }); n > 1 {
 		t.Errorf("readIdentity: %v allocations per read, want 1 (the driver name)", n)
+	}
+	// As Scan's first pass reads it: "ADDR", "uevent" from the parent, joined on the stack.
+	parent := openDevDir(filepath.Dir(dir))
+	defer parent.close()
+	if id := readIdentity(parent, filepath.Base(dir), "uevent"); id.driver != "nvidia" || id.class != 0x30200 {
+		t.Fatalf("identity from the parent = %+v", id)
+	}
+	if n := testing.AllocsPerRun(20, func() { readIdentity(parent, filepath.Base(dir), "uevent") }); n > 1 {
+		t.Errorf("readIdentity from the parent: %v allocations per read, want 1 (the driver name)", n)
 	}
 	if bars, err := readBARs(dd); err != nil || len(bars) != 1 || bars[0].Size != 16<<20 {
 		t.Fatalf("BARs = %+v, %v", bars, err)

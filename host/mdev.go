@@ -157,8 +157,12 @@ func readVendorVGPU(addr Address, dd devDir) (*VendorVGPU, error) {
 // line ("ID    : vGPU Name") and then one "ID : NAME" line per type the VF can still take. An
 // empty file (or a header alone) means nothing more can be created on this GPU.
 func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
-	out := []VendorVGPUType{}
-	for i, line := range strings.Split(s, "\n") {
+	// One slice of the right size at most, the lines cut in place (strings.Split made a slice
+	// of them all, and Atoi an error for the header): every VF on a vGPU host has this file.
+	out := make([]VendorVGPUType, 0, strings.Count(s, "\n")+1)
+	for i, rest := 0, s; rest != ""; i++ {
+		line, more, _ := strings.Cut(rest, "\n")
+		rest = more
 		line = strings.TrimSpace(line)
 		if line == "" {
 			continue
@@ -167,14 +171,35 @@ func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
 		if !ok {
 			return out, fmt.Errorf("creatable_vgpu_types line %d: want \"ID : NAME\", got %q", i+1, line)
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(id))
-		if err != nil {
-			if i == 0 || len(out) == 0 && strings.EqualFold(strings.TrimSpace(id), "ID") {
-				continue // the header line
+		id = strings.TrimSpace(id)
+		n, ok := atoiDigits(id)
+		if !ok {
+			var err error
+			if n, err = strconv.Atoi(id); err != nil {
+				if i == 0 || len(out) == 0 && strings.EqualFold(id, "ID") {
+					continue // the header line
+				}
+				return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %q is not a number", i+1, id)
 			}
-			return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %q is not a number", i+1, strings.TrimSpace(id))
 		}
 		out = append(out, VendorVGPUType{ID: n, Name: strings.TrimSpace(name)})
 	}
 	return out, nil
+}
+
+// atoiDigits is strconv.Atoi of 1 to 18 decimal digits (no sign: those, and anything else,
+// are left to Atoi), without the error Atoi allocates for a word such as the header's "ID".
+func atoiDigits(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }
