@@ -165,6 +165,18 @@ func (d devDir) strRaw(name string) (string, error) {
 	return readAttrRaw(fd, rel, "")
 }
 
+// strUnless is strRaw of dir/name, but "" without a copy when the file holds exactly unset
+// (trimmed): driver_override reads "(null)" on nearly every function Scan reads.
+func (d devDir) strUnless(name, unset string) (string, error) {
+	fd, rel := d.at(name)
+	var buf [4096]byte
+	b, err := readAttrInto(fd, rel, "", &buf)
+	if err != nil || string(b) == unset {
+		return "", err
+	}
+	return string(b), nil
+}
+
 // attrErr is the error str returns for name when reading it failed with err (strRaw's).
 func (d devDir) attrErr(name string, err error) error {
 	return fmt.Errorf("read %s: %w", d.path(name), err)
@@ -179,13 +191,19 @@ func (d devDir) hex(name string) (uint32, error) {
 	return parseHexLazy(func() string { return d.path(name) }, s) // joining the path costs
 }
 
-// int is readIntAttr of dir/name.
+// int is readIntAttr of dir/name. The number is parsed where it was read, with no string
+// made of it (numa_node, current_vgpu_type and sriov_* on every function Scan reads).
 func (d devDir) int(name string) (int64, error) {
-	s, err := d.str(name)
+	fd, rel := d.at(name)
+	var buf [4096]byte
+	b, err := readAttrInto(fd, rel, "", &buf)
 	if err != nil {
-		return 0, err
+		return 0, d.attrErr(name, err)
 	}
-	return parseIntLazy(func() string { return d.path(name) }, s)
+	if v, ok := atoiBytes(b); ok {
+		return v, nil
+	}
+	return parseIntLazy(func() string { return d.path(name) }, string(b))
 }
 
 // linkBase is LinkBase of dir/name, with the same errors.

@@ -168,8 +168,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	}
 	links, numaRead := s.functionLinks(addr, dd, pre)
 	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn
-	if ov := s.optionalString(addr, dd, "driver_override"); ov != "(null)" {
+	// sysfs shows an unset override as "(null)".
+	if ov, err := dd.strUnless("driver_override", "(null)"); err == nil {
 		d.DriverOverride = ov
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		s.warn("%s: %v", addr, dd.attrErr("driver_override", err))
 	}
 	d.LocalCPUs = s.localCPUs(addr, dd, links.NUMANode, numaRead)
 	if class>>8 == classVGA {

@@ -174,8 +174,11 @@ func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
 		id = strings.TrimSpace(id)
 		n, ok := atoiDigits(id)
 		if !ok {
-			var err error
-			if n, err = strconv.Atoi(id); err != nil {
+			err := errNotDigits
+			if id != "" && strings.IndexByte("+-0123456789", id[0]) >= 0 {
+				n, err = strconv.Atoi(id) // what Atoi alone may still take: a sign, 19+ digits
+			}
+			if err != nil {
 				if i == 0 || len(out) == 0 && strings.EqualFold(id, "ID") {
 					continue // the header line
 				}
@@ -186,6 +189,9 @@ func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
 	}
 	return out, nil
 }
+
+// errNotDigits stands for Atoi's error where Atoi is not asked (the header's "ID").
+var errNotDigits = errors.New("not a number")
 
 // atoiDigits is strconv.Atoi of 1 to 18 decimal digits (no sign: those, and anything else,
 // are left to Atoi), without the error Atoi allocates for a word such as the header's "ID".
