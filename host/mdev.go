@@ -137,7 +137,8 @@ func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
 // readVendorVGPU is ReadVendorVGPU of the function addr whose directory is dd.
 func readVendorVGPU(addr Address, dd devDir) (*VendorVGPU, error) {
 	const creatable = "nvidia/creatable_vgpu_types"
-	b, err := dd.file(creatable)
+	var page [4096]byte // parsed from here: the one copy kept is the string the names are cut from
+	b, err := dd.fileIn(creatable, "", &page)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
