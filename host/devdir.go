@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -38,11 +39,19 @@ func openDevDir(dir string) devDir {
 // from a buffer on the stack (cString): unix.Openat copies it to the heap first, which for
 // Scan's 5,400 opens on the 64-GPU host was 7,000 allocations.
 func openat(dirfd int, path string, flags int) (int, error) {
+	return openatJoin(dirfd, path, "", flags)
+}
+
+// openatJoin is openat of dir/name (dir alone when name is ""), the path joined in the
+// stack buffer it is passed to the kernel from: Scan opens "ADDR/uevent" relative to the
+// devices directory for every function, and joining it on the heap first was one allocation
+// each (756 on the 64-GPU host).
+func openatJoin(dirfd int, dir, name string, flags int) (int, error) {
 	var buf [256]byte
-	p, ok := cString(&buf, path)
+	p, ok := cString(&buf, dir, name)
 	if !ok {
 		for {
-			fd, err := unix.Openat(dirfd, path, flags|unix.O_CLOEXEC, 0)
+			fd, err := unix.Openat(dirfd, joinRel(dir, name), flags|unix.O_CLOEXEC, 0)
 			if err != unix.EINTR {
 				return fd, err
 			}
@@ -63,11 +72,17 @@ func openat(dirfd int, path string, flags int) (int, error) {
 // readlinkat is readlink(2) of name relative to dirfd into buf, retried on EINTR, with the
 // path passed from the stack as openat passes it.
 func readlinkat(dirfd int, path string, buf []byte) (int, error) {
+	return readlinkatJoin(dirfd, path, "", buf)
+}
+
+// readlinkatJoin is readlinkat of dir/name (dir alone when name is ""), joined as
+// openatJoin joins it.
+func readlinkatJoin(dirfd int, dir, name string, buf []byte) (int, error) {
 	var pbuf [256]byte
-	p, ok := cString(&pbuf, path)
+	p, ok := cString(&pbuf, dir, name)
 	if !ok {
 		for {
-			n, err := unix.Readlinkat(dirfd, path, buf)
+			n, err := unix.Readlinkat(dirfd, joinRel(dir, name), buf)
 			if err != unix.EINTR {
 				return n, err
 			}
@@ -85,15 +100,31 @@ func readlinkat(dirfd int, path string, buf []byte) (int, error) {
 	}
 }
 
-// cString copies s into buf with a terminating NUL and returns its first byte, or false when
-// s does not fit or holds a NUL itself (the caller then lets x/sys copy it, and refuse it
-// with EINVAL as it always did).
-func cString(buf *[256]byte, s string) (*byte, bool) {
-	if len(s) >= len(buf) || strings.IndexByte(s, 0) >= 0 {
+// joinRel is dir/name, or dir when name is "" (the path openatJoin and readlinkatJoin open).
+func joinRel(dir, name string) string {
+	if name == "" {
+		return dir
+	}
+	return dir + "/" + name
+}
+
+// cString copies joinRel(dir, name) into buf with a terminating NUL and returns its first
+// byte, or false when it does not fit or holds a NUL itself (the caller then lets x/sys copy
+// it, and refuse it with EINVAL as it always did).
+func cString(buf *[256]byte, dir, name string) (*byte, bool) {
+	n := len(dir)
+	if name != "" {
+		n += 1 + len(name)
+	}
+	if n >= len(buf) || strings.IndexByte(dir, 0) >= 0 || strings.IndexByte(name, 0) >= 0 {
 		return nil, false
 	}
-	copy(buf[:], s)
-	buf[len(s)] = 0
+	copy(buf[:], dir)
+	if name != "" {
+		buf[len(dir)] = '/'
+		copy(buf[len(dir)+1:], name)
+	}
+	buf[n] = 0
 	return &buf[0], true
 }
 
@@ -127,6 +158,30 @@ func (d devDir) str(name string) (string, error) {
 	return readAttrAt(fd, d.dir, rel, "")
 }
 
+// strRaw is str with the bare error of open(2) or read(2), for a caller to whom a missing
+// attribute is no error (readAttrRaw); attrErr is the error str would have returned.
+func (d devDir) strRaw(name string) (string, error) {
+	fd, rel := d.at(name)
+	return readAttrRaw(fd, rel, "")
+}
+
+// strUnless is strRaw of dir/name, but "" without a copy when the file holds exactly unset
+// (trimmed): driver_override reads "(null)" on nearly every function Scan reads.
+func (d devDir) strUnless(name, unset string) (string, error) {
+	fd, rel := d.at(name)
+	var buf [4096]byte
+	b, err := readAttrInto(fd, rel, "", &buf)
+	if err != nil || string(b) == unset {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// attrErr is the error str returns for name when reading it failed with err (strRaw's).
+func (d devDir) attrErr(name string, err error) error {
+	return fmt.Errorf("read %s: %w", d.path(name), err)
+}
+
 // hex is readHexAttr of dir/name.
 func (d devDir) hex(name string) (uint32, error) {
 	s, err := d.str(name)
@@ -136,29 +191,66 @@ func (d devDir) hex(name string) (uint32, error) {
 	return parseHexLazy(func() string { return d.path(name) }, s) // joining the path costs
 }
 
-// int is readIntAttr of dir/name.
+// int is readIntAttr of dir/name. The number is parsed where it was read, with no string
+// made of it (numa_node, current_vgpu_type and sriov_* on every function Scan reads).
 func (d devDir) int(name string) (int64, error) {
-	s, err := d.str(name)
+	fd, rel := d.at(name)
+	var buf [4096]byte
+	b, err := readAttrInto(fd, rel, "", &buf)
 	if err != nil {
-		return 0, err
+		return 0, d.attrErr(name, err)
 	}
-	return parseIntLazy(func() string { return d.path(name) }, s)
+	if v, ok := atoiBytes(b); ok {
+		return v, nil
+	}
+	return parseIntLazy(func() string { return d.path(name) }, string(b))
 }
 
 // linkBase is LinkBase of dir/name, with the same errors.
 func (d devDir) linkBase(name string) (string, error) {
+	v, err := d.linkBaseRaw(name, "")
+	if err != nil {
+		return "", wrapLinkErr(d.path(name), err)
+	}
+	return v, nil
+}
+
+// linkBaseRaw is linkBase of dir/name/sub (dir/name when sub is "") with readlink(2)'s bare
+// error (a syscall.Errno): callers to whom a missing link is no error (optionalLink, Scan's
+// first pass) build no message for it, 330 of them on the 64-GPU host (a VF's driver, a
+// function's physfn). The target is read into a buffer on the stack, and only its last
+// element is copied out.
+func (d devDir) linkBaseRaw(name, sub string) (string, error) {
 	fd, rel := d.at(name)
-	buf := make([]byte, 128)
+	var stack [256]byte
+	buf := stack[:]
 	for {
-		n, err := readlinkat(fd, rel, buf)
+		n, err := readlinkatJoin(fd, rel, sub, buf)
 		if err != nil {
-			return "", wrapLinkErr(d.path(name), err)
+			return "", err
 		}
 		if n < len(buf) {
-			return filepath.Base(string(buf[:n])), nil
+			return baseOf(buf[:n]), nil
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+}
+
+// baseOf is filepath.Base(string(b)) copying only the last element out of b.
+func baseOf(b []byte) string {
+	if len(b) == 0 {
+		return "."
+	}
+	for len(b) > 0 && b[len(b)-1] == '/' {
+		b = b[:len(b)-1]
+	}
+	if i := bytes.LastIndexByte(b, '/'); i >= 0 {
+		b = b[i+1:]
+	}
+	if len(b) == 0 {
+		return "/"
+	}
+	return string(b)
 }
 
 // wrapLinkErr is LinkBase's error for path: os.Readlink's *fs.PathError wrapped as LinkBase
@@ -172,23 +264,24 @@ func wrapLinkErr(path string, err error) error {
 // (at most a page) or a small regular file comes in one read.
 func (d devDir) file(name string) ([]byte, error) {
 	var page [4096]byte // most files fit: read there, keep a copy of the right size
-	b, err := d.fileIn(name, &page)
+	b, err := d.fileIn(name, "", &page)
 	if err != nil {
 		return nil, err
 	}
 	return append([]byte{}, b...), nil
 }
 
-// fileIn is file reading into page: the bytes it returns are page's when the file is shorter
-// than a page (a sysfs attribute always is), else a slice of their own. Callers that parse the
-// bytes and keep none of them (uevent, resource) read with a page on their stack: on the
-// 64-GPU host the copies file kept were a tenth of inspect's memory, every fresh page of it a
-// page fault.
-func (d devDir) fileIn(name string, page *[4096]byte) ([]byte, error) {
+// fileIn is file of name/sub (name when sub is "") reading into page: the bytes it returns are
+// page's when the file is shorter than a page (a sysfs attribute always is), else a slice of
+// their own. Callers that parse the bytes and keep none of them (uevent, resource) read with a
+// page on their stack: on the 64-GPU host the copies file kept were a tenth of inspect's
+// memory, every fresh page of it a page fault. Scan's first pass reads "ADDR"/"uevent" from
+// the devices directory, the two joined on the stack (openatJoin).
+func (d devDir) fileIn(name, sub string, page *[4096]byte) ([]byte, error) {
 	fd, rel := d.at(name)
-	f, err := openat(fd, rel, unix.O_RDONLY)
+	f, err := openatJoin(fd, rel, sub, unix.O_RDONLY)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
+		return nil, &fs.PathError{Op: "open", Path: d.path(joinRel(name, sub)), Err: err}
 	}
 	defer unix.Close(f)
 	var b []byte
@@ -205,7 +298,7 @@ func (d devDir) fileIn(name string, page *[4096]byte) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, &fs.PathError{Op: "read", Path: d.path(name), Err: err}
+			return nil, &fs.PathError{Op: "read", Path: d.path(joinRel(name, sub)), Err: err}
 		}
 		switch {
 		case b == nil && n < len(space):

@@ -104,19 +104,23 @@ func ReadDeviceWarnings(root Root, addr Address) (Device, []string, error) {
 // scatter that list.
 func (s *scanner) readDevice(addr Address) (Device, error) {
 	d := Device{Address: addr, IOMMUGroup: -1, NUMANode: -1}
-	dd := s.bus.sub(addr.String())
-	defer dd.close()
-	dir := dd.dir
-	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
-	// from its own file. A directory that could not be opened is read by its path, file by
-	// file: the vendor file's error then says the device is gone, as it always did.
 	var first firstRead
 	read, ok := s.first[addr]
 	if ok {
 		first = *read
 	}
+	name := first.name // the directory Scan listed
+	if name == "" {
+		name = addr.String()
+	}
+	dd := s.bus.sub(name)
+	defer dd.close()
+	dir := dd.dir
+	// The IDs come from uevent (Scan's first pass, or one read here), each one uevent lacks
+	// from its own file. A directory that could not be opened is read by its path, file by
+	// file: the vendor file's error then says the device is gone, as it always did.
 	if !ok || dd.fd == atCWD && s.bus.fd != atCWD {
-		first, ok = firstRead{id: readIdentity(dd, "uevent")}, false
+		first, ok = firstRead{id: readIdentity(dd, "uevent", "")}, false
 	}
 	id := first.id
 	vendor, device := id.vendor, id.device
@@ -164,8 +168,11 @@ func (s *scanner) readDevice(addr Address) (Device, error) {
 	}
 	links, numaRead := s.functionLinks(addr, dd, pre)
 	d.Driver, d.IOMMUGroup, d.NUMANode, d.PhysFn = links.Driver, links.IOMMUGroup, links.NUMANode, links.PhysFn
-	if ov := s.optionalString(addr, dd, "driver_override"); ov != "(null)" {
+	// sysfs shows an unset override as "(null)".
+	if ov, err := dd.strUnless("driver_override", "(null)"); err == nil {
 		d.DriverOverride = ov
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		s.warn("%s: %v", addr, dd.attrErr("driver_override", err))
 	}
 	d.LocalCPUs = s.localCPUs(addr, dd, links.NUMANode, numaRead)
 	if class>>8 == classVGA {
@@ -249,18 +256,18 @@ func hexN(v uint32, n int) string {
 // optionalString reads an attribute of dd that may legitimately be absent: absent gives "",
 // any other failure is a warning.
 func (s *scanner) optionalString(addr Address, dd devDir, name string) string {
-	v, err := dd.str(name)
+	v, err := dd.strRaw(name)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.warn("%s: %v", addr, err)
+		s.warn("%s: %v", addr, dd.attrErr(name, err))
 	}
 	return v
 }
 
 // optionalLink is optionalString for a symlink's last element (driver, iommu_group, physfn).
 func (s *scanner) optionalLink(addr Address, dd devDir, name string) string {
-	v, err := dd.linkBase(name)
+	v, err := dd.linkBaseRaw(name, "")
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.warn("%s: %v", addr, err)
+		s.warn("%s: %v", addr, wrapLinkErr(dd.path(name), err))
 	}
 	return v
 }
@@ -358,7 +365,7 @@ func ReadBARs(path string) ([]BAR, error) {
 // readBARs is ReadBARs of dd's resource file.
 func readBARs(dd devDir) ([]BAR, error) {
 	var page [4096]byte
-	b, err := dd.fileIn("resource", &page)
+	b, err := dd.fileIn("resource", "", &page)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dd.path("resource"), err)
 	}

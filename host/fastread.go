@@ -1,9 +1,9 @@
 package host
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"syscall"
 )
 
@@ -29,17 +29,34 @@ const atCWD = -0x64
 // project's 2-core machine the difference to syscall.Openat/Read was inside the noise of the
 // 2,000-function benchmark (go test ./host -bench Scan), so the safe calls stay.
 func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
-	rel := name
-	if attr != "" {
-		rel = name + "/" + attr
-	}
-	pathOf := func() string { return filepath.Join(dir, rel) }
-	fd, err := openat(dirfd, rel, syscall.O_RDONLY)
+	v, err := readAttrRaw(dirfd, name, attr)
 	if err != nil {
-		return "", fmt.Errorf("read %s: %w", pathOf(), err)
+		return "", fmt.Errorf("read %s: %w", filepath.Join(dir, joinRel(name, attr)), err)
+	}
+	return v, nil
+}
+
+// readAttrRaw is readAttrAt with the bare error of open(2) or read(2) (a syscall.Errno), for
+// callers that build their message only when they report it: an optional attribute that is
+// absent (sriov_totalvfs on a function without SR-IOV, reset_method before Linux 5.15) is no
+// error to them, and formatting one was two allocations each.
+func readAttrRaw(dirfd int, name, attr string) (string, error) {
+	var buf [4096]byte
+	b, err := readAttrInto(dirfd, name, attr, &buf)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// readAttrInto is readAttrRaw reading into buf and returning the trimmed bytes there, for a
+// caller that parses them (a number) or compares them ("(null)") and keeps no string.
+func readAttrInto(dirfd int, name, attr string, buf *[4096]byte) ([]byte, error) {
+	fd, err := openatJoin(dirfd, name, attr, syscall.O_RDONLY)
+	if err != nil {
+		return nil, err
 	}
 	defer syscall.Close(fd)
-	var buf [4096]byte
 	n := 0
 	for n < len(buf) {
 		m, err := syscall.Read(fd, buf[n:])
@@ -47,14 +64,38 @@ func readAttrAt(dirfd int, dir, name, attr string) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", pathOf(), err)
+			return nil, err
 		}
 		n += m
 		if m == 0 || n < len(buf) {
 			break // a short read is the end of a sysfs attribute or a small file
 		}
 	}
-	return strings.TrimSpace(string(buf[:n])), nil
+	return bytes.TrimSpace(buf[:n]), nil
+}
+
+// atoiBytes is strconv.ParseInt(string(b), 0, 64) for what sysfs prints for a count or a
+// node, an optional "-" and 1 to 18 decimal digits without a leading zero (or "0" itself),
+// without the string; ok is false for anything else, which the caller parses as a string.
+func atoiBytes(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 || len(b) > 1 && b[0] == '0' {
+		return 0, false // empty, too long, or octal/hex for base 0
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // readHexAttr is ReadHex over readAttr.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -26,7 +28,7 @@ func TestDevDirFileSizes(t *testing.T) {
 				t.Fatalf("file of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
 			}
 			var page [4096]byte
-			got, err = dd.fileIn("f", &page)
+			got, err = dd.fileIn("f", "", &page)
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("fileIn of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
 			}
@@ -51,16 +53,52 @@ func TestStackPageReadsAllocate(t *testing.T) {
 	}
 	dd := openDevDir(dir)
 	defer dd.close()
-	if id := readIdentity(dd, "uevent"); id.driver != "nvidia" || id.class != 0x30200 || id.vendor != 0x10de || id.subDevice != 0x145a {
+	if id := readIdentity(dd, "uevent", ""); id.driver != "nvidia" || id.class != 0x30200 || id.vendor != 0x10de || id.subDevice != 0x145a {
 		t.Fatalf("identity = %+v", id)
 	}
-	if n := testing.AllocsPerRun(20, func() { readIdentity(dd, "uevent") }); n > 1 {
+	if n := testing.AllocsPerRun(20, func() { readIdentity(dd, "uevent", "") }); n > 1 {
 		t.Errorf("readIdentity: %v allocations per read, want 1 (the driver name)", n)
+	}
+	// As Scan's first pass reads it: "ADDR", "uevent" from the parent, joined on the stack.
+	parent := openDevDir(filepath.Dir(dir))
+	defer parent.close()
+	if id := readIdentity(parent, filepath.Base(dir), "uevent"); id.driver != "nvidia" || id.class != 0x30200 {
+		t.Fatalf("identity from the parent = %+v", id)
+	}
+	if n := testing.AllocsPerRun(20, func() { readIdentity(parent, filepath.Base(dir), "uevent") }); n > 1 {
+		t.Errorf("readIdentity from the parent: %v allocations per read, want 1 (the driver name)", n)
 	}
 	if bars, err := readBARs(dd); err != nil || len(bars) != 1 || bars[0].Size != 16<<20 {
 		t.Fatalf("BARs = %+v, %v", bars, err)
 	}
 	if n := testing.AllocsPerRun(20, func() { readBARs(dd) }); n > 1 {
 		t.Errorf("readBARs: %v allocations per read, want 1 (the BARs)", n)
+	}
+}
+
+// atoiBytes and baseOf stand in for strconv.ParseInt(s, 0, 64) and filepath.Base on what
+// sysfs shows, without a string: each agrees with what it replaces, or (atoiBytes) declines
+// and leaves the text to it.
+func TestAtoiBytesAndBaseOfAgree(t *testing.T) {
+	for _, s := range []string{"0", "-1", "1", "16", "-0", "007", "0x10", "+5", "", "-", "1_000", "12a",
+		"999999999999999999", "9223372036854775807", "-9223372036854775808", "99999999999999999999", " 1"} {
+		want, werr := strconv.ParseInt(s, 0, 64)
+		got, ok := atoiBytes([]byte(s))
+		if ok && (werr != nil || got != want) {
+			t.Errorf("atoiBytes(%q) = %d, ParseInt = %d, %v", s, got, want, werr)
+		}
+		if !ok && werr == nil && len(s) <= 18 && s != "" && s[0] != '0' && s[0] != '+' && !strings.ContainsAny(s, "_xob") && s != "-0" {
+			t.Errorf("atoiBytes(%q) declined a plain decimal", s)
+		}
+	}
+	for _, s := range []string{"../../../bus/pci/drivers/nvidia", "../../../kernel/iommu_groups/27", "x", "", "/", "//", "a/", "a//", "/a", "../0000:41:00.0"} {
+		if got, want := baseOf([]byte(s)), filepath.Base(s); got != want {
+			t.Errorf("baseOf(%q) = %q, filepath.Base = %q", s, got, want)
+		}
+	}
+	var buf [16]byte
+	b := append(buf[:0], "-1"...)
+	if n := testing.AllocsPerRun(20, func() { atoiBytes(b) }); n != 0 {
+		t.Errorf("atoiBytes: %v allocations, want 0", n)
 	}
 }

@@ -137,7 +137,8 @@ func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
 // readVendorVGPU is ReadVendorVGPU of the function addr whose directory is dd.
 func readVendorVGPU(addr Address, dd devDir) (*VendorVGPU, error) {
 	const creatable = "nvidia/creatable_vgpu_types"
-	b, err := dd.file(creatable)
+	var page [4096]byte // parsed from here: the one copy kept is the string the names are cut from
+	b, err := dd.fileIn(creatable, "", &page)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
@@ -157,8 +158,12 @@ func readVendorVGPU(addr Address, dd devDir) (*VendorVGPU, error) {
 // line ("ID    : vGPU Name") and then one "ID : NAME" line per type the VF can still take. An
 // empty file (or a header alone) means nothing more can be created on this GPU.
 func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
-	out := []VendorVGPUType{}
-	for i, line := range strings.Split(s, "\n") {
+	// One slice of the right size at most, the lines cut in place (strings.Split made a slice
+	// of them all, and Atoi an error for the header): every VF on a vGPU host has this file.
+	out := make([]VendorVGPUType, 0, strings.Count(s, "\n")+1)
+	for i, rest := 0, s; rest != ""; i++ {
+		line, more, _ := strings.Cut(rest, "\n")
+		rest = more
 		line = strings.TrimSpace(line)
 		if line == "" {
 			continue
@@ -167,14 +172,41 @@ func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
 		if !ok {
 			return out, fmt.Errorf("creatable_vgpu_types line %d: want \"ID : NAME\", got %q", i+1, line)
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(id))
-		if err != nil {
-			if i == 0 || len(out) == 0 && strings.EqualFold(strings.TrimSpace(id), "ID") {
-				continue // the header line
+		id = strings.TrimSpace(id)
+		n, ok := atoiDigits(id)
+		if !ok {
+			err := errNotDigits
+			if id != "" && strings.IndexByte("+-0123456789", id[0]) >= 0 {
+				n, err = strconv.Atoi(id) // what Atoi alone may still take: a sign, 19+ digits
 			}
-			return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %q is not a number", i+1, strings.TrimSpace(id))
+			if err != nil {
+				if i == 0 || len(out) == 0 && strings.EqualFold(id, "ID") {
+					continue // the header line
+				}
+				return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %q is not a number", i+1, id)
+			}
 		}
 		out = append(out, VendorVGPUType{ID: n, Name: strings.TrimSpace(name)})
 	}
 	return out, nil
+}
+
+// errNotDigits stands for Atoi's error where Atoi is not asked (the header's "ID").
+var errNotDigits = errors.New("not a number")
+
+// atoiDigits is strconv.Atoi of 1 to 18 decimal digits (no sign: those, and anything else,
+// are left to Atoi), without the error Atoi allocates for a word such as the header's "ID".
+func atoiDigits(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
 }

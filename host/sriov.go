@@ -32,11 +32,17 @@ func ReadSRIOV(root Root, addr Address) (*SRIOV, []string, error) {
 //
 //	sriov_totalvfs 3, sriov_numvfs 3, sriov_offset 1, sriov_stride 1, virtfn0 -> ../0000:00:0a.1
 func (s *scanner) readSRIOV(addr Address, dd devDir) *SRIOV {
-	total, err := dd.int("sriov_totalvfs")
+	// Most functions have no SR-IOV capability: their missing file builds no error (strRaw).
+	ts, err := dd.strRaw("sriov_totalvfs")
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			s.warn("%s: %v", addr, err)
+			s.warn("%s: %v", addr, dd.attrErr("sriov_totalvfs", err))
 		}
+		return nil
+	}
+	total, err := parseIntLazy(func() string { return dd.path("sriov_totalvfs") }, ts)
+	if err != nil {
+		s.warn("%s: %v", addr, err)
 		return nil
 	}
 	sr := &SRIOV{TotalVFs: int(total), VFs: []Address{}}

@@ -27,12 +27,13 @@ type identity struct {
 	driver string
 }
 
-// readIdentity reads the uevent file name (relative to d, "ADDR/uevent" or "uevent"); a file
+// readIdentity reads the uevent file name/sub (relative to d: "ADDR", "uevent", or "uevent",
+// ""); a file
 // that cannot be read or parsed gives an identity with nothing in it, and the caller reads the
 // separate files, whose errors it reports as before.
-func readIdentity(d devDir, name string) identity {
+func readIdentity(d devDir, name, sub string) identity {
 	var page [4096]byte
-	b, err := d.fileIn(name, &page)
+	b, err := d.fileIn(name, sub, &page)
 	if err != nil {
 		return identity{}
 	}
