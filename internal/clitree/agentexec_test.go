@@ -23,6 +23,7 @@ var stillCommandLine = []string{
 // stillCommandLine, not both; every operation-backed command is one the agent runs, and its
 // request names it (the class is decided on the request by the command's rule).
 func TestCommandLineCommands(t *testing.T) {
+	t.Parallel()
 	rules, opCmds := agentRules.Get(), opCommands.Get()
 	for _, name := range slices.Sorted(maps.Keys(rules)) {
 		_, op := opCmds[name]
@@ -50,6 +51,7 @@ func TestCommandLineCommands(t *testing.T) {
 // line (the runner's command-line count stays 0) and answers what the CLI prints, plan
 // --migrate too; a command without an operation still takes the command line.
 func TestAgentExecRunsOperations(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *cliRunner
