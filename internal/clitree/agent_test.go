@@ -118,6 +118,7 @@ func agentHost(t *testing.T) *hosttest.Tree {
 // through a running agent, each sequence leaving the host as it found it, and wants the same
 // stdout, stderr and exit code, byte for byte, from every step.
 func TestCLISameThroughAgent(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	uri, logs := startAgent(t, dir)
@@ -263,6 +264,7 @@ func call(t *testing.T, c agent.Client, method, path string, body any) (int, any
 // TestAgentEndpoints calls every endpoint of the API on a fake host: status codes, the
 // JSON the command prints, and errors that name the device and the path.
 func TestAgentEndpoints(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	startAgent(t, dir)
@@ -458,6 +460,7 @@ func TestAgentEndpoints(t *testing.T) {
 // instance on a host that has 4. Exactly 4 get one; the 12 others are told the devices are
 // busy (409, exit 5); the ledger holds 4 VMs.
 func TestAgentRace16For4(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -548,6 +551,7 @@ func exitOf(t *testing.T, cmd *exec.Cmd) int {
 // socket, and the next apply through it converges the interrupted one. SIGTERM then stops
 // the agent with exit 0 and removes the socket; a second agent on a live socket exits 5.
 func TestAgentProcessCrashRestartSIGTERM(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	tr := hosttest.New(t)
 	dir := tr.Dir()
@@ -609,6 +613,7 @@ func jsonFlags(kv ...any) map[string]json.RawMessage {
 // TestPrepareRequest: how the agent checks and classifies typed requests, and which of their
 // values it takes for the caller's files.
 func TestPrepareRequest(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		req   agent.ExecRequest
 		class agent.Class
@@ -674,6 +679,7 @@ func TestPrepareRequest(t *testing.T) {
 // every rule names a command that exists. A new command without a rule would silently never
 // go through the agent.
 func TestEveryCommandHasAnAgentRule(t *testing.T) {
+	t.Parallel()
 	// host snapshot reads as root and writes a file the caller names: never through the agent.
 	local := map[string]bool{"agent": true, "version": true, "__man": true, "device-plugin": true, "dra-plugin": true, "host snapshot": true}
 	seen := map[string]bool{}
@@ -703,6 +709,7 @@ func TestEveryCommandHasAnAgentRule(t *testing.T) {
 // sent with --agent-socket to an agent serving a fake root, is refused (exit 2) instead of
 // acting on the agent's root.
 func TestAgentOfAnotherRootRefuses(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	startAgent(t, tr.Dir())
 	socket := agentClient(t, tr.Dir()).Socket

@@ -122,6 +122,7 @@ func refused(r childResult) bool {
 // change: the agent decides on the typed values the CLI parsed, so none of them changes who
 // may do what. Reads of files the caller cannot read never reach the agent.
 func TestAgentAuthorization(t *testing.T) {
+	t.Parallel()
 	testenv.RequireRoot(t)
 	tr := agentHost(t)
 	dir := tr.Dir()
@@ -306,6 +307,7 @@ func hasFlag(op, name string) bool {
 // TestAgentOpensNoCallerPath: a request naming a key file the caller did not send is refused
 // by the agent, which never opens it (it used to read it as root for anyone who could plan).
 func TestAgentOpensNoCallerPath(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	uri, _ := startAgent(t, dir)
@@ -336,6 +338,7 @@ func TestAgentOpensNoCallerPath(t *testing.T) {
 // in-process and through the agent (it used to hang plan and apply, and the agent's queue,
 // waiting for a writer).
 func TestKeyFileFIFO(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	uri, _ := startAgent(t, dir)

@@ -16,6 +16,7 @@ import (
 // runs no command line any more, and a new command must not bring one back), and every
 // operation-backed command is one the agent runs.
 func TestCommandLineCommands(t *testing.T) {
+	t.Parallel()
 	rules := agentRules.Get()
 	opCmds := map[string]bool{}
 	for _, name := range opCommandNames {
@@ -44,6 +45,7 @@ func TestCommandLineCommands(t *testing.T) {
 // counts none without one) and answers what the CLI prints, plan --migrate too
 // (TestInstallUnitAndMigrateTargetThroughAgent: the last two commands given one).
 func TestAgentExecRunsOperations(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *cliRunner

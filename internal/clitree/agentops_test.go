@@ -60,6 +60,7 @@ func rawCall(t *testing.T, dir, method, path string, body []byte) (int, string, 
 // CLI prints with --output json, the exit code in its header; /v1/exec goes through the
 // Runner's Run (TestAgentExecRunsOperations: with no command line for an ops-backed command).
 func TestAgentTypedEndpointsCallOps(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *countingRunner
@@ -112,6 +113,7 @@ func TestAgentTypedEndpointsCallOps(t *testing.T) {
 // TestAgentTypedEndpointErrorIsTheCLIs: a failing operation answers its exit code's status
 // and an ErrorBody whose error is the CLI's message and whose output is what the CLI printed.
 func TestAgentTypedEndpointErrorIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	uri, _ := startAgent(t, dir)
@@ -153,6 +155,7 @@ func TestAgentTypedEndpointErrorIsTheCLIs(t *testing.T) {
 // TestAgentDestroyEndpointIsTheCLIs: DELETE /v1/vms/NAME of a VM not in the ledger answers
 // 404 with the CLI's exit code and words, without running a command line.
 func TestAgentDestroyEndpointIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *countingRunner
@@ -178,6 +181,7 @@ func TestAgentDestroyEndpointIsTheCLIs(t *testing.T) {
 // prints for the same spec, POST /v1/vms applies it and DELETE /v1/vms/NAME destroys it, with
 // no command line run; a spec the CLI refuses is refused with its words, naming spec.yaml.
 func TestAgentSpecEndpointsCallOps(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *countingRunner
@@ -258,6 +262,7 @@ func sameAsCLI(t *testing.T, dir, method, path, body string, args ...string) []b
 // what mdev create, mdev remove, vf enable/disable and host restore print with --output json
 // (dry runs, changes, "already so" and refusals), byte for byte, with their exit codes.
 func TestAgentVGPUEndpointsCallOps(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *countingRunner

@@ -56,6 +56,7 @@ func streamLines(t *testing.T, dir, path string, body []byte) ([]agentapi.Stream
 // events again; a typed endpoint streams its events then its OperationDone; the CLI's
 // forwarding (which streams) prints what the in-process run prints.
 func TestAgentStreamsProgress(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	uri, _ := startAgentWith(t, dir, nil)

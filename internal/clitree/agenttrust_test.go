@@ -17,6 +17,7 @@ import (
 // TestAgentSocketRefusal: what the CLI does with an untrusted socket and one it may not open,
 // by --agent mode.
 func TestAgentSocketRefusal(t *testing.T) {
+	t.Parallel()
 	untrusted := &agentapi.UntrustedSocketError{Socket: "/r/run/vgpu-host/agent.sock", Path: "/r/run/vgpu-host", UID: 65534,
 		Mode: os.ModeDir | 0o755, Problem: "is owned by uid 65534, not root", Fix: "fix it"}
 	denied := &agentapi.SocketPermissionError{Socket: "/run/vgpu-host/agent.sock", GID: 990, Mode: os.ModeSocket | 0o660}
@@ -47,6 +48,7 @@ func TestAgentSocketRefusal(t *testing.T) {
 // anyone could have put it) gets nothing from the CLI, in either mode; the message says what
 // is wrong. (With forward calling agentSocketRefusal: exit 4 with always, in-process in auto.)
 func TestCLINeverTalksToHijackedSocket(t *testing.T) {
+	t.Parallel()
 	testenv.RequireRoot(t)
 	tr := hosttest.New(t)
 	socket := agentSocketUnder(tr.Root)

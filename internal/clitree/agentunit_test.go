@@ -26,6 +26,7 @@ func unitKeys(t *testing.T, text string) map[string]string {
 // (after module loading and the vGPU manager, before libvirt and its guests), conflicts with
 // it, and only reports ready when the agent says so (Type=notify), with its socket directory.
 func TestAgentUnitIsTheRestoreUnitsAlternative(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "vgpu-host-agent.service"))
 	if err != nil {
 		t.Fatal(err)

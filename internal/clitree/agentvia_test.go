@@ -17,11 +17,32 @@ import (
 	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
-// via, when set, makes the CLI tests' helpers (runCLI, run, runErr, runSplit) send their
-// command lines to an agent, as `vgpu-host --agent always` would, instead of running them
+// vias makes the CLI tests' helpers (runCLI, run, runErr, runSplit) send the command lines of
+// the tests it names to an agent, as `vgpu-host --agent always` would, instead of running them
 // in-process: TestCLITestsThroughAgent runs the CLI's own tests that way, with their own
-// assertions.
-var via *viaAgent
+// assertions. It is keyed by the name of the (sub)test that runs a test through an agent
+// (throughAgent), so that the tests it runs may be parallel: each finds its own agent by its
+// name, or its nearest ancestor's (viaOf), and the tests beside it run in-process.
+var vias struct {
+	mu sync.Mutex
+	m  map[string]*viaAgent
+}
+
+// viaOf returns the agent t's command lines go through, or nil when t runs them in-process.
+func viaOf(t *testing.T) *viaAgent {
+	vias.mu.Lock()
+	defer vias.mu.Unlock()
+	for name := t.Name(); ; {
+		if v, ok := vias.m[name]; ok {
+			return v
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return nil
+		}
+		name = name[:i]
+	}
+}
 
 // viaAgent holds the agents started for one test, one per host root and libvirt URI.
 type viaAgent struct {
@@ -37,6 +58,7 @@ func runInTest(t *testing.T, args []string, out, errw io.Writer) error {
 	t.Helper()
 	app := newApp(testEnv())
 	app.Writer, app.ErrWriter = out, errw
+	via := viaOf(t)
 	if via == nil {
 		return app.Run(context.Background(), append([]string{"vgpu-host"}, args...))
 	}
@@ -112,15 +134,30 @@ func (v *viaAgent) start(t *testing.T, root host.Root, uri string) string {
 	return srv.Socket
 }
 
-// throughAgent runs test with every command line of the CLI helpers sent to an agent.
+// throughAgent runs test with every command line of the CLI helpers sent to an agent. test may
+// call t.Parallel (it then goes on once the loop of TestCLITestsThroughAgent is done), and its
+// subtests, parallel or not, go through the same agents: the agents and the check that
+// something went through them last until t and its subtests are done (t.Cleanup).
 func throughAgent(t *testing.T, test func(*testing.T)) {
 	v := &viaAgent{agents: map[string]string{}}
-	via = v
-	defer func() { via = nil }()
-	test(t)
-	if v.forwarded == 0 {
-		t.Error("no command went through the agent")
+	name := t.Name()
+	vias.mu.Lock()
+	if vias.m == nil {
+		vias.m = map[string]*viaAgent{}
 	}
+	vias.m[name] = v
+	vias.mu.Unlock()
+	t.Cleanup(func() {
+		vias.mu.Lock()
+		delete(vias.m, name)
+		vias.mu.Unlock()
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.forwarded == 0 {
+			t.Error("no command went through the agent")
+		}
+	})
+	test(t)
 }
 
 // TestCLITestsThroughAgent runs the CLI's command tests again with every command line sent

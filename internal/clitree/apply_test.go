@@ -395,6 +395,7 @@ func TestForeignDomainDevicesLibvirtd(t *testing.T) {
 // that cannot be reached is still each command's first error, and apply claims nothing: its
 // domain-state check comes before the claiming transaction. No libvirtd needed.
 func TestUnreachableLibvirt(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	root := t.TempDir()
 	spec := filepath.Join(t.TempDir(), "vm.yaml")

@@ -11,6 +11,7 @@ import (
 )
 
 func TestBindUnbindCLIJSON(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
 	k := withKernel(t, tr)
@@ -63,6 +64,7 @@ func TestBindUnbindCLIJSON(t *testing.T) {
 }
 
 func TestBindCLIExitCodes(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	igpu := tr.IntelGVTg()
 	other := tr.AddPCI(hosttest.PCI{Addr: "0000:05:00.0", Vendor: 0x1002, Device: 0x5046, Class: 0x030000})
@@ -98,6 +100,7 @@ func TestBindCLIExitCodes(t *testing.T) {
 }
 
 func TestBindCLIDryRun(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
 	k := withKernel(t, tr)
@@ -121,6 +124,7 @@ func TestBindCLIDryRun(t *testing.T) {
 }
 
 func TestBindCLITimeoutIsBusy(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "nvidia")
 	k := withKernel(t, tr)

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/urfave/cli/v3"
@@ -74,6 +75,7 @@ func leafCommand(t *testing.T, args []string) (*cli.Command, map[string]bool, []
 // flag must exist, and the command run with --dry-run on that host must not be a usage error
 // (exit 2). A fix with a placeholder (`vf enable ADDR N`) fails here.
 func TestCheckFixesParse(t *testing.T) {
+	t.Parallel()
 	hosts := map[string]func(t *testing.T) string{
 		"fake datacenter host": func(t *testing.T) string { return fakeHost(t).Dir() },
 		"fake vGPU host": func(t *testing.T) string {
@@ -109,39 +111,56 @@ func TestCheckFixesParse(t *testing.T) {
 			return hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz")).Dir()
 		},
 	}
-	var all []string
-	for name, build := range hosts {
-		t.Run(name, func(t *testing.T) {
-			root := build(t)
-			for _, line := range checkCommands(t, root) {
-				all = append(all, line)
-				args := strings.Fields(line)[1:]
-				leaf, flags, rest := leafCommand(t, args)
-				if leaf.Action == nil {
-					t.Errorf("%q: %q is not a command that runs", line, leaf.Name)
-					continue
-				}
-				for _, a := range rest {
-					if f, ok := strings.CutPrefix(a, "--"); ok && !flags[strings.SplitN(f, "=", 2)[0]] {
-						t.Errorf("%q: %s has no flag --%s", line, leaf.FullName(), f)
-					}
-				}
-				if !flags["dry-run"] {
-					continue // parsed as far as the tree tells without running it
-				}
-				full := append([]string{"--host-root", root}, args...)
-				out, code := run(t, append(full, "--dry-run")...)
-				if code == exitUsage {
-					t.Errorf("%q --dry-run on %s: exit %d (usage): %s", line, name, code, out)
-				}
-			}
-		})
-	}
+	var (
+		mu  sync.Mutex // the hosts' subtests run in parallel
+		all []string
+	)
+	t.Run("hosts", func(t *testing.T) {
+		for name, build := range hosts {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				checkHostCommands(t, name, build(t), func(line string) {
+					mu.Lock()
+					defer mu.Unlock()
+					all = append(all, line)
+				})
+			})
+		}
+	})
 	// The test must have judged something: the vGPU host prints `vf enable` for the PF
 	// without VFs and `bind` for groups not on vfio-pci yet.
 	for _, want := range []string{"vgpu-host vf enable 0000:81:00.0 --count", "vgpu-host bind "} {
 		if !slices.ContainsFunc(all, func(c string) bool { return strings.HasPrefix(c, want) }) {
 			t.Errorf("no printed command starts with %q; printed: %q", want, all)
+		}
+	}
+}
+
+// checkHostCommands checks the commands check prints on the host under root (name in errors):
+// each is a command of the tree that runs, with flags it has, and one with --dry-run parses
+// there. found is given each command printed.
+func checkHostCommands(t *testing.T, name, root string, found func(line string)) {
+	t.Helper()
+	for _, line := range checkCommands(t, root) {
+		found(line)
+		args := strings.Fields(line)[1:]
+		leaf, flags, rest := leafCommand(t, args)
+		if leaf.Action == nil {
+			t.Errorf("%q: %q is not a command that runs", line, leaf.Name)
+			continue
+		}
+		for _, a := range rest {
+			if f, ok := strings.CutPrefix(a, "--"); ok && !flags[strings.SplitN(f, "=", 2)[0]] {
+				t.Errorf("%q: %s has no flag --%s", line, leaf.FullName(), f)
+			}
+		}
+		if !flags["dry-run"] {
+			continue // parsed as far as the tree tells without running it
+		}
+		full := append([]string{"--host-root", root}, args...)
+		out, code := run(t, append(full, "--dry-run")...)
+		if code == exitUsage {
+			t.Errorf("%q --dry-run on %s: exit %d (usage): %s", line, name, code, out)
 		}
 	}
 }

@@ -23,6 +23,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // A table reaches the output in one write, not one per cell (emit buffers it): a 16-instance
 // mdev create's table was ~290 write(2)s, costly under TCG in the lab (issue 19).
 func TestEmitTableIsOneWrite(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)

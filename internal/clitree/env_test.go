@@ -47,13 +47,20 @@ func testEnv() *Env {
 	}
 }
 
-// withConn makes the trees of this test (testEnv) open c for uri.
+// withConn makes the trees of this test (testEnv) open c for uri. The URI is the test's alone
+// while it runs: a virt.Fake's is always fake:///, so two tests running at once that both
+// register one would each end up talking to the other's (or, after its cleanup, to nothing);
+// the second fails here instead. A parallel test gives a file-backed fake (vgpu-fake:///, under
+// its own temporary directory) or a URI of its own.
 func withConn(t *testing.T, uri string, c virt.Conn) {
 	t.Helper()
 	testWorld.mu.Lock()
 	defer testWorld.mu.Unlock()
 	if testWorld.conns == nil {
 		testWorld.conns = map[string]virt.Conn{}
+	}
+	if _, taken := testWorld.conns[uri]; taken {
+		t.Fatalf("withConn: %s is registered by another test running now: give this test a URI of its own", uri)
 	}
 	testWorld.conns[uri] = c
 	t.Cleanup(func() {
@@ -90,6 +97,7 @@ func withKernel(t *testing.T, tr *hosttest.Tree) *hosttest.Kernel {
 // TestEnvReachesEveryCommand: the Env a tree is built with is what its commands use, and two
 // trees built with different Envs do not share one (the tree keeps no seam in a variable).
 func TestEnvReachesEveryCommand(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
 	var mine, other int

@@ -21,6 +21,7 @@ import (
 // A damaged journal entry is damaged state (exit 1, docs/security.md), although the decode
 // error inside wraps host.ErrInvalid, which alone is a bad spec or flag (exit 2).
 func TestDamagedJournalExits1(t *testing.T) {
+	t.Parallel()
 	decode := fmt.Errorf("journal step create-mdev u: index \"x\": %w", host.ErrInvalid)
 	err := fmt.Errorf("destroy vm: undo step 3 of vm: %w: %w", decode, lifecycle.ErrDamagedJournal)
 	if c := exitCode(err); c != exitFailure {
@@ -35,6 +36,7 @@ func TestDamagedJournalExits1(t *testing.T) {
 // "host not ready") and an unknown flag printed the whole help. Both now exit 2 with one line
 // and a did-you-mean when a name is close, at every level of the command tree.
 func TestUnknownCommandOrFlagExits2(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -66,6 +68,7 @@ func TestUnknownCommandOrFlagExits2(t *testing.T) {
 // TestPanicExitsOneWithBugReport: a panic exited 2 (Go's runtime code, which the README gives
 // to usage errors). main recovers it, prints one line that says it is a bug, and exits 1.
 func TestPanicExitsOneWithBugReport(t *testing.T) {
+	t.Parallel()
 	app := newApp(testEnv())
 	app.Commands = append(app.Commands, &cli.Command{Name: "boom", Action: func(context.Context, *cli.Command) error {
 		var vms map[string]*struct{ Name string }
@@ -86,6 +89,7 @@ func TestPanicExitsOneWithBugReport(t *testing.T) {
 // A release build now ignores it (apply runs to the end); the crashtest build the crash tests
 // use still stops at the step (exit 137). Both run apply on libvirt's test driver.
 func TestCrashHookOnlyInCrashtestBuilds(t *testing.T) {
+	t.Parallel()
 	crash := binary(t) // -tags crashtest, and the helper beside it
 	release := filepath.Join(t.TempDir(), "vgpu-host")
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")

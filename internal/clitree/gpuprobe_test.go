@@ -61,6 +61,7 @@ func probeScript(t *testing.T) string {
 // nvidia-smi: it writes the snapshot, vgpu-host's answers and nvidia-smi's (serials and UUIDs
 // zeroed), and its inspect.json is the snapshot's inspect.
 func TestGPUProbe(t *testing.T) {
+	t.Parallel()
 	dir := probeEnv(t, true)
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz")).Dir()
 	out := filepath.Join(dir, "probe")
@@ -96,6 +97,7 @@ func TestGPUProbe(t *testing.T) {
 // The probe's guard runs only its read commands: MIG mode, instances, reset, unbind and any
 // vgpu-host command that changes the host are refused before they run.
 func TestGPUProbeRefusesWrites(t *testing.T) {
+	t.Parallel()
 	dir := probeEnv(t, false)
 	for _, args := range []string{
 		"nvidia-smi -mig 1", "nvidia-smi -i 0 -mig 1", "nvidia-smi mig -cgi 9,9 -C", "nvidia-smi mig -dgi",

@@ -21,6 +21,7 @@ import (
 // health shows it; release-quarantine refuses while it is broken and lifts it after a clean
 // check; a bystander GPU is never touched.
 func TestHandbackQuarantineCLI(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
 	other := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
@@ -99,6 +100,7 @@ func TestHandbackQuarantineCLI(t *testing.T) {
 // A reset that heals: with reset: auto the GPU whose BAR registers were lost is reset through
 // the kernel on unbind, and not quarantined.
 func TestHandbackResetCLI(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "", 0)
 	k := withKernel(t, tr)
@@ -125,6 +127,7 @@ func TestHandbackResetCLI(t *testing.T) {
 // quarantines it; after a rescan brings it back, bind refuses it until release-quarantine
 // finds it healthy.
 func TestGoneFunctionQuarantined(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "", 0)
 	withKernel(t, tr)
@@ -154,6 +157,7 @@ func TestGoneFunctionQuarantined(t *testing.T) {
 // vf disable checks the PF it leaves, and never resets it (it stays on its host driver, and
 // a reset would take it from the host); a PF whose link trained narrower is quarantined.
 func TestVFDisableChecksPF(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme", ResetMethods: "flr"},
 		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 2)
@@ -177,6 +181,7 @@ func TestVFDisableChecksPF(t *testing.T) {
 // mdev remove checks the PCI parent its instances leave, once, and never resets it: the
 // parent's other instances live on.
 func TestMdevRemoveChecksParent(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(a100)
@@ -201,6 +206,7 @@ func TestMdevRemoveChecksParent(t *testing.T) {
 
 // destroy hands back whole functions and vendor-vGPU VFs; an mdev UUID is no PCI function.
 func TestReleasedByDestroy(t *testing.T) {
+	t.Parallel()
 	r := &lifecycle.DestroyResult{VM: "web", Released: []ledger.Claim{
 		{Kind: ledger.KindPCI, ID: "0000:01:00.0"}, {Kind: ledger.KindPCI, ID: "0000:01:00.1", Detail: "companion"},
 		{Kind: ledger.KindMdev, ID: "6b1f3d1e-0000-4000-8000-000000000001"}, {Kind: ledger.KindVendorVGPU, ID: "0000:41:00.4"},
@@ -217,6 +223,7 @@ func TestReleasedByDestroy(t *testing.T) {
 // A layout that passes a quarantined GPU through is refused (exit 4) by plan and apply, naming
 // the record; nothing is written.
 func TestLayoutRefusesQuarantined(t *testing.T) {
+	t.Parallel()
 	tr, k, f, g := layoutFixture(t)
 	gpu := host.MustParseAddress("0000:01:00.0")
 	if err := host.SaveQuarantine(tr.Root, &host.Quarantine{Address: gpu, Since: time.Now(),
@@ -238,6 +245,7 @@ func TestLayoutRefusesQuarantined(t *testing.T) {
 // lost is reset (reset: auto) and stays usable; one left dead is quarantined, and plan and
 // apply of the next VM refuse it (exit 4) even with --force naming every forceable check.
 func TestDestroyHandbackThenPlanRefuses(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, _ := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
 	k := withKernel(t, tr)
@@ -301,6 +309,7 @@ func TestStatusShowsQuarantine(t *testing.T) {
 // quarantined PF exit 4 naming the record and the fix, and change nothing; inspect -o json
 // and status list the records; host health shows a GPU's Xids.
 func TestQuarantineEverywhereCLI(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(a100)

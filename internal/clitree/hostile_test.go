@@ -51,6 +51,7 @@ func TestDamagedLedgerNullEntry(t *testing.T) {
 // TestMdevDefineParentEscape: `mdev define --parent ../../..` wrote a file outside
 // /etc/mdevctl.d. Every name from input is checked before it is joined into a path.
 func TestMdevDefineParentEscape(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -84,6 +85,7 @@ func TestMdevDefineParentEscape(t *testing.T) {
 // definition are now two failed steps naming their files; the good definitions are restored,
 // and the exit code is non-zero.
 func TestHostRestoreGoesOnPastBadFiles(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -131,6 +133,7 @@ func TestHostRestoreGoesOnPastBadFiles(t *testing.T) {
 // TestPersistRefusesEtcLinkOutOfRoot: `vf enable --persist` under a --host-root whose etc is a
 // symlink out of the tree wrote sriov.json through the link, onto another file system.
 func TestPersistRefusesEtcLinkOutOfRoot(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
 		hosttest.VFSpec{Total: 2, VFDevice: 0x0010, VFDriver: "nvme"}, 0)

@@ -11,6 +11,7 @@ import (
 // by Scan and encoding/json's indenting Encoder before both were made faster, issue 19): on
 // the 64-GPU host of bench/scale.sh and on the real-kernel snapshot.
 func TestInspectJSONGolden(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		golden string
 		root   func(t *testing.T) string
@@ -25,6 +26,7 @@ func TestInspectJSONGolden(t *testing.T) {
 		}},
 	} {
 		t.Run(c.golden, func(t *testing.T) {
+			t.Parallel()
 			dir := c.root(t)
 			var out, errOut bytes.Buffer
 			if err := runInTest(t, []string{"--host-root", dir, "inspect", "-o", "json"}, &out, &errOut); err != nil {

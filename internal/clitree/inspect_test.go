@@ -31,6 +31,7 @@ func fakeHost(t *testing.T) *hosttest.Tree {
 }
 
 func TestInspectJSON(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	out, code := run(t, "--host-root", tr.Dir(), "inspect", "--output", "json")
 	if code != 0 {
@@ -61,6 +62,7 @@ func TestInspectJSON(t *testing.T) {
 }
 
 func TestInspectYAMLAndTable(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	out, code := run(t, "--host-root", tr.Dir(), "-o", "yaml", "inspect")
 	var v map[string]any
@@ -79,6 +81,7 @@ func TestInspectYAMLAndTable(t *testing.T) {
 }
 
 func TestInspectOneDevice(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	out, code := run(t, "--host-root", tr.Dir(), "inspect", "0000:01:00.1", "--output", "json")
 	var rep deviceReport
@@ -94,6 +97,7 @@ func TestInspectOneDevice(t *testing.T) {
 }
 
 func TestInspectBadFlags(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	if _, code := run(t, "--host-root", filepath.Join(t.TempDir(), "nope"), "inspect"); code != exitUsage {
 		t.Errorf("missing --host-root: exit %d, want %d", code, exitUsage)
@@ -110,6 +114,7 @@ func TestInspectBadFlags(t *testing.T) {
 }
 
 func TestCheckExitCodes(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	out, code := run(t, "--host-root", tr.Dir(), "check")
 	if code != exitOK || !strings.Contains(out, "passthrough-ready") || !strings.Contains(out, "ok    iommu") {
@@ -129,6 +134,7 @@ func TestCheckExitCodes(t *testing.T) {
 }
 
 func TestInspectRealKernelSnapshot(t *testing.T) {
+	t.Parallel()
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"))
 	out, code := run(t, "--host-root", root.Dir(), "inspect", "-o", "json")
 	var inv host.Inventory
@@ -150,6 +156,7 @@ func TestInspectRealKernelSnapshot(t *testing.T) {
 // An mdev instance's group: JSON lists it under groups[].mdevs with no PCI members, and the
 // table shows the group next to the instance's UUID.
 func TestInspectMdevInstanceGroup(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	const uuid = "6b1f1a58-8f3c-4a1e-9d3e-222222222222"
 	tr.CreateMdev("sys/devices/virtual/mbochs/mbochs", "mbochs-small", uuid)
@@ -178,6 +185,7 @@ func TestInspectMdevInstanceGroup(t *testing.T) {
 
 // inspect ADDR reports the attributes it could not read instead of dropping them.
 func TestInspectAddrWarnings(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/numa_node", "garbage\n")
 	out, code := run(t, "--host-root", tr.Dir(), "inspect", "0000:01:00.0", "-o", "json")
@@ -202,6 +210,7 @@ func TestInspectAddrWarnings(t *testing.T) {
 // check --output json has one shape whatever the verdicts (docs/inspect.md): every key of
 // every check and GPU present, arrays never null.
 func TestCheckJSONShape(t *testing.T) {
+	t.Parallel()
 	ready := fakeHost(t)
 	bare := hosttest.New(t)
 	bare.NoIOMMU()
@@ -237,6 +246,7 @@ func TestCheckJSONShape(t *testing.T) {
 // and its own IOMMU group (the group's mdev list names it); exit 6 for a UUID with no instance,
 // and inspect ADDR still reads a PCI function.
 func TestInspectMdevUUID(t *testing.T) {
+	t.Parallel()
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"))
 	const uuid = "66666666-7777-8888-9999-000000000000"
 	out, code := run(t, "--host-root", root.Dir(), "inspect", uuid, "-o", "json")

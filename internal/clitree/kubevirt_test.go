@@ -22,6 +22,7 @@ import (
 // TestMainBinaryHasNoKubernetes: vgpu-host's start-up is a benchmarked goal; the Kubernetes,
 // KubeVirt and gRPC packages (heavy init) live in the helper vgpu-host-kube and in tests only.
 func TestMainBinaryHasNoKubernetes(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/vgpu-host").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
@@ -53,6 +54,7 @@ func yamlToJSON(t *testing.T, y string) []byte {
 }
 
 func TestKubevirtConfigCLI(t *testing.T) {
+	t.Parallel()
 	tr := kubetest.ExampleHost(t)
 	out, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "config")
 	if code != 0 {
@@ -85,6 +87,7 @@ func TestKubevirtConfigCLI(t *testing.T) {
 }
 
 func TestKubevirtVMCLI(t *testing.T) {
+	t.Parallel()
 	tr := kubetest.ExampleHost(t)
 	spec := "../../examples/virgl-workstation.yaml"
 	out, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "vm", spec)
@@ -135,6 +138,7 @@ func TestKubevirtVMCLI(t *testing.T) {
 }
 
 func TestKubevirtLabelsCLI(t *testing.T) {
+	t.Parallel()
 	tr := kubetest.ExampleHost(t)
 	out, errOut, code := runAll(t, "--host-root", tr.Dir(), "kubevirt", "labels", "--write")
 	if code != 0 {
@@ -171,6 +175,7 @@ func hostRootForTest(t *testing.T) string {
 // plugin), and the plugin scans the host: with --nfd the feature file appears, and it goes
 // when the plugin is stopped.
 func TestDevicePluginExecsHelper(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	helper := filepath.Join(filepath.Dir(bin), kubeHelperName)
 	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", helper, "../../cmd/vgpu-host-kube").CombinedOutput(); err != nil {

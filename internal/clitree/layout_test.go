@@ -56,6 +56,7 @@ func layoutFixture(t *testing.T) (*hosttest.Tree, *hosttest.Kernel, string, []st
 // prints a layout that parses; show --selected names the configuration; mig without NVML is
 // exit 7.
 func TestLayoutCLI(t *testing.T) {
+	t.Parallel()
 	tr, k, f, g := layoutFixture(t)
 	if _, err := runErr(t, append(g, "host", "layout", "plan", f)...); exitCode(err) != 2 || !strings.Contains(err.Error(), "--config") {
 		t.Fatalf("plan without --config: exit %d: %v", exitCode(err), err)
@@ -119,6 +120,7 @@ func TestLayoutCLI(t *testing.T) {
 // a VM running in libvirt exits 4 naming the VM and writes nothing; without the ledger entry,
 // libvirt's running domain alone refuses it the same way; --force in-use goes past.
 func TestLayoutRefusesRunningVM(t *testing.T) {
+	t.Parallel()
 	tr, k, f, g := layoutFixture(t)
 	if out, code := run(t, append(g, "host", "layout", "apply", f, "--config", "desks")...); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
@@ -170,6 +172,7 @@ func TestLayoutRefusesRunningVM(t *testing.T) {
 // quarantined GPU is refused by plan and apply with exit 4, naming the record and the fix, and
 // creates nothing (mdev create's one quarantine check, docs/health.md).
 func TestLayoutRefusesQuarantinedParent(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	a100 := tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "nvidia", 0)
 	tr.A100Mdev(a100)

@@ -12,6 +12,7 @@ import (
 
 // TestTopCommandNames: each name in topCommands is the name its constructor's command has.
 func TestTopCommandNames(t *testing.T) {
+	t.Parallel()
 	for _, c := range topCommands() {
 		if got := c.build().Name; got != c.name {
 			t.Errorf("topCommands names %q for a command named %q", c.name, got)
@@ -23,6 +24,7 @@ func TestTopCommandNames(t *testing.T) {
 // command line (a command, --version, the root's help, a command's help, a mistyped command or
 // flag, completion, no argument) byte for byte as the whole tree does.
 func TestNewAppForSameAsWhole(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	for _, args := range [][]string{
 		{"--version"},
@@ -58,6 +60,7 @@ func TestNewAppForSameAsWhole(t *testing.T) {
 // TestOnlyVersionSameAsCLI: main answers `--version` and `-v` alone without the cli, with the
 // very line the cli's version flag prints; any other command line goes to the cli.
 func TestOnlyVersionSameAsCLI(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--version"}, {"-v"}} {
 		if !onlyVersion(args) {
 			t.Fatalf("onlyVersion(%q) = false", args)

@@ -19,6 +19,7 @@ import (
 // the download are in vgpu-host-agent (internal/agentcmd), which the same check shows links them,
 // so it looks at the right thing. TestMainBinaryHasNoKubernetes guards the Kubernetes side.
 func TestMainBinaryHasNoNetHTTP(t *testing.T) {
+	t.Parallel()
 	deps := func(pkg string) []string {
 		t.Helper()
 		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-tags", "urfave_cli_no_template", "-deps", pkg).CombinedOutput()
@@ -65,6 +66,7 @@ const (
 // each start is also most of the lab's bind and mdev rows. Costs a build of the binary
 // (seconds with the build cache warm).
 func TestLightBinaryInits(t *testing.T) {
+	t.Parallel()
 	bin := filepath.Join(t.TempDir(), "vgpu-host")
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	build := exec.Command(gobin, "build", "-trimpath", "-tags", "urfave_cli_no_template", "-o", bin, "../../cmd/vgpu-host")
@@ -127,6 +129,7 @@ func parseInitTrace(out string) ([]initTrace, error) {
 
 // TestParseInitTrace: the parser reads Go's inittrace lines and nothing else.
 func TestParseInitTrace(t *testing.T) {
+	t.Parallel()
 	out := "init internal/bytealg @0.004 ms, 0.004 ms clock, 0 bytes, 0 allocs\n" +
 		"init gopkg.in/yaml%2ev3 @1.2 ms, 0.80 ms clock, 25736 bytes, 276 allocs\n" +
 		"vgpu-host version v commit c go1.26\n"

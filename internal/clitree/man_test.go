@@ -17,6 +17,7 @@ import (
 // TestPruneKeepsBehaviour: the help (and so the flags and subcommands) of every command and
 // subcommand is the same whether main pruned the tree for that command line or not.
 func TestPruneKeepsBehaviour(t *testing.T) {
+	t.Parallel()
 	run := func(prune bool, args ...string) string {
 		var out bytes.Buffer
 		app := newApp(testEnv())
@@ -59,6 +60,7 @@ func TestPruneKeepsBehaviour(t *testing.T) {
 // TestManPages: a page per visible command, each naming its subcommands and flags, and groff
 // finds nothing to warn about.
 func TestManPages(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if _, errOut, code := runSplit(t, "__man", dir); code != 0 {
 		t.Fatalf("__man: exit %d: %s", code, errOut)
@@ -102,6 +104,7 @@ func TestManPages(t *testing.T) {
 // TestShippedUnitIsInstallUnits: deploy/systemd/vgpu-host-restore.service, which make install
 // and the Debian package ship, is exactly what `host install-unit` writes for /usr/bin/vgpu-host.
 func TestShippedUnitIsInstallUnits(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", mdev.UnitName))
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ func runErr(t *testing.T, args ...string) (string, error) {
 }
 
 func TestMdevCLILifecycle(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	k := withKernel(t, tr)
@@ -101,6 +102,7 @@ func joinWrites(k *hosttest.Kernel) string {
 }
 
 func TestVFCLI(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
 		hosttest.VFSpec{Total: 3, VFDevice: 0x0010, VFDriver: "nvme"}, 0)
@@ -139,6 +141,7 @@ func TestVFCLI(t *testing.T) {
 }
 
 func TestHostRestoreAndUnit(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -179,6 +182,7 @@ func TestHostRestoreAndUnit(t *testing.T) {
 // holds is busy (exit 5) naming the process; one the allocation ledger gives to a VM is refused
 // (exit 4) naming the VM; --force removes either.
 func TestRemoveInUseJudgedByKernel(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	k := hosttest.NewKernel(tr)
@@ -216,6 +220,7 @@ func TestRemoveInUseJudgedByKernel(t *testing.T) {
 }
 
 func TestVendorVGPUCLI(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 0, 4, nil)
 	withKernel(t, tr)
@@ -255,6 +260,7 @@ func TestVendorVGPUCLI(t *testing.T) {
 // 'host restore' exit non-zero and name it, while the other parts (a defined mdev) are still
 // applied, in order: the sriov step comes first.
 func TestHostRestorePartialFailure(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)

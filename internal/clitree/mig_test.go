@@ -198,6 +198,7 @@ func TestMdevPlaceUsesNVML(t *testing.T) {
 // vgpu-host stays static and free of cgo: go-nvml (cgo) is linked only into vgpu-host-nvml,
 // while the MIG logic and the helper's client are in vgpu-host.
 func TestMainBinaryHasNoNVML(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/vgpu-host").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)

@@ -19,6 +19,7 @@ import (
 // run, a target that refuses (its ledger has the VM: exit 5, the source unchanged), the
 // migration, and a second migration of a VM that is gone (exit 6).
 func TestMigrateCLITwoFakeHosts(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	dirA, dirB := hosttest.New(t).Root, hosttest.New(t).Root
 	uriA, uriB := "vgpu-fake://"+dirA.Path("libvirt.json"), "vgpu-fake://"+dirB.Path("libvirt.json")
@@ -132,6 +133,7 @@ func TestMigrateCLITwoFakeHosts(t *testing.T) {
 
 // TestMigrateTargetCommand: how the target's vgpu-host is reached from --to.
 func TestMigrateTargetCommand(t *testing.T) {
+	t.Parallel()
 	for uri, want := range map[string]string{
 		"qemu+ssh://gpu-b/system":            "ssh -- gpu-b vgpu-host",
 		"qemu+ssh://root@gpu-b:2222/system":  "ssh -p 2222 -- root@gpu-b vgpu-host",

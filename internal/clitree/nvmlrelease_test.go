@@ -33,6 +33,7 @@ func releaseNVML(t *testing.T) string {
 // The release helper links the replay of a capture (it touches no GPU) but not go-nvml's
 // dgxa100 mock nor the test build's state file.
 func TestReleaseHelperHasNoMock(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/vgpu-host-nvml").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)

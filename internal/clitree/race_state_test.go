@@ -40,6 +40,7 @@ func parallel(n int, f func(i int) error) []error {
 // /etc/vgpu-host/sriov.json (12 of 30 runs lost one): each read the file, added its PF and
 // wrote it back over the others'. Now the edit holds the one lock.
 func TestRaceVFEnablePersist(t *testing.T) {
+	t.Parallel()
 	const pfs = 12
 	for round := 0; round < 3; round++ {
 		tr := hosttest.New(t)
@@ -83,6 +84,7 @@ func TestRaceVFEnablePersist(t *testing.T) {
 // TestRaceMdevDefine: parallel `mdev define` of different instances, and of the same instance
 // under two parents, leave exactly one definition per UUID and lose none.
 func TestRaceMdevDefine(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -122,6 +124,7 @@ func TestRaceMdevDefine(t *testing.T) {
 // same VM, give every VM its instances exactly once: no duplicate, no lost state record, and
 // the parent's capacity is not overrun.
 func TestRaceMdevCreateCount(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs() // mbochs-small: 8 instances
 	withKernel(t, tr)

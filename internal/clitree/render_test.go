@@ -23,6 +23,7 @@ func runSplit(t *testing.T, args ...string) (string, string, int) {
 // explained on stderr, -o json carries the resolution, and bad specs and unmatched selectors
 // exit 2 and 6 with the field named.
 func TestRenderCLI(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nouveau")
 

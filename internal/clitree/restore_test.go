@@ -15,6 +15,7 @@ import (
 // drivers, restore binds the whole group again as its last step, and its table ends with the
 // summary line; a second restore finds it already bound.
 func TestHostRestoreBindsPersistedGroups(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, audio := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
 	withKernel(t, tr)

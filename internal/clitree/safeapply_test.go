@@ -32,6 +32,7 @@ func bootVGASpec(t *testing.T, name string) string {
 // --force=held does not go past it; --force=boot-vga does, binding the group and defining the
 // domain with managed='no'; destroy gives every function its driver back.
 func TestBootVGAPlannedRefusedForcedByName(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
 	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/boot_vga", "1\n")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/virt"
 )
 
 // stateFileUUID is the mdevctl definition the state-file tests put in place.
@@ -41,28 +42,30 @@ var stateFiles = []string{
 // stateCommands are the commands the tests drive over a damaged state or lock file.
 var stateCommands = []struct {
 	name string
-	args func(spec string) []string
+	args func(spec, uri string) []string // uri: the test's fake libvirt, for the commands that use one
 }{
-	{"status", func(string) []string { return []string{"status"} }},
-	{"plan", func(spec string) []string { return []string{"plan", spec} }},
-	{"apply", func(spec string) []string { return []string{"apply", spec} }},
-	{"destroy", func(string) []string { return []string{"destroy", "x"} }},
-	{"host restore", func(string) []string { return []string{"host", "restore"} }},
-	{"vf enable --persist", func(string) []string {
+	{"status", func(_, uri string) []string { return []string{"status", "--connect", uri} }},
+	{"plan", func(spec, uri string) []string { return []string{"plan", "--connect", uri, spec} }},
+	{"apply", func(spec, uri string) []string { return []string{"apply", "--connect", uri, spec} }},
+	{"destroy", func(_, uri string) []string { return []string{"destroy", "--connect", uri, "x"} }},
+	{"host restore", func(string, string) []string { return []string{"host", "restore"} }},
+	{"vf enable --persist", func(string, string) []string {
 		return []string{"vf", "enable", "0000:00:0a.0", "--count", "1", "--persist"}
 	}},
-	{"bind", func(string) []string { return []string{"bind", "0000:01:00.0"} }},
-	{"mdev create", func(string) []string {
+	{"bind", func(string, string) []string { return []string{"bind", "0000:01:00.0"} }},
+	{"mdev create", func(string, string) []string {
 		return []string{"mdev", "create", "--parent", "mbochs", "--type", "small", "--name", "y"}
 	}},
-	{"mdev define", func(string) []string {
+	{"mdev define", func(string, string) []string {
 		return []string{"mdev", "define", "--parent", "mbochs", "--type", "mbochs-small", "9b6c4a8e-1e4f-4b7a-9a43-5f2f3b1e9d10"}
 	}},
 }
 
 // stateTree is a fake host with VM x applied (a ledger, its lock), a persisted VF count, an
-// mdev definition: every state file the tests replace exists or has existed.
-func stateTree(t *testing.T) (tr *hosttest.Tree, spec string) {
+// mdev definition: every state file the tests replace exists or has existed. uri is its fake
+// libvirt, file-backed and the test's own: the commands name it (--connect) instead of the
+// environment naming it for them, so that the tests may run in parallel.
+func stateTree(t *testing.T) (tr *hosttest.Tree, spec, uri string) {
 	t.Helper()
 	tr = hosttest.New(t)
 	tr.Mbochs()
@@ -70,14 +73,14 @@ func stateTree(t *testing.T) (tr *hosttest.Tree, spec string) {
 	tr.SRIOVPF(hosttest.PCI{Addr: "0000:00:0a.0", Vendor: 0x1b36, Device: 0x0010, Class: 0x010802, Driver: "nvme"},
 		hosttest.VFSpec{Total: 2, VFDevice: 0x0010, VFDriver: "nvme"}, 0)
 	withKernel(t, tr)
-	fakeLibvirt(t)
+	uri = virt.FileScheme + "://" + filepath.Join(t.TempDir(), "libvirt.json")
 	spec = deviceFreeVM(t, t.TempDir(), "x")
-	if out, err := runErr(t, "--host-root", tr.Dir(), "apply", spec); err != nil {
+	if out, err := runErr(t, "--host-root", tr.Dir(), "apply", "--connect", uri, spec); err != nil {
 		t.Fatalf("apply x: %v\n%s", err, out)
 	}
 	tr.WriteFile("etc/vgpu-host/sriov.json", `{"version": 1, "pfs": []}`+"\n")
 	tr.WriteFile("etc/mdevctl.d/mbochs/"+stateFileUUID, `{"mdev_type": "mbochs-small", "start": "manual", "attrs": []}`)
-	return tr, spec
+	return tr, spec, uri
 }
 
 // runBounded runs the CLI and fails the test when it does not return within limit (a FIFO
@@ -132,11 +135,13 @@ var stateReaders = map[string][]string{
 // 4 where a write's check that its path stays in the root comes first), and the file outside
 // is unchanged. Command x file x kind.
 func TestStateFilesNotFollowedOrWaitedOn(t *testing.T) {
+	t.Parallel()
 	for _, file := range stateFiles {
 		for _, kind := range []string{"symlink", "fifo"} {
 			for _, c := range stateCommands {
 				t.Run(fmt.Sprintf("%s/%s/%s", file, kind, c.name), func(t *testing.T) {
-					tr, spec := stateTree(t)
+					t.Parallel()
+					tr, spec, uri := stateTree(t)
 					outside := filepath.Join(t.TempDir(), "precious")
 					if err := os.WriteFile(outside, []byte("{}\n"), 0o600); err != nil {
 						t.Fatal(err)
@@ -155,7 +160,7 @@ func TestStateFilesNotFollowedOrWaitedOn(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					out, err := runBounded(t, 10*time.Second, append([]string{"--host-root", tr.Dir()}, c.args(spec)...)...)
+					out, err := runBounded(t, 10*time.Second, append([]string{"--host-root", tr.Dir()}, c.args(spec, uri)...)...)
 					if b, _ := os.ReadFile(outside); string(b) != "{}\n" {
 						t.Errorf("the file outside the root that %s links to was written: %q", p, b)
 					}
@@ -176,6 +181,7 @@ func TestStateFilesNotFollowedOrWaitedOn(t *testing.T) {
 // (etc/mdevctl.d/PARENT/UUID) was skipped silently by host restore. It is a failed step
 // naming the path; the good definition beside it is still restored.
 func TestHostRestoreReportsDefinitionDirectory(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)

@@ -12,6 +12,7 @@ import (
 // second overflowed FirstIndex+i). A VM's instances are numbered 0..255 as apply numbers them;
 // anything outside, or a count that runs past 255, is a usage error naming the range.
 func TestMdevCreateFirstIndexRange(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -56,6 +57,7 @@ func TestDestroyMalformedNameExits2(t *testing.T) {
 // TestHostRestoreDamagedStateExits1: host restore exited 2 (bad input) for a damaged state
 // file; docs/security.md and the README give damaged state 1.
 func TestHostRestoreDamagedStateExits1(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)

@@ -156,6 +156,7 @@ func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 // snapshot (mbochs, mdpy and mtty parents, an SR-IOV PF with VFs), the real H200 host, and a
 // fake tree with an NVIDIA vendor-VFIO GPU (VFs with vGPU types, mbochs beside it).
 func TestReadOpsAreTheCLIs(t *testing.T) {
+	t.Parallel()
 	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
 	if p == "" {
 		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
@@ -206,6 +207,7 @@ func TestReadOpsAreTheCLIs(t *testing.T) {
 // TestVerifyOpIsTheCLIs: verify as an operation answers what the command prints, a device
 // missing in the guest included (the result and exit 1).
 func TestVerifyOpIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	fake := virt.NewFake("qemu")
 	name := "vgpuhost-test-missing"
 	fake.AddForeignDomain(name, `<domain type="qemu"><name>`+name+`</name><memory unit="MiB">64</memory><os><type arch="x86_64">hvm</type></os><devices>
@@ -234,6 +236,7 @@ func TestVerifyOpIsTheCLIs(t *testing.T) {
 // recorded checks and a quarantine (a GPU handed back with config space of all ones), and
 // one device checked now (its check's time aside).
 func TestHealthOpIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu, _ := tr.ConsumerGPU("0000:00:04.0", "0000:01:00.0", "")
 	withKernel(t, tr)
@@ -264,6 +267,7 @@ func TestHealthOpIsTheCLIs(t *testing.T) {
 // TestLayoutOpsAreTheCLIs: host layout plan, apply (dry run, refused, done) and show, as
 // operations on requests built from flag values, answer what their commands print.
 func TestLayoutOpsAreTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr, _, f, _ := layoutFixture(t)
 	dir := tr.Dir()
 	flags := func(vals map[string]string, args ...string) fakeFlags {
@@ -469,6 +473,7 @@ func TestHotplugOpsAreTheCLIs(t *testing.T) {
 // flag values, answer what their commands print: usage errors, dry runs, an instance that is
 // not active, and each change made by the operation, undone, and made by the command.
 func TestMdevDefineOpsAreTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
@@ -542,6 +547,7 @@ func TestMdevDefineOpsAreTheCLIs(t *testing.T) {
 // every example spec, and usage and spec errors; a spec sent as content (as the agent gets
 // it) renders the same as the file.
 func TestRenderOpIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	p := hosttest.RepoFile(t, "host/testdata/lab-snapshot.tar.gz")
 	if p == "" {
 		t.Fatal("host/testdata/lab-snapshot.tar.gz is missing: make lab-snapshot captures it")
@@ -596,6 +602,7 @@ func TestRenderOpIsTheCLIs(t *testing.T) {
 // example host, --config files good, bad and missing, --write, findings, --strict and usage
 // errors.
 func TestKubeVirtOpsAreTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr := kubetest.ExampleHost(t)
 	dir := tr.Dir()
 	good := filepath.Join(t.TempDir(), "kube.yaml")
@@ -693,6 +700,7 @@ func TestExportOpIsTheCLIs(t *testing.T) {
 // --target-cmd): usage errors, the dry run, and a migration made by the operation, brought
 // back, and made by the command.
 func TestMigrateOpIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	dirA, dirB := hosttest.New(t).Dir(), hosttest.New(t).Dir()
 	uriA, uriB := "vgpu-fake://"+filepath.Join(dirA, "libvirt.json"), "vgpu-fake://"+filepath.Join(dirB, "libvirt.json")
@@ -774,6 +782,7 @@ func TestMigrateOpIsTheCLIs(t *testing.T) {
 // are served by their operations with no command line run, and answer byte for byte what the
 // CLI prints with --output json, failures with the CLI's exit code and message.
 func TestAgentReadEndpointsAreTheCLIs(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t) // a GPU and its audio, mbochs, an SR-IOV PF
 	dir := tr.Dir()
 	var cr *countingRunner
@@ -848,6 +857,7 @@ func TestMIGOpsWithoutNVML(t *testing.T) {
 // the unit cannot run refused (exit 2) with nothing written, the install done by the
 // operation and then by the command, and the unit found installed already.
 func TestInstallUnitOpIsTheCLIs(t *testing.T) {
+	t.Parallel()
 	dir := hosttest.New(t).Dir()
 	unitCase := func(vals map[string]string) typedCase {
 		args := []string{"host", "install-unit"}
@@ -913,6 +923,7 @@ func TestInstallUnitOpIsTheCLIs(t *testing.T) {
 // refused as the CLI refuses it, a FIFO is written into the unit without being opened (opened,
 // it would block the request), and a link is written as given, not resolved.
 func TestInstallUnitAgentOpensNoCallerPath(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	startAgentWith(t, dir, nil)
@@ -962,6 +973,7 @@ func TestInstallUnitAgentOpensNoCallerPath(t *testing.T) {
 // migrate-target as their operations and answers what the CLI prints, each change made through
 // the agent, undone, and made in-process; no request names a command without an operation.
 func TestInstallUnitAndMigrateTargetThroughAgent(t *testing.T) {
+	t.Parallel()
 	tr := agentHost(t)
 	dir := tr.Dir()
 	var cr *cliRunner

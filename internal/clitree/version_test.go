@@ -72,6 +72,7 @@ func TestVersion(t *testing.T) {
 
 // TestVersionLineRoundTrip: what the helper prints, vgpu-host reads back.
 func TestVersionLineRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := buildinfo.Info{Version: "v1.2.3", Commit: "5f1c2e9-dirty", Go: "go1.26.8"}
 	got, err := buildinfo.ParseLine(remote.HelperName, in.Line(remote.HelperName))
 	if err != nil || got != in {

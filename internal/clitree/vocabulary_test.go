@@ -55,6 +55,7 @@ func createOut(t *testing.T, args ...string) []mdev.Instance {
 }
 
 func TestProfileSameOnCommandLineAndSpecMdev(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	gpu := tr.DatacenterGPU("0000:20:01.0", "0000:22:00.0", "nvidia", 0)
 	tr.A100Mdev(gpu)
@@ -72,6 +73,7 @@ func TestProfileSameOnCommandLineAndSpecMdev(t *testing.T) {
 }
 
 func TestProfileSameOnCommandLineAndSpecVendorVFIO(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:40:01.0", "0000:41:00.0", 0, 4, nil)
 	withKernel(t, tr)
@@ -92,6 +94,7 @@ func TestProfileSameOnCommandLineAndSpecVendorVFIO(t *testing.T) {
 // whether `mdev create --name demo` made them or apply of a spec named demo would, also when
 // the spec spreads them over two gpus[] entries (the numbering runs across the VM).
 func TestInstanceUUIDsSameOnCommandLineAndApply(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.Mbochs()
 	withKernel(t, tr)
