@@ -186,12 +186,8 @@ func onlyRootHelp(args []string) bool {
 
 // execute runs app and returns the exit code. Errors are printed once, here. A panic is a bug:
 // it is recovered, reported in one line and exits 1 (never Go's 2, which means a usage error).
-func execute(app *cli.Command, args []string, stderr io.Writer) int {
-	return executeCtx(context.Background(), app, args, stderr)
-}
-
-// executeCtx is execute under ctx (the agent's deadline for one request).
-func executeCtx(ctx context.Context, app *cli.Command, args []string, stderr io.Writer) (code int) {
+func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
+	ctx := context.Background()
 	defer func() {
 		if r := recover(); r != nil {
 			io.WriteString(stderr, internalErrorLine(r, panicSite()))
