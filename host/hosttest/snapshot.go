@@ -133,3 +133,21 @@ func unpack(tarball, dir string) error {
 		}
 	}
 }
+
+// RemovedRoot is a host root whose directory was removed after the root was made: every read
+// of it fails with fs.ErrNotExist (a host root that went away under a long-running reader).
+func RemovedRoot(tb testing.TB) host.Root {
+	tb.Helper()
+	gone := filepath.Join(tb.TempDir(), "gone")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	r, err := host.NewRoot(gone)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Remove(gone); err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}

@@ -54,6 +54,20 @@ func (f fakeFlags) StringSlice(n string) []string {
 func (f fakeFlags) IsSet(n string) bool { _, ok := f.vals[n]; return ok }
 func (f fakeFlags) Operands() []string  { return f.operands }
 
+// opJSON runs req's operation on dir's host and returns its result as -o json prints it.
+func opJSON(t *testing.T, dir string, req ops.Request) *bytes.Buffer {
+	t.Helper()
+	v, err := ops.Run(context.Background(), opsEnvFor(t, dir), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := jsonindent.Encode(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	return &b
+}
+
 // opsEnvFor is the CLI's operations environment on root without a command line: its host
 // writer, no libvirt, and what this binary adds to every operation (withHostParts).
 func opsEnvFor(t *testing.T, dir string) ops.Env {
@@ -321,14 +335,7 @@ func TestLayoutOpsAreTheCLIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ops.Run(context.Background(), opsEnvFor(t, dir), &req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var byOp bytes.Buffer
-	if err := jsonindent.Encode(&byOp, v); err != nil {
-		t.Fatal(err)
-	}
+	byOp := opJSON(t, dir, &req)
 	checkTypedCases(t, dir, []typedCase{
 		showCase(nil, flags(nil)),
 		showCase([]string{"--selected"}, flags(map[string]string{"selected": "true"})),
@@ -890,14 +897,7 @@ func TestInstallUnitOpIsTheCLIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := ops.Run(context.Background(), opsEnvFor(t, dir), &req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var byOp bytes.Buffer
-	if err := jsonindent.Encode(&byOp, v); err != nil {
-		t.Fatal(err)
-	}
+	byOp := opJSON(t, dir, &req)
 	if b, err := os.ReadFile(unit); err != nil || string(b) != mdev.SystemdUnit(exe) {
 		t.Fatalf("the operation wrote %q (%v)", b, err)
 	}

@@ -660,19 +660,9 @@ func TestRunFailsWhenTheHostCannotBeRead(t *testing.T) {
 		t.Fatalf("OnScan got %+v; want the fake host's inventory, %s first", scanned, a[0])
 	}
 
-	gone := filepath.Join(t.TempDir(), "gone")
-	if err := os.Mkdir(gone, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r, err := host.NewRoot(gone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(gone); err != nil {
-		t.Fatal(err)
-	}
-	err = New(Options{Root: r, KubeletDir: socketDir(t)}).Run(context.Background())
-	if !errors.Is(err, errScan) || !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "device plugin: cannot scan the host: scan host root "+gone) {
+	r := hosttest.RemovedRoot(t)
+	err := New(Options{Root: r, KubeletDir: socketDir(t)}).Run(context.Background())
+	if !errors.Is(err, errScan) || !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), "device plugin: cannot scan the host: scan host root "+r.Dir()) {
 		t.Errorf("run on a root removed: %v; want the plugin's scan error wrapping the host's", err)
 	}
 }

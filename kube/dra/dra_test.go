@@ -234,17 +234,7 @@ func TestScanQuarantinedAndUnreadable(t *testing.T) {
 		t.Errorf("released, published %v; want %v", got, all)
 	}
 
-	gone := filepath.Join(t.TempDir(), "gone")
-	if err := os.Mkdir(gone, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r, err := host.NewRoot(gone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(gone); err != nil {
-		t.Fatal(err)
-	}
+	r := hosttest.RemovedRoot(t)
 	bad := &Driver{Root: r}
 	if devs, err := bad.Scan(); err == nil || devs != nil || !strings.HasPrefix(err.Error(), "dra: scan host root "+r.Dir()) || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("scan of a root removed: %v, %v; want the driver's error wrapping the host's", devs, err)
