@@ -280,7 +280,7 @@ var agentRules = lazy.Value[map[string]agentRule]{New: func() map[string]agentRu
 		"mdev define":       {class: agentapi.Mutation},
 		"mdev undefine":     {class: agentapi.Mutation},
 		"host restore":      {class: agentapi.Mutation},
-		"host install-unit": {class: agentapi.RootMutation, absFlags: []string{"exec"}},
+		"host install-unit": {class: agentapi.RootMutation}, // --exec goes as typed: a relative one is refused there as here
 		"render":            {class: agentapi.Read, fileOperands: allOperands, specs: true},
 		"plan":              {class: agentapi.Read, fileOperands: allOperands, specs: true},
 		"apply":             {class: agentapi.Mutation, fileOperands: allOperands, specs: true},

@@ -48,8 +48,8 @@ func hostCommand() *cli.Command {
 
 // installUnitRequest is host install-unit's request: --exec (default: this binary, its
 // links resolved) and --dry-run. The path is checked as text (ops.InstallUnitRequest.Check),
-// never opened: in the agent it is the caller's, made absolute by the caller's CLI (absFlags),
-// and a relative one is refused, not resolved against the agent's working directory.
+// never opened. A relative one is refused, in the CLI and in the agent alike: the caller's CLI
+// sends it as typed (no absFlags), and it is never resolved against a working directory.
 func installUnitRequest(f flagValues) (ops.InstallUnitRequest, error) {
 	exe := f.String("exec")
 	if exe == "" {

@@ -919,8 +919,7 @@ func TestInstallUnitOpIsTheCLIs(t *testing.T) {
 }
 
 // TestInstallUnitAgentOpensNoCallerPath: the agent takes host install-unit's --exec as text
-// only. A relative path sent straight to the agent (the CLI makes --exec absolute, absFlags) is
-// refused as the CLI refuses it, a FIFO is written into the unit without being opened (opened,
+// only. A relative path (the caller's CLI sends it as typed) is refused as the CLI refuses it, a FIFO is written into the unit without being opened (opened,
 // it would block the request), and a link is written as given, not resolved.
 func TestInstallUnitAgentOpensNoCallerPath(t *testing.T) {
 	t.Parallel()
@@ -1016,6 +1015,8 @@ func TestInstallUnitAndMigrateTargetThroughAgent(t *testing.T) {
 		{"host", "install-unit", "--dry-run", "--exec", "/usr/local/bin/vgpu-host"},
 		{"-o", "yaml", "host", "install-unit", "--dry-run", "--exec", "/usr/local/bin/vgpu-host"},
 		{"host", "install-unit", "--exec", "/usr/local/bin/vgpu host"},
+		{"host", "install-unit", "--exec", "./bin/vgpu-host"},
+		{"host", "install-unit", "--dry-run", "--exec", "vgpu-host"},
 		{"-o", "xml", "host", "install-unit", "--exec", "/usr/local/bin/vgpu-host"},
 	} {
 		same(args...)
