@@ -85,13 +85,15 @@ demo: build-static ## no root, installs nothing: check this host, then inspect, 
 # kernel-emulator hooks); then every tag the builds and tests use at once, no two of which
 # exclude each other: the NVML mock (nvmlmock), the crash hooks (crashtest), the browser
 # test's kernel emulator in vgpu-host-agent (fakekernel). No tag chooses a binary: vgpu-host
-# and vgpu-host-agent are two mains (cmd/). (test/k8s/fakecri, -tags k8sfakecri, needs
-# modules go.mod does not list: test/k8s/run.sh builds it.)
+# and vgpu-host-agent are two mains (cmd/). test/k8s/fakecri (-tags k8sfakecri) needs
+# modules go.mod does not list: scripts/vet-fakecri.sh vets it in a scratch module, as
+# test/k8s/build.sh builds it.
 VET_TAGS := "" nvmlmock,crashtest,fakekernel
 lint: ## gofmt and go vet (every build tag the builds and tests use)
 	@scripts/deps.sh helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@for tags in $(VET_TAGS); do echo "go vet -tags '$$tags' ./..."; $(GO) vet -tags "$$tags" ./... || exit 1; done
+	@scripts/vet-fakecri.sh
 
 test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-libvirtd tests skip
 	@scripts/deps.sh helper
