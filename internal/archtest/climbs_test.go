@@ -103,18 +103,23 @@ type funcBody struct {
 	info *types.Info
 }
 
-// callGraph type-checks the module's packages among pkgs from source (their imports from
-// export data) and returns their functions by types.Func.FullName.
-func callGraph(t *testing.T, pkgs map[string]listedPackage) map[string]funcBody {
-	t.Helper()
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+// exportImporter imports the packages among pkgs from their export data (go list -export).
+func exportImporter(fset *token.FileSet, pkgs map[string]listedPackage) types.Importer {
+	return importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
 		p, ok := pkgs[path]
 		if !ok || p.export == "" {
 			return nil, fmt.Errorf("no export data for %s", path)
 		}
 		return os.Open(p.export)
 	})
+}
+
+// callGraph type-checks the module's packages among pkgs from source (their imports from
+// export data) and returns their functions by types.Func.FullName.
+func callGraph(t *testing.T, pkgs map[string]listedPackage) map[string]funcBody {
+	t.Helper()
+	fset := token.NewFileSet()
+	imp := exportImporter(fset, pkgs)
 	funcs := map[string]funcBody{}
 	for path, p := range pkgs {
 		if !strings.HasPrefix(path, modulePath) {

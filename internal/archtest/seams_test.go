@@ -3,13 +3,10 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/importer"
 	"go/parser"
 	"go/token"
 	"go/types"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -50,13 +47,7 @@ func moduleFuncVars(t *testing.T, root string) (found []string, packages int) {
 	for _, tags := range vetTagSets {
 		pkgs := listDeps(t, root, "-compiled", "-tags", tags, "./...")
 		fset := token.NewFileSet()
-		imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-			p, ok := pkgs[path]
-			if !ok || p.export == "" {
-				return nil, fmt.Errorf("no export data for %s", path)
-			}
-			return os.Open(p.export)
-		})
+		imp := exportImporter(fset, pkgs)
 		for path, p := range pkgs {
 			if !strings.HasPrefix(path, modulePath) || strings.HasPrefix(path, modulePath+"third_party/") || len(p.compiled) == 0 {
 				continue
