@@ -6,8 +6,8 @@
 #                               files, nvml-facts.json when NVML answers (docs/snapshot.md)
 #   nvidia-smi-mig-lgip.txt     nvidia-smi mig -lgip   (GPU-instance profiles)
 #   nvidia-smi-mig-lgipp.txt    nvidia-smi mig -lgipp  (their placements)
-#   nvidia-smi-q.txt            nvidia-smi -q          (serial numbers and UUIDs zeroed)
-#   inspect.json, check.json, mig-show.json   vgpu-host's answers (-o json)
+#   nvidia-smi-q.txt            nvidia-smi -q          (serial numbers, GPU PDI and UUIDs zeroed)
+#   inspect.json, check.json, mig-show.json   vgpu-host's answers (-o json; GPU and MIG UUIDs zeroed)
 #   snapshot.txt                what the snapshot holds and what it skipped
 #   *.stderr                    each command's stderr
 #   summary.txt                 each command's exit code and time, lspci -nnk's time for comparison
@@ -69,11 +69,19 @@ step() {
 # absent NAME WHY: record a step that could not run.
 absent() { printf '%-22s absent   %s\n' "$1" "$2" >>"$out/summary.txt"; }
 
-# scrub FILE: zero serial numbers and UUIDs in nvidia-smi's text, keeping their length.
+# scrub FILE: zero what identifies the GPU in nvidia-smi's text: UUIDs, serial numbers and the
+# GPU PDI, keeping their length ("N/A" and the like stay).
 scrub() {
   sed -E -i \
     -e 's/[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}/00000000-0000-0000-0000-000000000000/g' \
-    -e '/Serial Number/ s/(: *)[0-9A-Za-z]+/\10/' "$1"
+    -e '/Serial Number/ { :a; s/(: *0*)[1-9A-Za-z]([0-9A-Za-z]*)$/\10\2/; ta; }' \
+    -e '/GPU PDI/ { :b; s/(: *0x0*)[1-9a-fA-F]([0-9a-fA-F]*)$/\10\2/; tb; }' "$1"
+}
+
+# scrub_ids FILE: zero the GPU and MIG UUIDs NVML reports ("GPU-…", "MIG-…") in vgpu-host's JSON;
+# other UUIDs (mdev instances, which their owner chose) stay.
+scrub_ids() {
+  sed -E -i -e 's/\b(GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}/\1-00000000-0000-0000-0000-000000000000/g' "$1"
 }
 
 main() {
@@ -99,6 +107,7 @@ main() {
     step inspect inspect.json "$vh" -o json inspect
     step check check.json "$vh" -o json check
     step "mig show" mig-show.json "$vh" -o json mig show
+    for f in inspect.json check.json mig-show.json; do scrub_ids "$out/$f"; done
   else
     absent vgpu-host "not in ./bin or PATH: run make build; no snapshot"
   fi

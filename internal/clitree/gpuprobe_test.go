@@ -15,7 +15,7 @@ import (
 // leaves a mark: the probe must never get that far.
 const fakeSMI = `#!/bin/sh
 case "$*" in
-  "-q") printf 'GPU 00000000:00:06.0\n    Serial Number                         : 1650123456789\n    GPU UUID                              : GPU-5f3c9a1b-0d2e-4f60-8a7b-1c2d3e4f5a6b\n' ;;
+  "-q") printf 'GPU 00000000:00:06.0\n    Serial Number                         : 1650123456789\n    GPU UUID                              : GPU-5f3c9a1b-0d2e-4f60-8a7b-1c2d3e4f5a6b\n    GPU PDI                               : 0x3c51029d5f34408e\n        Chassis Serial Number             : N/A\n' ;;
   "mig -lgip"|"mig -lgipp") echo "fake nvidia-smi $*" ;;
   *) touch "$(dirname "$0")/WROTE"; exit 1 ;;
 esac
@@ -80,8 +80,10 @@ func TestGPUProbe(t *testing.T) {
 		}
 	}
 	q, _ := os.ReadFile(filepath.Join(out, "nvidia-smi-q.txt"))
-	if strings.Contains(string(q), "1650123456789") || strings.Contains(string(q), "5f3c9a1b") || !strings.Contains(string(q), "GPU-00000000-0000") {
-		t.Errorf("nvidia-smi -q not scrubbed:\n%s", q)
+	for _, want := range []string{": 0000000000000\n", "GPU-00000000-0000-0000-0000-000000000000\n", ": 0x0000000000000000\n", "Chassis Serial Number             : N/A\n"} {
+		if !strings.Contains(string(q), want) {
+			t.Errorf("nvidia-smi -q not scrubbed as it should be (no %q):\n%s", want, q)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "path", "WROTE")); err == nil {
 		t.Error("the probe ran nvidia-smi with other arguments than its read commands")
@@ -91,6 +93,25 @@ func TestGPUProbe(t *testing.T) {
 	again, code := run(t, "--host-root", snap, "-o", "json", "inspect")
 	if code != 0 || strings.ReplaceAll(again, snap, "ROOT") != strings.ReplaceAll(string(probed), root, "ROOT") {
 		t.Errorf("inspect of the probe's snapshot differs from the probe's inspect.json\nprobe:\n%s\nsnapshot:\n%s", probed, again)
+	}
+}
+
+// scrub_ids zeroes the GPU and MIG UUIDs NVML reports in vgpu-host's JSON, and keeps an mdev
+// UUID, which its owner chose.
+func TestGPUProbeScrubsIDs(t *testing.T) {
+	t.Parallel()
+	f := filepath.Join(t.TempDir(), "inspect.json")
+	in := `{"uuid": "GPU-7fdb91d4-baa3-1672-a22a-e9591e769932", "mdev": "66666666-7777-8888-9999-000000000000", "mig": "MIG-5f3c9a1b-0d2e-4f60-8a7b-1c2d3e4f5a6b"}`
+	if err := os.WriteFile(f, []byte(in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("bash", "-c", `source "$1"; scrub_ids "$2"`, "gpu-probe-test", probeScript(t), f).CombinedOutput(); err != nil {
+		t.Fatalf("scrub_ids: %v\n%s", err, b)
+	}
+	got, _ := os.ReadFile(f)
+	want := `{"uuid": "GPU-00000000-0000-0000-0000-000000000000", "mdev": "66666666-7777-8888-9999-000000000000", "mig": "MIG-00000000-0000-0000-0000-000000000000"}`
+	if string(got) != want {
+		t.Errorf("scrub_ids:\n got %s\nwant %s", got, want)
 	}
 }
 
@@ -105,7 +126,8 @@ func TestGPUProbeRefusesWrites(t *testing.T) {
 		"bin/vgpu-host unbind 0000:01:00.0", "bin/vgpu-host mig apply --gpu 0 --profiles 7g.141gb",
 		"bin/vgpu-host host snapshot a b", "sh -c 'echo 0 > /sys/bus/pci/devices/0000:00:06.0/remove'",
 	} {
-		cmd := exec.Command("bash", "-c", `source "$0"; ro `+args, probeScript(t))
+		// $0 is not the script, so sourcing it defines ro and runs no probe.
+		cmd := exec.Command("bash", "-c", `source "$1"; ro `+args, "gpu-probe-test", probeScript(t))
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "path")+":/usr/bin:/bin")
 		b, err := cmd.CombinedOutput()
@@ -115,5 +137,8 @@ func TestGPUProbeRefusesWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "path", "WROTE")); err == nil {
 		t.Error("a refused nvidia-smi command ran")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpu-probe-OUT")); err == nil {
+		t.Error("sourcing the probe for its guard ran the probe")
 	}
 }
