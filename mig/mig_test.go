@@ -15,7 +15,7 @@ func TestProfileNameAsNVIDIA(t *testing.T) {
 	const a100_80 = 81920 << 20
 	const a100_40 = 40960 << 20
 	const h200 = 150754820096
-	const h100 = 81559 << 20
+	const h100 = 85520809984
 	for _, tc := range []struct {
 		index    int
 		mib, dev uint64
@@ -42,15 +42,15 @@ func TestProfileNameAsNVIDIA(t *testing.T) {
 		{Profile3Slice, 71424, h200, "3g.71gb"},
 		{Profile4Slice, 71424, h200, "4g.71gb"},
 		{Profile7Slice, 143360, h200, "7g.141gb"},
-		// An H100 80GB HBM3 (81559 MiB; nvidia-smi mig -lgip prints 9.75, 19.62 and 39.50 GiB
-		// for 1g.10gb, 1g.20gb and 3g.40gb; the 7g's size is assumed just under the total).
+		// A real H100 80GB HBM3 (testdata/nvidia-h100: memory_total and MemorySizeMB as NVML
+		// reported them, names as nvidia-smi mig -lgip printed them).
 		{Profile1Slice, 9984, h100, "1g.10gb"},
 		{Profile1SliceRev1, 9984, h100, "1g.10gb+me"},
 		{Profile1SliceRev2, 20096, h100, "1g.20gb"},
 		{Profile2Slice, 20096, h100, "2g.20gb"},
 		{Profile3Slice, 40448, h100, "3g.40gb"},
 		{Profile4Slice, 40448, h100, "4g.40gb"},
-		{Profile7Slice, 80896, h100, "7g.80gb"},
+		{Profile7Slice, 81152, h100, "7g.80gb"},
 	} {
 		got, err := ProfileName(tc.index, tc.mib, tc.dev)
 		if err != nil || got != tc.want {

@@ -22,6 +22,23 @@ func SharedFixture(tb testing.TB, name string) string {
 	return requireFile(tb, filepath.Join(repoRoot(tb), "..", "shared", "fixtures", name))
 }
 
+// Capture returns the path of a file of a real machine's capture, NAME relative to where
+// captures live: the repository's testdata/ (the H100 host, testdata/nvidia-h100) or
+// ../shared/fixtures/ (the H200 host and the real-kernel snapshot). A missing file fails the
+// test in CI and skips it elsewhere, as SharedFixture does.
+func Capture(tb testing.TB, name string) string {
+	tb.Helper()
+	if p := filepath.Join(repoRoot(tb), "testdata", name); fileExists(p) {
+		return p
+	}
+	return SharedFixture(tb, name)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // RepoFile returns the path of a file relative to the repository root, or "" when it does not
 // exist (for optional snapshots such as host/testdata/lab-snapshot.tar.gz).
 func RepoFile(tb testing.TB, rel string) string {

@@ -9,37 +9,42 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
-// Capturing the replay of a real H200 gives back that H200's capture: Capture asks what the
-// capture was taken with, and the replay answers every call Capture makes.
+// Capturing the replay of a real GPU gives back that GPU's capture: Capture asks what the
+// capture was taken with, and the replay answers every call Capture makes: on the H200 of
+// ../shared/fixtures and on the H100 of testdata/nvidia-h100.
 func TestCaptureOfReplayIsTheCapture(t *testing.T) {
-	path := hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json")
-	f, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Capture(NewServer(f))
-	if err != nil {
-		t.Fatalf("capture: %v", err)
-	}
-	b, err := json.Marshal(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want, have any
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &have); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(want, have) {
-		w, _ := json.MarshalIndent(want, "", " ")
-		h, _ := json.MarshalIndent(have, "", " ")
-		t.Errorf("capture of the replay differs from the capture\nwant %s\ngot  %s", w, h)
+	for _, capture := range []string{"nvidia-h200", "nvidia-h100"} {
+		t.Run(capture, func(t *testing.T) {
+			path := hosttest.Capture(t, capture+"/nvml-facts.json")
+			f, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Capture(NewServer(f))
+			if err != nil {
+				t.Fatalf("capture: %v", err)
+			}
+			b, err := json.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want, have any
+			if err := json.Unmarshal(raw, &want); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &have); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(want, have) {
+				w, _ := json.MarshalIndent(want, "", " ")
+				h, _ := json.MarshalIndent(have, "", " ")
+				t.Errorf("capture of the replay differs from the capture\nwant %s\ngot  %s", w, h)
+			}
+		})
 	}
 }
 

@@ -22,11 +22,25 @@ import (
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
 
+// realGPUs are the real GPUs whose NVML answers were captured read-only, MIG off, with
+// nvidia-smi's listings of the same GPU (hosttest.Capture): the H200 of ../shared/fixtures and
+// the H100 of testdata/nvidia-h100.
+var realGPUs = []struct{ capture, name string }{
+	{"nvidia-h200", "NVIDIA H200"},
+	{"nvidia-h100", "NVIDIA H100 80GB HBM3"},
+}
+
 // h200 is the replay of a real H200's NVML answers (../shared/fixtures/nvidia-h200), MIG off
 // as captured.
 func h200(t *testing.T) (*nvmlfacts.Server, mig.Backend) {
 	t.Helper()
-	f, err := nvmlfacts.Load(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	return replay(t, "nvidia-h200")
+}
+
+// replay is the replay of the NVML answers of the real GPU captured in capture.
+func replay(t *testing.T, capture string) (*nvmlfacts.Server, mig.Backend) {
+	t.Helper()
+	f, err := nvmlfacts.Load(hosttest.Capture(t, capture+"/nvml-facts.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +60,10 @@ type smiProfile struct {
 	placementsPrinted bool
 }
 
-// nvidiaSMI parses the capture of nvidia-smi mig -lgip / -lgipp on the H200, by profile ID.
-func nvidiaSMI(t *testing.T) map[int]*smiProfile {
+// nvidiaSMI parses the capture of nvidia-smi mig -lgip / -lgipp on a real GPU, by profile ID.
+func nvidiaSMI(t *testing.T, capture string) map[int]*smiProfile {
 	t.Helper()
-	fh, err := os.Open(hosttest.SharedFixture(t, "nvidia-h200/nvidia-smi-mig.txt"))
+	fh, err := os.Open(hosttest.Capture(t, capture+"/nvidia-smi-mig.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +102,17 @@ func nvidiaSMI(t *testing.T) map[int]*smiProfile {
 	return out
 }
 
-// The replay of the H200 gives exactly what nvidia-smi printed on the same GPU: every profile
-// (none dropped), its name, its ID, its instance count and its placements in memory slices.
-func TestH200ProfilesAsNvidiaSMI(t *testing.T) {
-	_, b := h200(t)
+// The replay of each real GPU gives exactly what nvidia-smi printed on the same GPU: every
+// profile (none dropped), its name, its ID, its instance count and its placements in memory
+// slices.
+func TestProfilesAsNvidiaSMI(t *testing.T) {
+	for _, gpu := range realGPUs {
+		t.Run(gpu.capture, func(t *testing.T) { profilesAsNvidiaSMI(t, gpu.capture, gpu.name) })
+	}
+}
+
+func profilesAsNvidiaSMI(t *testing.T, capture, name string) {
+	_, b := replay(t, capture)
 	st, err := b.State(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -100,10 +121,10 @@ func TestH200ProfilesAsNvidiaSMI(t *testing.T) {
 		t.Fatalf("%d GPUs, want 1", len(st.GPUs))
 	}
 	g := st.GPUs[0]
-	if g.Address != "0000:00:06.0" || g.Name != "NVIDIA H200" || !g.Capable || g.Enabled || g.ComputeSlices != 7 || g.MemorySlices != 8 {
+	if g.Address != "0000:00:06.0" || g.Name != name || !g.Capable || g.Enabled || g.ComputeSlices != 7 || g.MemorySlices != 8 {
 		t.Errorf("GPU: %+v", g)
 	}
-	smi := nvidiaSMI(t)
+	smi := nvidiaSMI(t, capture)
 	seen := map[int]bool{}
 	for _, p := range g.Profiles {
 		want := smi[p.ID]
@@ -140,26 +161,28 @@ func TestH200ProfilesAsNvidiaSMI(t *testing.T) {
 	}
 }
 
-// The IDs the corrected dgxa100 mock reports are the ones the real GPU reports for the same
+// The IDs the corrected dgxa100 mock reports are the ones each real GPU reports for the same
 // profile index: a capture wins over a mock.
 func TestMockProfileIDsMatchTheCapture(t *testing.T) {
-	f, err := nvmlfacts.Load(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	mock := mocknvml.DGXA100().Devices[0]
-	for _, p := range f.GPUs[0].Profiles {
-		if p.Info == nil {
-			if _, ok := mocknvml.ProfileIDs[p.Index]; ok {
-				t.Errorf("index %d: the mock has an ID, the H200 does not offer it", p.Index)
+	for _, gpu := range realGPUs {
+		f, err := nvmlfacts.Load(hosttest.Capture(t, gpu.capture+"/nvml-facts.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range f.GPUs[0].Profiles {
+			if p.Info == nil {
+				if _, ok := mocknvml.ProfileIDs[p.Index]; ok {
+					t.Errorf("%s: index %d: the mock has an ID, the real GPU does not offer it", gpu.name, p.Index)
+				}
+				continue
 			}
-			continue
-		}
-		if id, ok := mocknvml.ProfileIDs[p.Index]; !ok || id != p.Info.Id {
-			t.Errorf("index %d: mock ID %d (%v), the H200's %d", p.Index, id, ok, p.Info.Id)
-		}
-		if info, ret := mock.GetGpuInstanceProfileInfo(p.Index); ret == nvml.SUCCESS && info.Id != p.Info.Id {
-			t.Errorf("index %d: dgxa100 reports ID %d, the H200 %d", p.Index, info.Id, p.Info.Id)
+			if id, ok := mocknvml.ProfileIDs[p.Index]; !ok || id != p.Info.Id {
+				t.Errorf("%s: index %d: mock ID %d (%v), the real GPU's %d", gpu.name, p.Index, id, ok, p.Info.Id)
+			}
+			if info, ret := mock.GetGpuInstanceProfileInfo(p.Index); ret == nvml.SUCCESS && info.Id != p.Info.Id {
+				t.Errorf("%s: index %d: dgxa100 reports ID %d, the real GPU %d", gpu.name, p.Index, info.Id, p.Info.Id)
+			}
 		}
 	}
 }
@@ -177,20 +200,64 @@ func replayInstances(s *nvmlfacts.Server) string {
 // Lists that fit on an H200 plan and apply on its replay, at NVIDIA's placements, with a
 // compute instance in each; lists that do not are refused before any change.
 func TestH200PlanAndApply(t *testing.T) {
-	ctx := context.Background()
-	const gpu = "0000:00:06.0"
-	for _, tc := range []struct {
-		want []string
-		got  string // profile ID@start:size as NVML holds them
-	}{
+	planAndApply(t, "nvidia-h200", []planApply{
 		{[]string{"3g.71gb", "3g.71gb"}, "9@0:4 9@4:4"},
 		{[]string{"1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb"}, "19@0:1 19@1:1 19@2:1 19@3:1 19@4:1 19@5:1 19@6:1"},
 		{[]string{"2g.35gb", "1g.35gb", "1g.35gb"}, "14@0:2 15@2:2 15@4:2"},
 		{[]string{"MIG 4g.71gb", "9"}, "5@0:4 9@4:4"},
 		{[]string{"7g.141gb"}, "0@0:8"},
 		{[]string{"1g.18gb+me", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb", "1g.18gb"}, "19@1:1 19@2:1 19@3:1 19@4:1 19@5:1 19@6:1 20@0:1"},
-	} {
-		s, b := h200(t)
+	}, []planRefused{
+		{[]string{"4g.71gb", "4g.71gb"}, "2× 4g.71gb do not fit: it holds at most 1"},
+		{[]string{"1g.18gb+me", "1g.18gb+me"}, "2× 1g.18gb+me do not fit: it holds at most 1"},
+		{[]string{"1g.35gb", "1g.35gb", "1g.35gb", "1g.35gb", "1g.18gb"}, "1g.18gb does not fit"},
+		{[]string{"4g.71gb", "3g.71gb", "1g.18gb"}, "does not fit"},
+		{[]string{"3g.40gb"}, "did you mean"},
+	})
+}
+
+// The same on the real H100 (testdata/nvidia-h100), by the names nvidia-smi printed there,
+// its smallest profiles (1g.10gb, 1g.20gb) included.
+func TestH100PlanAndApply(t *testing.T) {
+	planAndApply(t, "nvidia-h100", []planApply{
+		{[]string{"3g.40gb", "3g.40gb"}, "9@0:4 9@4:4"},
+		{[]string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}, "19@0:1 19@1:1 19@2:1 19@3:1 19@4:1 19@5:1 19@6:1"},
+		{[]string{"1g.20gb", "1g.20gb", "1g.20gb", "1g.20gb"}, "15@0:2 15@2:2 15@4:2 15@6:2"},
+		{[]string{"2g.20gb", "1g.20gb", "1g.20gb"}, "14@0:2 15@2:2 15@4:2"},
+		{[]string{"MIG 4g.40gb", "9"}, "5@0:4 9@4:4"},
+		{[]string{"7g.80gb"}, "0@0:8"},
+		{[]string{"1g.10gb+me", "2g.20gb", "3g.40gb"}, "14@4:2 20@6:1 9@0:4"},
+	}, []planRefused{
+		{[]string{"4g.40gb", "4g.40gb"}, "2× 4g.40gb do not fit: it holds at most 1"},
+		{[]string{"1g.10gb+me", "1g.10gb+me"}, "2× 1g.10gb+me do not fit: it holds at most 1"},
+		{[]string{"1g.20gb", "1g.20gb", "1g.20gb", "1g.20gb", "1g.10gb"}, "1g.10gb does not fit"},
+		{[]string{"7g.80gb", "1g.10gb"}, "does not fit"},
+		{[]string{"3g.71gb"}, "did you mean"},
+	})
+}
+
+// planApply is a list of profiles that fits, and the GPU instances NVML then holds as
+// "profile-ID@start:size", sorted.
+type planApply struct {
+	want []string
+	got  string
+}
+
+// planRefused is a list of profiles that does not fit, and what the refusal says.
+type planRefused struct {
+	want []string
+	msg  string
+}
+
+// planAndApply plans and applies each fitting list on a fresh replay of capture, checks what
+// NVML holds then and that planning again changes nothing; and checks each refused list is
+// refused before any change.
+func planAndApply(t *testing.T, capture string, fits []planApply, refused []planRefused) {
+	t.Helper()
+	ctx := context.Background()
+	const gpu = "0000:00:06.0"
+	for _, tc := range fits {
+		s, b := replay(t, capture)
 		st, err := b.State(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -217,18 +284,9 @@ func TestH200PlanAndApply(t *testing.T) {
 			t.Errorf("plan %v again: %v, %v", tc.want, again.Steps, err)
 		}
 	}
-	_, b := h200(t)
+	_, b := replay(t, capture)
 	st, _ := b.State(ctx)
-	for _, tc := range []struct {
-		want []string
-		msg  string
-	}{
-		{[]string{"4g.71gb", "4g.71gb"}, "2× 4g.71gb do not fit: it holds at most 1"},
-		{[]string{"1g.18gb+me", "1g.18gb+me"}, "2× 1g.18gb+me do not fit: it holds at most 1"},
-		{[]string{"1g.35gb", "1g.35gb", "1g.35gb", "1g.35gb", "1g.18gb"}, "1g.18gb does not fit"},
-		{[]string{"4g.71gb", "3g.71gb", "1g.18gb"}, "does not fit"},
-		{[]string{"3g.40gb"}, "did you mean"},
-	} {
+	for _, tc := range refused {
 		if _, err := mig.Plan(st, map[string][]string{gpu: tc.want}); err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("plan %v: %v, want an error containing %q", tc.want, err, tc.msg)
 		}
@@ -292,10 +350,24 @@ func TestH200ReplayRules(t *testing.T) {
 }
 
 // Without NVML (mdev place on a MIG-backed vGPU type read from sysfs) placement uses NVIDIA's
-// documented geometry: on the H200 it gives what the real GPU reports, and the types NVIDIA
-// names for it (H200X-3-71C, H200X-1-18CME) find their profiles.
-func TestH200DocumentedGeometryAndVGPUTypes(t *testing.T) {
-	_, b := h200(t)
+// documented geometry: on the H200 and the H100 it gives what the real GPU reports, and the
+// types NVIDIA names for them (H200X-3-71C, H200X-1-18CME, H100XM-1-20C, …) find their
+// profiles.
+func TestDocumentedGeometryAndVGPUTypes(t *testing.T) {
+	types := map[string]map[string]string{
+		"nvidia-h200": {"NVIDIA H200X-3-71C": "3g.71gb", "H200X-1-18CME": "1g.18gb+me", "H200X-1-35C": "1g.35gb", "H200X-7-141C": "7g.141gb"},
+		"nvidia-h100": {"NVIDIA H100XM-3-40C": "3g.40gb", "H100XM-1-10CME": "1g.10gb+me", "H100XM-1-20C": "1g.20gb", "H100XM-1-10C": "1g.10gb", "H100XM-7-80C": "7g.80gb"},
+	}
+	for _, gpu := range realGPUs {
+		t.Run(gpu.capture, func(t *testing.T) { documentedGeometry(t, gpu.capture, types[gpu.capture]) })
+	}
+}
+
+func documentedGeometry(t *testing.T, capture string, types map[string]string) {
+	if len(types) == 0 {
+		t.Fatalf("no vGPU type names for %s", capture)
+	}
+	_, b := replay(t, capture)
 	st, err := b.State(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +390,7 @@ func TestH200DocumentedGeometryAndVGPUTypes(t *testing.T) {
 			t.Errorf("%s: documented %+v; NVML %+v", p.Name, d, p)
 		}
 	}
-	for typ, want := range map[string]string{"NVIDIA H200X-3-71C": "3g.71gb", "H200X-1-18CME": "1g.18gb+me", "H200X-1-35C": "1g.35gb", "H200X-7-141C": "7g.141gb"} {
+	for typ, want := range types {
 		prof, _, ok := vgpu.MIGBacking(typ)
 		p, err := g.LookupProfile(prof)
 		if !ok || err != nil || p.Name != want {
