@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark on a REAL NVIDIA host, read-only: `vgpu-host inspect` against `lspci -nnk` on this
-# host, with the NVML helper beside vgpu-host. Not part of `make bench` (it needs the NVIDIA
-# driver and a GPU); run it as root on such a host after `make build`:
+# host, with the NVML helper beside vgpu-host. `make bench` runs it, and where there is no
+# nvidia-smi (no NVIDIA driver) it says so and measures nothing. Alone, as root on such a host
+# after `make build`:
 #
 #   bench/inspect-real-gpu.sh [OUTDIR]
 #
