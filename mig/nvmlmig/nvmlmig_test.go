@@ -279,7 +279,13 @@ func TestDocumentedGeometryMatchesNVML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := st.GPUs[0]
+	documentedAsNVML(t, st.GPUs[0])
+}
+
+// documentedAsNVML checks that mig.DocumentedGPU, for g's address and profile names, gives
+// g's slices and, per profile, NVML's limit, placements and slices.
+func documentedAsNVML(t *testing.T, g mig.GPU) {
+	t.Helper()
 	var names []string
 	for _, p := range g.Profiles {
 		names = append(names, p.Name)

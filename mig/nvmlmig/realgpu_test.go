@@ -373,23 +373,7 @@ func documentedGeometry(t *testing.T, capture string, types map[string]string) {
 		t.Fatal(err)
 	}
 	g := st.GPUs[0]
-	var names []string
-	for _, p := range g.Profiles {
-		names = append(names, p.Name)
-	}
-	doc, err := mig.DocumentedGPU(g.Address, 7, names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range g.Profiles {
-		d, err := doc.LookupProfile(p.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Max != p.Max || fmt.Sprint(d.Placements) != fmt.Sprint(p.Placements) || d.ComputeSlices != p.ComputeSlices || d.MemorySlices != p.MemorySlices {
-			t.Errorf("%s: documented %+v; NVML %+v", p.Name, d, p)
-		}
-	}
+	documentedAsNVML(t, g)
 	for typ, want := range types {
 		prof, _, ok := vgpu.MIGBacking(typ)
 		p, err := g.LookupProfile(prof)
