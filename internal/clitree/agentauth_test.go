@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 	if f := os.Getenv(envCLIChild); f != "" {
 		os.Exit(cliChild(f))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeNVMLHelpers()
+	os.Exit(code)
 }
 
 // childResult is what one command line did in the child.
