@@ -105,7 +105,9 @@ func TestGPUProbeRefusesWrites(t *testing.T) {
 		"bin/vgpu-host unbind 0000:01:00.0", "bin/vgpu-host mig apply --gpu 0 --profiles 7g.141gb",
 		"bin/vgpu-host host snapshot a b", "sh -c 'echo 0 > /sys/bus/pci/devices/0000:00:06.0/remove'",
 	} {
-		cmd := exec.Command("bash", "-c", `source "$0"; ro `+args, probeScript(t))
+		// $0 is bash, not the script: sourced, the script defines ro and does not run its
+		// main (the whole probe, which ran once per command here before).
+		cmd := exec.Command("bash", "-c", `source "$1"; ro `+args, "bash", probeScript(t))
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "path")+":/usr/bin:/bin")
 		b, err := cmd.CombinedOutput()
@@ -115,5 +117,8 @@ func TestGPUProbeRefusesWrites(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "path", "WROTE")); err == nil {
 		t.Error("a refused nvidia-smi command ran")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpu-probe-OUT")); err == nil {
+		t.Error("sourcing the probe ran it (it wrote gpu-probe-OUT)")
 	}
 }
