@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	removeNVMLHelpers()
+	if release.dir != "" {
+		os.RemoveAll(release.dir)
+	}
+	if binPath != "" { // binary's build and the helpers beside it
+		os.RemoveAll(filepath.Dir(binPath))
+	}
 	os.Exit(code)
 }
 
