@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
@@ -77,7 +78,9 @@ func newVendorEnv(t *testing.T) *vendorEnv {
 }
 
 func (e *vendorEnv) lc(mod ...func(*Options)) *Lifecycle {
-	o := Options{Root: e.tree.Root, Conn: e.conn, Host: NewSysfsPrep(e.tree.Root, e.k, e.k), Ledger: e.led}
+	// LateDefineGrace as env.lc's: a crash before the define leaves a started define step,
+	// which teardown watches the fake for (TestLateDefineAfterCrash tests that watch).
+	o := Options{Root: e.tree.Root, Conn: e.conn, Host: NewSysfsPrep(e.tree.Root, e.k, e.k), Ledger: e.led, LateDefineGrace: 300 * time.Millisecond}
 	for _, m := range mod {
 		m(&o)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/nvmlfacts"
+	"github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
 // EnvFacts names a capture of a real machine's NVML answers (nvmlfacts.Facts, the format of
@@ -15,7 +16,7 @@ import (
 // a GPU, so a host can be reproduced from its snapshot (`vgpu-host host snapshot`) anywhere.
 // MIG mode and GPU instances are kept in memory by NVIDIA's placement rules for the one
 // command; only the test build carries them from one command to the next (mock.go).
-const EnvFacts = "VGPU_HOST_NVML_FACTS"
+const EnvFacts = remote.EnvFacts
 
 // factsLib is the replay of the capture at path. It says on stderr, once per helper process,
 // that no GPU answers; a capture that cannot be read ends the helper (exit 1).

@@ -16,6 +16,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/mocknvml"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/nvmlfacts"
+	"github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
 // The test build (go build -tags nvmlmock) serves, beyond the release build's replay of a
@@ -34,8 +35,8 @@ import (
 // contain none of this: go-nvml's mock is not linked, and the helper a host runs as root
 // writes no state file an environment variable names.
 const (
-	EnvMock      = "VGPU_HOST_NVML_MOCK"
-	EnvMockState = "VGPU_HOST_NVML_MOCK_STATE"
+	EnvMock      = remote.EnvMock
+	EnvMockState = remote.EnvMockState
 )
 
 // mockState is the saved state: per device, its MIG mode, instance counter and GPU instances.

@@ -8,6 +8,7 @@ import (
 	"go/types"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,18 +40,32 @@ func funcVarsOf(fset *token.FileSet, pkg *types.Package) []string {
 
 // moduleFuncVars type-checks every package of the module (outside third_party/) from its
 // non-test files under each of vetTagSets, and returns their package-level variables of
-// function type (funcVarsOf), with paths relative to root, each once.
-func moduleFuncVars(t *testing.T, root string) (found []string, packages int) {
+// function type (funcVarsOf), with paths relative to root, each once; how many packages it
+// checked; and the packages it checked again under a later tag set. A package is checked
+// again only when go list gives it other files under that tag set than under the first
+// (tagFilesDiffer): with the same files it declares the same variables.
+func moduleFuncVars(t *testing.T, root string) (found []string, packages int, again map[string][]string) {
 	t.Helper()
 	seen := map[string]bool{}
 	checked := map[string]bool{}
-	for _, tags := range vetTagSets {
+	again = map[string][]string{}
+	var first map[string]listedPackage
+	for i, tags := range vetTagSets {
 		pkgs := listDeps(t, root, "-compiled", "-tags", tags, "./...")
+		if i == 0 {
+			first = pkgs
+		}
 		fset := token.NewFileSet()
 		imp := exportImporter(fset, pkgs)
 		for path, p := range pkgs {
 			if !strings.HasPrefix(path, modulePath) || strings.HasPrefix(path, modulePath+"third_party/") || len(p.compiled) == 0 {
 				continue
+			}
+			if i > 0 {
+				if f, ok := first[path]; ok && !tagFilesDiffer(f, p) {
+					continue
+				}
+				again[tags] = append(again[tags], path)
 			}
 			checked[path] = true
 			var files []*ast.File
@@ -79,7 +94,22 @@ func moduleFuncVars(t *testing.T, root string) (found []string, packages int) {
 		}
 	}
 	sort.Strings(found)
-	return found, len(checked)
+	return found, len(checked), again
+}
+
+// tagFilesDiffer reports whether a package's files under one tag set (a) are not those under
+// another (b): go list's GoFiles, and CompiledGoFiles by name (cgo's output lives in the build
+// cache under a path of its own).
+func tagFilesDiffer(a, b listedPackage) bool {
+	names := func(fs []string) string {
+		var n []string
+		for _, f := range fs {
+			n = append(n, filepath.Base(f))
+		}
+		sort.Strings(n)
+		return strings.Join(n, " ")
+	}
+	return a.dir != b.dir || names(a.files) != names(b.files) || names(a.compiled) != names(b.compiled)
 }
 
 // TestNoFunctionVariables: no package of the module (outside tests and third_party/) has a
@@ -90,10 +120,17 @@ func moduleFuncVars(t *testing.T, root string) (found []string, packages int) {
 // callers, or a function a build tag chooses (crashHook).
 func TestNoFunctionVariables(t *testing.T) {
 	t.Parallel()
-	found, packages := moduleFuncVars(t, moduleRoot(t))
+	found, packages, again := moduleFuncVars(t, moduleRoot(t))
 	if packages < 45 {
 		t.Fatalf("type-checked only %d packages of the module", packages)
 	}
+	// The tagged files are checked: internal/clitree has crashhook_crashtest.go under the
+	// second tag set, and vfio no tagged file.
+	tags := vetTagSets[len(vetTagSets)-1]
+	if !slices.Contains(again[tags], modulePath+"internal/clitree") || slices.Contains(again[tags], modulePath+"vfio") {
+		t.Fatalf("checked again under tags %q: %v; want internal/clitree (crashhook_crashtest.go) and not vfio", tags, again[tags])
+	}
+	t.Logf("%d packages type-checked; again under tags %q, with other files there: %d (%v)", packages, tags, len(again[tags]), again[tags])
 	for _, b := range found {
 		t.Errorf("a function in a package variable (make it a field of the options or struct the code takes): %s", b)
 	}

@@ -67,7 +67,7 @@ func startAgentWith(t *testing.T, dir string, mod func(*agent.Server)) (uri stri
 	}
 	procRoot, _ := host.NewRoot("/")
 	srv := &agent.Server{Root: root, Socket: agentSocketUnder(root), GID: -1, ProcRoot: procRoot,
-		Runner: &cliRunner{root: root, uri: uri, log: log, env: testEnv()}, Log: log, URI: uri, OpenConn: testEnv().openConnWait}
+		Runner: &cliRunner{root: root, uri: uri, log: log, env: testEnvOf(t)}, Log: log, URI: uri, OpenConn: testEnv().openConnWait}
 	if mod != nil {
 		mod(srv)
 	}
@@ -91,7 +91,7 @@ func startAgentWith(t *testing.T, dir string, mod func(*agent.Server)) (uri stri
 func runVia(t *testing.T, mode string, args ...string) (string, string, int) {
 	t.Helper()
 	argv := append([]string{"--agent", mode}, args...)
-	app := newApp(testEnv())
+	app := newApp(testEnvOf(t))
 	pruneUnnamed(app, argv)
 	var out, errw bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errw

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -23,6 +24,7 @@ import (
 // reaches the GPU's health file, and within 5 s /metrics has vgpuhost_nvidia_xid_total and
 // the GPU unhealthy, /v1/health lists it, and host health shows it.
 func TestAgentXidFromH200Replay(t *testing.T) {
+	t.Parallel()
 	bin := binary(t)
 	releaseNVML(t)
 	b, err := os.ReadFile(hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
@@ -34,10 +36,17 @@ func TestAgentXidFromH200Replay(t *testing.T) {
 	if err := os.WriteFile(facts, []byte(withEvents), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("VGPU_HOST_NVML_FACTS", facts)
+	setNVML(t, migremote.EnvFacts, facts)
 	dir := hosttest.Snapshot(t, hosttest.SharedFixture(t, "nvidia-h200/sysfs-snapshot.tar.gz")).Dir()
 	uri := virt.FileScheme + "://" + filepath.Join(dir, "libvirt.json")
-	_, logs := startAgentProcess(t, bin, dir, uri)
+	// The agent process gets the test's NVML variables in its environment, as a host's
+	// agent has them from its unit.
+	var env []string
+	nv := nvmlOf(t)
+	for _, k := range migremote.EnvVars {
+		env = append(env, k+"="+nv.Getenv(k))
+	}
+	_, logs := startAgentProcess(t, bin, dir, uri, env...)
 	c := agentClient(t, dir)
 	start := time.Now()
 	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -81,7 +90,9 @@ func TestAgentXidFromH200Replay(t *testing.T) {
 		h.UnhealthyDevices[0].Address != "0000:00:06.0" || h.UnhealthyDevices[0].Problems[0].Check != "nvidia-xid" {
 		t.Errorf("/v1/health %+v %v", h, err)
 	}
-	out, err := exec.Command(bin, "--host-root", dir, "-o", "json", "host", "health").CombinedOutput()
+	health := exec.Command(bin, "--host-root", dir, "-o", "json", "host", "health")
+	health.Env = append(os.Environ(), env...)
+	out, err := health.CombinedOutput()
 	var entries []healthEntry
 	if err != nil || json.Unmarshal(out, &entries) != nil || len(entries) != 1 || entries[0].Xid["79"] != 1 || len(entries[0].XidPending) != 1 {
 		t.Errorf("host health -o json: %v\n%s", err, out)

@@ -27,7 +27,15 @@ func TestMain(m *testing.M) {
 	if f := os.Getenv(envCLIChild); f != "" {
 		os.Exit(cliChild(f))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeNVMLHelpers()
+	if release.dir != "" {
+		os.RemoveAll(release.dir)
+	}
+	if binPath != "" { // binary's build and the helpers beside it
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
 }
 
 // childResult is what one command line did in the child.

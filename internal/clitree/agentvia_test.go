@@ -56,7 +56,7 @@ type viaAgent struct {
 // message and exit code the agent's run printed).
 func runInTest(t *testing.T, args []string, out, errw io.Writer) error {
 	t.Helper()
-	app := newApp(testEnv())
+	app := newApp(testEnvOf(t))
 	app.Writer, app.ErrWriter = out, errw
 	via := viaOf(t)
 	if via == nil {
@@ -122,7 +122,7 @@ func (v *viaAgent) start(t *testing.T, root host.Root, uri string) string {
 	procRoot, _ := host.NewRoot("/")
 	log, _ := agent.NewLogger(io.Discard, "info", false)
 	srv := &agent.Server{Root: root, Socket: filepath.Join(dir, "agent.sock"), GID: -1, ProcRoot: procRoot,
-		Runner: &cliRunner{root: root, uri: uri, log: log, env: testEnv()}, Log: log, URI: uri,
+		Runner: &cliRunner{root: root, uri: uri, log: log, env: testEnvOf(t)}, Log: log, URI: uri,
 		OpenConn: testEnv().openConnWait}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -35,6 +36,11 @@ type Env struct {
 	// MIGFor returns the MIG backend and planner for root and how to let them go. Nil: the NVML
 	// helper when NVML describes root (nvmlMIG).
 	MIGFor func(root host.Root) (mig.Backend, layout.MIGPlanner, func())
+	// NVML is the environment the NVML helper is found and started with, and that says
+	// whether NVML describes a fake --host-root (a mock or a replayed capture). The zero value
+	// is this process's environment (VGPU_HOST_NVML_HELPER, VGPU_HOST_NVML_FACTS, ...); tests
+	// give each tree its own helper and capture here, so that they run in parallel.
+	NVML migremote.Env
 }
 
 // envKey holds the tree's *Env in its root command's Metadata.
@@ -98,5 +104,5 @@ func (e *Env) migFor(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
 	if e.MIGFor != nil {
 		return e.MIGFor(root)
 	}
-	return nvmlMIG(root)
+	return nvmlMIG(e.NVML, root)
 }

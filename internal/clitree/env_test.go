@@ -2,11 +2,15 @@ package clitree
 
 import (
 	"bytes"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -19,6 +23,7 @@ var testWorld struct {
 	mu      sync.Mutex
 	kernels map[string]*hosttest.Kernel
 	conns   map[string]virt.Conn
+	nvml    map[string]map[string]string // test name → its NVML helper's variables (setNVML)
 }
 
 // testEnv is the Env the tests build their trees with: sysfs writes under a root withKernel
@@ -44,6 +49,63 @@ func testEnv() *Env {
 			}
 			return dialLibvirt(uri, o)
 		},
+	}
+}
+
+// testEnvOf is testEnv with t's NVML helper (setNVML) in Env.NVML: the Env of the trees the
+// CLI helpers (run, runErr, runSplit, ...) build for t.
+func testEnvOf(t *testing.T) *Env {
+	e := testEnv()
+	e.NVML = nvmlOf(t)
+	return e
+}
+
+// setNVML sets t's NVML helper variable name (migremote.EnvVars) to value for the trees t and
+// its subtests build from then on (testEnvOf): the helper's path, the capture it replays, the
+// mock it serves, as t.Setenv did when these tests ran one at a time. The first call gives t
+// all of them, empty (unset) unless set, whatever this process's environment holds.
+func setNVML(t *testing.T, name, value string) {
+	t.Helper()
+	if !slices.Contains(migremote.EnvVars, name) {
+		t.Fatalf("setNVML: %s is not an NVML helper variable", name)
+	}
+	testWorld.mu.Lock()
+	defer testWorld.mu.Unlock()
+	if testWorld.nvml == nil {
+		testWorld.nvml = map[string]map[string]string{}
+	}
+	vars, ok := testWorld.nvml[t.Name()]
+	if !ok {
+		vars = map[string]string{}
+		for _, v := range migremote.EnvVars {
+			vars[v] = ""
+		}
+		t.Cleanup(func() {
+			testWorld.mu.Lock()
+			defer testWorld.mu.Unlock()
+			delete(testWorld.nvml, t.Name())
+		})
+	}
+	// A new map each time: trees built before keep what they were given.
+	vars = maps.Clone(vars)
+	vars[name] = value
+	testWorld.nvml[t.Name()] = vars
+}
+
+// nvmlOf is the NVML helper environment of t: its own (setNVML) or its nearest parent's, else
+// this process's.
+func nvmlOf(t *testing.T) migremote.Env {
+	testWorld.mu.Lock()
+	defer testWorld.mu.Unlock()
+	for name := t.Name(); ; {
+		if vars, ok := testWorld.nvml[name]; ok {
+			return migremote.Env{Vars: vars}
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			return migremote.Env{}
+		}
+		name = name[:i]
 	}
 }
 

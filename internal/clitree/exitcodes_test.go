@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -91,11 +89,7 @@ func TestPanicExitsOneWithBugReport(t *testing.T) {
 func TestCrashHookOnlyInCrashtestBuilds(t *testing.T) {
 	t.Parallel()
 	crash := binary(t) // -tags crashtest, and the helper beside it
-	release := filepath.Join(t.TempDir(), "vgpu-host")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(gobin, "build", "-o", release, "../../cmd/vgpu-host").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	release := releaseBinary(t)
 	for bin, want := range map[string]int{release: 0, crash: 137} {
 		dir := t.TempDir()
 		spec := deviceFreeVM(t, dir, "crashhook")

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/virt"
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
@@ -86,14 +87,18 @@ func VGPUManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 }
 
 // MIGOpener is the boot reconcile's way to NVML for root (reconcile.Reconciler.OpenMIG).
-func MIGOpener(root host.Root) func() (mig.Backend, func(), error) { return migOpener(root) }
+// NVML is found and started as this process's environment says.
+func MIGOpener(root host.Root) func() (mig.Backend, func(), error) {
+	return migOpener(migremote.Env{}, root)
+}
 
-// NVMLDescribes reports whether NVML describes the host at root.
-func NVMLDescribes(root host.Root) bool { return nvmlDescribes(root) }
+// NVMLDescribes reports whether NVML, as this process's environment starts it, describes the
+// host at root.
+func NVMLDescribes(root host.Root) bool { return nvmlDescribes(migremote.Env{}, root) }
 
 // RefreshMIGCache asks NVML for the MIG state through the helper and saves it as root's MIG
 // state cache.
 func RefreshMIGCache(ctx context.Context, root host.Root) error {
-	_, err := readMIGState(ctx, root)
+	_, err := readMIGState(ctx, migremote.Env{}, root)
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -21,18 +20,23 @@ case "$*" in
 esac
 `
 
-// probeEnv builds vgpu-host into DIR/bin (where the probe looks first) when build is set,
-// puts the fake nvidia-smi in DIR/path and returns DIR.
+// probeEnv puts the release vgpu-host (releaseBinary) in DIR/bin (where the probe looks
+// first) when build is set, the fake nvidia-smi in DIR/path, and returns DIR.
 func probeEnv(t *testing.T, build bool) string {
 	t.Helper()
 	dir := t.TempDir()
 	if !build {
 		return fakeSMIPath(t, dir)
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", filepath.Join(dir, "bin", "vgpu-host"), "../../cmd/vgpu-host")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build vgpu-host: %v\n%s", err, out)
+	b, err := os.ReadFile(releaseBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin", "vgpu-host"), b, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	return fakeSMIPath(t, dir)
 }

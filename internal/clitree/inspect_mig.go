@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mdev"
 	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vgpu"
 )
@@ -23,10 +23,10 @@ const migInventoryTimeout = 10 * time.Second
 
 // readMIGInventory reports MIG when inv has an NVIDIA display function bound to the nvidia
 // driver and NVML describes the host inv was read from: the real root, or a mock NVML (the
-// helper's test build, VGPU_HOST_NVML_MOCK). From the MIG state cache when there is one and
+// helper's test build, VGPU_HOST_NVML_MOCK), as nv starts it. From the MIG state cache when there is one and
 // live is false (no NVML start: docs/inspect.md, "MIG and speed"); otherwise NVML is asked
 // now, and what it says is cached. Any failure becomes a note, never an error.
-func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory, live bool) *migInventory {
+func readMIGInventory(ctx context.Context, nv migremote.Env, root host.Root, inv *host.Inventory, live bool) *migInventory {
 	nvidia := false
 	for _, d := range inv.Devices {
 		// NVML sees only the GPUs bound to NVIDIA's driver: with every NVIDIA GPU on
@@ -35,44 +35,45 @@ func readMIGInventory(ctx context.Context, root host.Root, inv *host.Inventory, 
 			nvidia = true
 		}
 	}
-	if !nvidia || !nvmlDescribes(root) {
+	if !nvidia || !nvmlDescribes(nv, root) {
 		return nil
 	}
 	if !live {
-		if c, err := loadMIGCache(root); err == nil {
+		if c, err := loadMIGCache(nv, root); err == nil {
 			at := c.ReadAt
 			return &migInventory{Available: true, Source: "cache", ReadAt: &at, AgeSeconds: max(0, time.Since(at).Seconds()), By: c.By, GPUs: migView(c.State)}
 		}
 	}
-	st, err := readMIGState(ctx, root)
+	st, err := readMIGState(ctx, nv, root)
 	if err != nil {
 		return &migInventory{Note: err.Error()}
 	}
 	return &migInventory{Available: true, Source: "nvml", GPUs: migView(st)}
 }
 
-// nvmlDescribes reports whether NVML describes the host at root: the real root, or any root
-// when the NVML helper is a mock (its test build, VGPU_HOST_NVML_MOCK).
-func nvmlDescribes(root host.Root) bool {
-	return root.IsReal() || os.Getenv("VGPU_HOST_NVML_MOCK") != "" || os.Getenv("VGPU_HOST_NVML_FACTS") != ""
+// nvmlDescribes reports whether NVML, as nv starts its helper, describes the host at root: the
+// real root, or any root when the NVML helper is a mock (its test build, VGPU_HOST_NVML_MOCK)
+// or replays a capture (VGPU_HOST_NVML_FACTS).
+func nvmlDescribes(nv migremote.Env, root host.Root) bool {
+	return root.IsReal() || nv.Getenv(migremote.EnvMock) != "" || nv.Getenv(migremote.EnvFacts) != ""
 }
 
 // readMIGState asks NVML for the MIG state through the helper, within migInventoryTimeout,
-// and saves it as root's MIG state cache.
-func readMIGState(ctx context.Context, root host.Root) (mig.State, error) {
+// and saves it as root's MIG state cache; nv starts the helper.
+func readMIGState(ctx context.Context, nv migremote.Env, root host.Root) (mig.State, error) {
 	ctx, cancel := context.WithTimeout(ctx, migInventoryTimeout)
 	defer cancel()
-	c, err := openMIG()
+	c, err := nv.Open()
 	if err != nil {
 		return mig.State{}, err
 	}
 	defer c.Close()
-	return cachingMIG(root, c).State(ctx)
+	return cachingMIG(nv, root, c).State(ctx)
 }
 
 // placeMIGState is NVML's MIG state for placement when a parent offers a MIG-backed type and
 // NVML answers; nil otherwise (placement then uses NVIDIA's documented geometry).
-func placeMIGState(ctx context.Context, root host.Root, parents []mdev.Parent) *mig.State {
+func placeMIGState(ctx context.Context, nv migremote.Env, root host.Root, parents []mdev.Parent) *mig.State {
 	backed := false
 	for _, p := range parents {
 		for _, t := range p.Types {
@@ -81,10 +82,10 @@ func placeMIGState(ctx context.Context, root host.Root, parents []mdev.Parent) *
 			}
 		}
 	}
-	if !backed || !nvmlDescribes(root) {
+	if !backed || !nvmlDescribes(nv, root) {
 		return nil
 	}
-	st, err := readMIGState(ctx, root)
+	st, err := readMIGState(ctx, nv, root)
 	if err != nil {
 		return nil
 	}

@@ -12,37 +12,38 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // nvmlMIG returns the MIG backend and planner for root and how to let the NVML helper go: the
 // helper when NVML describes root (this machine, or a mock helper under tests) and answers;
 // else nil (a layout with a mig entry is then refused, exit 7, and show lists no MIG).
-// Env.MIGFor replaces it.
-func nvmlMIG(root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
-	if !nvmlDescribes(root) {
+// Env.MIGFor replaces it; nv starts the helper.
+func nvmlMIG(nv migremote.Env, root host.Root) (mig.Backend, layout.MIGPlanner, func()) {
+	if !nvmlDescribes(nv, root) {
 		return nil, nil, func() {}
 	}
-	oc, err := openMIG()
+	oc, err := nv.Open()
 	if err != nil {
 		return nil, nil, func() {}
 	}
-	c := cachingMIG(root, oc)
+	c := cachingMIG(nv, root, oc)
 	return c, layout.NVMLPlanner{}, func() { c.Flush(context.Background()); oc.Close() }
 }
 
 // migOpener is the boot reconcile's way to NVML for root (reconcile.Reconciler.OpenMIG): the
-// helper, when NVML describes root.
-func migOpener(root host.Root) func() (mig.Backend, func(), error) {
+// helper as nv starts it, when NVML describes root.
+func migOpener(nv migremote.Env, root host.Root) func() (mig.Backend, func(), error) {
 	return func() (mig.Backend, func(), error) {
-		if !nvmlDescribes(root) {
+		if !nvmlDescribes(nv, root) {
 			return nil, nil, fmt.Errorf("NVML describes this machine, not --host-root %s: %w", root.Dir(), host.ErrUnsupported)
 		}
-		oc, err := openMIG()
+		oc, err := nv.Open()
 		if err != nil {
 			return nil, nil, err
 		}
-		c := cachingMIG(root, oc)
+		c := cachingMIG(nv, root, oc)
 		return c, func() { c.Flush(context.Background()); oc.Close() }, nil
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -45,6 +46,36 @@ func TestMainBinaryHasNoNetHTTP(t *testing.T) {
 	}
 }
 
+var release struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// releaseBinary builds bin/vgpu-host as `make build-static` does (CGO_ENABLED=0, -trimpath,
+// -tags urfave_cli_no_template; without the version's -ldflags), once for the test binary,
+// for the tests that run the release binary itself (its initialisers, the crash hook it must
+// not have, scripts/gpu-probe.sh): one link instead of one per test. TestMain removes it.
+func releaseBinary(t *testing.T) string {
+	t.Helper()
+	release.once.Do(func() {
+		release.dir, release.err = os.MkdirTemp("", "vgpu-host-release")
+		if release.err != nil {
+			return
+		}
+		release.path = filepath.Join(release.dir, "vgpu-host")
+		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-tags", "urfave_cli_no_template", "-o", release.path, "../../cmd/vgpu-host")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			release.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if release.err != nil {
+		t.Fatalf("build the release vgpu-host: %v", release.err)
+	}
+	return release.path
+}
+
 // Budgets of TestLightBinaryInits: what the package initialisers of bin/vgpu-host (built as
 // `make build` builds it) do at every start, as GODEBUG=inittrace=1 reports it for
 // `vgpu-host --version` (Go 1.26: 58 packages with an initialiser, 174 allocations, all of
@@ -67,13 +98,7 @@ const (
 // (seconds with the build cache warm).
 func TestLightBinaryInits(t *testing.T) {
 	t.Parallel()
-	bin := filepath.Join(t.TempDir(), "vgpu-host")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	build := exec.Command(gobin, "build", "-trimpath", "-tags", "urfave_cli_no_template", "-o", bin, "../../cmd/vgpu-host")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := releaseBinary(t)
 	run := exec.Command(bin, "--version")
 	run.Env = append(os.Environ(), "GODEBUG=inittrace=1")
 	var stderr strings.Builder

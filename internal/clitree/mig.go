@@ -10,7 +10,6 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/mig"
-	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/ops"
 )
 
@@ -28,9 +27,6 @@ func migCommand() *cli.Command {
 		Commands: []*cli.Command{migShowCommand(), migPlanCommand(), migApplyCommand()},
 	}
 }
-
-// openMIG starts the NVML helper.
-func openMIG() (*migremote.Client, error) { return migremote.Open() }
 
 func migShowCommand() *cli.Command {
 	return &cli.Command{

@@ -9,6 +9,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
 // h200NVML points vgpu-host at the NVML helper's test build replaying a real H200's NVML
@@ -18,14 +19,15 @@ func h200NVML(t *testing.T) {
 	t.Helper()
 	facts := hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json")
 	mockNVML(t)
-	t.Setenv("VGPU_HOST_NVML_MOCK", "")
-	t.Setenv("VGPU_HOST_NVML_FACTS", facts)
-	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
+	setNVML(t, migremote.EnvMock, "")
+	setNVML(t, migremote.EnvFacts, facts)
+	setNVML(t, migremote.EnvMockState, filepath.Join(t.TempDir(), "nvml.json"))
 }
 
 // mig show, plan and apply on a real H200's numbers: the names and IDs nvidia-smi prints,
 // placements in memory slices, and the lists planned and applied.
 func TestMIGOnH200(t *testing.T) {
+	t.Parallel()
 	h200NVML(t)
 	out, code := run(t, "mig", "show")
 	if code != 0 {
@@ -152,6 +154,7 @@ configs:
 // A host layout with MIG on a real H200's numbers: planned, applied, planned again (nothing to
 // do), switched by name and profile ID, and an impossible one refused by plan.
 func TestLayoutMIGOnH200(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	tr.DatacenterGPU("0000:00:01.0", "0000:00:06.0", "nvidia", 0)
 	withKernel(t, tr)

@@ -2,10 +2,13 @@ package clitree
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -14,22 +17,79 @@ import (
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
-// mockNVML points vgpu-host at the NVML helper's test build (tag nvmlmock) serving go-nvml's
-// dgxa100 mock, built into the test's temporary directory (the build cache makes it quick).
-// Each command starts its own helper, so each starts from the mock's fresh state (all eight
-// A100-40GB with MIG off and no instances) unless VGPU_HOST_NVML_MOCK_STATE is set.
+// mockNVML points the test's trees (setNVML) at the NVML helper's test build (tag nvmlmock)
+// serving go-nvml's dgxa100 mock, built once for the test binary (nvmlHelper). Each command
+// starts its own helper, so each starts from the mock's fresh state (all eight A100-40GB with
+// MIG off and no instances) unless the test sets migremote.EnvMockState.
 func mockNVML(t *testing.T) {
 	t.Helper()
-	helper := filepath.Join(t.TempDir(), migremote.HelperName)
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-tags", "nvmlmock", "-o", helper, "../../cmd/vgpu-host-nvml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build the NVML helper: %v\n%s", err, out)
+	setNVML(t, migremote.EnvHelper, nvmlHelper(t, "nvmlmock"))
+	setNVML(t, migremote.EnvMock, "dgxa100")
+}
+
+// nvmlHelpers are the builds of the NVML helper the tests share, by build tags ("" is the
+// release build), each made once for the test binary in a directory of its own that TestMain
+// removes: building and linking one (cgo) costs seconds, and every test of it starts its own
+// process of the same file.
+var nvmlHelpers struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]string // tags → path
+	err   map[string]error
+}
+
+// nvmlHelper returns the NVML helper built with tags, building it on first use.
+func nvmlHelper(t *testing.T, tags string) string {
+	t.Helper()
+	nvmlHelpers.mu.Lock()
+	defer nvmlHelpers.mu.Unlock()
+	if p, ok := nvmlHelpers.built[tags]; ok {
+		return p
 	}
-	t.Setenv(migremote.EnvHelper, helper)
-	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
+	if err, ok := nvmlHelpers.err[tags]; ok {
+		t.Fatal(err)
+	}
+	err := func() error {
+		if nvmlHelpers.dir == "" {
+			d, err := os.MkdirTemp("", "vgpu-host-nvml")
+			if err != nil {
+				return err
+			}
+			nvmlHelpers.dir, nvmlHelpers.built, nvmlHelpers.err = d, map[string]string{}, map[string]error{}
+		}
+		// The helper's own name, as vgpu-host looks for it; one directory per build.
+		sub, err := os.MkdirTemp(nvmlHelpers.dir, "tags")
+		if err != nil {
+			return err
+		}
+		helper := filepath.Join(sub, migremote.HelperName)
+		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-tags", tags, "-o", helper, "../../cmd/vgpu-host-nvml").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build the NVML helper (tags %q): %v\n%s", tags, err, out)
+		}
+		nvmlHelpers.built[tags] = helper
+		return nil
+	}()
+	if err != nil {
+		if nvmlHelpers.err != nil {
+			nvmlHelpers.err[tags] = err
+		}
+		t.Fatal(err)
+	}
+	return nvmlHelpers.built[tags]
+}
+
+// removeNVMLHelpers removes the shared builds (TestMain, after the tests).
+func removeNVMLHelpers() {
+	nvmlHelpers.mu.Lock()
+	defer nvmlHelpers.mu.Unlock()
+	if nvmlHelpers.dir != "" {
+		os.RemoveAll(nvmlHelpers.dir)
+	}
 }
 
 func TestMIGCommands(t *testing.T) {
+	t.Parallel()
 	mockNVML(t)
 	out, code := run(t, "mig", "show", "0000:01:00.0")
 	if code != 0 || !strings.Contains(out, "MIG off") || !strings.Contains(out, "3g.20gb") || !strings.Contains(out, "{0,4}:4") {
@@ -89,7 +149,8 @@ func TestMIGCommands(t *testing.T) {
 }
 
 func TestMIGWithoutNVML(t *testing.T) {
-	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
+	t.Parallel()
+	setNVML(t, migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
 	_, err := runErr(t, "mig", "show")
 	if exitCode(err) != exitUnsupported || !strings.Contains(err.Error(), "vgpu-host-nvml not found") {
 		t.Errorf("mig show without the helper: exit %d: %v", exitCode(err), err)
@@ -100,9 +161,10 @@ func TestMIGWithoutNVML(t *testing.T) {
 // says quietly why not otherwise, exiting 0 either way. With every NVIDIA GPU on another driver
 // (vfio-pci, nouveau) NVML has nothing to say: no helper is started and there is no section.
 func TestInspectReportsMIG(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t) // has an A100-like NVIDIA GPU at 0000:41:00.0 on vfio-pci, an RTX on nouveau
-	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
-	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100") // ask even under --host-root
+	setNVML(t, migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
+	setNVML(t, migremote.EnvMock, "dgxa100") // ask even under --host-root
 	out, code := run(t, "--host-root", tr.Dir(), "inspect")
 	if code != 0 || strings.Contains(out, "\nMIG") {
 		t.Errorf("inspect with no GPU on nvidia: exit %d, and a MIG section (a helper was asked)\n%s", code, out)
@@ -140,8 +202,9 @@ func TestInspectReportsMIG(t *testing.T) {
 // process) to the next: apply, then plan has nothing to do and show lists the instances; a
 // switch destroys only what must go, keeping instance ids.
 func TestMIGStateAcrossCommands(t *testing.T) {
+	t.Parallel()
 	mockNVML(t)
-	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
+	setNVML(t, migremote.EnvMockState, filepath.Join(t.TempDir(), "nvml.json"))
 	if out, code := run(t, "mig", "apply", "--gpu", "0000:01:00.0", "--profiles", "3g.20gb,4g.20gb"); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
@@ -174,13 +237,14 @@ func TestMIGStateAcrossCommands(t *testing.T) {
 // holds 1g.5gb at 0 and 1 and a 3g.20gb at 4-7, so one A100-3-20C fits, where NVIDIA's
 // documented geometry alone would say two.
 func TestMdevPlaceUsesNVML(t *testing.T) {
+	t.Parallel()
 	tr := hosttest.New(t)
 	pf := tr.NvidiaSRIOVGPU("0000:00:01.0", "0000:01:00.0", 0, 4, []hosttest.NvidiaVGPUType{
 		{ID: 1300, Name: "NVIDIA A100-1-5C", MaxPerGPU: 7, MIGProfile: "1g.5gb"},
 		{ID: 1302, Name: "NVIDIA A100-3-20C", MaxPerGPU: 2, MIGProfile: "3g.20gb"},
 	})
 	mockNVML(t)
-	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
+	setNVML(t, migremote.EnvMockState, filepath.Join(t.TempDir(), "nvml.json"))
 	if out, code := run(t, "mig", "apply", "--gpu", "1", "--profiles", "1g.5gb,1g.5gb,3g.20gb"); code != 0 {
 		t.Fatalf("mig apply: exit %d\n%s", code, out)
 	}
@@ -189,7 +253,7 @@ func TestMdevPlaceUsesNVML(t *testing.T) {
 	if exitCode(err) != exitBusy || !strings.Contains(err.Error(), "1 free 3g.20gb GPU instance(s), room for 0 more") {
 		t.Errorf("place 2× A100-3-20C with NVML: exit %d: %v", exitCode(err), err)
 	}
-	t.Setenv("VGPU_HOST_NVML_MOCK", "") // NVML does not describe a fake root: the documented geometry
+	setNVML(t, migremote.EnvMock, "") // NVML does not describe a fake root: the documented geometry
 	if out, code := run(t, "--host-root", tr.Dir(), "mdev", "place", "--type", "A100-3-20C", "--count", "2"); code != 0 {
 		t.Errorf("place 2× A100-3-20C without NVML: exit %d\n%s", code, out)
 	}

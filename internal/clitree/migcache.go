@@ -12,6 +12,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/mig"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
 // The MIG state cache: what NVML last said about MIG, kept so that inspect shows its MIG
@@ -34,10 +35,10 @@ const (
 func migCachePath(root host.Root) string { return root.Path("run", "vgpu-host", migCacheFile) }
 
 // migCacheUsable reports whether root's cache may be read and written: always under a fake
-// root; on this machine only when NVML is the driver's, so that a mock NVML's state (the
-// helper's test build, in tests) never lands in the host's /run.
-func migCacheUsable(root host.Root) bool {
-	return !root.IsReal() || (os.Getenv("VGPU_HOST_NVML_MOCK") == "" && os.Getenv("VGPU_HOST_NVML_FACTS") == "")
+// root; on this machine only when NVML (as nv starts it) is the driver's, so that a mock
+// NVML's state (the helper's test build, in tests) never lands in the host's /run.
+func migCacheUsable(nv migremote.Env, root host.Root) bool {
+	return !root.IsReal() || (nv.Getenv(migremote.EnvMock) == "" && nv.Getenv(migremote.EnvFacts) == "")
 }
 
 // migCache is the cache file: NVML's MIG state, when it was read and by which process.
@@ -50,8 +51,8 @@ type migCache struct {
 // saveMIGCache writes st as the cache under root. Best effort: a caller who may not write
 // /run/vgpu-host (not root) leaves the cache as it was, and the next root command or the
 // agent writes it.
-func saveMIGCache(root host.Root, st mig.State) {
-	if !migCacheUsable(root) {
+func saveMIGCache(nv migremote.Env, root host.Root, st mig.State) {
+	if !migCacheUsable(nv, root) {
 		return
 	}
 	b, err := json.Marshal(migCache{ReadAt: time.Now().UTC(), By: fmt.Sprintf("%s (pid %d)", filepath.Base(os.Args[0]), os.Getpid()), State: st})
@@ -67,15 +68,15 @@ func saveMIGCache(root host.Root, st mig.State) {
 
 // dropMIGCache removes the cache (a change whose outcome was not read back: no cache beats a
 // wrong one).
-func dropMIGCache(root host.Root) {
-	if migCacheUsable(root) {
+func dropMIGCache(nv migremote.Env, root host.Root) {
+	if migCacheUsable(nv, root) {
 		_ = root.Remove(migCachePath(root))
 	}
 }
 
 // loadMIGCache reads the cache under root.
-func loadMIGCache(root host.Root) (migCache, error) {
-	if !migCacheUsable(root) {
+func loadMIGCache(nv migremote.Env, root host.Root) (migCache, error) {
+	if !migCacheUsable(nv, root) {
 		return migCache{}, fmt.Errorf("the MIG state cache of this machine is not read with a mock NVML: %w", fs.ErrNotExist)
 	}
 	b, err := root.ReadFileLimit(migCachePath(root), migCacheLimit)
@@ -94,13 +95,15 @@ func loadMIGCache(root host.Root) (migCache, error) {
 // that read fails), so the cache never shows what a change undid.
 type migCaching struct {
 	mig.Backend
+	nv    migremote.Env
 	root  host.Root
 	dirty atomic.Bool
 }
 
-// cachingMIG wraps b so that what it reads and changes keeps root's MIG state cache.
-func cachingMIG(root host.Root, b mig.Backend) *migCaching {
-	return &migCaching{Backend: b, root: root}
+// cachingMIG wraps b, the NVML nv started, so that what it reads and changes keeps root's MIG
+// state cache.
+func cachingMIG(nv migremote.Env, root host.Root, b mig.Backend) *migCaching {
+	return &migCaching{Backend: b, nv: nv, root: root}
 }
 
 // State implements mig.Backend, saving what it read.
@@ -108,14 +111,14 @@ func (b *migCaching) State(ctx context.Context) (mig.State, error) {
 	st, err := b.Backend.State(ctx)
 	if err == nil {
 		b.dirty.Store(false)
-		saveMIGCache(b.root, st)
+		saveMIGCache(b.nv, b.root, st)
 	}
 	return st, err
 }
 
 func (b *migCaching) changed() {
 	if !b.dirty.Swap(true) {
-		dropMIGCache(b.root)
+		dropMIGCache(b.nv, b.root)
 	}
 }
 

@@ -38,19 +38,20 @@ func inspectMIGOf(t *testing.T, root []string, flags ...string) inspectMIG {
 // and the section is still there. inspect --mig asks NVML now; a mig apply refreshes the
 // cache with what it made.
 func TestInspectMIGFromCache(t *testing.T) {
+	t.Parallel()
 	tr := fakeHost(t)
 	tr.Bind(host.MustParseAddress("0000:41:00.0"), "nvidia") // what NVML sees
 	root := []string{"--host-root", tr.Dir()}
 	mockNVML(t)
-	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", filepath.Join(t.TempDir(), "nvml.json"))
+	setNVML(t, migremote.EnvMockState, filepath.Join(t.TempDir(), "nvml.json"))
 	if m := inspectMIGOf(t, root); !m.Available || m.Source != "nvml" || len(m.GPUs) != 8 {
 		t.Fatalf("first inspect (no cache): source %q, available %v, %d GPUs", m.Source, m.Available, len(m.GPUs))
 	}
 	if _, err := os.Stat(tr.Root.Path("run", "vgpu-host", "mig-state.json")); err != nil {
 		t.Fatalf("inspect did not cache NVML's answer: %v", err)
 	}
-	helper := os.Getenv(migremote.EnvHelper)
-	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none")) // no NVML from here on
+	helper := nvmlOf(t).Getenv(migremote.EnvHelper)
+	setNVML(t, migremote.EnvHelper, filepath.Join(t.TempDir(), "none")) // no NVML from here on
 	m := inspectMIGOf(t, root)
 	if !m.Available || m.Source != "cache" || m.ReadAt == "" || len(m.GPUs) != 8 || !m.GPUs[0].Capable {
 		t.Fatalf("inspect without the helper, from the cache: source %q, available %v, read_at %q, %d GPUs: %s", m.Source, m.Available, m.ReadAt, len(m.GPUs), m.Note)
@@ -64,11 +65,11 @@ func TestInspectMIGFromCache(t *testing.T) {
 		t.Errorf("inspect --mig asks NVML (here: no helper): source %q, note %q", m.Source, m.Note)
 	}
 
-	t.Setenv(migremote.EnvHelper, helper)
+	setNVML(t, migremote.EnvHelper, helper)
 	if out, code := run(t, append(root, "mig", "apply", "--gpu", "0000:07:00.0", "--profiles", "3g.20gb")...); code != 0 {
 		t.Fatalf("mig apply: exit %d\n%s", code, out)
 	}
-	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
+	setNVML(t, migremote.EnvHelper, filepath.Join(t.TempDir(), "none"))
 	m = inspectMIGOf(t, root)
 	var g *MIGGPUView
 	for i := range m.GPUs {

@@ -15,18 +15,14 @@ import (
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
-// releaseNVML builds the NVML helper as `make build-nvml` does (no build tags) into the test's
-// temporary directory, points vgpu-host at it and returns its path.
+// releaseNVML points the test's trees (setNVML) at the NVML helper built as `make build-nvml`
+// does (no build tags; once for the test binary, nvmlHelper) and returns its path.
 func releaseNVML(t *testing.T) string {
 	t.Helper()
-	helper := filepath.Join(t.TempDir(), migremote.HelperName)
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", helper, "../../cmd/vgpu-host-nvml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build the NVML helper: %v\n%s", err, out)
-	}
-	t.Setenv(migremote.EnvHelper, helper)
-	t.Setenv("VGPU_HOST_NVML_MOCK", "")
-	t.Setenv("VGPU_HOST_NVML_MOCK_STATE", "")
+	helper := nvmlHelper(t, "")
+	setNVML(t, migremote.EnvHelper, helper)
+	setNVML(t, migremote.EnvMock, "")
+	setNVML(t, migremote.EnvMockState, "")
 	return helper
 }
 
@@ -53,22 +49,24 @@ func TestReleaseHelperHasNoMock(t *testing.T) {
 // capture, with a note on stderr that no GPU answered; the dgxa100 mock is not served; and
 // `--facts` writes the capture back.
 func TestReleaseHelperReplaysFacts(t *testing.T) {
+	t.Parallel()
 	helper := releaseNVML(t)
 	facts := hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json")
 
-	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
+	setNVML(t, migremote.EnvMock, "dgxa100")
 	if out, code := run(t, "mig", "show"); code != exitUnsupported || strings.Contains(out, "A100") {
 		t.Errorf("release helper with VGPU_HOST_NVML_MOCK=dgxa100: exit %d, want %d (no NVML here)\n%s", code, exitUnsupported, out)
 	}
-	t.Setenv("VGPU_HOST_NVML_MOCK", "")
+	setNVML(t, migremote.EnvMock, "")
 
-	t.Setenv("VGPU_HOST_NVML_FACTS", facts)
+	setNVML(t, migremote.EnvFacts, facts)
 	out, code := run(t, "mig", "show")
 	if code != 0 || !strings.Contains(out, "NVIDIA H200  MIG off") || !strings.Contains(out, "7g.141gb") {
 		t.Fatalf("release helper replaying the H200: exit %d\n%s", code, out)
 	}
 
 	cmd := exec.Command(helper, "--facts")
+	cmd.Env = nvmlOf(t).Environ()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

@@ -36,19 +36,19 @@ func opsEnv(cmd *cli.Command, root host.Root, uri string) ops.Env {
 // agent alike: inspect's MIG reader (NVML through vgpu-host-nvml, or the MIG state cache),
 // host restore's way to NVML, the ISO fetcher of e and the crash tests' hook.
 func withHostParts(e *Env, env *ops.Env) {
-	root := env.Root
+	root, nv := env.Root, e.NVML
 	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
-		return readMIGInventory(ctx, root, inv, live)
+		return readMIGInventory(ctx, nv, root, inv, live)
 	}
-	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, root, ps) }
-	env.OpenMIG = migOpener(root)
+	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, nv, root, ps) }
+	env.OpenMIG = migOpener(nv, root)
 	env.LayoutMIG = func() (mig.Backend, layout.MIGPlanner, func()) { return e.migFor(root) }
 	env.NVML = func() (mig.Backend, func(), error) {
-		oc, err := openMIG()
+		oc, err := nv.Open()
 		if err != nil {
 			return nil, nil, err
 		}
-		c := cachingMIG(root, oc)
+		c := cachingMIG(nv, root, oc)
 		return c, func() { c.Flush(context.Background()); oc.Close() }, nil
 	}
 	env.Lifecycle = func(o *lifecycle.Options) error {

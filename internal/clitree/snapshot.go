@@ -18,7 +18,6 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/snapshot"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
-	vremote "github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
 // nvmlFactsName is the NVML capture's name in a snapshot (and in shared/fixtures/nvidia-h200).
@@ -69,10 +68,10 @@ func runSnapshot(ctx context.Context, cmd *cli.Command) error {
 	switch {
 	case cmd.Bool("no-nvml"):
 		rep.NVMLError = "left out (--no-nvml)"
-	case !nvmlDescribes(root):
+	case !nvmlDescribes(envOf(cmd).NVML, root):
 		rep.NVMLError = "NVML describes this machine, not --host-root " + root.Dir() + " (set VGPU_HOST_NVML_FACTS to a capture of it)"
 	default:
-		if b, err := nvmlFacts(ctx); err != nil {
+		if b, err := nvmlFacts(ctx, envOf(cmd).NVML); err != nil {
 			rep.NVMLError = err.Error()
 		} else {
 			extra[nvmlFactsName], rep.NVML = b, nvmlFactsName
@@ -133,16 +132,17 @@ func writeSnapshot(ctx context.Context, root host.Root, file string, extra map[s
 	return rep, nil
 }
 
-// nvmlFacts runs the NVML helper's --facts (found as the mig commands find it) within
-// nvmlFactsTimeout and returns its capture; the error says why there is none.
-func nvmlFacts(ctx context.Context) ([]byte, error) {
-	path, err := vremote.FindHelper(migremote.HelperName, migremote.EnvHelper, "NVML facts", migremote.ErrNoHelper)
+// nvmlFacts runs the NVML helper's --facts (found and started as nv says, as the mig commands
+// find it) within nvmlFactsTimeout and returns its capture; the error says why there is none.
+func nvmlFacts(ctx context.Context, nv migremote.Env) ([]byte, error) {
+	path, err := nv.FindHelper("NVML facts")
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, nvmlFactsTimeout)
 	defer cancel()
 	c := exec.CommandContext(ctx, path, "--facts")
+	c.Env = nv.Environ()
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb
 	if err := c.Run(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
 // snapshotRoundTrip takes `host snapshot` of root, unpacks it and returns the unpacked root.
@@ -38,8 +39,9 @@ func sameOutput(t *testing.T, a, b string, args ...string) {
 // A snapshot of the real-kernel fixture reproduces it: inspect, check and placement give the
 // same output on the unpacked snapshot, byte for byte, and what must not be there is not.
 func TestHostSnapshotRoundTripQEMU(t *testing.T) {
-	t.Setenv("VGPU_HOST_NVML_FACTS", "")
-	t.Setenv("VGPU_HOST_NVML_MOCK", "")
+	t.Parallel()
+	setNVML(t, migremote.EnvFacts, "")
+	setNVML(t, migremote.EnvMock, "")
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz")).Dir()
 	snap := snapshotRoundTrip(t, root)
 	sameOutput(t, root, snap, "inspect", "-o", "json")
@@ -62,9 +64,10 @@ func TestHostSnapshotRoundTripQEMU(t *testing.T) {
 // VGPU_HOST_NVML_FACTS on its nvml-facts.json, gives the same mig show, mig plan, inspect
 // and check.
 func TestHostSnapshotRoundTripH200(t *testing.T) {
+	t.Parallel()
 	releaseNVML(t)
 	root := hosttest.Snapshot(t, hosttest.SharedFixture(t, "nvidia-h200/sysfs-snapshot.tar.gz")).Dir()
-	t.Setenv("VGPU_HOST_NVML_FACTS", hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
+	setNVML(t, migremote.EnvFacts, hosttest.SharedFixture(t, "nvidia-h200/nvml-facts.json"))
 	snap := snapshotRoundTrip(t, root)
 	facts := filepath.Join(snap, nvmlFactsName)
 	if _, err := os.Stat(facts); err != nil {
@@ -86,7 +89,7 @@ func TestHostSnapshotRoundTripH200(t *testing.T) {
 		o, code := run(t, append([]string{"--host-root", root}, c...)...)
 		before[strings.Join(c, " ")] = out{migCacheStamps.ReplaceAllString(strings.ReplaceAll(o, root, "ROOT"), "$1 STAMP"), code}
 	}
-	t.Setenv("VGPU_HOST_NVML_FACTS", facts)
+	setNVML(t, migremote.EnvFacts, facts)
 	for _, c := range cmds {
 		o, code := run(t, append([]string{"--host-root", snap}, c...)...)
 		got, want := out{migCacheStamps.ReplaceAllString(strings.ReplaceAll(o, snap, "ROOT"), "$1 STAMP"), code}, before[strings.Join(c, " ")]
@@ -106,8 +109,9 @@ var migCacheStamps = regexp.MustCompile(`("read_at":|"age_seconds":|"by":) [^,\n
 // Without NVML describing the root, the snapshot says why it has no facts, and --no-nvml
 // leaves them out.
 func TestHostSnapshotWithoutNVML(t *testing.T) {
-	t.Setenv("VGPU_HOST_NVML_FACTS", "")
-	t.Setenv("VGPU_HOST_NVML_MOCK", "")
+	t.Parallel()
+	setNVML(t, migremote.EnvFacts, "")
+	setNVML(t, migremote.EnvMock, "")
 	tr := fakeHost(t)
 	file := filepath.Join(t.TempDir(), "snap.tar")
 	out, code := run(t, "--host-root", tr.Dir(), "host", "snapshot", file)

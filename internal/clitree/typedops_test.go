@@ -80,7 +80,7 @@ func opsEnvFor(t *testing.T, dir string) ops.Env {
 		OpenConn: func() (virt.Conn, error) { return nil, host.ErrUnsupported },
 		HostIO:   func() (host.Writer, host.ModuleLoader) { return testEnv().hostIO(root) },
 	}
-	withHostParts(testEnv(), &env)
+	withHostParts(testEnvOf(t), &env)
 	return env
 }
 
@@ -354,6 +354,7 @@ func TestLayoutOpsAreTheCLIs(t *testing.T) {
 // built from flag values, answer what their commands print; each starts its own helper on the
 // NVML mock's fresh state.
 func TestMIGOpsAreTheCLIs(t *testing.T) {
+	t.Parallel()
 	mockNVML(t)
 	dir := t.TempDir()
 	// The mock makes up the GPUs' and instances' UUIDs at each start of its helper.
@@ -840,7 +841,8 @@ func TestAgentReadEndpointsAreTheCLIs(t *testing.T) {
 // do (exit 7), a bad --profiles or --disable-mig included: NVML is asked first, as it always
 // was.
 func TestMIGOpsWithoutNVML(t *testing.T) {
-	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "no-such-helper"))
+	t.Parallel()
+	setNVML(t, migremote.EnvHelper, filepath.Join(t.TempDir(), "no-such-helper"))
 	dir := t.TempDir()
 	planCase := func(vals map[string]string) typedCase {
 		args := []string{"mig", "plan"}

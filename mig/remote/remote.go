@@ -10,6 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +25,68 @@ import (
 // HelperName is the NVML helper's file name, looked for beside vgpu-host, then in PATH.
 const HelperName = "vgpu-host-nvml"
 
-// EnvHelper overrides where the helper is (a path to the binary).
-const EnvHelper = "VGPU_HOST_NVML_HELPER"
+// The NVML helper's environment variables: where it is, read by vgpu-host; what it answers
+// from, read by the helper (cmd/vgpu-host-nvml) and by vgpu-host to know whether NVML
+// describes a fake --host-root.
+const (
+	// EnvHelper overrides where the helper is (a path to the binary).
+	EnvHelper = "VGPU_HOST_NVML_HELPER"
+	// EnvFacts names a capture of a real machine's NVML answers the helper replays.
+	EnvFacts = "VGPU_HOST_NVML_FACTS"
+	// EnvMock=dgxa100 makes the helper's test build (tag nvmlmock) serve go-nvml's mock.
+	EnvMock = "VGPU_HOST_NVML_MOCK"
+	// EnvMockState names the file the mock's or the replay's MIG state is kept in between
+	// helper processes.
+	EnvMockState = "VGPU_HOST_NVML_MOCK_STATE"
+)
+
+// EnvVars are the NVML helper's environment variables.
+var EnvVars = []string{EnvHelper, EnvFacts, EnvMock, EnvMockState}
+
+// Env is the environment the NVML helper is found and started with. The zero Env is this
+// process's, as vgpu-host reads it: the helper's path from EnvHelper, and the helper inheriting
+// every variable. Vars, when not nil, stand in for the process's values of the variables they
+// name (EnvVars): looked up there instead, and given to the helper in place of the process's
+// (an empty value unsets the variable), so that a caller (a test) gives its own helper its own
+// capture or mock without changing the process's environment.
+type Env struct {
+	Vars map[string]string
+}
+
+// Getenv returns the variable name as e gives it.
+func (e Env) Getenv(name string) string {
+	if v, ok := e.Vars[name]; ok {
+		return v
+	}
+	return os.Getenv(name)
+}
+
+// Environ is the helper's environment (os/exec's Cmd.Env): nil, this process's, when e has no
+// Vars; otherwise the process's with Vars in place of what they name.
+func (e Env) Environ() []string {
+	if e.Vars == nil {
+		return nil
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := e.Vars[k]; !ok {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.Vars)) {
+		if v := e.Vars[k]; v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// FindHelper finds the helper as vremote.FindHelper does, with EnvHelper as e gives it;
+// purpose names what needs it in the error.
+func (e Env) FindHelper(purpose string) (string, error) {
+	return vremote.FindHelperEnv(e.Getenv, HelperName, EnvHelper, purpose, ErrNoHelper)
+}
 
 // ErrNoHelper is returned (wrapped in host.ErrUnsupported) when the helper cannot be found.
 var ErrNoHelper = errors.New(HelperName + " not found")
@@ -40,12 +104,15 @@ var _ mig.Backend = (*Client)(nil)
 
 // Open starts the helper and checks that NVML loads there. Without the helper or without NVML
 // the error wraps host.ErrUnsupported (and ErrNoHelper or mig.ErrNoNVML).
-func Open() (*Client, error) {
-	path, err := vremote.FindHelper(HelperName, EnvHelper, "MIG support (NVML)", ErrNoHelper)
+func Open() (*Client, error) { return Env{}.Open() }
+
+// Open is Open with the helper found and started as e says.
+func (e Env) Open() (*Client, error) {
+	path, err := e.FindHelper("MIG support (NVML)")
 	if err != nil {
 		return nil, err
 	}
-	rwc, wait, err := vremote.StartHelper(path)
+	rwc, wait, err := vremote.StartHelperEnv(path, e.Environ())
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +16,43 @@ import (
 	"github.com/vgpu-host/vgpu-host/mig"
 )
 
-// buildHelper builds cmd/vgpu-host-nvml (with tags) into a temporary directory.
+// helpers are the builds of cmd/vgpu-host-nvml the tests share, by build tags, each made once
+// for the test binary (linking the cgo helper costs seconds) in a directory TestMain removes.
+var helpers struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]string
+}
+
+// TestMain removes the helpers' builds after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if helpers.dir != "" {
+		os.RemoveAll(helpers.dir)
+	}
+	os.Exit(code)
+}
+
+// buildHelper returns cmd/vgpu-host-nvml built with tags, building it on first use.
 func buildHelper(t *testing.T, tags string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), HelperName)
+	helpers.mu.Lock()
+	defer helpers.mu.Unlock()
+	if p, ok := helpers.built[tags]; ok {
+		return p
+	}
+	if helpers.dir == "" {
+		d, err := os.MkdirTemp("", "nvml-helper")
+		if err != nil {
+			t.Fatal(err)
+		}
+		helpers.dir, helpers.built = d, map[string]string{}
+	}
+	sub, err := os.MkdirTemp(helpers.dir, "tags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(sub, HelperName)
 	args := []string{"build", "-o", bin}
 	if tags != "" {
 		args = append(args, "-tags", tags)
@@ -27,16 +61,27 @@ func buildHelper(t *testing.T, tags string) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the NVML helper: %v\n%s", err, out)
 	}
+	helpers.built[tags] = bin
 	return bin
+}
+
+// helperEnv is the Env of a helper at bin with the other variables as vars sets them (the
+// rest of EnvVars unset, whatever this process's environment holds).
+func helperEnv(bin string, vars map[string]string) Env {
+	e := Env{Vars: map[string]string{}}
+	for _, k := range EnvVars {
+		e.Vars[k] = vars[k]
+	}
+	e.Vars[EnvHelper] = bin
+	return e
 }
 
 // The protocol end to end: the helper's test build serving go-nvml's dgxa100 mock, driven
 // through Client: the layout, a re-plan with nothing to do, a refusal with its reason
 // and sentinel, and errors that keep their sentinels across the pipe.
 func TestHelperServesTheDGXA100Mock(t *testing.T) {
-	t.Setenv(EnvHelper, buildHelper(t, "nvmlmock"))
-	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
-	c, err := Open()
+	t.Parallel()
+	c, err := helperEnv(buildHelper(t, "nvmlmock"), map[string]string{EnvMock: "dgxa100"}).Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,17 +141,16 @@ func TestHelperServesTheDGXA100Mock(t *testing.T) {
 // The release build on a host without the NVIDIA driver: Open says NVML is not available,
 // exit code 7's sentinel.
 func TestHelperWithoutNVML(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"); err == nil {
 		t.Skip("this host has NVML")
 	}
-	t.Setenv(EnvHelper, buildHelper(t, ""))
-	_, err := Open()
+	_, err := helperEnv(buildHelper(t, ""), nil).Open()
 	if !errors.Is(err, mig.ErrNoNVML) || !errors.Is(err, host.ErrUnsupported) ||
 		!strings.Contains(err.Error(), "NVML not available: libnvidia-ml.so.1 not found (install the NVIDIA driver)") {
 		t.Errorf("Open without NVML: %v", err)
 	}
-	t.Setenv(EnvHelper, filepath.Join(t.TempDir(), "missing"))
-	if _, err := Open(); !errors.Is(err, ErrNoHelper) || !errors.Is(err, host.ErrUnsupported) {
+	if _, err := helperEnv(filepath.Join(t.TempDir(), "missing"), nil).Open(); !errors.Is(err, ErrNoHelper) || !errors.Is(err, host.ErrUnsupported) {
 		t.Errorf("Open without the helper: %v", err)
 	}
 }
@@ -115,9 +159,8 @@ func TestHelperWithoutNVML(t *testing.T) {
 // timeout and answers no event (the mock's GPUs offer Xid events; none happen), so the
 // agent's watch idles there instead of crashing the helper.
 func TestHelperWaitXidOnTheMock(t *testing.T) {
-	t.Setenv(EnvHelper, buildHelper(t, "nvmlmock"))
-	t.Setenv("VGPU_HOST_NVML_MOCK", "dgxa100")
-	c, err := Open()
+	t.Parallel()
+	c, err := helperEnv(buildHelper(t, "nvmlmock"), map[string]string{EnvMock: "dgxa100"}).Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,4 +173,33 @@ func TestHelperWaitXidOnTheMock(t *testing.T) {
 	if _, err := c.State(context.Background()); err != nil {
 		t.Fatalf("the helper after WaitXid: %v", err)
 	}
+}
+
+// An Env's Vars stand in for the process's variables, in what it looks up and in the helper's
+// environment: with VGPU_HOST_NVML_MOCK=dgxa100 in this process, a helper whose Env unsets it
+// serves no mock (no NVML here), and one whose Env has it serves the mock; the zero Env is the
+// process's.
+func TestEnvVarsStandInForTheProcess(t *testing.T) {
+	t.Setenv(EnvMock, "dgxa100")
+	t.Setenv("VGPU_HOST_TEST_OTHER", "kept")
+	if (Env{}).Getenv(EnvMock) != "dgxa100" || (Env{}).Environ() != nil {
+		t.Errorf("the zero Env is not the process's: %q %v", Env{}.Getenv(EnvMock), Env{}.Environ())
+	}
+	bin := buildHelper(t, "nvmlmock")
+	unset := helperEnv(bin, nil)
+	env := strings.Join(unset.Environ(), "\n") + "\n"
+	if unset.Getenv(EnvMock) != "" || strings.Contains(env, EnvMock+"=") || !strings.Contains(env, "VGPU_HOST_TEST_OTHER=kept\n") ||
+		!strings.Contains(env, EnvHelper+"="+bin+"\n") {
+		t.Errorf("Env unsetting %s: Getenv %q, environ:\n%s", EnvMock, unset.Getenv(EnvMock), env)
+	}
+	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"); err != nil {
+		if _, err := unset.Open(); !errors.Is(err, mig.ErrNoNVML) {
+			t.Errorf("the helper with %s unset by its Env: %v, want no NVML", EnvMock, err)
+		}
+	}
+	c, err := helperEnv(bin, map[string]string{EnvMock: "dgxa100"}).Open()
+	if err != nil {
+		t.Fatalf("the helper with %s=dgxa100 by its Env: %v", EnvMock, err)
+	}
+	c.Close()
 }

@@ -50,7 +50,13 @@ func HelperPath() (string, error) {
 // StartHelper checks it again on the descriptor it runs. A caller that runs the path itself
 // runs what the path names by then: use OpenHelper and Helper.Command or Helper.Exec instead.
 func FindHelper(name, env, purpose string, notFound error) (string, error) {
-	p, isEnv, err := findHelper(name, env, purpose, notFound)
+	return FindHelperEnv(os.Getenv, name, env, purpose, notFound)
+}
+
+// FindHelperEnv is FindHelper with env looked up by getenv instead of in this process's
+// environment (mig/remote.Env: a test's own NVML helper, without the process-wide variable).
+func FindHelperEnv(getenv func(string) string, name, env, purpose string, notFound error) (string, error) {
+	p, isEnv, err := findHelper(getenv, name, env, purpose, notFound)
 	if err != nil {
 		return "", err
 	}
@@ -65,9 +71,9 @@ func FindHelper(name, env, purpose string, notFound error) (string, error) {
 	return p, nil
 }
 
-// findHelper is FindHelper without the trust check; isEnv says p came from env.
-func findHelper(name, env, purpose string, notFound error) (p string, isEnv bool, err error) {
-	if p := os.Getenv(env); p != "" {
+// findHelper is FindHelperEnv without the trust check; isEnv says p came from env.
+func findHelper(getenv func(string) string, name, env, purpose string, notFound error) (p string, isEnv bool, err error) {
+	if p := getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", false, fmt.Errorf("%s=%s: %w: %w", env, p, notFound, host.ErrUnsupported)
 		}

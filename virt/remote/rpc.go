@@ -45,13 +45,19 @@ func (e *ServerError) Error() string { return e.Msg }
 // and the function that waits for it to exit. path is opened once and that descriptor runs
 // (Helper.Start); a path FindHelper took from the environment is checked again on it.
 func StartHelper(path string) (io.ReadWriteCloser, func() error, error) {
+	return StartHelperEnv(path, nil)
+}
+
+// StartHelperEnv is StartHelper with the helper's environment environ (os/exec's Cmd.Env: nil
+// is this process's).
+func StartHelperEnv(path string, environ []string) (io.ReadWriteCloser, func() error, error) {
 	env, _ := fromEnv.Load(path)
 	s, _ := env.(string)
 	h, err := openHelper(path, s)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	return h.Start()
+	return h.StartEnv(environ)
 }
 
 // ErrorKind is one class of error that keeps its sentinels across the pipe (mig/remote's; the

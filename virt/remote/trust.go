@@ -37,7 +37,7 @@ func refuse(format string, a ...any) error { return &refusal{msg: fmt.Sprintf(fo
 // OpenHelper finds a helper as FindHelper does and opens it; a path from env is checked on the
 // descriptor as trustedHelper says. The caller closes it.
 func OpenHelper(name, env, purpose string, notFound error) (*Helper, error) {
-	p, fromEnv, err := findHelper(name, env, purpose, notFound)
+	p, fromEnv, err := findHelper(os.Getenv, name, env, purpose, notFound)
 	if err != nil {
 		return nil, err
 	}
@@ -97,10 +97,14 @@ func (h *Helper) Exec(argv, envv []string) error {
 // stdout to read, its stdin to write; closing it ends the helper's input) and the function
 // that waits for it to exit. The helper's descriptor is closed: it is not needed once the
 // child runs.
-func (h *Helper) Start() (io.ReadWriteCloser, func() error, error) {
+func (h *Helper) Start() (io.ReadWriteCloser, func() error, error) { return h.StartEnv(nil) }
+
+// StartEnv is Start with the helper's environment environ (os/exec's Cmd.Env: nil is this
+// process's).
+func (h *Helper) StartEnv(environ []string) (io.ReadWriteCloser, func() error, error) {
 	defer h.Close()
 	cmd := h.Command(context.Background(), "--serve")
-	cmd.Stderr = os.Stderr
+	cmd.Env, cmd.Stderr = environ, os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("start %s: %w", h.Path, err)
