@@ -95,15 +95,17 @@ lint: ## gofmt and go vet (every build tag the builds and tests use)
 	@for tags in $(VET_TAGS); do echo "go vet -tags '$$tags' ./..."; $(GO) vet -tags "$$tags" ./... || exit 1; done
 	@scripts/vet-fakecri.sh
 
+# scripts/test-tmpdir.sh: the tests' temporary files (fake host trees, test binaries) on
+# /dev/shm when it is a tmpfs fit for it: half the wall time of test-unit here (see the script).
 test-unit: ## fast unit tests (fake sysfs trees, libvirt test:///default); real-libvirtd tests skip
 	@scripts/deps.sh helper
-	$(GO) test -count=1 ./...
+	scripts/test-tmpdir.sh $(GO) test -count=1 ./...
 
 # -timeout: go test's default of 10 minutes a package is less than internal/clitree's libvirtd tests
 # take under TCG with the image bake (TestBakeLibvirtd; the first run also builds its image).
 test-go: ## every Go test, including those against a real libvirtd the tests start (root)
 	@scripts/deps.sh test
-	VGPU_TEST_LIBVIRTD=1 $(GO) test -count=1 -timeout 60m ./...
+	VGPU_TEST_LIBVIRTD=1 scripts/test-tmpdir.sh $(GO) test -count=1 -timeout 60m ./...
 
 # Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
 # of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes
