@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -135,13 +134,16 @@ func writeSnapshot(ctx context.Context, root host.Root, file string, extra map[s
 // nvmlFacts runs the NVML helper's --facts (found and started as nv says, as the mig commands
 // find it) within nvmlFactsTimeout and returns its capture; the error says why there is none.
 func nvmlFacts(ctx context.Context, nv migremote.Env) ([]byte, error) {
-	path, err := nv.FindHelper("NVML facts")
+	h, err := nv.OpenHelper("NVML facts")
 	if err != nil {
 		return nil, err
 	}
+	defer h.Close()
+	path := h.Path
 	ctx, cancel := context.WithTimeout(ctx, nvmlFactsTimeout)
 	defer cancel()
-	c := exec.CommandContext(ctx, path, "--facts")
+	// The opened descriptor runs, not the path: one a variable named was checked on it.
+	c := h.Command(ctx, "--facts")
 	c.Env = nv.Environ()
 	var out, errb bytes.Buffer
 	c.Stdout, c.Stderr = &out, &errb

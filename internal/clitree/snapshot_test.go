@@ -145,3 +145,38 @@ func TestHostSnapshotWithoutNVML(t *testing.T) {
 		t.Errorf("host snapshot without FILE: exit %d\n%s", code, out)
 	}
 }
+
+// host snapshot runs the NVML helper a variable names from the descriptor it checked (through
+// /proc/self/fd), never from the path again: a link flipped between the check and the run
+// cannot make root run another file. The helper here is a script, which its interpreter reads
+// from the path the kernel was asked to run: that path is what it records.
+func TestHostSnapshotRunsTheCheckedHelper(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	facts := hosttest.Capture(t, "nvidia-h100/nvml-facts.json")
+	mark := filepath.Join(dir, "ran-as")
+	helper := filepath.Join(dir, "vgpu-host-nvml")
+	script := "#!/bin/sh\n[ \"$1\" = --facts ] || exit 2\nprintf '%s\\n' \"$0\" >" + mark + "\ncat " + facts + "\n"
+	if err := os.WriteFile(helper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := hosttest.Snapshot(t, hosttest.Capture(t, "nvidia-h100/sysfs-snapshot.tar.gz")).Dir()
+	setNVML(t, migremote.EnvHelper, helper)
+	setNVML(t, migremote.EnvFacts, facts)
+	snap := snapshotRoundTrip(t, root)
+	got, err := os.ReadFile(filepath.Join(snap, nvmlFactsName))
+	if err != nil {
+		t.Fatalf("the snapshot has no %s: %v", nvmlFactsName, err)
+	}
+	want, _ := os.ReadFile(facts)
+	if string(got) != string(want) {
+		t.Errorf("the snapshot's %s is not what the helper wrote", nvmlFactsName)
+	}
+	ran, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatalf("the helper did not run: %v", err)
+	}
+	if s := strings.TrimSpace(string(ran)); !strings.HasPrefix(s, "/proc/self/fd/") {
+		t.Errorf("the helper ran from %s, not from the descriptor vgpu-host checked (/proc/self/fd/N)", s)
+	}
+}

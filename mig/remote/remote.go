@@ -88,6 +88,16 @@ func (e Env) FindHelper(purpose string) (string, error) {
 	return vremote.FindHelperEnv(e.Getenv, HelperName, EnvHelper, purpose, ErrNoHelper)
 }
 
+// OpenHelper finds the helper (FindHelper) and opens it (vremote.OpenFound): run it with its
+// Command, so the file that runs is the one checked. The caller closes it.
+func (e Env) OpenHelper(purpose string) (*vremote.Helper, error) {
+	path, err := e.FindHelper(purpose)
+	if err != nil {
+		return nil, err
+	}
+	return vremote.OpenFound(path)
+}
+
 // ErrNoHelper is returned (wrapped in host.ErrUnsupported) when the helper cannot be found.
 var ErrNoHelper = errors.New(HelperName + " not found")
 

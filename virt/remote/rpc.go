@@ -51,13 +51,20 @@ func StartHelper(path string) (io.ReadWriteCloser, func() error, error) {
 // StartHelperEnv is StartHelper with the helper's environment environ (os/exec's Cmd.Env: nil
 // is this process's).
 func StartHelperEnv(path string, environ []string) (io.ReadWriteCloser, func() error, error) {
-	env, _ := fromEnv.Load(path)
-	s, _ := env.(string)
-	h, err := openHelper(path, s)
+	h, err := OpenFound(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("start %s: %w", path, err)
 	}
 	return h.StartEnv(environ)
+}
+
+// OpenFound opens the helper at path, which FindHelper or FindHelperEnv returned, for running
+// with Helper.Command: a path taken from the helper's environment variable is checked again on
+// the descriptor, which is what runs, never the path. The caller closes it.
+func OpenFound(path string) (*Helper, error) {
+	env, _ := fromEnv.Load(path)
+	s, _ := env.(string)
+	return openHelper(path, s)
 }
 
 // ErrorKind is one class of error that keeps its sentinels across the pipe (mig/remote's; the
