@@ -35,5 +35,9 @@ use_shm() {
 if use_shm; then
 	echo "scripts/test-tmpdir.sh: TMPDIR=$shm (a tmpfs)" >&2
 	export TMPDIR=$shm
+	# libguestfs (the image bake's virt-sysprep) keeps its appliance cache, hundreds of MiB
+	# reused from run to run, under TMPDIR when LIBGUESTFS_CACHEDIR is unset: keep it where it
+	# was without TMPDIR, on the disk, not in memory.
+	export LIBGUESTFS_CACHEDIR=${LIBGUESTFS_CACHEDIR:-/var/tmp}
 fi
 exec "$@"
