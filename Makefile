@@ -85,9 +85,9 @@ demo: build-static ## no root, installs nothing: check this host, then inspect, 
 # kernel-emulator hooks); then every tag the builds and tests use at once, no two of which
 # exclude each other: the NVML mock (nvmlmock), the crash hooks (crashtest), the browser
 # test's kernel emulator in vgpu-host-agent (fakekernel). No tag chooses a binary: vgpu-host
-# and vgpu-host-agent are two mains (cmd/). test/k8s/fakecri (-tags k8sfakecri) needs
-# modules go.mod does not list: scripts/vet-fakecri.sh vets it in a scratch module, as
-# test/k8s/build.sh builds it.
+# and vgpu-host-agent are two mains (cmd/). test/k8s/fakecri (-tags k8sfakecri), test/k8s's
+# container runtime, is vetted on its own by scripts/vet-fakecri.sh, which also checks that
+# go.mod's k8s.io/cri-* are the staging version of the Kubernetes test/k8s/build.sh builds.
 VET_TAGS := "" nvmlmock,crashtest,fakekernel
 lint: ## gofmt and go vet (every build tag the builds and tests use)
 	@scripts/deps.sh helper

@@ -7,9 +7,10 @@
 // Nothing runs: sandboxes and containers only exist in the fake's memory, which is enough
 // for the kubelet to admit a Pod, call the device plugin and report the Pod Running.
 //
-// It is built by test/k8s/build.sh in a scratch module outside this repository (our go.mod
-// does not depend on Kubernetes); the build tag keeps `go build ./...` and `go vet ./...`
-// of this repository away from it.
+// test/k8s/build.sh builds it inside the Kubernetes checkout it builds the kubelet from; the
+// build tag keeps it out of this module's binaries and default vet, and go.mod requires its
+// k8s.io/cri-* at that Kubernetes' staging version so that `go vet -tags k8sfakecri` works
+// here (scripts/vet-fakecri.sh, in make lint, checks both).
 
 package main
 
