@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		os.Exit(cliChild(f))
 	}
 	code := m.Run()
-	removeNVMLHelpers()
+	nvmlHelpers.Remove()
 	if release.dir != "" {
 		os.RemoveAll(release.dir)
 	}

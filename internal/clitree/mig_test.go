@@ -2,17 +2,15 @@ package clitree
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/mig"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
@@ -28,64 +26,14 @@ func mockNVML(t *testing.T) {
 }
 
 // nvmlHelpers are the builds of the NVML helper the tests share, by build tags ("" is the
-// release build), each made once for the test binary in a directory of its own that TestMain
-// removes: building and linking one (cgo) costs seconds, and every test of it starts its own
-// process of the same file.
-var nvmlHelpers struct {
-	mu    sync.Mutex
-	dir   string
-	built map[string]string // tags → path
-	err   map[string]error
-}
+// release build): every test of it starts its own process of the same file. TestMain removes
+// them.
+var nvmlHelpers = &testenv.Builds{Pkg: "../../cmd/vgpu-host-nvml", Name: migremote.HelperName}
 
 // nvmlHelper returns the NVML helper built with tags, building it on first use.
 func nvmlHelper(t *testing.T, tags string) string {
 	t.Helper()
-	nvmlHelpers.mu.Lock()
-	defer nvmlHelpers.mu.Unlock()
-	if p, ok := nvmlHelpers.built[tags]; ok {
-		return p
-	}
-	if err, ok := nvmlHelpers.err[tags]; ok {
-		t.Fatal(err)
-	}
-	err := func() error {
-		if nvmlHelpers.dir == "" {
-			d, err := os.MkdirTemp("", "vgpu-host-nvml")
-			if err != nil {
-				return err
-			}
-			nvmlHelpers.dir, nvmlHelpers.built, nvmlHelpers.err = d, map[string]string{}, map[string]error{}
-		}
-		// The helper's own name, as vgpu-host looks for it; one directory per build.
-		sub, err := os.MkdirTemp(nvmlHelpers.dir, "tags")
-		if err != nil {
-			return err
-		}
-		helper := filepath.Join(sub, migremote.HelperName)
-		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-tags", tags, "-o", helper, "../../cmd/vgpu-host-nvml").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("build the NVML helper (tags %q): %v\n%s", tags, err, out)
-		}
-		nvmlHelpers.built[tags] = helper
-		return nil
-	}()
-	if err != nil {
-		if nvmlHelpers.err != nil {
-			nvmlHelpers.err[tags] = err
-		}
-		t.Fatal(err)
-	}
-	return nvmlHelpers.built[tags]
-}
-
-// removeNVMLHelpers removes the shared builds (TestMain, after the tests).
-func removeNVMLHelpers() {
-	nvmlHelpers.mu.Lock()
-	defer nvmlHelpers.mu.Unlock()
-	if nvmlHelpers.dir != "" {
-		os.RemoveAll(nvmlHelpers.dir)
-	}
+	return nvmlHelpers.Get(t, tags)
 }
 
 func TestMIGCommands(t *testing.T) {

@@ -4,65 +4,31 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/mig"
 )
 
-// helpers are the builds of cmd/vgpu-host-nvml the tests share, by build tags, each made once
-// for the test binary (linking the cgo helper costs seconds) in a directory TestMain removes.
-var helpers struct {
-	mu    sync.Mutex
-	dir   string
-	built map[string]string
-}
+// helpers are cmd/vgpu-host-nvml's builds the tests share, by build tags, made once for the
+// test binary (linking the cgo helper costs seconds); TestMain removes them.
+var helpers = &testenv.Builds{Pkg: "../../cmd/vgpu-host-nvml", Name: HelperName}
 
 // TestMain removes the helpers' builds after the tests.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if helpers.dir != "" {
-		os.RemoveAll(helpers.dir)
-	}
+	helpers.Remove()
 	os.Exit(code)
 }
 
 // buildHelper returns cmd/vgpu-host-nvml built with tags, building it on first use.
 func buildHelper(t *testing.T, tags string) string {
 	t.Helper()
-	helpers.mu.Lock()
-	defer helpers.mu.Unlock()
-	if p, ok := helpers.built[tags]; ok {
-		return p
-	}
-	if helpers.dir == "" {
-		d, err := os.MkdirTemp("", "nvml-helper")
-		if err != nil {
-			t.Fatal(err)
-		}
-		helpers.dir, helpers.built = d, map[string]string{}
-	}
-	sub, err := os.MkdirTemp(helpers.dir, "tags")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(sub, HelperName)
-	args := []string{"build", "-o", bin}
-	if tags != "" {
-		args = append(args, "-tags", tags)
-	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, "../../cmd/vgpu-host-nvml")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the NVML helper: %v\n%s", err, out)
-	}
-	helpers.built[tags] = bin
-	return bin
+	return helpers.Get(t, tags)
 }
 
 // helperEnv is the Env of a helper at bin with the other variables as vars sets them (the
