@@ -132,23 +132,37 @@ func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
 	return m, warnings, nil
 }
 
+// ListMdevInstances names the entries of ROOT/sys/bus/mdev/devices, sorted (the active mdev
+// instances by UUID): none, and no error, on a host without the mdev bus.
+func ListMdevInstances(root Root) ([]string, error) {
+	dir := root.Sys("bus", "mdev", "devices")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list mdev instances in %s: %w", dir, err)
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
 // ReadMdevInstances reads every instance under ROOT/sys/bus/mdev/devices (see
 // ReadMdevInstance), sorted by UUID. A host without the mdev bus returns an empty list and no
 // error; an instance removed during the read is skipped; an entry that is not a UUID, or an
 // instance that cannot be read, is a warning naming it.
 func ReadMdevInstances(root Root) ([]MdevInstance, []string, error) {
-	dir := root.Sys("bus", "mdev", "devices")
-	ents, err := os.ReadDir(dir)
+	names, err := ListMdevInstances(root)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return []MdevInstance{}, nil, nil
-		}
-		return nil, nil, fmt.Errorf("list mdev instances in %s: %w", dir, err)
+		return nil, nil, err
 	}
 	out := []MdevInstance{}
 	var warnings []string
-	for _, e := range ents {
-		m, w, err := ReadMdevInstance(root, e.Name())
+	for _, name := range names {
+		m, w, err := ReadMdevInstance(root, name)
 		warnings = append(warnings, w...)
 		switch {
 		case errors.Is(err, ErrNotFound):

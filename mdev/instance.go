@@ -183,22 +183,7 @@ func (m *Manager) removeFrom(ctx context.Context, all []Instance, st *state, ids
 			return nil, err
 		}
 	}
-	var done []Instance
-	var rerr error
-	for _, in := range todo {
-		if err := m.removeActive(ctx, in); err != nil {
-			rerr = err
-			break
-		}
-		if opts.Undefine && in.Backend == BackendMdev {
-			if _, err := m.Undefine(in.UUID); err != nil {
-				rerr = err
-				break
-			}
-			in.Defined = false
-		}
-		done = append(done, in)
-	}
+	done, rerr := m.removeInOrder(ctx, todo, opts)
 	// One state update for the whole batch (each one takes the lock and rewrites the file).
 	serr := m.updateState(func(st *state) error {
 		for _, in := range done {
@@ -209,6 +194,52 @@ func (m *Manager) removeFrom(ctx context.Context, all []Instance, st *state, ids
 		return nil
 	})
 	return done, errors.Join(rerr, serr)
+}
+
+// removeInOrder removes todo's instances in order, each undefined after its removal with
+// opts.Undefine, and returns those removed until one failed. A run of active mdev instances is
+// removed as one (removeMdevs: one run of remove writes, one look at the bus after them).
+func (m *Manager) removeInOrder(ctx context.Context, todo []Instance, opts RemoveOptions) ([]Instance, error) {
+	var done []Instance
+	finish := func(in Instance) error {
+		if opts.Undefine && in.Backend == BackendMdev {
+			if _, err := m.Undefine(in.UUID); err != nil {
+				return err
+			}
+			in.Defined = false
+		}
+		done = append(done, in)
+		return nil
+	}
+	for i := 0; i < len(todo); {
+		in := todo[i]
+		if in.Backend != BackendMdev || !in.Active {
+			if err := m.removeActive(ctx, in); err != nil {
+				return done, err
+			}
+			if err := finish(in); err != nil {
+				return done, err
+			}
+			i++
+			continue
+		}
+		j := i
+		var ids []string
+		for ; j < len(todo) && todo[j].Backend == BackendMdev && todo[j].Active; j++ {
+			ids = append(ids, todo[j].UUID)
+		}
+		n, err := m.removeMdevs(ctx, ids)
+		for _, in := range todo[i : i+n] {
+			if ferr := finish(in); ferr != nil {
+				return done, ferr
+			}
+		}
+		if err != nil {
+			return done, err
+		}
+		i = j
+	}
+	return done, nil
 }
 
 // RemoveOwner removes every instance recorded for owner (see Remove for the checks).
