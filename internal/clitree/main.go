@@ -146,8 +146,27 @@ func Main(env Env, argv []string) int {
 		os.Stdout.WriteString(rootHelp())
 		return 0
 	}
+	stackSink = growStack(len(args))
 	app := newAppFor(&env, args)
 	return execute(app, argv, os.Stderr)
+}
+
+// stackSink keeps growStack's result, so that its frame is not optimised away.
+var stackSink byte
+
+// growStack grows the goroutine's stack in one step to what a command's call chain needs (the
+// cli's tree, the typed operation, encoding/json's reflection): a new goroutine starts with
+// 2 KiB, and grown through 4, 8, 16 and 32 KiB each size took its first stack from a span of
+// its own, each page touched once (a page fault each, which is what a start costs on the
+// project's machines: README, Start-up). One 24 KiB frame, once, before the tree is built:
+// median minor faults of 15 runs, inspect -o json on the small generated host 471 → 444,
+// a usage error (mdev create) 387 → 377; --version and --help return before it (#32).
+//
+//go:noinline
+func growStack(n int) byte {
+	var frame [24 << 10]byte
+	frame[n%len(frame)] = 1
+	return frame[(n+1)%len(frame)]
 }
 
 // appName is the root command's name.
