@@ -484,6 +484,16 @@ func (b *Book) Len() int { return len(b.Names()) }
 // Holder returns the VM holding the claim kind:id, or "".
 func (b *Book) Holder(c Claim) string { return b.claims[c.Key()] }
 
+// ClaimHolders returns the VMs that hold a claim, from the claims index the transaction read
+// already: no VM file is listed or read (Names lists the ledger's directory).
+func (b *Book) ClaimHolders() map[string]bool {
+	out := map[string]bool{}
+	for _, vm := range b.claims {
+		out[vm] = true
+	}
+	return out
+}
+
 // AllClaims returns every claim held (kind and id; their details are in the VM entries) with
 // its holder, sorted by key.
 func (b *Book) AllClaims() []Held {

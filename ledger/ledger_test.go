@@ -460,3 +460,29 @@ func TestLedgerStateFilesNotFollowed(t *testing.T) {
 		}
 	}
 }
+
+// ClaimHolders names the VMs holding a claim, from the claims index, in a View as in an
+// Update: not a VM without claims, not one whose claims were released.
+func TestClaimHolders(t *testing.T) {
+	t.Parallel()
+	l := OpenPath(filepath.Join(t.TempDir(), "ledger.json"))
+	if err := l.Update(func(b *Book) error {
+		b.Entry("plain")
+		if err := b.Claim("gpu", Claim{Kind: KindPCI, ID: "0000:41:00.0"}, Claim{Kind: KindPCI, ID: "0000:41:00.1"}); err != nil {
+			return err
+		}
+		return b.Claim("gone", Claim{Kind: KindMdev, ID: "83c32df7-d52e-4ec1-9668-1f3c7e4df107"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Update(func(b *Book) error { b.Release("gone"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]bool
+	if err := l.View(func(b *Book) error { got = b.ClaimHolders(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !got["gpu"] {
+		t.Fatalf("ClaimHolders = %v, want only gpu", got)
+	}
+}

@@ -202,19 +202,40 @@ func (l *Lifecycle) claimOnce(ctx context.Context, vm *domains.VM, inv *host.Inv
 	// Devices of domains vgpu-host did not create only matter to a VM that takes devices:
 	// look (one XML per domain on the connection) only then, knowing the VM names the ledger
 	// has. The spec says whether it may take any; it is resolved once, in the transaction.
+	// foreign asks only about domains that hold a device: most are the ledger's VMs that hold
+	// claims, known from the claims index; any other is looked up by name. (Listing the
+	// ledger's 10,000 names was half an apply's time on the scale bench, #32.)
 	var fp map[host.Address]string
 	var fm map[string]string
 	if vm.TakesDevices(inv) {
-		known := map[string]bool{}
-		if err := l.o.Ledger.View(func(before *ledger.Book) error {
-			for _, n := range before.Names() {
-				known[n] = true
+		var holders map[string]bool
+		var kerr error
+		isKnown := func(name string) bool {
+			if kerr != nil {
+				return false
 			}
-			return nil
-		}); err != nil {
-			return c, "", err
+			if holders == nil {
+				kerr = l.o.Ledger.View(func(before *ledger.Book) error {
+					holders = before.ClaimHolders()
+					return nil
+				})
+			}
+			if holders[name] {
+				return true
+			}
+			known := false
+			if err := l.o.Ledger.View(func(before *ledger.Book) error {
+				known = before.VM(name) != nil
+				return nil
+			}); err != nil && kerr == nil {
+				kerr = err
+			}
+			return known
 		}
-		if fp, fm, err = l.foreign(ctx, func(name string) bool { return known[name] }); err != nil {
+		if fp, fm, err = l.foreign(ctx, isKnown); err == nil {
+			err = kerr
+		}
+		if err != nil {
 			return c, "", err
 		}
 	}

@@ -213,7 +213,9 @@ func (l *Lifecycle) foreign(ctx context.Context, known func(name string) bool) (
 	}
 	pci, mdev = map[host.Address]string{}, map[string]string{}
 	for name, x := range all {
-		if known(name) {
+		// A domain without a <hostdev> element holds no PCI function or mdev (DomainHostdevs
+		// reads nothing else): neither known nor the XML parser is asked about it.
+		if !strings.Contains(x, "<hostdev") || known(name) {
 			continue
 		}
 		hd, ok := virt.DomainHostdevs(x)
