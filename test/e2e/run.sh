@@ -49,7 +49,10 @@ guest_modules=(
 # Host tools copied into the guest with their libraries, for scenarios (jq for inspect's JSON;
 # mdevctl, the peer of the mdev bench: a Rust binary needing libc and libgcc_s only, plus its
 # /etc/mdevctl.d callout and notifier directories, made below).
-guest_tools=(jq mdevctl)
+# VGPU_LAB_TOOLS adds more host tools for one run, e.g. "strace perf" to profile a scenario or a
+# bench under TCG (docs/lab.md, "Profiling in the guest"); none by default.
+read -r -a lab_extra_tools <<<"${VGPU_LAB_TOOLS:-}"
+guest_tools=(jq mdevctl "${lab_extra_tools[@]}")
 # The kernel's mdev sample drivers, built out of tree (linux-source samples/vfio-mdev).
 mdev_samples=(mtty mdpy mbochs)
 # A real libvirtd and QEMU inside the guest, for the scenarios that say "# lab: libvirtd"
