@@ -44,12 +44,23 @@ func (w SysfsWriter) Write(ctx context.Context, path, value string) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("write %q to %s: %w", strings.TrimSpace(value), path, err)
+			return writeFailed(path, value, err)
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("write %q to %s: %w (%v)", strings.TrimSpace(value), path, ErrWriteTimeout, ctx.Err())
+		return writeTimedOut(path, value, ctx.Err())
 	}
+}
+
+// writeFailed is how SysfsWriter words a write the kernel refused.
+func writeFailed(path, value string, err error) error {
+	return fmt.Errorf("write %q to %s: %w", strings.TrimSpace(value), path, err)
+}
+
+// writeTimedOut is how SysfsWriter words a write abandoned at its deadline (cause: the
+// context's error).
+func writeTimedOut(path, value string, cause error) error {
+	return fmt.Errorf("write %q to %s: %w (%v)", strings.TrimSpace(value), path, ErrWriteTimeout, cause)
 }
 
 // Batcher is a Writer that makes a run of writes itself (WriteEach), cheaper than one Write
@@ -100,10 +111,10 @@ func (w SysfsWriter) WriteEach(ctx context.Context, timeout time.Duration, write
 		began   time.Time // when it began
 		stop    bool      // the caller gave up: make no further write
 	)
-	inFlight := func() (int, time.Time) {
+	beganAt := func() time.Time {
 		mu.Lock()
 		defer mu.Unlock()
-		return current, began
+		return began
 	}
 	giveUp := func() int {
 		mu.Lock()
@@ -131,8 +142,7 @@ func (w SysfsWriter) WriteEach(ctx context.Context, timeout time.Duration, write
 	}()
 	finished := func(r result) (int, error) {
 		if r.err != nil {
-			wr := writes[r.n]
-			return r.n, fmt.Errorf("write %q to %s: %w", strings.TrimSpace(wr.Value), wr.Path, r.err)
+			return r.n, writeFailed(writes[r.n].Path, writes[r.n].Value, r.err)
 		}
 		return r.n, nil
 	}
@@ -144,8 +154,7 @@ func (w SysfsWriter) WriteEach(ctx context.Context, timeout time.Duration, write
 			return finished(r)
 		case <-ctx.Done():
 			i := giveUp()
-			wr := writes[i]
-			return i, fmt.Errorf("write %q to %s: %w (%v)", strings.TrimSpace(wr.Value), wr.Path, ErrWriteTimeout, ctx.Err())
+			return i, writeTimedOut(writes[i].Path, writes[i].Value, ctx.Err())
 		case <-timer.C:
 			select {
 			case r := <-done: // ended as the timer fired
@@ -154,13 +163,12 @@ func (w SysfsWriter) WriteEach(ctx context.Context, timeout time.Duration, write
 			}
 			// The write in flight may have begun after the timer was set: its own deadline is
 			// timeout after it began.
-			if _, at := inFlight(); time.Until(at.Add(timeout)) > 0 {
-				timer.Reset(time.Until(at.Add(timeout)))
+			if left := time.Until(beganAt().Add(timeout)); left > 0 {
+				timer.Reset(left)
 				continue
 			}
 			i := giveUp()
-			wr := writes[i]
-			return i, fmt.Errorf("write %q to %s: %w (%v)", strings.TrimSpace(wr.Value), wr.Path, ErrWriteTimeout, context.DeadlineExceeded)
+			return i, writeTimedOut(writes[i].Path, writes[i].Value, context.DeadlineExceeded)
 		}
 	}
 }

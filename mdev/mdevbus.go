@@ -63,6 +63,20 @@ func mdevType(ht host.MdevType) Type {
 	return t
 }
 
+// listedMdevs is the set of instances the mdev bus lists now (host.ListMdevInstances; empty
+// on a host without the bus); ok is false when the bus could not be listed.
+func (m *Manager) listedMdevs() (map[string]bool, bool) {
+	names, err := host.ListMdevInstances(m.Root)
+	if err != nil {
+		return nil, false
+	}
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return set, true
+}
+
 // activeMdev reads instance id's parent and type from its links on the mdev bus
 // (host.ReadMdevInstanceLinks: what every caller compares); ok is false when the instance does
 // not exist (or its links cannot be read).
@@ -192,14 +206,10 @@ func (m *Manager) createMdev(ctx context.Context, p Parent, t Type, req CreateRe
 	var missing []int
 	// One listing of the bus tells which exist: only those are read (16 failed readlinks,
 	// each with an error built, for a new VM's instances).
-	names, lerr := host.ListMdevInstances(m.Root)
-	listed := make(map[string]bool, len(names))
-	for _, n := range names {
-		listed[n] = true
-	}
+	listed, lok := m.listedMdevs()
 	for i, id := range ids {
 		out[i] = Instance{Backend: BackendMdev, Parent: p.Name, Type: t.ID, TypeName: t.Name, UUID: id, Owner: req.Owner, Index: req.FirstIndex + i, Active: true}
-		if lerr == nil && !listed[id] {
+		if lok && !listed[id] {
 			missing = append(missing, i)
 			continue
 		}
@@ -323,13 +333,9 @@ func (m *Manager) removeMdevs(ctx context.Context, ids []string) (int, error) {
 	if m.DryRun {
 		return len(ids), nil
 	}
-	names, _ := host.ListMdevInstances(m.Root) // unreadable: each is looked at below
-	listed := make(map[string]bool, len(names))
-	for _, n := range names {
-		listed[n] = true
-	}
+	listed, lok := m.listedMdevs() // unreadable: each is looked at below
 	for i, id := range ids {
-		if names != nil && !listed[id] {
+		if lok && !listed[id] {
 			continue
 		}
 		if err := m.wait(ctx, func() (bool, error) { return !host.MdevInstanceExists(m.Root, id), nil }); err != nil {
