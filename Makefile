@@ -123,11 +123,12 @@ fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 	@scripts/deps.sh test
 	@GO=$(GO) scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
-# The packages whose code runs concurrently (file locks, the racing CLI tests), under the race
-# detector.
+# The packages whose code runs concurrently (file locks, the racing CLI tests, the scan's split
+# pass and the batched sysfs writes), under the race detector.
 race: ## go test -race on the packages with concurrency
 	@scripts/deps.sh test
 	$(GO) test -race -count=1 ./internal/filelock ./ledger ./mdev ./vfio
+	$(GO) test -race -count=1 -run 'ForEachSplit|WriteEach|SysfsWriter|Scan' ./host
 	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./internal/clitree
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
