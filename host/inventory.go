@@ -166,7 +166,7 @@ func (s *scanner) readClasses(addrs []Address, names []string) {
 		}
 		f.hasGroup = true
 	}
-	forEach(len(addrs), func(i int) {
+	forEachSplit(len(addrs), func(i int) {
 		f := &first[i]
 		var b [16]byte
 		if string(addrs[i].appendText(b[:0])) == names[i] {
@@ -446,10 +446,13 @@ func (s *scanner) groupAddresses(id int) []Address {
 // forEachSplit runs f(0..n-1) on two goroutines when the batch is big enough to share (64 or
 // more) and there are two Ps: chunks of 16, taken in order from one counter. f must be safe to
 // call concurrently (readDevice is: the scanner's shared maps and warnings are under s.mu).
-// Pass 2 uses it: each device is read in its own directory, so the two cores' syscalls overlap.
-// On the 64-GPU host (go test ./host -bench 'Scan$/gpu64', 2 cores) Scan took 45 ms instead of
-// 56-67 ms at the same CPU time (68 ms). Pass 1 stays in order (forEach): every read there is in
-// the one devices directory, and split it cost 35% more CPU for no shorter wall time.
+// Both passes use it, so that the two cores' syscalls overlap. Pass 2 (go test ./host -bench
+// 'Scan$/gpu64', 2 cores): Scan took 45 ms instead of 56-67 ms at the same CPU time (68 ms).
+// Pass 1, split too (#32, three runs each, same machine): the 64-GPU host's Scan 44.8 → 39.2 ms
+// at 66.4 → 68.1 CPU-ms, the 2,000-function host's 32.3 → 22.1 ms at 35.6 → 38.2 CPU-ms; its
+// `inspect -o json`, alternated with lspci in five rounds, 62.5-74.0 → 58.6-68.5 ms. (A
+// measurement of the split in an earlier session had found 35% more CPU and no shorter wall
+// time; these three runs each way, side by side, did not.)
 func forEachSplit(n int, f func(i int)) {
 	if n < 64 || runtime.GOMAXPROCS(0) < 2 {
 		forEach(n, f)
@@ -474,9 +477,8 @@ func forEachSplit(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// forEach runs f(0..n-1) in order. Measured on the 2,000-function bench host (2 cores, busy
-// machine), goroutines made pass 1 slower (futex and scheduler time exceeded the syscall
-// overlap), so its reads stay sequential; pass 2 splits its big batches (forEachSplit).
+// forEach runs f(0..n-1) in order: what forEachSplit does below its split size, and the
+// group-link reads of the functions pass 1 did not select (few, and each cheap).
 func forEach(n int, f func(i int)) {
 	for i := 0; i < n; i++ {
 		f(i)
