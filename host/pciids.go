@@ -28,11 +28,9 @@ type PCIIDs struct {
 	path  string
 	err   error
 
-	mu      sync.Mutex
-	memo    map[idsKey]string         // lookups already answered: a host has many functions with the same IDs
-	blocks  map[string]*vendorSection // vendor ID -> its section, found or being found
-	queue   []string                  // vendors Prefetch asked for, not yet being found
-	working bool                      // a goroutine is finding the queued sections (work)
+	mu     sync.Mutex
+	memo   map[idsKey]string         // lookups already answered: a host has many functions with the same IDs
+	blocks map[string]*vendorSection // vendor ID -> its section, found or being found
 
 	classOnce  sync.Once
 	classStart int // offset of the device-class section ("C 00  ..."), at the end of the file
@@ -51,7 +49,7 @@ type vendorSection struct {
 // vendorBlock returns the section of vendor (its line and its devices), nil when absent. A
 // vendor's section is found once: Intel's and NVIDIA's hold thousands of lines, and walking
 // them again for every device ID made names cost more than the rest of a scan. A lookup of a
-// section being found (Prefetch) waits for it.
+// section another goroutine is finding waits for it.
 func (p *PCIIDs) vendorBlock(vendor string) []byte {
 	vendor = strings.ToLower(vendor)
 	p.mu.Lock()
@@ -86,47 +84,6 @@ func (p *PCIIDs) find(vendor string, f *vendorSection) {
 		}
 	}
 	close(f.done)
-}
-
-// Prefetch has vendor's section found in the background, so that the names of its devices are
-// ready when asked for. Scan calls it as it reads each function's vendor: finding Intel's
-// section (370 KB of pci.ids, walked line by line) cost a tenth of `inspect` on a small host,
-// and it now runs on another core while Scan reads sysfs. One goroutine finds the sections
-// asked for, one after the other: each search then skips what the ones before it walked
-// (gaps), where searches side by side walked the same big sections at the same time.
-func (p *PCIIDs) Prefetch(vendor string) {
-	if p == nil {
-		return
-	}
-	vendor = strings.ToLower(vendor)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, ok := p.blocks[vendor]; ok {
-		return
-	}
-	p.newSection(vendor)
-	p.queue = append(p.queue, vendor)
-	if !p.working {
-		p.working = true
-		go p.work()
-	}
-}
-
-// work finds the sections Prefetch queued, in order, until the queue is empty.
-func (p *PCIIDs) work() {
-	for {
-		p.mu.Lock()
-		if len(p.queue) == 0 {
-			p.working = false
-			p.mu.Unlock()
-			return
-		}
-		vendor := p.queue[0]
-		p.queue = p.queue[1:]
-		f := p.blocks[vendor]
-		p.mu.Unlock()
-		p.find(vendor, f)
-	}
 }
 
 // classSection returns the device-class part of the file ("C 00  Unclassified device" to the
@@ -467,7 +424,7 @@ func topLine(data []byte, from, to int, m *gapMemo) int {
 
 // gapMemo is a set of disjoint stretches [from, to) of one pci.ids file holding no newline
 // that starts a top-level line, sorted. The zero value is empty; a nil *gapMemo holds nothing
-// and remembers nothing. Safe for concurrent use (Prefetch finds sections in goroutines).
+// and remembers nothing. Safe for concurrent use (one PCIIDs answers every scan of a root).
 type gapMemo struct {
 	mu   sync.Mutex
 	gaps [][2]int

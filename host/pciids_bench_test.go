@@ -7,8 +7,8 @@ import (
 )
 
 // BenchmarkPCIIDsCold is what one `vgpu-host inspect` process pays for names: the first load
-// of pci.ids, Prefetch of each vendor as Scan meets it, then the lookups of a host's IDs (each
-// process starts cold). cpu-ms/op counts every goroutine's CPU time. workstation: an
+// of pci.ids, then the lookups of a host's IDs, as Scan makes them last (each process starts
+// cold). cpu-ms/op counts every goroutine's CPU time. workstation: an
 // NVIDIA and Intel workstation's; qemu: the real-kernel snapshots' (QEMU q35: Intel, Red Hat,
 // AMD, and QEMU's 1234, which pci.ids lacks).
 func BenchmarkPCIIDsCold(b *testing.B) {
@@ -31,9 +31,6 @@ func BenchmarkPCIIDsCold(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for i := 0; i < b.N; i++ {
 				p := host.NewPCIIDsFile("/usr/share/misc/pci.ids")
-				for _, d := range c.devices {
-					p.Prefetch(d[0]) // as Scan does, meeting each function's vendor
-				}
 				for _, d := range c.devices {
 					p.Vendor(d[0])
 					p.Device(d[0], d[1])
