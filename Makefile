@@ -107,7 +107,7 @@ test-go: ## every Go test, including those against a real libvirtd the tests sta
 	@scripts/deps.sh test
 	VGPU_TEST_LIBVIRTD=1 scripts/test-tmpdir.sh $(GO) test -count=1 -timeout 60m ./...
 
-# Every fuzz target, FUZZTIME each (8 s x 11 targets = 88 s of fuzzing, plus about a minute
+# Every fuzz target, FUZZTIME each (8 s x 12 targets = 96 s of fuzzing, plus about a minute
 # of instrumented builds on 2 cores). scripts/fuzz.sh passes -fuzzminimizetime 1s: Go minimizes
 # every new interesting input for up to 60 s by default, uncounted, which left FuzzRender at a
 # few dozen execs in 8 s. Inputs that fail are written to the package's testdata/fuzz/TARGET/
@@ -117,7 +117,7 @@ FUZZ_TARGETS := \
 	./host:FuzzParseAddress ./host:FuzzParseCreatableVGPUTypes ./host:FuzzMdevSupportedTypes \
 	./mdev:FuzzUUID ./mdev:FuzzMdevctlDefinition ./mdev:FuzzStateFiles \
 	./vfio:FuzzLedgerFile ./ledger:FuzzLedger ./domains:FuzzRender ./cloudinit:FuzzSeedISO \
-	./internal/clitree:FuzzAgentRequest
+	./internal/clitree:FuzzAgentRequest ./mig:FuzzProfileName
 
 fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 	@scripts/deps.sh test

@@ -16,12 +16,12 @@ func parseName(name string) (g, gb int, suffix string, ok bool) {
 	if err != nil || r.Name == "" {
 		return 0, 0, "", false
 	}
-	m := profileNameRE.Get().FindStringSubmatch(r.Name)
-	gb, err = strconv.Atoi(m[2])
+	_, digits, attr, _ := profileName(r.Name)
+	gb, err = strconv.Atoi(digits)
 	if err != nil || gb < 1 {
 		return 0, 0, "", false
 	}
-	return r.ComputeSlices, gb, m[3], true
+	return r.ComputeSlices, gb, attr, true
 }
 
 // DocumentedGPU is the MIG geometry NVIDIA's MIG user guide documents for a GPU with compute

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/internal/lazy"
 )
 
 // NVML's GPU-instance profile indices (nvml.GPU_INSTANCE_PROFILE_*, go-nvml v0.13.0-1): the
@@ -120,10 +119,53 @@ type ProfileRef struct {
 	ComputeSlices int
 }
 
-// profileNameRE is NVIDIA's profile name, after normalisation: compute slices, memory in GB
-// and an optional attribute ("+me", "-me", "+gfx", "+me.all", and whatever NVIDIA adds in
-// the same shape).
-var profileNameRE = lazy.Regexp{Expr: `^([1-8])g\.([0-9]+)gb((?:\+|-)[a-z]+(?:\.[a-z]+)?)?$`}
+// profileName matches NVIDIA's profile name, after normalisation: compute slices, memory in
+// GB and an optional attribute ("+me", "-me", "+gfx", "+me.all", and whatever NVIDIA adds in
+// the same shape). It is the regular expression
+//
+//	^([1-8])g\.([0-9]+)gb((?:\+|-)[a-z]+(?:\.[a-z]+)?)?$
+//
+// matched by hand (TestProfileNameMatchesRegexp holds it to that expression): inspect's MIG
+// section parses every profile name, and compiling the expression there was about 20 of the
+// H200 inspect's page faults (#32). It returns the slices digit, the GB digits and the
+// attribute ("" when none).
+func profileName(n string) (slices, gb, attr string, ok bool) {
+	if len(n) < 6 || n[0] < '1' || n[0] > '8' || n[1] != 'g' || n[2] != '.' {
+		return "", "", "", false
+	}
+	i := 3
+	for i < len(n) && n[i] >= '0' && n[i] <= '9' {
+		i++
+	}
+	if i == 3 || !strings.HasPrefix(n[i:], "gb") {
+		return "", "", "", false
+	}
+	slices, gb, rest := n[:1], n[3:i], n[i+2:]
+	if rest == "" {
+		return slices, gb, "", true
+	}
+	if rest[0] != '+' && rest[0] != '-' {
+		return "", "", "", false
+	}
+	word, more, dot := strings.Cut(rest[1:], ".")
+	if !lowerWord(word) || dot && !lowerWord(more) {
+		return "", "", "", false
+	}
+	return slices, gb, rest, true
+}
+
+// lowerWord reports whether s is one or more of a to z.
+func lowerWord(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'a' || s[i] > 'z' {
+			return false
+		}
+	}
+	return true
+}
 
 // ParseProfile is the one parser of GPU-instance profile names, for every place a user names
 // one (mig plan/apply --profiles, host layouts, MIG-backed vGPU types, specs). It accepts
@@ -144,11 +186,11 @@ func ParseProfile(s string) (ProfileRef, error) {
 			n = rest
 		}
 	}
-	m := profileNameRE.Get().FindStringSubmatch(n)
-	if m == nil {
+	sl, _, _, ok := profileName(n)
+	if !ok {
 		return ProfileRef{}, fmt.Errorf("MIG profile %q: %w: want a name as nvidia-smi prints it (3g.40gb, 1g.18gb+me, MIG 2g.35gb) or a profile ID (9)", s, host.ErrInvalid)
 	}
-	return ProfileRef{Name: n, ID: -1, ComputeSlices: int(m[1][0] - '0')}, nil
+	return ProfileRef{Name: n, ID: -1, ComputeSlices: int(sl[0] - '0')}, nil
 }
 
 // normName is a profile name as compared: ParseProfile's canonical name, or the name trimmed
