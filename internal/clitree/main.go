@@ -243,7 +243,10 @@ func panicSite() string {
 
 // pruneUnnamed cuts every top-level command whose name or alias is not among args down to its
 // name, aliases and usage: all that root help, root completion and "no such command" read,
-// and sets up shell completion only for a command line that uses it.
+// and sets up shell completion only for a command line that uses it. Below a command that is
+// named, it cuts that command's unnamed subcommands the same way, level by level: what the
+// named command's own help and "no such command" read of them (`mdev create` sets up one
+// of mdev's seven subcommands in full, not seven: 1,469 allocations instead of 1,746, #32).
 // The cli walks the whole tree before it runs anything (setting up help for each
 // subcommand), and that walk, not main's work, was most of what `vgpu-host --help` cost over
 // a bare Go binary. A command can run only if its name is on the command line, so the one that
@@ -253,16 +256,22 @@ func pruneUnnamed(app *cli.Command, args []string) {
 	for _, a := range args {
 		named[a] = true
 	}
-	for _, c := range app.Commands {
-		keep := named[c.Name]
-		for _, a := range c.Aliases {
-			keep = keep || named[a]
-		}
-		if !keep {
-			// HideHelp: no help flag and help subcommand set up for a command that will not run.
-			c.Commands, c.Flags, c.Description, c.HideHelp = nil, nil, "", true
+	var prune func(cmds []*cli.Command)
+	prune = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			keep := named[c.Name]
+			for _, a := range c.Aliases {
+				keep = keep || named[a]
+			}
+			if !keep {
+				// HideHelp: no help flag and help subcommand set up for a command that will not run.
+				c.Commands, c.Flags, c.Description, c.HideHelp = nil, nil, "", true
+			} else {
+				prune(c.Commands)
+			}
 		}
 	}
+	prune(app.Commands)
 	// The completion command (and its four shells) is set up only when asked for.
 	app.EnableShellCompletion = named["completion"] || named["--generate-shell-completion"]
 }

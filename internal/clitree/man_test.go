@@ -38,7 +38,12 @@ func TestPruneKeepsBehaviour(t *testing.T) {
 		}
 	}
 	lines = append(lines, []string{"--help"}, []string{"help", "mdev"}, []string{"mdev", "--generate-shell-completion"},
-		[]string{"--generate-shell-completion"}, []string{"nosuchcommand"})
+		[]string{"--generate-shell-completion"}, []string{"nosuchcommand"},
+		// Below a named command its unnamed subcommands are pruned too: its own help, its help
+		// command, a mistyped subcommand, a subcommand's usage error and completion.
+		[]string{"mdev"}, []string{"mdev", "help"}, []string{"mdev", "help", "create"}, []string{"mdev", "craete"},
+		[]string{"mdev", "create"}, []string{"mdev", "create", "--generate-shell-completion"},
+		[]string{"host", "--help"}, []string{"mig"}, []string{"vf", "list", "--help"}, []string{"host", "layout", "--help"})
 	for _, args := range lines {
 		whole, pruned := run(false, args...), run(true, args...)
 		if whole != pruned {
@@ -53,6 +58,18 @@ func TestPruneKeepsBehaviour(t *testing.T) {
 	for _, c := range app.Commands {
 		if c.Name != "inspect" && (len(c.Commands) > 0 || len(c.Flags) > 0) {
 			t.Errorf("%s was not pruned for `inspect`", c.Name)
+		}
+	}
+	app = newApp(testEnv())
+	pruneUnnamed(app, []string{"mdev", "create", "--count", "2"})
+	for _, c := range app.Commands {
+		if c.Name != "mdev" {
+			continue
+		}
+		for _, s := range c.Commands {
+			if whole := s.Name == "create"; whole != (len(s.Flags) > 0) {
+				t.Errorf("mdev %s for `mdev create`: %d flags left", s.Name, len(s.Flags))
+			}
 		}
 	}
 }
