@@ -382,3 +382,23 @@ func documentedGeometry(t *testing.T, capture string, types map[string]string) {
 		}
 	}
 }
+
+// Every profile name nvidia-smi printed on each real GPU parses as the name it is, as
+// nvidia-smi wrote it ("MIG 1g.18gb+me") and bare, with the compute slices its name starts
+// with: ParseProfile's hand matcher (mig.profileName) on the captures, not only on the names
+// its own tests list.
+func TestNvidiaSMINamesParse(t *testing.T) {
+	for _, gpu := range realGPUs {
+		t.Run(gpu.capture, func(t *testing.T) {
+			for _, p := range nvidiaSMI(t, gpu.capture) {
+				slices, _ := strconv.Atoi(strings.SplitN(p.name, "g", 2)[0])
+				for _, s := range []string{"MIG " + p.name, p.name} {
+					r, err := mig.ParseProfile(s)
+					if err != nil || r.Name != strings.ToLower(p.name) || r.ID != -1 || r.ComputeSlices != slices {
+						t.Errorf("ParseProfile(%q) = %+v, %v; want %s with %d slices", s, r, err, p.name, slices)
+					}
+				}
+			}
+		})
+	}
+}
