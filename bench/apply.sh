@@ -22,6 +22,9 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 N=${N:-20}
 URI=qemu:///system
+for t in qemu-img virsh; do
+	command -v $t >/dev/null || { echo "bench/apply.sh: $t missing (make bench installs it: scripts/deps.sh bench)" >&2; exit 1; }
+done
 
 if ! virsh -c "$URI" version >/dev/null 2>&1; then
 	[ "$(id -u)" = 0 ] || { echo "bench/apply.sh: libvirtd is not running and we are not root" >&2; exit 1; }
@@ -30,6 +33,11 @@ if ! virsh -c "$URI" version >/dev/null 2>&1; then
 	virtlogd -d 2>/dev/null || true
 	libvirtd -d 2>/dev/null || true
 	for _ in $(seq 100); do virsh -c "$URI" version >/dev/null 2>&1 && break; sleep 0.1; done
+	# Said here, naming the daemon, not later as a failed define.
+	virsh -c "$URI" version >/dev/null 2>&1 || {
+		echo "bench/apply.sh: libvirtd did not answer on $URI within 10 s of libvirtd -d (try it by hand: libvirtd -d; libvirt-daemon-system gives it its directories: scripts/deps.sh bench)" >&2
+		exit 1
+	}
 fi
 
 work=$(mktemp -d)

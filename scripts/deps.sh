@@ -15,7 +15,11 @@
 #           (the mdev sample drivers), busybox, jq, and the peers users know (mdevctl, driverctl);
 #           libvirtd with its QEMU driver, virsh and SeaBIOS, copied into the guest for the
 #           hotplug scenario (58-hotplug-libvirtd: a real libvirtd inside the lab)
-#   bench   the peers and tools of make bench (lspci, hyperfine, jq, GNU time)
+#   bench   the peers and tools of make bench (lspci, hyperfine, jq, GNU time), and what
+#           bench/apply.sh needs beside the lab's packages: qemu-img for its VMs' disk (a fresh
+#           machine lacked it, and make bench ran without apply's row) and a libvirtd that starts
+#           (libvirt-daemon-system: its log and run directories, which libvirtd alone lacks) with
+#           its QEMU driver and virsh, the peer it is timed against
 #   k8s     make test-k8s's script: curl and jq (the API server), openssl (its keys), unshare
 #           (util-linux), Debian's pci.ids (the lab host's real names)
 #   node    Node.js and npm for building the Cockpit page (make cockpit), only when no node and
@@ -38,7 +42,7 @@ declare -A group=(
           libguestfs-tools debootstrap extlinux e2fsprogs"
   [e2e]="build-essential jq qemu-system-x86 linux-image-amd64 linux-headers-amd64 linux-source-6.1 busybox-static kmod cpio xz-utils
          mdevctl driverctl pciutils e2fsprogs libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients seabios"
-  [bench]="pci.ids pciutils jq hyperfine time"
+  [bench]="pci.ids pciutils jq hyperfine time qemu-utils libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients"
   [k8s]="pci.ids jq curl openssl util-linux"
   [node]="nodejs npm"
   [web]="cockpit-ws cockpit-bridge cockpit-system chromium qemu-utils jq curl openssl util-linux python3"
