@@ -7,7 +7,10 @@
 # sequence, so the bench also prints the process-start floor (two `vgpu-host --version` per
 # round) and the ratio without it: that part is what vgpu-host's own code adds.
 
-n=${BENCH_ROUNDS:-10}
+# 30 rounds (#32; 10 before), about half a second each under TCG. More rounds narrow the noise
+# within a run; the guest's drift between runs stays (the own cost read 0.74 and 0.56 in two
+# runs back to back with 30, 0.54 and 0.81 with 10, the same binary).
+n=${BENCH_ROUNDS:-30}
 gpu=$LAB_GPU1
 aud=$LAB_GPU1_AUDIO
 dev=/sys/bus/pci/devices
