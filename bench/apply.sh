@@ -53,12 +53,13 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-mkdir "$work/build"
-CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$work/build/vgpu-host" ./cmd/vgpu-host
-CGO_ENABLED=0 go build -tags urfave_cli_no_template -o "$work/build/vgpu-host-agent" ./cmd/vgpu-host-agent # `vgpu-host agent` runs it
-go build -o "$work/build/vgpu-host-libvirt" ./cmd/vgpu-host-libvirt # found beside vgpu-host
+# The binaries `make build` made (the flags users get: make bench builds them first):
+# vgpu-host, the agent `vgpu-host agent` runs, and the libvirt helper, found beside vgpu-host.
 . bench/lib.sh
-for b in "$work"/build/*; do installed "$b" "$work" >/dev/null; done # as a host has them (lib.sh)
+for b in bin/vgpu-host bin/vgpu-host-agent bin/vgpu-host-libvirt; do
+	[ -x "$b" ] || { echo "bench/apply.sh: $b missing: make build" >&2; exit 1; }
+	installed "$b" "$work" >/dev/null # as a host has them (lib.sh)
+done
 root=$work/root
 mkdir -p "$root" "$work/specs" "$work/xml"
 qemu-img create -q -f qcow2 "$work/disk.qcow2" 64M

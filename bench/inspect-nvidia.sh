@@ -23,8 +23,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/h200" "$work/build" "$work/inst"
 tar xzf "$fixture/sysfs-snapshot.tar.gz" -C "$work/h200"
-BIN=${VGPU_HOST_BIN:-$work/build/vgpu-host}
-[ -n "${VGPU_HOST_BIN:-}" ] || CGO_ENABLED=0 $GO build -o "$BIN" ./cmd/vgpu-host
+# The binary `make build` made (the flags users get); set VGPU_HOST_BIN to measure another.
+BIN=${VGPU_HOST_BIN:-bin/vgpu-host}
+[ -x "$BIN" ] || { echo "bench/inspect-nvidia.sh: $BIN missing: make build" >&2; exit 1; }
 $GO build -tags nvmlmock -o "$work/build/vgpu-host-nvml-replay" ./cmd/vgpu-host-nvml
 
 . bench/lib.sh

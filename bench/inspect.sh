@@ -12,9 +12,10 @@ command -v lspci >/dev/null || { echo "bench/inspect.sh: lspci missing (apt-get 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 $GO build -o "$work/gen-fakehost" ./cmd/gen-fakehost
-# Build from this checkout so the numbers are for this code (set VGPU_HOST_BIN to measure another).
-BIN=${VGPU_HOST_BIN:-$work/vgpu-host}
-[ -n "${VGPU_HOST_BIN:-}" ] || CGO_ENABLED=0 $GO build -o "$BIN" ./cmd/vgpu-host
+# The binary `make build` made (the flags users get: make bench builds it first); set
+# VGPU_HOST_BIN to measure another.
+BIN=${VGPU_HOST_BIN:-bin/vgpu-host}
+[ -x "$BIN" ] || { echo "bench/inspect.sh: $BIN missing: make build" >&2; exit 1; }
 
 . bench/lib.sh
 mkdir "$work/inst"
