@@ -14,6 +14,15 @@ LDFLAGS := -X github.com/vgpu-host/vgpu-host/internal/buildinfo.version=$(VERSIO
 # urfave_cli_no_template: help without text/template, which also lets the linker drop unused
 # methods (a smaller binary that starts faster; the help text is the same).
 BUILDFLAGS := -trimpath -tags urfave_cli_no_template -ldflags "$(LDFLAGS)"
+# The CLI's runtime defaults (cmd/vgpu-host/godebug.default, the one place for them: the
+# benches' bare Go floors and TestLightBinaryInits' release build read it too), linked in as
+# the Go command links a main package's //go:debug lines, which accept only the settings the
+# toolchain registers. disablethp=1: no transparent huge pages for the heap. On a host whose
+# THP is "always" (Debian's kernel) each 2 MB region a short CLI run first touches was
+# zeroed whole for the few KB it used; in the lab guest that was half of a bare Go
+# binary's start (#32). GODEBUG in the environment still overrides it.
+CLI_GODEBUG := $(shell cat cmd/vgpu-host/godebug.default)
+CLI_BUILDFLAGS := -trimpath -tags urfave_cli_no_template -ldflags "$(LDFLAGS) -X runtime.godebugDefault=$(CLI_GODEBUG)"
 
 # make install: PREFIX and DESTDIR as usual; the other directories follow PREFIX.
 PREFIX ?= /usr/local
@@ -52,7 +61,7 @@ deps: ## install every Debian package any target needs (root; only what is missi
 build: build-static build-helper build-nvml build-kube ## build bin/vgpu-host (pure Go, static) and the agent bin/vgpu-host-agent, its libvirt helper bin/vgpu-host-libvirt (cgo), its NVML helper bin/vgpu-host-nvml (cgo) and its kubelet device plugin bin/vgpu-host-kube
 
 build-static: ## build bin/vgpu-host alone, and the agent bin/vgpu-host-agent (cmd/vgpu-host-agent): static, need no Debian package
-	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o $(BIN) ./cmd/vgpu-host
+	CGO_ENABLED=0 $(GO) build $(CLI_BUILDFLAGS) -o $(BIN) ./cmd/vgpu-host
 	@# The agent is the same command tree with its server, metrics, reconcile and drift watcher
 	@# (internal/agentcmd, its own main): the Prometheus client's init stays out of every other
 	@# command's start.

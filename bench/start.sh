@@ -25,7 +25,9 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/hello"
 printf 'package main\n\nimport "os"\n\nfunc main() { os.Stdout.WriteString("hello\\n") }\n' >"$work/hello/main.go"
 printf 'module hello\n\ngo 1.21\n' >"$work/hello/go.mod"
-(cd "$work/hello" && CGO_ENABLED=0 GOFLAGS= $GO build -trimpath -o "$work/bare-go" .)
+# With bin/vgpu-host's runtime defaults (cmd/vgpu-host/godebug.default), as the floors below.
+godebug="-X runtime.godebugDefault=$(cat cmd/vgpu-host/godebug.default)"
+(cd "$work/hello" && CGO_ENABLED=0 GOFLAGS= $GO build -trimpath -ldflags "$godebug" -o "$work/bare-go" .)
 # The libraries' floor: the same hello world importing (blank) every non-standard package
 # vgpu-host links, at go.mod's versions (listed by go list, so it follows the dependencies):
 # their package initialisers and the size they add cost every start, whatever vgpu-host's own
@@ -39,7 +41,7 @@ mkdir "$work/deps"
 # With the build tags `make build` gives vgpu-host (the Makefile's BUILDFLAGS): without
 # urfave_cli_no_template the cli links text/template, and the floor read 1.44 instead of 1.28
 # (#32, 300 alternated runs).
-CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_template -o "$work/deps-go" "$work/deps/main.go"
+CGO_ENABLED=0 $GO build -trimpath -tags urfave_cli_no_template -ldflags "$godebug" -o "$work/deps-go" "$work/deps/main.go"
 
 . bench/lib.sh
 # Each binary as a host has it, installed (lib.sh: installed).

@@ -25,6 +25,10 @@ cmds=$(bin/vgpu-host --generate-shell-completion | cut -d: -f1 | grep -vx 'help\
 } | sed "s#^#$prefix/#" | sort >"$dest.want"
 (cd "$dest" && find . -type f -o -type l | sed 's#^\.##' | sort) >"$dest.got"
 diff -u "$dest.want" "$dest.got" >&2 || { rm -f "$dest.want" "$dest.got"; fail "make install DESTDIR=... PREFIX=$prefix did not install exactly the expected files"; }
+# The CLI carries its runtime defaults (cmd/vgpu-host/godebug.default, linked in by make
+# build-static; TestGodebugDefaultNoHugePages proves what they do).
+godebug=$(cat cmd/vgpu-host/godebug.default)
+grep -qaF "$godebug" "$dest$prefix/bin/vgpu-host" || fail "$prefix/bin/vgpu-host does not carry its runtime defaults ($godebug, cmd/vgpu-host/godebug.default): the Makefile's CLI_BUILDFLAGS lost -X runtime.godebugDefault"
 n=$(wc -l <"$dest.got")
 rm -f "$dest.want" "$dest.got"
 

@@ -53,7 +53,8 @@ var release struct {
 }
 
 // releaseBinary builds bin/vgpu-host as `make build-static` does (CGO_ENABLED=0, -trimpath,
-// -tags urfave_cli_no_template; without the version's -ldflags), once for the test binary,
+// -tags urfave_cli_no_template, the runtime defaults of cmd/vgpu-host/godebug.default; without
+// the version's -ldflags), once for the test binary,
 // for the tests that run the release binary itself (its initialisers, the crash hook it must
 // not have, scripts/gpu-probe.sh): one link instead of one per test. TestMain removes it.
 func releaseBinary(t *testing.T) string {
@@ -64,7 +65,13 @@ func releaseBinary(t *testing.T) string {
 			return
 		}
 		release.path = filepath.Join(release.dir, "vgpu-host")
-		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-tags", "urfave_cli_no_template", "-o", release.path, "../../cmd/vgpu-host")
+		godebug, err := os.ReadFile("../../cmd/vgpu-host/godebug.default")
+		if err != nil {
+			release.err = err
+			return
+		}
+		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-tags", "urfave_cli_no_template",
+			"-ldflags", "-X runtime.godebugDefault="+strings.TrimSpace(string(godebug)), "-o", release.path, "../../cmd/vgpu-host")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			release.err = fmt.Errorf("go build: %v\n%s", err, out)

@@ -288,12 +288,14 @@ build_run_part() {
   copy_exe "$out/vgpu-host-crashtest" "$root" /bin/vgpu-host-crashtest
   ln -s vgpu-host-crashtest "$root/bin/vgpu-host-agent"
   # The floor of every process start under TCG, for the benches: a bare hello-world Go binary
-  # built with the same toolchain and flags as bin/vgpu-host (static, -trimpath).
+  # built with the same toolchain and flags as bin/vgpu-host (static, -trimpath, and its
+  # runtime defaults, cmd/vgpu-host/godebug.default: without them a bare binary's start here
+  # was half zeroing 2 MB huge pages, which vgpu-host no longer pays).
   if [ "$mode" = bench ]; then
     mkdir -p "$out/bare-go"
     printf 'package main\n\nimport "os"\n\nfunc main() { os.Stdout.WriteString("hello\\n") }\n' >"$out/bare-go/main.go"
     printf 'module hello\n\ngo 1.21\n' >"$out/bare-go/go.mod"
-    (cd "$out/bare-go" && CGO_ENABLED=0 GOFLAGS= go build -trimpath -o "$root/bin/bare-go" .)
+    (cd "$out/bare-go" && CGO_ENABLED=0 GOFLAGS= go build -trimpath -ldflags "-X runtime.godebugDefault=$(cat "$repo/cmd/vgpu-host/godebug.default")" -o "$root/bin/bare-go" .)
   fi
   local t
   for t in "${guest_tools[@]}"; do
