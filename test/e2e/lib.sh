@@ -143,6 +143,19 @@ now_ms() {
   case $_ns in *N | "") awk '{printf "%d\n", $1 * 1000}' /proc/uptime ;; *) echo $((_ns / 1000000)) ;; esac
 }
 bench() { echo "BENCH $1 $2 ${3:-}"; }
+# time_starts: the process starts a lab bench's floor and split subtract, timed in the round
+# they are subtracted from: two `vgpu-host --version` (starts_ms) and two starts of the bare
+# hello-world Go binary (bare_ms); ends with now_ms in done_ms.
+time_starts() {
+  _t0=$(now_ms)
+  vgpu-host --version >/dev/null
+  vgpu-host --version >/dev/null
+  _t1=$(now_ms)
+  bare-go >/dev/null
+  bare-go >/dev/null
+  done_ms=$(now_ms)
+  starts_ms=$((_t1 - _t0)) bare_ms=$((done_ms - _t1))
+}
 
 # request_reboot: reboot the guest (a real `reboot`: QEMU resets the machine, the same kernel
 # and initramfs boot again, the persistent disk keeps /etc and /var/lib) once every scenario of

@@ -59,19 +59,14 @@ while [ "$i" -lt "$n" ]; do
   raw_unbind
   t3=$(now_ms)
   check_round "raw round $i" || { ok=0; break; }
-  t4=$(now_ms)
-  vgpu-host --version >/dev/null
-  vgpu-host --version >/dev/null
-  t5=$(now_ms)
-  bare-go >/dev/null
-  bare-go >/dev/null
-  t6=$(now_ms)
+  time_starts
+  t6=$done_ms
   # The command tree: the same two commands stopped at their usage error (no address), after
   # the start, the command line's parse and the command's set-up, before any read of the host.
   vgpu-host bind >/dev/null 2>&1
   vgpu-host unbind >/dev/null 2>&1
   t7=$(now_ms)
-  tool=$((tool + t1 - t0)) raw=$((raw + t3 - t2)) start=$((start + t5 - t4)) bare=$((bare + t6 - t5)) tree=$((tree + t7 - t6))
+  tool=$((tool + t1 - t0)) raw=$((raw + t3 - t2)) start=$((start + starts_ms)) bare=$((bare + bare_ms)) tree=$((tree + t7 - t6))
   i=$((i + 1))
 done
 [ "$ok" = 1 ] || return 1

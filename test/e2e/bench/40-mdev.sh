@@ -71,17 +71,13 @@ while [ "$r" -lt "$rounds" ]; do
   # bare hello-world Go binary, and the command tree, mdev create and mdev remove stopped at
   # their usage error (no parent and type, no instance), after the start, the parse and the
   # command's set-up.
-  vgpu-host --version >/dev/null
-  vgpu-host --version >/dev/null
-  t5=$(now_ms)
-  bare-go >/dev/null
-  bare-go >/dev/null
-  t6=$(now_ms)
+  time_starts
+  t6=$done_ms
   vgpu-host mdev create >/dev/null 2>&1
   vgpu-host mdev remove >/dev/null 2>&1
   t7=$(now_ms)
   tb=$((tb + t1 - t0)) te=$((te + t2 - t1)) tr=$((tr + t3 - t2)) tm=$((tm + t4 - t3))
-  ts=$((ts + t5 - t4)) tg=$((tg + t6 - t5)) tt=$((tt + t7 - t6))
+  ts=$((ts + starts_ms)) tg=$((tg + bare_ms)) tt=$((tt + t7 - t6))
   r=$((r + 1))
 done
 tb=$((tb / rounds)) te=$((te / rounds)) tr=$((tr / rounds)) tm=$((tm / rounds))
