@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/future"
 	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
@@ -248,13 +249,15 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	if err != nil {
 		return nil, err
 	}
+	hc := startHostChecks(b.Root, groups)
 	r, unlock, err := b.start("bind", opts.DryRun)
 	if err != nil {
+		hc.Wait() // its goroutine ends before the call returns
 		return nil, err
 	}
 	defer unlock()
 	res := r.res
-	pf := preflight(b.Root, groups, r.ledger)
+	pf := preflight(b.Root, groups, r.ledger, hc)
 	res.Devices, res.Warnings = pf.devices, append(res.Warnings, pf.warnings...)
 	moves, fixes := pf.moves, pf.fixes
 	anyMove := len(moves) > 0
@@ -326,10 +329,37 @@ type bindPlan struct {
 	warnings []string
 }
 
+// moves reports whether a bind moves member m of its group to vfio-pci: every endpoint not on
+// vfio-pci already (bridges stay on their driver).
+func moves(m host.GroupMember) bool { return !m.IsBridge && m.Driver != DriverName }
+
+// startHostChecks starts reading, in the background, the host facts that the safety checks of
+// a bind of groups need (readHostChecks): none when no member moves. They are facts about the
+// whole host (mounts, routes, every process's open files, the interrupt chips), read while the
+// caller takes the bind lock and reads the ledger (#32). Reading them before the lock is held
+// loses nothing: the lock orders vgpu-host's own runs, and no run of vgpu-host opens a
+// function's device nodes or mounts its disks; a host process can do that at any moment
+// before the unbind's write, lock or no lock.
+func startHostChecks(root host.Root, groups []*host.Group) *future.Value[hostChecks] {
+	ms := map[int][]host.GroupMember{}
+	for _, g := range groups {
+		for _, m := range g.Members {
+			if moves(m) {
+				ms[g.ID] = append(ms[g.ID], m)
+			}
+		}
+	}
+	if len(ms) == 0 {
+		return future.Ready(hostChecks{})
+	}
+	return future.Go(func() hostChecks { return readHostChecks(root, ms) })
+}
+
 // preflight decides, for every member of groups, whether it moves, and runs every safety check
 // a move needs: boot VGA, host-critical classes, mounts and routes, held device nodes, and
-// interrupt remapping. It reads the host and writes nothing.
-func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
+// interrupt remapping, on the host facts hc reads (startHostChecks of the same groups). It
+// reads the host and writes nothing.
+func preflight(root host.Root, groups []*host.Group, l *Bindings, hc *future.Value[hostChecks]) bindPlan {
 	p := bindPlan{moves: map[int][]host.GroupMember{}}
 	for _, g := range groups {
 		for _, m := range g.Members {
@@ -337,7 +367,7 @@ func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 			switch {
 			case m.IsBridge:
 				c.Note = "bridge stays on " + orNone(m.Driver)
-			case m.Driver == DriverName:
+			case !moves(m):
 				c.Note = "already bound"
 				if _, ours := l.Lookup(m.Address); ours && m.DriverOverride != DriverName {
 					// An interrupted unbind cleared the override but did not get to move the
@@ -352,23 +382,24 @@ func preflight(root host.Root, groups []*host.Group, l *Bindings) bindPlan {
 			p.devices = append(p.devices, c)
 		}
 	}
-	// What the moves' checks read from the whole host (mounts, routes, every process's open
-	// files) is read once for the call, not once per group or function.
-	var hc hostChecks
-	if len(p.moves) > 0 {
-		hc = readHostChecks(root, p.moves)
-	}
+	// The quarantine records are vgpu-host's own state, read here; what the moves' checks read
+	// from the whole host (mounts, routes, every process's open files, interrupt remapping)
+	// was read once for the call, not once per group or function, meanwhile.
+	var quarantined [][]Refusal
 	for _, g := range groups {
-		p.refusals = append(p.refusals, quarantineRefusals(root, g)...)
-		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID], hc)...)
+		quarantined = append(quarantined, quarantineRefusals(root, g))
+	}
+	facts := hc.Wait()
+	for i, g := range groups {
+		p.refusals = append(p.refusals, quarantined[i]...)
+		p.refusals = append(p.refusals, bindRefusals(root, g, p.moves[g.ID], facts)...)
 	}
 	if len(p.moves) > 0 {
-		ir, warn := interruptRemapping(root)
-		if ir != nil {
-			p.refusals = append(p.refusals, *ir)
+		if facts.intRemap != nil {
+			p.refusals = append(p.refusals, *facts.intRemap)
 		}
-		if warn != "" {
-			p.warnings = append(p.warnings, warn)
+		if facts.intRemapWarning != "" {
+			p.warnings = append(p.warnings, facts.intRemapWarning)
 		}
 	}
 	return p
@@ -382,11 +413,13 @@ func (b *Binder) Preflight(addrs []host.Address) ([]Refusal, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc := startHostChecks(b.Root, groups)
 	l, err := LoadLedger(b.Root)
 	if err != nil {
+		hc.Wait()
 		return nil, err
 	}
-	return preflight(b.Root, groups, l).refusals, nil
+	return preflight(b.Root, groups, l, hc).refusals, nil
 }
 
 // ensureVFIOLoaded loads vfio-pci when ROOT/sys/bus/pci/drivers/vfio-pci is missing.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/future"
 )
 
 // Check names, as they appear in Refusal.Check and in the JSON output.
@@ -138,18 +139,22 @@ func hostCriticalClass(class uint32) string {
 }
 
 // hostChecks are the facts about the whole host that a bind's checks need, read once for all
-// the functions it moves: mounted block devices and routed interfaces by function, and the
-// processes holding each function's device nodes open.
+// the functions it moves: mounted block devices and routed interfaces by function, the
+// processes holding each function's device nodes open, and interrupt remapping's refusal or
+// warning (interruptRemapping).
 type hostChecks struct {
-	mounts  map[host.Address][]string
-	routes  map[host.Address][]string
-	holders map[host.Address][]host.Holder
+	mounts          map[host.Address][]string
+	routes          map[host.Address][]string
+	holders         map[host.Address][]host.Holder
+	intRemap        *Refusal
+	intRemapWarning string
 }
 
-// readHostChecks reads the host facts for moves (by group): mounts, routes, and one search of
-// every process's open files for all the moving functions' device nodes together.
+// readHostChecks reads the host facts for moves (by group): mounts, routes, interrupt
+// remapping, and one search of every process's open files for all the moving functions'
+// device nodes together. The search, the longest of them (a directory per process, a link per
+// descriptor), runs in its own goroutine while the others are read.
 func readHostChecks(root host.Root, moves map[int][]host.GroupMember) hostChecks {
-	hc := hostChecks{mounts: host.MountedBlockDevices(root), routes: host.RoutedInterfaces(root), holders: map[host.Address][]host.Holder{}}
 	nodes := map[host.Address][]string{}
 	var all []string
 	for _, ms := range moves {
@@ -159,7 +164,10 @@ func readHostChecks(root host.Root, moves map[int][]host.GroupMember) hostChecks
 			all = append(all, n...)
 		}
 	}
-	for _, h := range host.Holders(root, all) {
+	held := future.Go(func() []host.Holder { return host.Holders(root, all) })
+	hc := hostChecks{mounts: host.MountedBlockDevices(root), routes: host.RoutedInterfaces(root), holders: map[host.Address][]host.Holder{}}
+	hc.intRemap, hc.intRemapWarning = interruptRemapping(root)
+	for _, h := range held.Wait() {
 		for a, n := range nodes {
 			if host.MatchesAny(h.Path, n) {
 				hc.holders[a] = append(hc.holders[a], h)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/future"
 )
 
 // Unbind restores every function of the IOMMU groups of addrs that vgpu-host moved to
@@ -20,12 +22,24 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	if err != nil {
 		return nil, err
 	}
+	// Which processes hold the groups' /dev/vfio/N is searched for while the lock is taken and
+	// the ledger read (#32), for every group with a member on vfio-pci (the ledger then says
+	// which of them move): the kernel removes /dev/vfio/N with the group's last vfio-pci
+	// device, so no process holds that of a group without one.
+	var nodes []string
+	for _, g := range groups {
+		if slices.ContainsFunc(g.Members, func(m host.GroupMember) bool { return m.Driver == DriverName }) {
+			nodes = append(nodes, host.HostPath(b.Root, host.VFIODev(b.Root, g.ID)))
+		}
+	}
+	held := future.Go(func() []host.Holder { return host.Holders(b.Root, nodes) })
 	r, unlock, err := b.start("unbind", opts.DryRun)
 	if err != nil {
+		held.Wait() // its goroutine ends before the call returns
 		return nil, err
 	}
 	defer unlock()
-	targets, refusals := r.unbindTargets(groups, addrs, opts)
+	targets, refusals := r.unbindTargets(groups, addrs, opts, held)
 	if err := r.refuseOrWarn("unbind "+addrList(addrs), refusals, func(string) bool { return opts.Force }); err != nil {
 		return r.res, err
 	}
@@ -48,8 +62,9 @@ type unbindTarget struct {
 
 // unbindTargets decides, function by function, what Unbind does (res.Devices says it) and
 // what refuses it: a function bound for another owner or moved by something else since, one on
-// vfio-pci that vgpu-host did not bind (unless forced), a group a process holds.
-func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts UnbindOptions) ([]unbindTarget, []Refusal) {
+// vfio-pci that vgpu-host did not bind (unless forced), a group a process holds (held: the
+// processes holding any of the groups' /dev/vfio/N).
+func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts UnbindOptions, held *future.Value[[]host.Holder]) ([]unbindTarget, []Refusal) {
 	named := map[host.Address]bool{}
 	for _, a := range addrs {
 		named[a] = true
@@ -57,30 +72,26 @@ func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts Unb
 	var targets []unbindTarget
 	var refusals []Refusal
 	byGroup := make([][]Refusal, len(groups))
-	held := make([]*host.Address, len(groups)) // a member that moves, for the held refusal
-	var nodes []string
+	moving := make([]*host.Address, len(groups)) // a member that moves, for the held refusal
 	for i, g := range groups {
 		for _, m := range g.Members {
 			c, t, rs := r.unbindMember(g, m, named[m.Address], opts)
 			byGroup[i] = append(byGroup[i], rs...)
 			if t != nil {
 				targets = append(targets, *t)
-				if c.Changed && held[i] == nil {
+				if c.Changed && moving[i] == nil {
 					a := m.Address
-					held[i] = &a
+					moving[i] = &a
 				}
 			}
 			r.res.Devices = append(r.res.Devices, c)
 		}
-		if held[i] != nil {
-			nodes = append(nodes, host.HostPath(r.root, host.VFIODev(r.root, g.ID)))
-		}
 	}
 	// One search of every process's open files for all the groups' /dev/vfio/N.
-	hs := host.Holders(r.root, nodes)
+	hs := held.Wait()
 	for i, g := range groups {
 		refusals = append(refusals, byGroup[i]...)
-		if held[i] == nil {
+		if moving[i] == nil {
 			continue
 		}
 		var mine []host.Holder
@@ -91,7 +102,7 @@ func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts Unb
 			}
 		}
 		if len(mine) > 0 {
-			rf := heldRefusal(*held[i], mine)
+			rf := heldRefusal(*moving[i], mine)
 			rf.Reason = fmt.Sprintf("IOMMU group %d is in use (a VM runs on it?): %s", g.ID, strings.TrimPrefix(rf.Reason, "is held open, so unbinding it would block until they let go: "))
 			refusals = append(refusals, rf)
 		}
