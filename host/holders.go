@@ -74,6 +74,16 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 	return out
 }
 
+// DeviceNodeFamilies are the prefixes (each with a trailing "*", as Holders reads it) under
+// which every path DeviceNodes returns for a function falls, /dev/vfio/GROUP aside: the DRM,
+// framebuffer, ALSA and NVIDIA nodes of every device. A search of every process's open files
+// for them can start before the functions' own nodes are read; MatchesAny with each
+// function's DeviceNodes then tells its holders from those of other devices (bind, #32).
+func DeviceNodeFamilies(root Root) []string {
+	dev := func(name string) string { return HostPath(root, root.Dev(name)) }
+	return []string{dev("dri") + "/*", dev("fb") + "*", dev("snd") + "/*", dev("nvidia") + "*"}
+}
+
 // Holders scans ROOT/proc/*/fd for descriptors open on any of paths (host paths; a trailing
 // "*" matches a prefix) and returns the processes, sorted by pid (a process holding several of
 // the paths is listed once per path). Unreadable processes (other users' without root) are

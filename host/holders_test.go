@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -72,5 +73,50 @@ func TestHoldersRealProc(t *testing.T) {
 	}
 	if hs := host.Holders(root, []string{filepath.Join(dir, "nobody*")}); len(hs) != 0 {
 		t.Errorf("holders of a path nobody holds: %+v", hs)
+	}
+}
+
+// TestDeviceNodeFamiliesCoverDeviceNodes: every node DeviceNodes names for a function on a host
+// driver (DRM card and render node, framebuffer, ALSA card, NVIDIA) falls under one of
+// DeviceNodeFamilies, so a search for the families finds every holder a search for the nodes
+// finds; and the families leave out what is no device's node.
+func TestDeviceNodeFamiliesCoverDeviceNodes(t *testing.T) {
+	t.Parallel()
+	tr := hosttest.New(t)
+	gpu, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
+	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/card1/dev", "226:1\n")
+	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/renderD128/dev", "226:128\n")
+	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/graphics/fb0/dev", "29:0\n")
+	fams := host.DeviceNodeFamilies(tr.Root)
+	var nodes []string
+	nodes = append(nodes, host.DeviceNodes(tr.Root, gpu, "nvidia", -1)...)
+	nodes = append(nodes, host.DeviceNodes(tr.Root, audio, "snd_hda_intel", -1)...)
+	if len(nodes) != 7 {
+		t.Fatalf("DeviceNodes = %q, want 7 nodes (card, render node, fb, nvidia, three ALSA)", nodes)
+	}
+	for _, n := range nodes {
+		if !host.MatchesAny(strings.TrimSuffix(n, "*")+"0", fams) {
+			t.Errorf("node %s is under none of the families %q", n, fams)
+		}
+	}
+	for _, other := range []string{"/dev/null", "/dev/vfio/7", "/dev/sda", "/dev/ttyS0", "/proc/1/fd"} {
+		if host.MatchesAny(other, fams) {
+			t.Errorf("%s is under the families %q", other, fams)
+		}
+	}
+	// A family search finds what the node search finds, and more (another card's nodes).
+	tr.HoldOpen(77, "Xorg", "/dev/fb0")
+	tr.HoldOpen(78, "pulseaudio", "/dev/snd/pcmC0D7p")
+	tr.HoldOpen(79, "other", "/dev/snd/pcmC10D7p")
+	tr.HoldOpen(80, "shell", "/dev/null")
+	exact, all := host.Holders(tr.Root, nodes), host.Holders(tr.Root, fams)
+	var kept []host.Holder
+	for _, h := range all {
+		if host.MatchesAny(h.Path, nodes) {
+			kept = append(kept, h)
+		}
+	}
+	if len(all) != 3 || !slices.Equal(kept, exact) || len(exact) != 2 {
+		t.Errorf("family search %+v, filtered %+v; node search %+v: want pids 77-79, filtered to the node search's 77 and 78", all, kept, exact)
 	}
 }

@@ -245,14 +245,16 @@ func groupsOf(root host.Root, addrs []host.Address) ([]*host.Group, error) {
 // recorded in the ledger before it moves. When a function fails, the functions already moved
 // are put back, in reverse order, so no group is left half-bound.
 func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOptions) (*Result, error) {
+	held := startHolderSearch(b.Root)
+	defer held.Wait() // no goroutine of the call outlives it
 	groups, err := groupsOf(b.Root, addrs)
 	if err != nil {
 		return nil, err
 	}
-	hc := startHostChecks(b.Root, groups)
+	hc := startHostChecks(b.Root, groups, held)
+	defer hc.Wait()
 	r, unlock, err := b.start("bind", opts.DryRun)
 	if err != nil {
-		hc.Wait() // its goroutine ends before the call returns
 		return nil, err
 	}
 	defer unlock()
@@ -333,14 +335,23 @@ type bindPlan struct {
 // vfio-pci already (bridges stay on their driver).
 func moves(m host.GroupMember) bool { return !m.IsBridge && m.Driver != DriverName }
 
+// startHolderSearch starts the search of every process's open files for the device nodes of
+// any function (host.DeviceNodeFamilies), before the groups are read: it is the longest of the
+// host reads a bind's checks make, and does not need to know the functions to start
+// (readHostChecks picks out each function's holders).
+func startHolderSearch(root host.Root) *future.Value[[]host.Holder] {
+	fams := host.DeviceNodeFamilies(root)
+	return future.Go(func() []host.Holder { return host.Holders(root, fams) })
+}
+
 // startHostChecks starts reading, in the background, the host facts that the safety checks of
-// a bind of groups need (readHostChecks): none when no member moves. They are facts about the
-// whole host (mounts, routes, every process's open files, the interrupt chips), read while the
-// caller takes the bind lock and reads the ledger (#32). Reading them before the lock is held
-// loses nothing: the lock orders vgpu-host's own runs, and no run of vgpu-host opens a
-// function's device nodes or mounts its disks; a host process can do that at any moment
-// before the unbind's write, lock or no lock.
-func startHostChecks(root host.Root, groups []*host.Group) *future.Value[hostChecks] {
+// a bind of groups need (readHostChecks, with held the search startHolderSearch started):
+// none when no member moves. They are facts about the whole host (mounts, routes, every
+// process's open files, the interrupt chips), read while the caller takes the bind lock and
+// reads the ledger (#32). Reading them before the lock is held loses nothing: the lock orders
+// vgpu-host's own runs, and no run of vgpu-host opens a function's device nodes or mounts its
+// disks; a host process can do that at any moment before the unbind's write, lock or no lock.
+func startHostChecks(root host.Root, groups []*host.Group, held *future.Value[[]host.Holder]) *future.Value[hostChecks] {
 	ms := map[int][]host.GroupMember{}
 	for _, g := range groups {
 		for _, m := range g.Members {
@@ -352,7 +363,7 @@ func startHostChecks(root host.Root, groups []*host.Group) *future.Value[hostChe
 	if len(ms) == 0 {
 		return future.Ready(hostChecks{})
 	}
-	return future.Go(func() hostChecks { return readHostChecks(root, ms) })
+	return future.Go(func() hostChecks { return readHostChecks(root, ms, held.Wait) })
 }
 
 // preflight decides, for every member of groups, whether it moves, and runs every safety check
@@ -413,10 +424,10 @@ func (b *Binder) Preflight(addrs []host.Address) ([]Refusal, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := startHostChecks(b.Root, groups)
+	hc := startHostChecks(b.Root, groups, startHolderSearch(b.Root))
+	defer hc.Wait() // no goroutine of the call outlives it
 	l, err := LoadLedger(b.Root)
 	if err != nil {
-		hc.Wait()
 		return nil, err
 	}
 	return preflight(b.Root, groups, l, hc).refusals, nil

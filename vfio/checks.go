@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/internal/future"
 )
 
 // Check names, as they appear in Refusal.Check and in the JSON output.
@@ -151,23 +150,19 @@ type hostChecks struct {
 }
 
 // readHostChecks reads the host facts for moves (by group): mounts, routes, interrupt
-// remapping, and one search of every process's open files for all the moving functions'
-// device nodes together. The search, the longest of them (a directory per process, a link per
-// descriptor), runs in its own goroutine while the others are read.
-func readHostChecks(root host.Root, moves map[int][]host.GroupMember) hostChecks {
+// remapping, and, from held (the processes holding any device's nodes: one search of every
+// process's open files, the longest of these reads, which runs in its own goroutine meanwhile),
+// each moving function's holders.
+func readHostChecks(root host.Root, moves map[int][]host.GroupMember, held func() []host.Holder) hostChecks {
 	nodes := map[host.Address][]string{}
-	var all []string
 	for _, ms := range moves {
 		for _, m := range ms {
-			n := host.DeviceNodes(root, m.Address, m.Driver, -1)
-			nodes[m.Address] = n
-			all = append(all, n...)
+			nodes[m.Address] = host.DeviceNodes(root, m.Address, m.Driver, -1)
 		}
 	}
-	held := future.Go(func() []host.Holder { return host.Holders(root, all) })
 	hc := hostChecks{mounts: host.MountedBlockDevices(root), routes: host.RoutedInterfaces(root), holders: map[host.Address][]host.Holder{}}
 	hc.intRemap, hc.intRemapWarning = interruptRemapping(root)
-	for _, h := range held.Wait() {
+	for _, h := range held() {
 		for a, n := range nodes {
 			if host.MatchesAny(h.Path, n) {
 				hc.holders[a] = append(hc.holders[a], h)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -18,24 +17,17 @@ import (
 // (ErrNotInLedger, host.ErrRefused) unless Force, which restores it to its native driver.
 // A function that cannot be restored stays in the ledger; the others are still restored.
 func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOptions) (*Result, error) {
+	// Which processes hold a /dev/vfio node is searched for while the groups are read, the
+	// lock taken and the ledger read (#32); unbindTargets picks out the groups that move.
+	vfioNodes := host.HostPath(b.Root, b.Root.Dev("vfio")) + "/*"
+	held := future.Go(func() []host.Holder { return host.Holders(b.Root, []string{vfioNodes}) })
+	defer held.Wait() // no goroutine of the call outlives it
 	groups, err := groupsOf(b.Root, addrs)
 	if err != nil {
 		return nil, err
 	}
-	// Which processes hold the groups' /dev/vfio/N is searched for while the lock is taken and
-	// the ledger read (#32), for every group with a member on vfio-pci (the ledger then says
-	// which of them move): the kernel removes /dev/vfio/N with the group's last vfio-pci
-	// device, so no process holds that of a group without one.
-	var nodes []string
-	for _, g := range groups {
-		if slices.ContainsFunc(g.Members, func(m host.GroupMember) bool { return m.Driver == DriverName }) {
-			nodes = append(nodes, host.HostPath(b.Root, host.VFIODev(b.Root, g.ID)))
-		}
-	}
-	held := future.Go(func() []host.Holder { return host.Holders(b.Root, nodes) })
 	r, unlock, err := b.start("unbind", opts.DryRun)
 	if err != nil {
-		held.Wait() // its goroutine ends before the call returns
 		return nil, err
 	}
 	defer unlock()
@@ -63,7 +55,7 @@ type unbindTarget struct {
 // unbindTargets decides, function by function, what Unbind does (res.Devices says it) and
 // what refuses it: a function bound for another owner or moved by something else since, one on
 // vfio-pci that vgpu-host did not bind (unless forced), a group a process holds (held: the
-// processes holding any of the groups' /dev/vfio/N).
+// processes holding any /dev/vfio node).
 func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts UnbindOptions, held *future.Value[[]host.Holder]) ([]unbindTarget, []Refusal) {
 	named := map[host.Address]bool{}
 	for _, a := range addrs {
