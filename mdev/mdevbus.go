@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vgpu-host/vgpu-host/host"
-	"github.com/vgpu-host/vgpu-host/internal/future"
 	"github.com/vgpu-host/vgpu-host/internal/revert"
 )
 
@@ -91,16 +90,6 @@ func (m *Manager) activeMdev(id string) (host.MdevInstance, bool) {
 // the whole bus (Remove names the instances it removes; reading every other one cost a 16-instance
 // remove in the lab about as much as removing them).
 func (m *Manager) mdevInstances(st *state, only []string) ([]Instance, error) {
-	// The persistent definitions (a directory of files) are read while the instances are.
-	type definitions struct {
-		defs []Definition
-		err  error
-	}
-	readDefs := future.Go(func() definitions {
-		defs, err := m.Definitions()
-		return definitions{defs, err}
-	})
-	defer readDefs.Wait() // no goroutine of the call outlives it
 	var act []host.MdevInstance
 	var err error
 	if only == nil {
@@ -108,26 +97,16 @@ func (m *Manager) mdevInstances(st *state, only []string) ([]Instance, error) {
 			return nil, err
 		}
 	} else {
-		// Only what an Instance holds: parent and type from the two links, read for the
-		// instances side by side (two link reads each: a third of a 16-instance remove's own
-		// work in the lab, #32), and each type's name read once for all its instances (a
-		// remove of 16 instances of one type read the name, device_api, driver and group of
-		// each: 96 reads where 33 say the same).
-		type links struct {
-			a  host.MdevInstance
-			ok bool
-		}
-		read := future.Map(len(only), func(i int) links {
-			a, err := host.ReadMdevInstanceLinks(m.Root, only[i])
-			return links{a, err == nil}
-		})
+		// Only what an Instance holds: parent and type from the two links, and each type's
+		// name read once for all its instances (a remove of 16 instances of one type read the
+		// name, device_api, driver and group of each: 96 reads where 33 say the same).
 		names := map[string]string{}
-		for _, l := range read {
+		for _, id := range only {
 			// As ReadMdevInstances: one that is gone or cannot be read is not listed.
-			if !l.ok {
+			a, err := host.ReadMdevInstanceLinks(m.Root, id)
+			if err != nil {
 				continue
 			}
-			a := l.a
 			key := a.Parent + "/" + a.Type
 			name, ok := names[key]
 			if !ok {
@@ -138,8 +117,7 @@ func (m *Manager) mdevInstances(st *state, only []string) ([]Instance, error) {
 			act = append(act, a)
 		}
 	}
-	d := readDefs.Wait()
-	defs, err := d.defs, d.err
+	defs, err := m.Definitions()
 	if err != nil {
 		return nil, err
 	}
