@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/vgpu-host/vgpu-host/internal/future"
 )
 
 // ResetAttempt is one reset vgpu-host tried on a function.
@@ -91,9 +89,7 @@ type HandbackOptions struct {
 	// healthy: the --reset flag.
 	Reset bool
 	// Op names what released the functions, for the quarantine record ("unbind", "destroy web").
-	Op string
-	// Now is the clock of the checks and records (time.Now in UTC when nil); the functions'
-	// first checks call it concurrently.
+	Op  string
 	Now func() time.Time
 }
 
@@ -119,22 +115,11 @@ func Handback(ctx context.Context, root Root, w Writer, rel []Released, o Handba
 	var out []HandbackResult
 	var errs []error
 	// Each function's health file is read once (its baseline for the check, the rest kept in
-	// the record) and the records are written together, the directory synced once. The first
-	// checks only read, each its own function's files, and are made side by side (#32); the
-	// resets that a failed check asks for are made one function at a time, as before.
-	type first struct {
-		st     *HealthState
-		stErr  error
-		health DeviceHealth
-	}
-	firsts := future.Map(len(rel), func(i int) first {
-		st, err := LoadHealthState(root, rel[i].Address)
-		return first{st, err, checkDevice(root, rel[i].Address, CheckOptions{Driver: rel[i].Driver, Now: now()}, st, err)}
-	})
+	// the record) and the records are written together, the directory synced once.
 	states := make([]*HealthState, 0, len(rel))
-	for i, r := range rel {
-		st, err := firsts[i].st, firsts[i].stErr
-		res := handbackOne(ctx, root, w, r, o, now, st, err, firsts[i].health)
+	for _, r := range rel {
+		st, err := LoadHealthState(root, r.Address)
+		res := handbackOne(ctx, root, w, r, o, now, st, err)
 		if err != nil {
 			st = nil // damaged: the check warned of it, and the record starts afresh
 		}
@@ -158,15 +143,14 @@ func Handback(ctx context.Context, root Root, w Writer, rel []Released, o Handba
 	return out, errors.Join(errs...)
 }
 
-// handbackOne resets one function as the options allow after its first check (checked), and
-// checks it again after each reset. st is its health file as read before (stErr: why it could
-// not be).
-func handbackOne(ctx context.Context, root Root, w Writer, r Released, o HandbackOptions, now func() time.Time, st *HealthState, stErr error, checked DeviceHealth) HandbackResult {
+// handbackOne checks one function and resets it as the options allow.
+// st is its health file as read before (stErr: why it could not be).
+func handbackOne(ctx context.Context, root Root, w Writer, r Released, o HandbackOptions, now func() time.Time, st *HealthState, stErr error) HandbackResult {
 	var resetAt time.Time // a reset clears the fatal Xids before it
 	check := func() DeviceHealth {
 		return checkDevice(root, r.Address, CheckOptions{Driver: r.Driver, Now: now(), ResetAt: resetAt}, st, stErr)
 	}
-	res := HandbackResult{Health: checked}
+	res := HandbackResult{Health: check()}
 	if res.Health.Healthy && !o.Reset {
 		return res
 	}

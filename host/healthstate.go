@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/vgpu-host/vgpu-host/internal/future"
 )
 
 // HealthStateVersion is the format version of health/ADDR.json and quarantine/ADDR.json.
@@ -118,31 +116,19 @@ func RecordBaseline(root Root, a Address, now time.Time) error {
 // errors are one per function that could not be recorded.
 func RecordBaselines(root Root, addrs []Address, now time.Time) []error {
 	var errs []error
-	// Each function's reads are its own, and are made side by side (#32).
-	type read struct {
-		st  *HealthState
-		err error
-	}
-	reads := future.Map(len(addrs), func(i int) read {
-		a := addrs[i]
+	sts := make([]*HealthState, 0, len(addrs))
+	for _, a := range addrs {
 		b, err := BaselineOf(root, a, now)
 		if err != nil {
-			return read{err: fmt.Errorf("record health baseline of %s: %w", a, err)}
+			errs = append(errs, fmt.Errorf("record health baseline of %s: %w", a, err))
+			continue
 		}
 		st, err := LoadHealthState(root, a)
 		if err != nil || st == nil {
 			st = &HealthState{Address: a}
 		}
 		st.Baseline = &b
-		return read{st: st}
-	})
-	sts := make([]*HealthState, 0, len(addrs))
-	for _, r := range reads {
-		if r.err != nil {
-			errs = append(errs, r.err)
-			continue
-		}
-		sts = append(sts, r.st)
+		sts = append(sts, st)
 	}
 	if err := saveHealthStates(root, sts); err != nil {
 		errs = append(errs, fmt.Errorf("record health baseline: %w", err))
