@@ -11,12 +11,22 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
+// gpuWithNodes is a fake host with a consumer GPU on nvidia and its HDMI audio function, the
+// GPU with DRM card 1 and framebuffer 0, and DRM render node 128 when render is set.
+func gpuWithNodes(t *testing.T, render bool) (tr *hosttest.Tree, gpu, audio host.Address) {
+	tr = hosttest.New(t)
+	gpu, audio = tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
+	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/card1/dev", "226:1\n")
+	if render {
+		tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/renderD128/dev", "226:128\n")
+	}
+	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/graphics/fb0/dev", "29:0\n")
+	return tr, gpu, audio
+}
+
 func TestDeviceNodes(t *testing.T) {
 	t.Parallel()
-	tr := hosttest.New(t)
-	gpu, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
-	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/card1/dev", "226:1\n")
-	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/graphics/fb0/dev", "29:0\n")
+	tr, gpu, audio := gpuWithNodes(t, false)
 	g := tr.Root
 	if got, want := host.DeviceNodes(g, gpu, "nvidia", 7), []string{"/dev/dri/card1", "/dev/fb0", "/dev/nvidia*", "/dev/vfio/7"}; !slices.Equal(got, want) {
 		t.Errorf("GPU nodes %q, want %q", got, want)
@@ -82,11 +92,7 @@ func TestHoldersRealProc(t *testing.T) {
 // finds; and the families leave out what is no device's node.
 func TestDeviceNodeFamiliesCoverDeviceNodes(t *testing.T) {
 	t.Parallel()
-	tr := hosttest.New(t)
-	gpu, audio := tr.ConsumerGPU("0000:00:01.0", "0000:01:00.0", "nvidia")
-	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/card1/dev", "226:1\n")
-	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/drm/renderD128/dev", "226:128\n")
-	tr.WriteFile("sys/bus/pci/devices/0000:01:00.0/graphics/fb0/dev", "29:0\n")
+	tr, gpu, audio := gpuWithNodes(t, true)
 	fams := host.DeviceNodeFamilies(tr.Root)
 	var nodes []string
 	nodes = append(nodes, host.DeviceNodes(tr.Root, gpu, "nvidia", -1)...)
