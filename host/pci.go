@@ -145,6 +145,11 @@ func DriverModule(root Root, name string) string {
 // VFIODev returns IOMMU group id's character device, ROOT/dev/vfio/ID.
 func VFIODev(root Root, id int) string { return root.Dev("vfio", strconv.Itoa(id)) }
 
+// VFIODevFamily is every group's character device as Holders reads a prefix, the host's
+// /dev/vfio/* (the container node /dev/vfio/vfio and iommufd's /dev/vfio/devices/ too): what
+// unbind searches for before it knows which groups move.
+func VFIODevFamily(root Root) string { return HostPath(root, root.Dev("vfio")) + "/*" }
+
 // VFIODevExists reports whether group id's /dev/vfio/ID exists.
 func VFIODevExists(root Root, id int) bool { return Exists(VFIODev(root, id)) }
 

@@ -19,8 +19,8 @@ import (
 func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOptions) (*Result, error) {
 	// Which processes hold a /dev/vfio node is searched for while the groups are read, the
 	// lock taken and the ledger read (#32); unbindTargets picks out the groups that move.
-	vfioNodes := host.HostPath(b.Root, b.Root.Dev("vfio")) + "/*"
-	held := future.Go(func() []host.Holder { return host.Holders(b.Root, []string{vfioNodes}) })
+	family := []string{host.VFIODevFamily(b.Root)}
+	held := future.Go(func() []host.Holder { return host.Holders(b.Root, family) })
 	defer held.Wait() // no goroutine of the call outlives it
 	groups, err := groupsOf(b.Root, addrs)
 	if err != nil {
@@ -79,7 +79,8 @@ func (r *run) unbindTargets(groups []*host.Group, addrs []host.Address, opts Unb
 			r.res.Devices = append(r.res.Devices, c)
 		}
 	}
-	// One search of every process's open files for all the groups' /dev/vfio/N.
+	// The one search of every process's open files, started by Unbind; each moving group
+	// keeps the holders of its own /dev/vfio/N.
 	hs := held.Wait()
 	for i, g := range groups {
 		refusals = append(refusals, byGroup[i]...)
