@@ -9,7 +9,11 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/internal/agentcmd"
 	"github.com/vgpu-host/vgpu-host/internal/clitree"
+	vremote "github.com/vgpu-host/vgpu-host/virt/remote"
 )
+
+// init names the process (it is started through /proc/self/fd/N): see remote.NameProcess.
+func init() { vremote.NameProcess() }
 
 func main() {
 	if code, ok := agentcmd.FetchMain(os.Args[1:]); ok {

@@ -26,7 +26,11 @@ import (
 	"github.com/vgpu-host/vgpu-host/kube"
 	"github.com/vgpu-host/vgpu-host/kube/deviceplugin"
 	"github.com/vgpu-host/vgpu-host/kube/dra"
+	vremote "github.com/vgpu-host/vgpu-host/virt/remote"
 )
+
+// init names the process (it is started through /proc/self/fd/N): see remote.NameProcess.
+func init() { vremote.NameProcess() }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

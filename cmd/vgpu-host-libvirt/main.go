@@ -16,6 +16,9 @@ import (
 	"github.com/vgpu-host/vgpu-host/virt/remote"
 )
 
+// init names the process (it is started through /proc/self/fd/N): see remote.NameProcess.
+func init() { remote.NameProcess() }
+
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "--version" {
 		fmt.Println(buildinfo.Get().Line(remote.HelperName))

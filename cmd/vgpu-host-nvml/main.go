@@ -28,7 +28,11 @@ import (
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig"
 	"github.com/vgpu-host/vgpu-host/mig/nvmlmig/nvmlfacts"
 	"github.com/vgpu-host/vgpu-host/mig/remote"
+	vremote "github.com/vgpu-host/vgpu-host/virt/remote"
 )
+
+// init names the process (it is started through /proc/self/fd/N): see remote.NameProcess.
+func init() { vremote.NameProcess() }
 
 func main() {
 	if len(os.Args) == 2 {

@@ -53,6 +53,9 @@ if wait_for 60 grep -q '"msg":"ready check done"' /tmp/agent-health.log && wait_
 else
   fail "the agent did not report GPU2 healthy" "$(cat /tmp/agent-health.log; wget -qO- http://127.0.0.1:9400/metrics 2>&1 | grep vgpuhost_device_health)"
 fi
+# `vgpu-host agent` replaces itself with vgpu-host-agent through /proc/self/fd/N; the kernel names
+# such a process after the descriptor ("3"), which ps, pgrep and systemd show: it renames itself.
+expect_eq "$(cat "/proc/$agent_pid/comm" 2>&1)" vgpu-host-agent "the agent (same pid as 'vgpu-host agent') is named vgpu-host-agent, not its descriptor's number"
 t0=$(now_ms)
 write_ok "$p/remove" 1 "remove GPU2 from the bus"
 if wait_for 5 metric_has "vgpuhost_device_health{address=\"$gpu\",reason=\"gone\"} 0"; then
