@@ -136,8 +136,8 @@ fuzz: ## run every fuzz target for FUZZTIME (default 8s) each
 # pass and the batched sysfs writes), under the race detector.
 race: ## go test -race on the packages with concurrency
 	@scripts/deps.sh test
-	$(GO) test -race -count=1 ./internal/filelock ./internal/future ./ledger ./mdev ./vfio
-	$(GO) test -race -count=1 -run 'ForEachSplit|WriteEach|SysfsWriter|Scan|ConcurrentLookups' ./host
+	$(GO) test -race -count=1 ./internal/filelock ./internal/future ./ledger ./mdev ./mig/remote ./vfio
+	$(GO) test -race -count=1 -run 'ForEachSplit|WriteEach|SysfsWriter|Scan|ConcurrentLookups|NVIDIAGate' ./host
 	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./internal/clitree
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios

@@ -26,6 +26,36 @@ type Binder struct {
 	W       host.Writer
 	Modules host.ModuleLoader
 	Timeout time.Duration
+	// NVIDIA is the gate of this process's own users of the NVIDIA driver's device nodes (its
+	// NVML helpers), paused while a bind or unbind moves a function off or onto the nvidia
+	// driver; nil: host.NVIDIANodes, the process's.
+	NVIDIA *host.NVIDIAGate
+}
+
+// nvidiaGate is b.NVIDIA, or the process's gate.
+func (b *Binder) nvidiaGate() *host.NVIDIAGate {
+	if b.NVIDIA != nil {
+		return b.NVIDIA
+	}
+	return host.NVIDIANodes
+}
+
+// pauseNVIDIA pauses this process's own users of the NVIDIA driver's nodes when a member of
+// groups that a bind moves is on the nvidia driver: otherwise the holder search finds this
+// process's NVML helper (in the agent, the Xid watch's) holding /dev/nvidia*, and the unbind
+// from nvidia would wait for it. held, the search started before the groups were known, is
+// then started again once the helpers have exited. Users open their nodes again after resume.
+func (b *Binder) pauseNVIDIA(groups []*host.Group, held *future.Value[[]host.Holder]) (*future.Value[[]host.Holder], func()) {
+	for _, g := range groups {
+		for _, m := range g.Members {
+			if moves(m) && m.Driver == host.NVIDIADriver {
+				resume := b.nvidiaGate().Pause()
+				held.Wait()
+				return startHolderSearch(b.Root), resume
+			}
+		}
+	}
+	return held, func() {}
 }
 
 // BindOptions control Bind.
@@ -251,6 +281,9 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	if err != nil {
 		return nil, err
 	}
+	held, resume := b.pauseNVIDIA(groups, held)
+	defer resume()
+	defer held.Wait()
 	hc := startHostChecks(b.Root, groups, held)
 	defer hc.Wait()
 	r, unlock, err := b.start("bind", opts.DryRun)
@@ -424,7 +457,9 @@ func (b *Binder) Preflight(addrs []host.Address) ([]Refusal, error) {
 	if err != nil {
 		return nil, err
 	}
-	hc := startHostChecks(b.Root, groups, startHolderSearch(b.Root))
+	held, resume := b.pauseNVIDIA(groups, startHolderSearch(b.Root))
+	defer resume()
+	hc := startHostChecks(b.Root, groups, held)
 	defer hc.Wait() // no goroutine of the call outlives it
 	l, err := LoadLedger(b.Root)
 	if err != nil {

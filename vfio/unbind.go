@@ -35,7 +35,9 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	if err := r.refuseOrWarn("unbind "+addrList(addrs), refusals, func(string) bool { return opts.Force }); err != nil {
 		return r.res, err
 	}
+	resume := b.pauseForReturn(targets, opts.DryRun)
 	errs := []error{r.restoreTargets(ctx, targets)}
+	resume()
 	if opts.Persist {
 		errs = append(errs, r.unpersist(groups, opts.DryRun))
 	} else {
@@ -43,6 +45,21 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 	}
 	r.groupStates(groups)
 	return r.res, errors.Join(errs...)
+}
+
+// pauseForReturn pauses this process's own users of the NVIDIA driver's nodes while targets
+// return to nvidia (a ledger entry naming it, or a native restore, whose driver the kernel
+// picks): their NVML helpers start again after the resume, and so see the GPUs that came back
+// (NVML lists the GPUs it found at its start). A dry run pauses nothing.
+func (b *Binder) pauseForReturn(targets []unbindTarget, dryRun bool) (resume func()) {
+	if !dryRun {
+		for _, t := range targets {
+			if t.native || t.e.Driver == host.NVIDIADriver {
+				return b.nvidiaGate().Pause()
+			}
+		}
+	}
+	return func() {}
 }
 
 // unbindTarget is one function Unbind restores: to its ledger entry, or (native) to whatever

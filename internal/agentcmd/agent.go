@@ -265,17 +265,28 @@ const xidRetry = time.Minute
 
 // watchXid streams NVIDIA Xid errors from NVML (a helper of its own, vgpu-host-nvml, waiting in
 // nvmlEventSetWait) into out until ctx ends. It stops for good where NVML does not describe
-// root or no GPU offers Xid events (no helper, no driver, no NVIDIA GPU), and starts the
-// helper again a minute after it stopped answering.
+// root; where no GPU offers Xid events (no helper, no driver, no GPU on nvidia) it waits for a
+// bind or unbind of an nvidia function (host.NVIDIANodes.Moved) and tries again; it starts the
+// helper again a minute after it stopped answering. A bind or unbind of an nvidia function
+// stops the helper for its duration (host.NVIDIANodes, mig/remote.Client): no Xid is seen
+// then.
 func watchXid(ctx context.Context, root host.Root, out chan<- host.XidEvent, log *slog.Logger) {
 	if !clitree.NVMLDescribes(root) {
 		return
 	}
 	for ctx.Err() == nil {
+		moved := host.NVIDIANodes.Moved()
 		err := streamXid(ctx, out)
 		if errors.Is(err, host.ErrUnsupported) {
-			log.Debug("NVIDIA Xid events: not available; not watched", "err", err)
-			return
+			// No helper, no driver, or no GPU on nvidia (each bound to vfio-pci, say): tried
+			// again once a bind or unbind moves a function off or onto nvidia.
+			log.Debug("NVIDIA Xid events: not available; watched again when a GPU moves", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-moved:
+				continue
+			}
 		}
 		if ctx.Err() != nil {
 			return

@@ -51,6 +51,9 @@ var EnvVars = []string{EnvHelper, EnvFacts, EnvMock, EnvMockState}
 // capture or mock without changing the process's environment.
 type Env struct {
 	Vars map[string]string
+	// Gate is the host.NVIDIAGate the helper registers with (tests); nil: host.NVIDIANodes
+	// for a helper on the real driver, none for a replay or a mock.
+	Gate *host.NVIDIAGate
 }
 
 // Getenv returns the variable name as e gives it.
@@ -102,11 +105,24 @@ func (e Env) OpenHelper(purpose string) (*vremote.Helper, error) {
 var ErrNoHelper = errors.New(HelperName + " not found")
 
 // Client is mig.Backend on a server (the helper) at the other end of a pipe.
+//
+// A client of a helper on the real driver is a user of host.NVIDIANodes (Env.gate): when a bind
+// or unbind of an nvidia function pauses it, the client stops its helper (after the call in
+// progress, if any), and its next call waits for the pause to end and starts a new one. What
+// NVML knows lives in the driver, so nothing is lost but the helper's start (~35 ms on a real
+// H200), and the new helper sees the GPUs that are on nvidia then.
 type Client struct {
-	rpc  *vremote.RPC
-	wait func() error
+	start func() (io.ReadWriteCloser, func() error, error) // nil: the pipe Dial was given, not restartable
+	gate  *host.NVIDIAGate
+	user  *host.NVIDIAUser
+
+	mu     sync.Mutex // held for each call, each start and each stop of the helper
+	rpc    *vremote.RPC
+	wait   func() error
+	starts int // helpers started (tests)
 
 	closeOnce sync.Once
+	closed    bool // under mu
 	closeErr  error
 }
 
@@ -122,18 +138,64 @@ func (e Env) Open() (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	rwc, wait, err := vremote.StartHelperEnv(path, e.Environ())
-	if err != nil {
+	environ := e.Environ()
+	c := &Client{start: func() (io.ReadWriteCloser, func() error, error) { return vremote.StartHelperEnv(path, environ) }, gate: e.gate()}
+	c.user = c.gate.Register(c.suspend)
+	if err := c.ready(context.Background()); err != nil {
+		c.user.Unregister()
 		return nil, err
 	}
-	c, err := Dial(rwc)
-	if err != nil {
-		rwc.Close()
-		_ = wait()
-		return nil, err
-	}
-	c.wait = wait
+	c.mu.Unlock()
 	return c, nil
+}
+
+// gate is the host.NVIDIAGate the helper registers with: e.Gate when set, else
+// host.NVIDIANodes when the helper talks to the real driver, none when it replays a capture or
+// serves a mock (they open no device node).
+func (e Env) gate() *host.NVIDIAGate {
+	switch {
+	case e.Gate != nil:
+		return e.Gate
+	case e.Getenv(EnvFacts) != "" || e.Getenv(EnvMock) != "":
+		return nil
+	}
+	return host.NVIDIANodes
+}
+
+// ready returns with c.mu held and c's helper running, starting it when it is not: after any
+// pause of c's gate (ctx ends the wait with its error, c.mu not held).
+func (c *Client) ready(ctx context.Context) error {
+	for {
+		if err := c.gate.Wait(ctx); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		switch {
+		case c.rpc != nil:
+			return nil
+		case c.closed || c.start == nil:
+			c.mu.Unlock()
+			return fmt.Errorf("NVML helper %s: %w", HelperName, os.ErrClosed)
+		case c.gate.Paused(): // a pause began since Wait: it may not have seen c
+			c.mu.Unlock()
+			continue
+		}
+		rwc, wait, err := c.start()
+		if err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.starts++
+		rpc := vremote.NewRPC(rwc)
+		if err := rpc.Call(ctx, "Init", Empty{}, &Empty{}); err != nil {
+			rpc.Close()
+			_ = wait()
+			c.mu.Unlock()
+			return wireError(ctx, err)
+		}
+		c.rpc, c.wait = rpc, wait
+		return nil
+	}
 }
 
 // Dial initialises NVML on the server at the other end of rwc. Open uses it on the helper's
@@ -147,21 +209,58 @@ func Dial(rwc io.ReadWriteCloser) (*Client, error) {
 	return c, nil
 }
 
+// suspend stops c's helper once the call in progress, if any, has returned (its gate's
+// pause): the helper has exited, its device nodes closed, when it returns. The next call
+// starts another.
+func (c *Client) suspend() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.stop()
+}
+
+// stop closes c's pipe and waits for its helper to exit; c.mu is held.
+func (c *Client) stop() error {
+	if c.rpc == nil {
+		return nil
+	}
+	_ = c.rpc.Close()
+	c.rpc = nil
+	if c.wait != nil {
+		err := c.wait()
+		c.wait = nil
+		if err != nil {
+			return fmt.Errorf("%s: %w", HelperName, err)
+		}
+	}
+	return nil
+}
+
 // Close stops the helper.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		_ = c.rpc.Close()
-		if c.wait != nil {
-			if err := c.wait(); err != nil {
-				c.closeErr = fmt.Errorf("%s: %w", HelperName, err)
-			}
-		}
+		c.user.Unregister()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.closed = true
+		c.closeErr = c.stop()
 	})
 	return c.closeErr
 }
 
 func (c *Client) call(ctx context.Context, method string, args, reply any) error {
-	err := c.rpc.Call(ctx, method, args, reply)
+	if c.start == nil { // Dial's pipe: one helper, never suspended
+		return wireError(ctx, c.rpc.Call(ctx, method, args, reply))
+	}
+	if err := c.ready(ctx); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	return wireError(ctx, c.rpc.Call(ctx, method, args, reply))
+}
+
+// wireError is a call's error as the caller sees it: the server's with its sentinels, or the
+// pipe's.
+func wireError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
