@@ -16,6 +16,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -178,28 +179,44 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 		}
 		return err
 	}
+	// The background work starts once the boot reconcile is done, and ends with ctx: the
+	// agent waits for it before it exits, so that no NVML helper of its Xid watch outlives it
+	// holding /dev/nvidia* (the next bind would find it).
+	var bg sync.WaitGroup
+	afterReady := func(f func()) {
+		bg.Go(func() {
+			select {
+			case <-ready:
+				f()
+			case <-ctx.Done():
+			}
+		})
+	}
+	afterReady(func() { _ = watcher.Run(ctx) })
+	afterReady(func() { keepMIGCache(ctx, srv.Root, srv.Log) })
+	afterReady(func() { keepCheckingHealth(ctx, srv.Root, srv.Log) })
+	err = srv.Serve(ctx)
+	stop()
+	waitBackground(&bg, backgroundStop, srv.Log)
+	return err
+}
+
+// backgroundStop bounds how long the agent waits at exit for its background work to end: the
+// Xid watch's helper answers its current wait (xidWait) before it exits.
+const backgroundStop = 5 * time.Second
+
+// waitBackground waits up to limit for bg, and says so in the log when it did not end.
+func waitBackground(bg *sync.WaitGroup, limit time.Duration, log *slog.Logger) {
+	done := make(chan struct{})
 	go func() {
-		select {
-		case <-ready:
-			_ = watcher.Run(ctx)
-		case <-ctx.Done():
-		}
+		bg.Wait()
+		close(done)
 	}()
-	go func() {
-		select {
-		case <-ready:
-			keepMIGCache(ctx, srv.Root, srv.Log)
-		case <-ctx.Done():
-		}
-	}()
-	go func() {
-		select {
-		case <-ready:
-			keepCheckingHealth(ctx, srv.Root, srv.Log)
-		case <-ctx.Done():
-		}
-	}()
-	return srv.Serve(ctx)
+	select {
+	case <-done:
+	case <-time.After(limit):
+		log.Warn("agent stopped with background work still running", "waited", limit)
+	}
 }
 
 // keepMIGCache reads NVML's MIG state into root's MIG state cache (clitree's migcache.go) every
@@ -252,7 +269,9 @@ func keepCheckingHealth(ctx context.Context, root host.Root, log *slog.Logger) {
 		}
 		log.Warn("NVIDIA Xid", "device", e.Address.String(), "xid", e.Xid, "fatal", host.XidFatal(e.Xid), "event", e.String())
 	}
-	go watchXid(ctx, root, w.Xids(), log)
+	var xid sync.WaitGroup
+	defer xid.Wait() // its helper has exited when the health watch ends
+	xid.Go(func() { watchXid(ctx, root, w.Xids(), log) })
 	w.Run(ctx)
 }
 

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,7 +48,7 @@ func TestAgentXidFromH200Replay(t *testing.T) {
 	for _, k := range migremote.EnvVars {
 		env = append(env, k+"="+nv.Getenv(k))
 	}
-	_, logs := startAgentProcess(t, bin, dir, uri, env...)
+	agentCmd, logs := startAgentProcess(t, bin, dir, uri, env...)
 	c := agentClient(t, dir)
 	start := time.Now()
 	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -100,4 +102,63 @@ func TestAgentXidFromH200Replay(t *testing.T) {
 	if !strings.Contains(logs.String(), "NVIDIA Xid") {
 		t.Errorf("the agent did not log the Xid:\n%s", logs.String())
 	}
+	// The Xid watch's helper, started through /proc/self/fd/3, is named after its file (the
+	// kernel named it "3": remote.NameProcess); the agent, started by its path here, keeps its
+	// name. The helper, which holds /dev/nvidia* on a real host, has exited when the agent has.
+	pid := agentCmd.Process.Pid
+	if c := commOf(pid); c != filepath.Base(bin) {
+		t.Errorf("the agent's /proc/PID/comm is %q, want %q", c, filepath.Base(bin))
+	}
+	var helpers []int
+	for _, c := range childrenOf(t, pid) {
+		if commOf(c) == migremote.HelperName {
+			helpers = append(helpers, c)
+		}
+	}
+	if len(helpers) == 0 {
+		t.Fatalf("no child of the agent is named %s: %v", migremote.HelperName, childrenOf(t, pid))
+	}
+	if err := agentCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, agentCmd); code != 0 {
+		t.Fatalf("the agent's exit code after SIGTERM: %d\n%s", code, logs.String())
+	}
+	for _, h := range helpers {
+		if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(h))); err == nil {
+			t.Errorf("the agent's %s (pid %d) outlived it", migremote.HelperName, h)
+		}
+	}
+}
+
+// commOf is process pid's name (/proc/PID/comm), "" when it cannot be read.
+func commOf(pid int) string {
+	b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	return strings.TrimSpace(string(b))
+}
+
+// childrenOf returns the pids whose parent is pid (/proc/*/stat).
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
