@@ -225,20 +225,3 @@ func TestConnReconnectsWithBackoff(t *testing.T) {
 	}
 }
 
-// syncWriter serialises writes to w (the watcher logs from its goroutine).
-type syncWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.String()
-}

@@ -76,7 +76,7 @@ func undefineBehindTheBack(t *testing.T, uri, mode string) {
 	}, nil)
 	defer conn.Close()
 	m := metrics.New(metrics.HostSource{Root: tr.Root})
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &testenv.LockedBuffer{}
 	rec := &recorder{}
 	iv := DefaultInterval
 	if mode == "events" {

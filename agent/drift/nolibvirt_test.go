@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -36,7 +37,7 @@ func TestWatcherWithoutLibvirt(t *testing.T) {
 	}, nil)
 	var shift atomic.Int64 // moves Conn's clock past a back-off at the end
 	c.now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
-	out := &syncWriter{w: &strings.Builder{}}
+	out := &testenv.LockedBuffer{}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c.log = log
 	tr := hosttest.New(t)

@@ -1,37 +1,18 @@
 package agentcmd
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's goroutine and the test's.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
 
 // eventually waits up to a second for cond.
 func eventually(cond func() bool) bool {
@@ -51,7 +32,7 @@ func TestXidWatchTriesAgainWhenAGPUMoves(t *testing.T) {
 	tr := hosttest.New(t)
 	t.Setenv(migremote.EnvFacts, "h200.json") // NVML describes the fake root
 	t.Setenv(migremote.EnvHelper, filepath.Join(t.TempDir(), "no-helper"))
-	var logs syncBuffer
+	var logs testenv.LockedBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -60,16 +41,16 @@ func TestXidWatchTriesAgainWhenAGPUMoves(t *testing.T) {
 		close(done)
 	}()
 	const line = "watched again when a GPU moves"
-	if !eventually(func() bool { return logs.count(line) == 1 }) {
-		t.Fatalf("first try: %d lines %q in %s", logs.count(line), line, logs.b.String())
+	if !eventually(func() bool { return strings.Count(logs.String(), line) == 1 }) {
+		t.Fatalf("first try: %d lines %q in %s", strings.Count(logs.String(), line), line, logs.String())
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := logs.count(line); n != 1 {
+	if n := strings.Count(logs.String(), line); n != 1 {
 		t.Fatalf("the watch tried again with nothing moved: %d tries", n)
 	}
 	host.NVIDIANodes.Pause()()
-	if !eventually(func() bool { return logs.count(line) == 2 }) {
-		t.Fatalf("after a GPU moved: %d tries, want 2", logs.count(line))
+	if !eventually(func() bool { return strings.Count(logs.String(), line) == 2 }) {
+		t.Fatalf("after a GPU moved: %d tries, want 2", strings.Count(logs.String(), line))
 	}
 	cancel()
 	select {

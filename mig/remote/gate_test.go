@@ -36,20 +36,27 @@ func running(t *testing.T, bin string) []int {
 	return pids
 }
 
-// A client registered with a gate: a pause stops its helper (the process is gone when Pause
-// returns), a call during the pause waits for the resume and then starts a new helper, and
-// Close leaves none running and the client out of later pauses. Not parallel: it counts the
-// helper processes of a build the parallel tests share.
-func TestPauseStopsTheHelperAndACallStartsAnother(t *testing.T) {
-	bin := buildHelper(t, "nvmlmock")
-	g := &host.NVIDIAGate{}
+// gatedMock opens a client of the helper's test build serving the dgxa100 mock, registered
+// with a gate of its own; the test's end closes it.
+func gatedMock(t *testing.T) (bin string, g *host.NVIDIAGate, c *Client) {
+	t.Helper()
+	bin, g = buildHelper(t, "nvmlmock"), &host.NVIDIAGate{}
 	e := helperEnv(bin, map[string]string{EnvMock: "dgxa100"})
 	e.Gate = g
 	c, err := e.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return bin, g, c
+}
+
+// A client registered with a gate: a pause stops its helper (the process is gone when Pause
+// returns), a call during the pause waits for the resume and then starts a new helper, and
+// Close leaves none running and the client out of later pauses. Not parallel: it counts the
+// helper processes of a build the parallel tests share.
+func TestPauseStopsTheHelperAndACallStartsAnother(t *testing.T) {
+	bin, g, c := gatedMock(t)
 	ctx := context.Background()
 	if _, err := c.State(ctx); err != nil {
 		t.Fatal(err)
@@ -104,15 +111,7 @@ func TestPauseStopsTheHelperAndACallStartsAnother(t *testing.T) {
 // A pause that begins during a WaitXid lets the call finish (no error, the Xid watch goes on)
 // and then stops the helper; the next WaitXid, after the resume, runs on a new helper.
 func TestPauseDuringWaitXid(t *testing.T) {
-	bin := buildHelper(t, "nvmlmock")
-	g := &host.NVIDIAGate{}
-	e := helperEnv(bin, map[string]string{EnvMock: "dgxa100"})
-	e.Gate = g
-	c, err := e.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	bin, g, c := gatedMock(t)
 	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() {
