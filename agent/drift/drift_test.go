@@ -224,4 +224,3 @@ func TestConnReconnectsWithBackoff(t *testing.T) {
 		t.Fatalf("not-found: %v, connected %v, %d opens", err, c.Connected(), opens)
 	}
 }
-
