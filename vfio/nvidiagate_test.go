@@ -89,3 +89,36 @@ func TestBindPausesThisProcessesNVIDIAUsers(t *testing.T) {
 		t.Fatalf("bind of a GPU on amdgpu: %v, %d suspends (want 3: none)", err, suspends.Load())
 	}
 }
+
+// The held-open refusal says how to stop the programs that usually hold a GPU (each fix
+// once), and nothing more for a program it does not know.
+func TestHeldRefusalNamesKnownFixes(t *testing.T) {
+	t.Parallel()
+	tr, _, b, gpu, _ := consumer(t, "nvidia")
+	b.NVIDIA = &host.NVIDIAGate{}
+	tr.HoldOpen(900, "nvidia-persiste", "/dev/nvidiactl")
+	tr.HoldOpen(900, "nvidia-persiste", "/dev/nvidia0")
+	tr.HoldOpen(901, "pipewire", "/dev/snd/controlC0")
+	tr.HoldOpen(902, "wireplumber", "/dev/snd/controlC0")
+	tr.HoldOpen(903, "my-cuda-job", "/dev/nvidia0")
+	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{DryRun: true})
+	if !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("bind: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"pid 900 (nvidia-persiste) has /dev/nvidia0 open", "pid 903 (my-cuda-job) has /dev/nvidia0 open",
+		"systemctl stop nvidia-persistenced", "systemctl --user stop pipewire.socket pipewire-pulse.socket pipewire pipewire-pulse wireplumber",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal lacks %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "systemctl stop nvidia-persistenced"); n != 1 {
+		t.Errorf("the persistenced fix %d times, want once:\n%s", n, msg)
+	}
+	if n := strings.Count(msg, "wireplumber, as the user"); n != 1 {
+		t.Errorf("the sound server's fix %d times (pipewire and wireplumber share it), want once:\n%s", n, msg)
+	}
+	t.Log(msg)
+}
