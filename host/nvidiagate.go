@@ -116,7 +116,14 @@ func (g *NVIDIAGate) Moved() <-chan struct{} {
 // registers before it first opens its nodes and, before each open, checks Paused under the
 // lock its suspend takes (mig/remote.Client): so each pause either suspends it or keeps it
 // from opening.
-func (g *NVIDIAGate) Pause() (resume func()) {
+func (g *NVIDIAGate) Pause() (resume func()) { return g.PauseExcept(nil) }
+
+// PauseExcept is Pause that leaves user self running: a MIG mode change made through self's
+// helper, which NVIDIA leaves pending while another client holds the GPU ("All daemons holding
+// handles on driver modules need to be stopped before MIG enablement", NVIDIA's MIG user
+// guide), pauses this process's other users (the agent's Xid watch) for its duration. Self
+// must not wait on the gate meanwhile.
+func (g *NVIDIAGate) PauseExcept(self *NVIDIAUser) (resume func()) {
 	if g == nil {
 		return func() {}
 	}
@@ -127,7 +134,9 @@ func (g *NVIDIAGate) Pause() (resume func()) {
 	}
 	users := make([]*NVIDIAUser, 0, len(g.users))
 	for u := range g.users {
-		users = append(users, u)
+		if u != self {
+			users = append(users, u)
+		}
 	}
 	g.mu.Unlock()
 	for _, u := range users {

@@ -77,6 +77,22 @@ func TestNVIDIAGatePauseSuspendsAndHolds(t *testing.T) {
 	}
 }
 
+// PauseExcept suspends every user but the one it names.
+func TestNVIDIAGatePauseExcept(t *testing.T) {
+	g := &NVIDIAGate{}
+	var mine, other atomic.Int32
+	self := g.Register(func() { mine.Add(1) })
+	g.Register(func() { other.Add(1) })
+	resume := g.PauseExcept(self)
+	if mine.Load() != 0 || other.Load() != 1 || !g.Paused() {
+		t.Fatalf("PauseExcept: self suspended %d times, the other %d, paused %v", mine.Load(), other.Load(), g.Paused())
+	}
+	resume()
+	if g.Paused() {
+		t.Fatal("paused after the resume")
+	}
+}
+
 // Wait ends with the context's error when the context ends during a pause.
 func TestNVIDIAGateWaitEndsWithContext(t *testing.T) {
 	g := &NVIDIAGate{}

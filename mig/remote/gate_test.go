@@ -137,6 +137,31 @@ func TestPauseDuringWaitXid(t *testing.T) {
 	}
 }
 
+// A MIG mode change through one client stops the gate's other helpers for its duration (NVIDIA
+// leaves it pending while another client holds the GPU) and keeps its own: after it, the other
+// client has no helper running and starts one at its next call.
+func TestSetModeStopsTheOtherHelpers(t *testing.T) {
+	bin, g, c := gatedMock(t)
+	e := helperEnv(bin, map[string]string{EnvMock: "dgxa100"})
+	e.Gate = g
+	other, err := e.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	if err := c.SetMode(ctx, "0000:00:00.0", true); err != nil {
+		t.Fatal(err)
+	}
+	if pids := running(t, bin); len(pids) != 1 || c.starts != 1 || other.starts != 1 || other.rpc != nil || g.Paused() {
+		t.Fatalf("after SetMode: helpers %v, started %d and %d, the other's stopped: %v, paused %v; want one helper (SetMode's), the other stopped",
+			pids, c.starts, other.starts, other.rpc == nil, g.Paused())
+	}
+	if _, err := other.State(ctx); err != nil || other.starts != 2 {
+		t.Fatalf("the other client after SetMode: %v, %d started", err, other.starts)
+	}
+}
+
 // Which gate a helper registers with: the Env's; else the process's for a helper on the real
 // driver; none for a replay or a mock, which open no device node.
 func TestEnvGate(t *testing.T) {

@@ -280,9 +280,20 @@ func (c *Client) State(ctx context.Context) (mig.State, error) {
 	return r, c.call(ctx, "State", Empty{}, &r)
 }
 
-// SetMode implements mig.Backend.
+// SetMode implements mig.Backend. The other helpers of c's gate (in the agent, the Xid watch's)
+// are stopped while it runs: NVIDIA leaves a MIG mode change pending while another client
+// holds the GPU.
 func (c *Client) SetMode(ctx context.Context, address string, enabled bool) error {
-	return c.call(ctx, "SetMode", ModeArgs{Address: address, Enabled: enabled}, &Empty{})
+	args := ModeArgs{Address: address, Enabled: enabled}
+	if c.start == nil {
+		return c.call(ctx, "SetMode", args, &Empty{})
+	}
+	if err := c.ready(ctx); err != nil {
+		return err
+	}
+	defer c.mu.Unlock()
+	defer c.gate.PauseExcept(c.user)()
+	return wireError(ctx, c.rpc.Call(ctx, "SetMode", args, &Empty{}))
 }
 
 // Create implements mig.Backend.
