@@ -36,6 +36,7 @@ func (b *Binder) Unbind(ctx context.Context, addrs []host.Address, opts UnbindOp
 		return r.res, err
 	}
 	resume := b.pauseForReturn(targets, opts.DryRun)
+	defer resume() // once only: a panic in the restore must not leave the gate paused
 	errs := []error{r.restoreTargets(ctx, targets)}
 	resume()
 	if opts.Persist {
