@@ -112,6 +112,28 @@ wait_for() {
   return 1
 }
 
+# hold_open NODE: starts a process (sleep, for up to 10 minutes) that holds the device node NODE
+# open, as a guest's QEMU or a desktop's sound server would, and sets holder to its pid once
+# its descriptor is open. release_hold ends it.
+hold_open() {
+  # shellcheck disable=SC2217 # the point is the open fd, not reading it
+  sleep 600 <"$1" &
+  holder=$!
+  wait_for 5 test -e "/proc/$holder/fd/0" || note "holder of $1 not started"
+}
+release_hold() {
+  kill "$holder" 2>/dev/null
+  wait "$holder" 2>/dev/null
+}
+
+# alsa_card ADDR: the number of the ALSA card of function ADDR (its sound/cardN in sysfs, the
+# HDMI audio function's under snd_hda_intel); nothing when it has none.
+alsa_card() {
+  for _d in "/sys/bus/pci/devices/$1"/sound/card[0-9]*; do
+    [ -e "$_d" ] && echo "${_d##*/card}" && return
+  done
+}
+
 # new_uuid: a random UUID (for mdev instances; busybox has no uuidgen).
 new_uuid() { cat /proc/sys/kernel/random/uuid; }
 

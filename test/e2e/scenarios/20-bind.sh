@@ -142,15 +142,11 @@ expect_content "$(pci_dev "$LAB_GPU2")/driver_override" "(null)" "GPU2 override 
 
 # --- a group in use is not pulled from under its user -----------------------------------------
 run_ok vgpu-host bind "$LAB_GPU1"
-# shellcheck disable=SC2217 # the point is the open fd, not reading it
-sleep 60 <"/dev/vfio/$g1" &
-holder=$!
-wait_for 5 test -e "/proc/$holder/fd/0" || note "holder not started"
+hold_open "/dev/vfio/$g1"
 run_fails vgpu-host unbind "$LAB_GPU1"
 expect_eq "$E2E_RC" 5 "unbind of a group held open is busy (exit 5)"
 expect_match "$(output)" "pid $holder \\(sleep\\) has /dev/vfio/$g1 open" "the refusal names the holder"
-kill "$holder" 2>/dev/null
-wait "$holder" 2>/dev/null
+release_hold
 run_ok vgpu-host unbind "$LAB_GPU1"
 expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "restored after the holder left"
 
@@ -158,22 +154,15 @@ expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "restored after the holder left"
 # bind searches every process's open files for any device's nodes (DRM, fb, ALSA, NVIDIA) from
 # its first step and picks out each moving function's own: here the real kernel's ALSA control
 # node of the GPU's HDMI audio, held by a process (#32).
-card=
-for d in "$(pci_dev "$LAB_GPU1_AUDIO")"/sound/card[0-9]*; do
-  [ -e "$d" ] && card=${d##*/card} && break
-done
+card=$(alsa_card "$LAB_GPU1_AUDIO")
 if [ -n "$card" ] && [ -c "/dev/snd/controlC$card" ]; then
-  # shellcheck disable=SC2217 # the point is the open fd, not reading it
-  sleep 60 <"/dev/snd/controlC$card" &
-  holder=$!
-  wait_for 5 test -e "/proc/$holder/fd/0" || note "holder not started"
+  hold_open "/dev/snd/controlC$card"
   run_fails vgpu-host bind "$LAB_GPU1"
   expect_eq "$E2E_RC" 5 "bind of a group whose audio node is held open is busy (exit 5)"
   expect_match "$(output)" "pid $holder \\(sleep\\) has /dev/snd/controlC$card open" "the refusal names the holder of the ALSA node"
   expect_driver "$LAB_GPU1_AUDIO" snd_hda_intel "nothing moved: the audio function stays on snd_hda_intel"
   expect_driver "$LAB_GPU1" - "nothing moved: the GPU stays driverless"
-  kill "$holder" 2>/dev/null
-  wait "$holder" 2>/dev/null
+  release_hold
 else
   fail "no ALSA card node for $LAB_GPU1_AUDIO (sound/cardN under the function, /dev/snd/controlCN): the held-node check has nothing to hold"
 fi

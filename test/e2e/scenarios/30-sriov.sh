@@ -54,8 +54,7 @@ expect_eq "$(group_of "$(vf_addr 0)")" "$g" "second enable did not re-create the
 # A VF held open (as a guest's QEMU holds /dev/vfio/N): removing it would block the kernel's
 # sriov_numvfs write until the holder lets go, so disable and a count change refuse, exit 5,
 # naming the process; nothing changes. Once it lets go, they work.
-sleep 120 <"/dev/vfio/$g" &
-holder=$!
+hold_open "/dev/vfio/$g"
 run_fails vgpu-host vf disable "$pf"
 expect_eq "$E2E_RC" 5 "disable with a held VF exits 5 (busy)"
 expect_match "$(output)" "pid $holder .sleep. has /dev/vfio/$g open" "the refusal names the holder"
@@ -63,8 +62,7 @@ expect_match "$(output)" "--force" "the refusal names the way out"
 run_fails vgpu-host vf enable "$pf" --count 3 --driver vfio-pci
 expect_eq "$E2E_RC" 5 "a count change with a held VF exits 5"
 expect_content "$p/sriov_numvfs" 2 "the refusals left the 2 VFs"
-kill "$holder"
-wait "$holder" 2>/dev/null
+release_hold
 
 # The raw kernel rule vgpu-host hides: 2 -> 3 directly is EBUSY.
 write_fails "$p/sriov_numvfs" 3 "the kernel refuses 2 -> 3 without 0 in between"

@@ -37,14 +37,12 @@ expect_eq "$(jqo ".[] | select(.uuid==\"$u\") | .active")" true "list: active"
 # naming it, and the instance stays.
 g=$(readlink "/sys/bus/mdev/devices/$u/iommu_group") && g=${g##*/}
 wait_for 5 test -e "/dev/vfio/$g"
-( exec 9<"/dev/vfio/$g"; exec sleep 600 ) &
-holder=$!
-wait_for 5 test -e "/proc/$holder/fd/9"
+hold_open "/dev/vfio/$g"
 run_fails vgpu-host mdev remove "$u"
 expect_eq "$E2E_RC" 5 "remove of an instance a process holds exits 5 (busy)"
 expect_match "$(output)" "pid $holder \(sleep\) has /dev/vfio/$g open" "the refusal names the holder pid and its /dev/vfio/$g"
 expect_file "/sys/bus/mdev/devices/$u" "the refused remove kept the instance"
-kill "$holder"; wait "$holder" 2>/dev/null
+release_hold
 run_ok vgpu-host mdev remove "$u"
 expect_no_file "/sys/bus/mdev/devices/$u" "removed with no libvirtd and no holder, without --force"
 expect_content "$mb/mbochs-medium/available_instances" "$av" "available_instances back"

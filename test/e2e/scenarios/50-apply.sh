@@ -32,11 +32,9 @@ expect_eq "$(state)" "$boot" "destroy: every function back on its driver, driver
 expect_eq "$(vms)" "" "destroy: the ledger holds no VM"
 
 # --- a held HDA node: plan names the holder, apply exits 5 and changes nothing ----------------
-card=$(ls "$(pci_dev "$LAB_GPU1_AUDIO")/sound" 2>/dev/null | sed -n 's/^card//p' | head -1)
+card=$(alsa_card "$LAB_GPU1_AUDIO")
 if [ -n "$card" ] && wait_for 5 test -e "/dev/snd/controlC$card"; then
-  ( exec 9<"/dev/snd/controlC$card"; exec sleep 600 ) &
-  holder=$!
-  wait_for 5 test -e "/proc/$holder/fd/9"
+  hold_open "/dev/snd/controlC$card"
   run_fails vgpu-host plan --connect "$conn" --virt-type qemu --no-start --output json "$spec"
   expect_eq "$E2E_RC" 5 "plan exits 5 as apply would"
   expect_eq "$(jqo '[.[0].refusals[] | select(.check=="held") | .holders[].pid] | join(",")')" "$holder" "plan's JSON names the holder's pid"
@@ -48,7 +46,7 @@ if [ -n "$card" ] && wait_for 5 test -e "/dev/snd/controlC$card"; then
   expect_eq "$(state)" "$boot" "the refused apply changed no driver or override"
   expect_eq "$(vms)" "" "the refused apply claimed nothing"
   note "refused in ${took} ms (the kernel's unbind of a held HDA function would have blocked)"
-  kill "$holder"; wait "$holder" 2>/dev/null
+  release_hold
 else
   fail "no ALSA card for $LAB_GPU1_AUDIO (sound/cardN, /dev/snd/controlCN)" "$(ls "$(pci_dev "$LAB_GPU1_AUDIO")")"
 fi
