@@ -248,13 +248,22 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) call(ctx context.Context, method string, args, reply any) error {
-	if c.start == nil { // Dial's pipe: one helper, never suspended
+	return c.callPausing(ctx, false, method, args, reply)
+}
+
+// callPausing is call that, with others set, keeps the other users of c's gate stopped while
+// the call runs (host.NVIDIAGate.PauseExcept).
+func (c *Client) callPausing(ctx context.Context, others bool, method string, args, reply any) error {
+	if c.start == nil { // Dial's pipe: one helper, never suspended, on no gate
 		return wireError(ctx, c.rpc.Call(ctx, method, args, reply))
 	}
 	if err := c.ready(ctx); err != nil {
 		return err
 	}
 	defer c.mu.Unlock()
+	if others {
+		defer c.gate.PauseExcept(c.user)()
+	}
 	return wireError(ctx, c.rpc.Call(ctx, method, args, reply))
 }
 
@@ -284,16 +293,7 @@ func (c *Client) State(ctx context.Context) (mig.State, error) {
 // are stopped while it runs: NVIDIA leaves a MIG mode change pending while another client
 // holds the GPU.
 func (c *Client) SetMode(ctx context.Context, address string, enabled bool) error {
-	args := ModeArgs{Address: address, Enabled: enabled}
-	if c.start == nil {
-		return c.call(ctx, "SetMode", args, &Empty{})
-	}
-	if err := c.ready(ctx); err != nil {
-		return err
-	}
-	defer c.mu.Unlock()
-	defer c.gate.PauseExcept(c.user)()
-	return wireError(ctx, c.rpc.Call(ctx, "SetMode", args, &Empty{}))
+	return c.callPausing(ctx, true, "SetMode", ModeArgs{Address: address, Enabled: enabled}, &Empty{})
 }
 
 // Create implements mig.Backend.
