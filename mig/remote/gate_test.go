@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
 // running returns the pids of the processes running the executable bin (a helper build only
@@ -41,14 +42,21 @@ func running(t *testing.T, bin string) []int {
 func gatedMock(t *testing.T) (bin string, g *host.NVIDIAGate, c *Client) {
 	t.Helper()
 	bin, g = buildHelper(t, "nvmlmock"), &host.NVIDIAGate{}
-	e := helperEnv(bin, map[string]string{EnvMock: "dgxa100"})
+	return bin, g, openGated(t, bin, g, map[string]string{EnvMock: "dgxa100"})
+}
+
+// openGated opens a client of the helper at bin with the variables vars, registered with g;
+// the test's end closes it.
+func openGated(t *testing.T, bin string, g *host.NVIDIAGate, vars map[string]string) *Client {
+	t.Helper()
+	e := helperEnv(bin, vars)
 	e.Gate = g
 	c, err := e.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return bin, g, c
+	return c
 }
 
 // A client registered with a gate: a pause stops its helper (the process is gone when Pause
@@ -139,26 +147,34 @@ func TestPauseDuringWaitXid(t *testing.T) {
 
 // A MIG mode change through one client stops the gate's other helpers for its duration (NVIDIA
 // leaves it pending while another client holds the GPU) and keeps its own: after it, the other
-// client has no helper running and starts one at its next call.
+// client has no helper running and starts one at its next call. On go-nvml's DGX A100 mock and
+// on the real H200's capture replayed.
 func TestSetModeStopsTheOtherHelpers(t *testing.T) {
-	bin, g, c := gatedMock(t)
-	e := helperEnv(bin, map[string]string{EnvMock: "dgxa100"})
-	e.Gate = g
-	other, err := e.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	ctx := context.Background()
-	if err := c.SetMode(ctx, "0000:00:00.0", true); err != nil {
-		t.Fatal(err)
-	}
-	if pids := running(t, bin); len(pids) != 1 || c.starts != 1 || other.starts != 1 || other.rpc != nil || g.Paused() {
-		t.Fatalf("after SetMode: helpers %v, started %d and %d, the other's stopped: %v, paused %v; want one helper (SetMode's), the other stopped",
-			pids, c.starts, other.starts, other.rpc == nil, g.Paused())
-	}
-	if _, err := other.State(ctx); err != nil || other.starts != 2 {
-		t.Fatalf("the other client after SetMode: %v, %d started", err, other.starts)
+	bin := buildHelper(t, "nvmlmock")
+	for _, tc := range []struct {
+		name, gpu string
+		vars      map[string]string
+	}{
+		{"dgxa100-mock", "0000:00:00.0", map[string]string{EnvMock: "dgxa100"}},
+		{"h200-capture", "0000:00:06.0", map[string]string{EnvFacts: hosttest.Capture(t, "nvidia-h200/nvml-facts.json")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &host.NVIDIAGate{}
+			c, other := openGated(t, bin, g, tc.vars), openGated(t, bin, g, tc.vars)
+			ctx := context.Background()
+			if err := c.SetMode(ctx, tc.gpu, true); err != nil {
+				t.Fatal(err)
+			}
+			if pids := running(t, bin); len(pids) != 1 || c.starts != 1 || other.starts != 1 || other.rpc != nil || g.Paused() {
+				t.Fatalf("after SetMode: helpers %v, started %d and %d, the other's stopped: %v, paused %v; want one helper (SetMode's), the other stopped",
+					pids, c.starts, other.starts, other.rpc == nil, g.Paused())
+			}
+			if _, err := other.State(ctx); err != nil || other.starts != 2 {
+				t.Fatalf("the other client after SetMode: %v, %d started", err, other.starts)
+			}
+			c.Close()
+			other.Close()
+		})
 	}
 }
 
