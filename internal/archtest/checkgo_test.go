@@ -14,10 +14,21 @@ import (
 func TestCheckGo(t *testing.T) {
 	t.Parallel()
 	script := filepath.Join(moduleRoot(t), "scripts", "check-go.sh")
+	// An empty HOME with Go's telemetry off. With no mode file, telemetry is "local", and the go
+	// command forks a child that outlives it and writes under $HOME/.config/go/telemetry: it
+	// raced t.TempDir's removal once in CI ("unlinkat ...: directory not empty").
+	home := t.TempDir()
+	mode := filepath.Join(home, ".config", "go", "telemetry", "mode")
+	if err := os.MkdirAll(filepath.Dir(mode), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mode, []byte("off"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run := func(path string, args ...string) (string, int) {
 		t.Helper()
 		cmd := exec.Command("bash", append([]string{script}, args...)...)
-		cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir()}
+		cmd.Env = []string{"PATH=" + path, "HOME=" + home}
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
