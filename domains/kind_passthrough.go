@@ -147,7 +147,7 @@ func (r *resolver) passthrough(i int, p *Passthrough) ([]Slot, error) {
 	matched := 0
 	for k := range r.inv.Devices {
 		d := &r.inv.Devices[k]
-		if !d.IsGPU || d.PhysFn != nil || !matches(d, p) {
+		if !d.IsGPU || d.PhysFn != nil || !p.Selects(d) {
 			continue
 		}
 		matched++
@@ -158,6 +158,9 @@ func (r *resolver) passthrough(i int, p *Passthrough) ([]Slot, error) {
 	}
 	if len(slots) < want {
 		if matched == 0 {
+			if hint := host.UnnamedGPUsHint(r.inv.Devices); hint != "" && p.Model != "" {
+				return nil, fmt.Errorf("%s: no GPU matches selector %s: %w; %s", path, selectorString(p), host.ErrNotFound, hint)
+			}
 			return nil, fmt.Errorf("%s: no GPU matches selector %s: %w", path, selectorString(p), host.ErrNotFound)
 		}
 		// Give back what this entry took, so a fallback leaves them for others.
@@ -172,7 +175,10 @@ func (r *resolver) passthrough(i int, p *Passthrough) ([]Slot, error) {
 	return slots, nil
 }
 
-func matches(d *host.Device, p *Passthrough) bool {
+// Selects reports whether the selector fields (vendor, device, model; not address) all accept
+// d: the IDs equal (any case), model a case-insensitive substring of pci.ids' device name.
+// Translations to other targets (kube's KubeVirt VM) select with it too.
+func (p *Passthrough) Selects(d *host.Device) bool {
 	if p.Vendor != "" && !strings.EqualFold(d.VendorID, p.Vendor) {
 		return false
 	}

@@ -164,10 +164,7 @@ func judgeQuarantine(g *GPUReadiness, d Device, groups map[int]Group, quarantine
 // it cannot, the reason and the fix. It is long (94 lines) because each capability is a short
 // run of rules in the order check prints them; split, the rules would lose their order.
 func judgeGPU(d Device, iommu bool, groups map[int]Group, byAddr map[Address]*Device) GPUReadiness {
-	g := GPUReadiness{Address: d.Address, Name: strings.TrimSpace(d.VendorName + " " + d.DeviceName), Verdict: VerdictOK, Capabilities: []string{}}
-	if g.Name == "" {
-		g.Name = d.VendorID + ":" + d.DeviceID
-	}
+	g := GPUReadiness{Address: d.Address, Name: d.Title(), Verdict: VerdictOK, Capabilities: []string{}}
 	var details, fixes []string
 	grp, hasGroup := groups[d.IOMMUGroup]
 	var hostDevs []string

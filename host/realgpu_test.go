@@ -102,3 +102,41 @@ func TestScanAgreesWithNvidiaSMI(t *testing.T) {
 		})
 	}
 }
+
+// How a real GPU is named when pci.ids lists it and when it does not: the H200 capture's GPU
+// reads "NVIDIA Corporation Device 2335" (as lspci prints it), not the vendor alone, and a
+// model selector's hint names it with the IDs to select it by; the H100 has its pci.ids name
+// and no hint.
+func TestTitleOfRealGPUs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ host, title, hint string }{
+		{"nvidia-h200", "NVIDIA Corporation Device 2335", `pci.ids names no device for 0000:00:06.0 (10de:2335), so no model matches it: select by ID (vendor: "10de", device: "2335")`},
+		{"nvidia-h100", "NVIDIA Corporation GH100[H100 SXM5 80GB]", ""},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			t.Parallel()
+			inv, err := host.Scan(hosttest.RealGPUSnapshot(t, tc.host+"/sysfs-snapshot.tar.gz"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var titles []string
+			for i := range inv.Devices {
+				if inv.Devices[i].IsGPU {
+					titles = append(titles, inv.Devices[i].Title())
+				}
+			}
+			if len(titles) != 1 || titles[0] != tc.title {
+				t.Errorf("GPU titles %q, want [%q]", titles, tc.title)
+			}
+			hint := host.UnnamedGPUsHint(inv.Devices)
+			if tc.hint == "" && hint != "" || !strings.HasPrefix(hint, tc.hint) {
+				t.Errorf("hint %q, want it to start %q", hint, tc.hint)
+			}
+		})
+	}
+	// Without a vendor name either, the IDs.
+	d := host.Device{VendorID: "10de", DeviceID: "2335"}
+	if got := d.Title(); got != "10de:2335" {
+		t.Errorf("no names: %q", got)
+	}
+}

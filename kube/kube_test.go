@@ -16,6 +16,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/domains"
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
 	"github.com/vgpu-host/vgpu-host/kube"
 )
@@ -402,5 +403,31 @@ func TestPreferVGPUFragmentation(t *testing.T) {
 	}
 	if _, err := kube.Prefer(r, all, nil, 5); !errors.Is(err, host.ErrBusy) {
 		t.Errorf("more than the healthy devices: %v, want ErrBusy", err)
+	}
+}
+
+// On the real H200 host's capture, with the pci.ids that host had (no H200 in it), a KubeVirt
+// VM asking for `model: H200` finds no resource and the error says why, with the IDs to ask
+// for instead; those IDs find the H200's resource (named by its IDs, PCI_10DE_2335).
+func TestTranslateModelOnH200(t *testing.T) {
+	t.Parallel()
+	inv := scan(t, hosttest.RealGPUSnapshot(t, "nvidia-h200/sysfs-snapshot.tar.gz"))
+	cat := kube.Offered(inv, kube.Config{})
+	vm, err := domains.Load("../examples/image-builder.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Spec.GPUs = []domains.GPU{{Passthrough: &domains.Passthrough{Model: "H200"}}}
+	_, err = kube.TranslateVM(vm, inv, cat, kube.TranslateOptions{})
+	if !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), `pci.ids names no device for 0000:00:06.0 (10de:2335), so no model matches it: select by ID (vendor: "10de", device: "2335")`) {
+		t.Errorf("model H200: %v", err)
+	}
+	vm.Spec.GPUs = []domains.GPU{{Passthrough: &domains.Passthrough{Vendor: "10de", Device: "2335"}}}
+	res, err := kube.TranslateVM(vm, inv, cat, kube.TranslateOptions{})
+	if err != nil {
+		t.Fatalf("vendor/device: %v", err)
+	}
+	if g := res.VM.Spec.Template.Spec.Domain.Devices.GPUs; len(g) != 1 || !strings.HasSuffix(g[0].DeviceName, "/PCI_10DE_2335") {
+		t.Errorf("vendor/device: GPUs %+v", g)
 	}
 }

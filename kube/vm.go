@@ -599,7 +599,13 @@ func (t *translator) gpus(d *DomainSpec) error {
 				t.virtio(d, p, domains.VirtioGPU{})
 				continue
 			}
-			return fmt.Errorf("kubevirt vm %s: %s: no resource of this host's device plugin matches (vgpu-host inspect lists the devices; vgpu-host kubevirt config the resources): %w", t.vm.Metadata.Name, p, host.ErrNotFound)
+			err := fmt.Errorf("kubevirt vm %s: %s: no resource of this host's device plugin matches (vgpu-host inspect lists the devices; vgpu-host kubevirt config the resources): %w", t.vm.Metadata.Name, p, host.ErrNotFound)
+			if g.Passthrough != nil && g.Passthrough.Model != "" && t.inv != nil {
+				if hint := host.UnnamedGPUsHint(t.inv.Devices); hint != "" {
+					err = fmt.Errorf("%w; %s", err, hint)
+				}
+			}
+			return err
 		}
 		if len(names) > 1 {
 			t.unsupported(p, strings.Join(names, ", "), "matches several resources; KubeVirt asks for one by name: the first is used")
@@ -621,13 +627,7 @@ func (t *translator) passthrough(p string, pt *domains.Passthrough) []string {
 			a, err := host.ParseAddress(pt.Address)
 			return err == nil && a == dev.Address
 		}
-		if pt.Vendor != "" && !strings.EqualFold(pt.Vendor, dev.VendorID) {
-			return false
-		}
-		if pt.Device != "" && !strings.EqualFold(pt.Device, dev.DeviceID) {
-			return false
-		}
-		return pt.Model == "" || strings.Contains(strings.ToLower(dev.DeviceName), strings.ToLower(pt.Model))
+		return pt.Selects(dev)
 	}
 	companions := false
 	names := t.resourcesOf(KindPCI, func(r *Resource) bool {

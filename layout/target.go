@@ -77,7 +77,11 @@ func resolve(root host.Root, inv *host.Inventory, name string, c *Config) (targe
 			return nil, nil, fmt.Errorf("configs.%s.gpus[%d].select: %w", name, i, err)
 		}
 		if len(matched) == 0 {
-			unmatched = append(unmatched, fmt.Sprintf("configs.%s.gpus[%d] (%s) selects nothing on this host", name, i, s))
+			msg := fmt.Sprintf("configs.%s.gpus[%d] (%s) selects nothing on this host", name, i, s)
+			if hint := host.UnnamedGPUsHint(inv.Devices); hint != "" && s.Model != "" {
+				msg += ": " + hint
+			}
+			unmatched = append(unmatched, msg)
 		}
 		for _, t := range matched {
 			add(t, i)

@@ -258,3 +258,41 @@ func TestInUseRefusedNamingTheVM(t *testing.T) {
 		t.Fatalf("left %+v", ins)
 	}
 }
+
+// On the real H200 host's capture, with the pci.ids that host had (no H200 in it): an entry
+// selecting `model: H200` selects nothing, and the warning says why and gives the IDs to select
+// it by; those IDs select it. On the dcHost tree, whose GPUs all have names, no such hint.
+func TestModelSelectorHintOnH200(t *testing.T) {
+	t.Parallel()
+	root := hosttest.RealGPUSnapshot(t, "nvidia-h200/sysfs-snapshot.tar.gz")
+	inv, err := host.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := func(sel string) ([]Target, []string) {
+		t.Helper()
+		name, c, err := mustParse(t, head+"  a:\n    gpus:\n      - select: "+sel+"\n        mode: passthrough\n").Select("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, unmatched, err := resolve(root, inv, name, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts, unmatched
+	}
+	ts, unmatched := targets("{model: H200}")
+	if len(ts) != 0 || len(unmatched) != 1 || !strings.Contains(unmatched[0], `pci.ids names no device for 0000:00:06.0 (10de:2335), so no model matches it: select by ID (vendor: "10de", device: "2335")`) {
+		t.Errorf("model H200: targets %v, unmatched %q", ts, unmatched)
+	}
+	ts, unmatched = targets(`{vendor: "10de", device: "2335"}`)
+	if len(ts) != 1 || ts[0].Name != "0000:00:06.0" || len(unmatched) != 0 {
+		t.Errorf("vendor/device: targets %v, unmatched %q", ts, unmatched)
+	}
+
+	_, _, h := dcHost(t)
+	_, unmatched, err = targetsOf(t, h, head+"  a:\n    gpus:\n      - select: {model: H200}\n        mode: passthrough\n", "")
+	if err != nil || len(unmatched) != 1 || strings.Contains(unmatched[0], "pci.ids") {
+		t.Errorf("model H200 on dcHost: %q, %v", unmatched, err)
+	}
+}

@@ -93,6 +93,27 @@ func Snapshot(tb testing.TB, tarball string) host.Root {
 	return r
 }
 
+// RealGPUPCIIDs is the part of Debian 12's pci.ids (2023) that names the captured real GPUs: it
+// lists the H100 SXM5 (10de:2330) and not the H200 (10de:2335), as the pci.ids the H200 host
+// itself had. Tests that name devices write it into a snapshot (RealGPUSnapshot), so that they
+// do not depend on the pci.ids of the machine they run on.
+const RealGPUPCIIDs = "# pci.ids, Debian 12\n10de  NVIDIA Corporation\n\t2330  GH100[H100 SXM5 80GB]\n"
+
+// RealGPUSnapshot is Snapshot of a real GPU host's capture (Capture's NAME, e.g.
+// "nvidia-h200/sysfs-snapshot.tar.gz") with RealGPUPCIIDs as its usr/share/misc/pci.ids.
+func RealGPUSnapshot(tb testing.TB, name string) host.Root {
+	tb.Helper()
+	r := Snapshot(tb, Capture(tb, name))
+	ids := filepath.Join(r.Dir(), "usr", "share", "misc", "pci.ids")
+	if err := os.MkdirAll(filepath.Dir(ids), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(ids, []byte(RealGPUPCIIDs), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
 func unpack(tarball, dir string) error {
 	f, err := os.Open(tarball)
 	if err != nil {

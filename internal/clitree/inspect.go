@@ -63,7 +63,7 @@ func renderInventory(o opOutput, res *ops.InventoryResult) error {
 	rep := res.Inventory
 	inv := rep.Inventory
 	return o.emit(rep, func(w io.Writer) error {
-		if err := inventoryTable(w, inv); err != nil {
+		if err := inventoryTable(w, inv, nvmlNames(rep.MIG)); err != nil {
 			return err
 		}
 		if len(rep.Quarantined) > 0 {
@@ -124,7 +124,8 @@ func mdevTable(out io.Writer, r mdevReport) error {
 
 // inventoryTable prints inspect's table: GPUs, groups, mdev parents and warnings, one section
 // after the other (99 lines of Fprintf; each section reads top to bottom like the output).
-func inventoryTable(out io.Writer, inv *host.Inventory) error {
+// nvml names GPUs by address for the DEVICE cells pci.ids leaves without a device name.
+func inventoryTable(out io.Writer, inv *host.Inventory, nvml map[string]string) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	iommu := "off"
 	if inv.IOMMU {
@@ -141,7 +142,7 @@ func inventoryTable(out io.Writer, inv *host.Inventory) error {
 		fmt.Fprintln(w, "ADDRESS\tID\tCLASS\tDEVICE\tDRIVER\tGROUP\tNUMA\tVFIO-VIABLE\tBARS")
 	}
 	for _, d := range inv.Devices {
-		fmt.Fprintf(w, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Address, d.VendorID, d.DeviceID, d.Class[:4], deviceName(d),
+		fmt.Fprintf(w, "%s\t%s:%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Address, d.VendorID, d.DeviceID, d.Class[:4], deviceName(d, nvml),
 			dash(d.Driver), groupCell(d.IOMMUGroup), numaCell(d.NUMANode), viableCell(d, groups), barSummary(d.BARs))
 	}
 	if err := w.Flush(); err != nil {
@@ -228,7 +229,7 @@ func deviceTable(out io.Writer, r deviceReport) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	d := r.Device
 	fmt.Fprintf(w, "address\t%s\n", d.Address)
-	fmt.Fprintf(w, "device\t%s:%s %s\n", d.VendorID, d.DeviceID, deviceName(d))
+	fmt.Fprintf(w, "device\t%s:%s %s\n", d.VendorID, d.DeviceID, deviceName(d, nil))
 	if d.SubsysVendorID != "" {
 		fmt.Fprintf(w, "subsystem\t%s:%s %s\n", d.SubsysVendorID, d.SubsysDeviceID, d.SubsystemName)
 	}
@@ -274,10 +275,18 @@ func countGPUs(inv *host.Inventory) int {
 	return n
 }
 
-func deviceName(d host.Device) string {
-	s := strings.TrimSpace(d.VendorName + " " + d.DeviceName)
-	if s == "" {
-		return d.ClassName
+// deviceName is a DEVICE cell: pci.ids' names (host.Device.Title); for a GPU pci.ids does not
+// list, the product name NVML gave it (nvml, by address: "NVIDIA H200" where Debian 12's pci.ids
+// has no 10de:2335) or else lspci's "Device 2335"; without pci.ids at all, the class name (the
+// ID column has the IDs).
+func deviceName(d host.Device, nvml map[string]string) string {
+	s := d.Title()
+	switch {
+	case d.DeviceName != "":
+	case nvml[d.Address.String()] != "":
+		s = nvml[d.Address.String()]
+	case d.VendorName == "":
+		s = d.ClassName
 	}
 	if len(s) > 48 {
 		s = s[:47] + "…"

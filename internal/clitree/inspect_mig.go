@@ -93,6 +93,19 @@ func placeMIGState(ctx context.Context, nv migremote.Env, root host.Root, parent
 }
 
 // migInventoryTable prints inspect's MIG section: one line per GPU, or the note.
+// nvmlNames are the product names in the MIG section (NVML's, now or from the cache), by PCI
+// address; nil without one.
+func nvmlNames(m *migInventory) map[string]string {
+	if m == nil || !m.Available {
+		return nil
+	}
+	names := map[string]string{}
+	for _, g := range m.GPUs {
+		names[g.Address] = g.Name
+	}
+	return names
+}
+
 func migInventoryTable(w io.Writer, m *migInventory) error {
 	if m == nil {
 		return nil

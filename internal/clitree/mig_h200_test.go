@@ -202,3 +202,40 @@ func TestLayoutMIGOnH200(t *testing.T) {
 		t.Errorf("too-much: exit %d: %v", exitCode(err), err)
 	}
 }
+
+// inspect's DEVICE cell on the real H200 host's capture, whose pci.ids (Debian 12's) does not
+// list the H200: lspci's "NVIDIA Corporation Device 2335" without NVML, and the name NVML gives
+// the GPU ("NVIDIA H200", from the replay of its answers) once NVML is there, with --mig and
+// from the MIG state cache a run left; `inspect ADDR` keeps pci.ids' naming.
+func TestInspectNamesTheH200(t *testing.T) {
+	t.Parallel()
+	dir := hosttest.RealGPUSnapshot(t, "nvidia-h200/sysfs-snapshot.tar.gz").Dir()
+	row := func(args ...string) string {
+		t.Helper()
+		out, code := run(t, append([]string{"--host-root", dir, "inspect"}, args...)...)
+		if code != 0 {
+			t.Fatalf("inspect %v: exit %d\n%s", args, code, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "0000:00:06.0 ") {
+				return l
+			}
+		}
+		t.Fatalf("inspect %v: no row of 0000:00:06.0\n%s", args, out)
+		return ""
+	}
+	if l := row(); !strings.Contains(l, "  NVIDIA Corporation Device 2335  nvidia  ") {
+		t.Errorf("without NVML: %q", l)
+	}
+	h200NVML(t)
+	if l := row("--mig"); !strings.Contains(l, "  NVIDIA H200  nvidia  ") {
+		t.Errorf("with --mig: %q", l)
+	}
+	if l := row(); !strings.Contains(l, "  NVIDIA H200  nvidia  ") {
+		t.Errorf("from the MIG cache: %q", l)
+	}
+	out, code := run(t, "--host-root", dir, "inspect", "0000:00:06.0")
+	if code != 0 || !strings.Contains(out, "10de:2335 NVIDIA Corporation Device 2335\n") {
+		t.Errorf("inspect 0000:00:06.0: exit %d\n%s", code, out)
+	}
+}
