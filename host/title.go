@@ -41,6 +41,6 @@ func UnnamedGPUsHint(devs []Device) string {
 		return ""
 	}
 	d := &devs[first]
-	return fmt.Sprintf("pci.ids names no device for %s, so no model matches it: select by ID (vendor: %q, device: %q) or update pci.ids (update-pciids, or a newer pci.ids package)",
+	return fmt.Sprintf("pci.ids names no device for %s, so no model matches it: select by ID (vendor: %q, device: %q) or install or update pci.ids (the pci.ids package; update-pciids)",
 		strings.Join(unnamed, ", "), d.VendorID, d.DeviceID)
 }
