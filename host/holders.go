@@ -26,6 +26,55 @@ type Holder struct {
 
 func (h Holder) String() string { return fmt.Sprintf("pid %d (%s) has %s open", h.PID, h.Comm, h.Path) }
 
+// DescribeHolders lists hs ("pid 812 (nv-hostengine) has /dev/nvidia0 open; ...") and then,
+// in parentheses, how to stop the programs among them that usually hold a GPU, each fix once.
+func DescribeHolders(hs []Holder) string {
+	var parts, fixes []string
+	for _, h := range hs {
+		parts = append(parts, h.String())
+		if f := HolderFix(h.Comm); f != "" && !slices.Contains(fixes, f) {
+			fixes = append(fixes, f)
+		}
+	}
+	s := strings.Join(parts, "; ")
+	if len(fixes) > 0 {
+		s += " (" + strings.Join(fixes, "; ") + ")"
+	}
+	return s
+}
+
+// pipewireFix stops PipeWire and its sockets, which would start it again.
+const pipewireFix = "the sound server: systemctl --user stop pipewire.socket pipewire-pulse.socket pipewire pipewire-pulse wireplumber, as the user it runs as"
+
+// holderFixes say how to stop the programs that usually hold a GPU's device nodes on a host,
+// by the name the kernel gives them (/proc/PID/comm, cut to 15 bytes: nvidia-persistenced is
+// "nvidia-persiste").
+var holderFixes = []struct{ comm, fix string }{
+	{"nvidia-persiste", "nvidia-persistenced keeps the GPU initialised: systemctl stop nvidia-persistenced"},
+	{"nv-hostengine", "DCGM's host engine: systemctl stop nvidia-dcgm"},
+	{"dcgm-exporter", "the DCGM exporter: stop its service or pod"},
+	{"vgpu-host-nvml", "an NVML helper of vgpu-host, in the agent its Xid watch's: binds, unbinds and MIG changes made through the agent (--agent auto) stop it for their time; for a GPU reset, systemctl stop vgpu-host-agent"},
+	{"Xorg", "the display server: systemctl stop display-manager"},
+	{"Xwayland", "the display server: systemctl stop display-manager"},
+	{"gnome-shell", "the desktop session: systemctl stop display-manager"},
+	{"kwin_wayland", "the desktop session: systemctl stop display-manager"},
+	{"pulseaudio", "the sound server: systemctl --user stop pulseaudio.socket pulseaudio, as the user it runs as"},
+	{"pipewire", pipewireFix},
+	{"pipewire-pulse", pipewireFix},
+	{"wireplumber", pipewireFix},
+	{"qemu-system-x86", "a virtual machine uses it: shut the guest down (virsh shutdown DOMAIN)"},
+}
+
+// HolderFix is how to stop a holder named comm, "" for a program without a known fix.
+func HolderFix(comm string) string {
+	for _, f := range holderFixes {
+		if f.comm == comm {
+			return f.fix
+		}
+	}
+	return ""
+}
+
 // DeviceNodes returns the host paths (as /proc/PID/fd links show them) of the device nodes
 // through which processes use function a bound to driver:
 //
@@ -66,7 +115,7 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 		}
 	}
 	if driver == "nvidia" {
-		out = append(out, dev("nvidia")+"*")
+		out = append(out, NVIDIADevFamily(root))
 	}
 	if group >= 0 {
 		out = append(out, HostPath(root, VFIODev(root, group)))
@@ -81,8 +130,13 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 // function's DeviceNodes then tells its holders from those of other devices (bind, #32).
 func DeviceNodeFamilies(root Root) []string {
 	dev := func(name string) string { return HostPath(root, root.Dev(name)) }
-	return []string{dev("dri") + "/*", dev("fb") + "*", dev("snd") + "/*", dev("nvidia") + "*"}
+	return []string{dev("dri") + "/*", dev("fb") + "*", dev("snd") + "/*", NVIDIADevFamily(root)}
 }
+
+// NVIDIADevFamily is the NVIDIA driver's device nodes as Holders reads a prefix, the host's
+// /dev/nvidia* (nvidiactl, nvidia0…, nvidia-uvm, nvidia-caps/…): a process with any of them
+// open is an NVML or CUDA client, which keeps a MIG mode change pending and a GPU reset refused.
+func NVIDIADevFamily(root Root) string { return HostPath(root, root.Dev("nvidia")) + "*" }
 
 // Holders scans ROOT/proc/*/fd for descriptors open on any of paths (host paths; a trailing
 // "*" matches a prefix) and returns the processes, sorted by pid (a process holding several of

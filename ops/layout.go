@@ -3,6 +3,7 @@ package ops
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -208,9 +209,11 @@ func LayoutApply(ctx context.Context, env Env, req LayoutApplyRequest) (*LayoutA
 	if err != nil {
 		return nil, err
 	}
-	h, rec, done := layoutHost(env, req.Timeout, req.DryRun, req.AskLibvirt)
+	h, rec, closeHost := layoutHost(env, req.Timeout, req.DryRun, req.AskLibvirt)
+	done := sync.OnceFunc(closeHost)
 	defer done()
 	res, err := layout.ApplyConfig(ctx, h, f, req.Config, req.File, req.Data, layout.ApplyOptions{Force: force, DryRun: rec != nil})
+	err = withNVIDIAHolders(env.Root, err, done)
 	if res == nil {
 		return nil, err
 	}

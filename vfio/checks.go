@@ -203,49 +203,8 @@ func bindRefusals(root host.Root, g *host.Group, moves []host.GroupMember, hc ho
 }
 
 func heldRefusal(a host.Address, hs []host.Holder) Refusal {
-	var parts, fixes []string
-	for _, h := range hs {
-		parts = append(parts, h.String())
-		if f := holderFix(h.Comm); f != "" && !slices.Contains(fixes, f) {
-			fixes = append(fixes, f)
-		}
-	}
-	reason := "is held open, so unbinding it would block until they let go: " + strings.Join(parts, "; ")
-	if len(fixes) > 0 {
-		reason += " (" + strings.Join(fixes, "; ") + ")"
-	}
+	reason := "is held open, so unbinding it would block until they let go: " + host.DescribeHolders(hs)
 	return Refusal{Address: &a, Check: CheckHeld, Holders: hs, Reason: reason}
-}
-
-// pipewireFix stops PipeWire and its sockets, which would start it again.
-const pipewireFix = "the sound server: systemctl --user stop pipewire.socket pipewire-pulse.socket pipewire pipewire-pulse wireplumber, as the user it runs as"
-
-// holderFixes say how to stop the programs that usually hold a GPU's device nodes on a host,
-// by the name the kernel gives them (/proc/PID/comm, cut to 15 bytes: nvidia-persistenced is
-// "nvidia-persiste").
-var holderFixes = []struct{ comm, fix string }{
-	{"nvidia-persiste", "nvidia-persistenced keeps the GPU initialised: systemctl stop nvidia-persistenced"},
-	{"nv-hostengine", "DCGM's host engine: systemctl stop nvidia-dcgm"},
-	{"dcgm-exporter", "the DCGM exporter: stop its service or pod"},
-	{"Xorg", "the display server: systemctl stop display-manager"},
-	{"Xwayland", "the display server: systemctl stop display-manager"},
-	{"gnome-shell", "the desktop session: systemctl stop display-manager"},
-	{"kwin_wayland", "the desktop session: systemctl stop display-manager"},
-	{"pulseaudio", "the sound server: systemctl --user stop pulseaudio.socket pulseaudio, as the user it runs as"},
-	{"pipewire", pipewireFix},
-	{"pipewire-pulse", pipewireFix},
-	{"wireplumber", pipewireFix},
-	{"qemu-system-x86", "a virtual machine uses it: shut the guest down (virsh shutdown DOMAIN)"},
-}
-
-// holderFix is how to stop a holder named comm, "" for a program without a known fix.
-func holderFix(comm string) string {
-	for _, f := range holderFixes {
-		if f.comm == comm {
-			return f.fix
-		}
-	}
-	return ""
 }
 
 // interruptRemapping judges host.InterruptRemapping for a bind: nil when remapping is on (or

@@ -357,6 +357,7 @@ func kinds() []vremote.ErrorKind {
 		{Name: "no-nvml", Errs: []error{mig.ErrNoNVML, host.ErrUnsupported}}, // before unsupported: it wraps it
 		{Name: "unsupported", Errs: []error{host.ErrUnsupported}},
 		{Name: "not-found", Errs: []error{host.ErrNotFound}},
+		{Name: "mode-pending", Errs: []error{mig.ErrModePending, host.ErrBusy}}, // before busy: it wraps it
 		{Name: "busy", Errs: []error{host.ErrBusy}},
 		{Name: "invalid", Errs: []error{host.ErrInvalid}},
 		{Name: "refused", Errs: []error{host.ErrRefused}},

@@ -3,6 +3,8 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -168,4 +170,29 @@ func TestEnvVarsStandInForTheProcess(t *testing.T) {
 		t.Fatalf("the helper with %s=dgxa100 by its Env: %v", EnvMock, err)
 	}
 	c.Close()
+}
+
+// pendingBackend is a mig.Backend whose SetMode leaves the mode pending, as NVML does while
+// another process holds the GPU (nvmlmig.PendingError wraps the same two sentinels).
+type pendingBackend struct{ mig.Backend }
+
+func (pendingBackend) SetMode(context.Context, string, bool) error {
+	return fmt.Errorf("MIG mode on GPU 0000:00:06.0 is pending (asked to enable it; activation: NVML_ERROR_IN_USE): stop what holds the GPU: %w: %w", mig.ErrModePending, host.ErrBusy)
+}
+
+// A MIG mode change left pending keeps both its sentinels across the pipe: mig.ErrModePending
+// (ops adds who holds the GPU on it) and host.ErrBusy (exit 5).
+func TestModePendingCrossesThePipe(t *testing.T) {
+	t.Parallel()
+	a, b := net.Pipe()
+	go Serve(func() (mig.Backend, error) { return pendingBackend{}, nil }, b)
+	c, err := Dial(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.SetMode(context.Background(), "0000:00:06.0", true)
+	if !errors.Is(err, mig.ErrModePending) || !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "NVML_ERROR_IN_USE") {
+		t.Errorf("SetMode: %v", err)
+	}
 }
