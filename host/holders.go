@@ -53,7 +53,7 @@ var holderFixes = []struct{ comm, fix string }{
 	{"nvidia-persiste", "nvidia-persistenced keeps the GPU initialised: systemctl stop nvidia-persistenced"},
 	{"nv-hostengine", "DCGM's host engine: systemctl stop nvidia-dcgm"},
 	{"dcgm-exporter", "the DCGM exporter: stop its service or pod"},
-	{"vgpu-host-nvml", "an NVML helper of vgpu-host, in the agent its Xid watch's: binds, unbinds and MIG changes made through the agent (--agent auto) stop it for their time; for a GPU reset, systemctl stop vgpu-host-agent"},
+	{"vgpu-host-nvml", "an NVML helper of vgpu-host (in the agent, its Xid watch's or the one its requests share): binds, unbinds and MIG changes made through the agent (--agent auto) stop or use it; for a GPU reset, systemctl stop vgpu-host-agent"},
 	{"Xorg", "the display server: systemctl stop display-manager"},
 	{"Xwayland", "the display server: systemctl stop display-manager"},
 	{"gnome-shell", "the desktop session: systemctl stop display-manager"},

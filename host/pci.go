@@ -126,6 +126,23 @@ func IOMMUGroupID(root Root, a Address) (int, error) {
 	return id, nil
 }
 
+// DriverFunctions are the functions bound to PCI driver name, from the entries of
+// ROOT/sys/bus/pci/drivers/NAME that are addresses, sorted; none when the driver is not
+// loaded.
+func DriverFunctions(root Root, name string) []Address {
+	ents, err := os.ReadDir(root.PCIDriver(name))
+	if err != nil {
+		return nil
+	}
+	var out []Address
+	for _, e := range ents {
+		if a, err := ParseAddress(e.Name()); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // DriverLoaded reports whether PCI driver name is registered (ROOT/sys/bus/pci/drivers/NAME).
 func DriverLoaded(root Root, name string) bool { return Exists(root.PCIDriver(name)) }
 

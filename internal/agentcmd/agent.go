@@ -35,9 +35,15 @@ import (
 )
 
 // Env is vgpu-host-agent's environment for the command tree: `vgpu-host agent` serves here,
-// and an ISO a spec names by URL is downloaded in this process.
+// an ISO a spec names by URL is downloaded in this process, and the agent's requests share one
+// NVML helper (migremote.Shared) instead of starting one each.
 func Env() clitree.Env {
-	return clitree.Env{Agent: runAgent, FetchISO: fetchISO}
+	nvml := &migremote.Shared{}
+	return clitree.Env{
+		Agent:    func(ctx context.Context, cmd *cli.Command) error { return runAgent(ctx, cmd, nvml) },
+		FetchISO: fetchISO,
+		NVML:     migremote.Env{Shared: nvml},
+	}
 }
 
 // agentParts attaches what makes the server the host's agent: Prometheus metrics (on the
@@ -151,11 +157,19 @@ func agentServer(cmd *cli.Command) (*agent.Server, error) {
 	}, nil
 }
 
-func runAgent(ctx context.Context, cmd *cli.Command) error {
+func runAgent(ctx context.Context, cmd *cli.Command, nvml *migremote.Shared) error {
 	srv, err := agentServer(cmd)
 	if err != nil {
 		return err
 	}
+	// The shared NVML helper starts again when the functions on nvidia change past vgpu-host
+	// (migremote.Shared), and stops when the agent does, as its Xid watch's does.
+	nvml.Root = &srv.Root
+	defer func() {
+		if err := nvml.Close(); err != nil {
+			srv.Log.Debug("shared NVML helper", "err", err)
+		}
+	}()
 	if srv.RequestTimeout <= 0 || srv.ShutdownTimeout <= 0 {
 		return clitree.UsageErr("--request-timeout and --shutdown-timeout must be positive")
 	}
@@ -193,7 +207,7 @@ func runAgent(ctx context.Context, cmd *cli.Command) error {
 		})
 	}
 	afterReady(func() { _ = watcher.Run(ctx) })
-	afterReady(func() { keepMIGCache(ctx, srv.Root, srv.Log) })
+	afterReady(func() { keepMIGCache(ctx, cmd, srv.Root, srv.Log) })
 	afterReady(func() { keepCheckingHealth(ctx, srv.Root, srv.Log) })
 	err = srv.Serve(ctx)
 	stop()
@@ -224,12 +238,12 @@ func waitBackground(bg *sync.WaitGroup, limit time.Duration, log *slog.Logger) {
 // changes made past vgpu-host (nvidia-smi mig) within a minute; changes through vgpu-host
 // refresh it at once. It stops for good when NVML does not describe root or cannot be had
 // (no helper, no NVIDIA driver: nothing to cache).
-func keepMIGCache(ctx context.Context, root host.Root, log *slog.Logger) {
+func keepMIGCache(ctx context.Context, cmd *cli.Command, root host.Root, log *slog.Logger) {
 	if !clitree.NVMLDescribes(root) {
 		return
 	}
 	for {
-		if err := clitree.RefreshMIGCache(ctx, root); err != nil {
+		if err := clitree.RefreshMIGCache(ctx, cmd, root); err != nil {
 			if errors.Is(err, host.ErrUnsupported) {
 				log.Debug("MIG state cache: NVML not available; not refreshed", "err", err)
 				return

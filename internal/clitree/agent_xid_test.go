@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,14 +110,45 @@ func TestAgentXidFromH200Replay(t *testing.T) {
 	if c := commOf(pid); c != filepath.Base(bin) {
 		t.Errorf("the agent's /proc/PID/comm is %q, want %q", c, filepath.Base(bin))
 	}
+	nvmlChildren := func() []int {
+		var hs []int
+		for _, c := range childrenOf(t, pid) {
+			if commOf(c) == migremote.HelperName {
+				hs = append(hs, c)
+			}
+		}
+		return hs
+	}
+	// Two helpers for good: the Xid watch's and the one the agent's requests share
+	// (migremote.Shared), which the MIG state cache's first read started. Three `mig show`
+	// through the agent start no other: the same two pids afterwards.
 	var helpers []int
-	for _, c := range childrenOf(t, pid) {
-		if commOf(c) == migremote.HelperName {
-			helpers = append(helpers, c)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if helpers = nvmlChildren(); len(helpers) == 2 || time.Now().After(deadline) {
+			break
 		}
 	}
-	if len(helpers) == 0 {
-		t.Fatalf("no child of the agent is named %s: %v", migremote.HelperName, childrenOf(t, pid))
+	if len(helpers) != 2 {
+		t.Fatalf("the agent's children named %s: %v, want 2 (the Xid watch's and the shared one)\n%s", migremote.HelperName, helpers, logs.String())
+	}
+	for range 3 {
+		show := exec.Command(bin, "--host-root", dir, "--agent", "always", "mig", "show")
+		show.Env = append(os.Environ(), env...)
+		if out, err := show.CombinedOutput(); err != nil || !strings.Contains(string(out), "NVIDIA H200  MIG off") {
+			t.Fatalf("mig show through the agent: %v\n%s", err, out)
+		}
+	}
+	if after := nvmlChildren(); !slices.Equal(after, helpers) {
+		t.Errorf("the agent's %s children after three mig show: %v, before %v (want the same two)", migremote.HelperName, after, helpers)
+	}
+	// A change through the shared helper, and the state it leaves read back through it.
+	for _, args := range [][]string{{"mig", "apply", "--gpu", "0000:00:06.0", "--profiles", "3g.71gb*2"}, {"mig", "show"}} {
+		cmd := exec.Command(bin, append([]string{"--host-root", dir, "--agent", "always"}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || args[1] == "show" && !strings.Contains(string(out), "MIG on") {
+			t.Fatalf("%v through the agent: %v\n%s", args, err, out)
+		}
 	}
 	if err := agentCmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

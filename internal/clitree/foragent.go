@@ -96,9 +96,9 @@ func MIGOpener(root host.Root) func() (mig.Backend, func(), error) {
 // host at root.
 func NVMLDescribes(root host.Root) bool { return nvmlDescribes(migremote.Env{}, root) }
 
-// RefreshMIGCache asks NVML for the MIG state through the helper and saves it as root's MIG
-// state cache.
-func RefreshMIGCache(ctx context.Context, root host.Root) error {
-	_, err := readMIGState(ctx, migremote.Env{}, root)
+// RefreshMIGCache asks NVML for the MIG state through the helper as cmd's Env starts it (in the
+// agent, its shared one) and saves it as root's MIG state cache.
+func RefreshMIGCache(ctx context.Context, cmd *cli.Command, root host.Root) error {
+	_, err := readMIGState(ctx, envOf(cmd).NVML, root)
 	return err
 }

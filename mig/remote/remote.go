@@ -54,6 +54,9 @@ type Env struct {
 	// Gate is the host.NVIDIAGate the helper registers with (tests); nil: host.NVIDIANodes
 	// for a helper on the real driver, none for a replay or a mock.
 	Gate *host.NVIDIAGate
+	// Shared, when set, is the one client every Open gives (the agent's, share.go): its
+	// helper is started once and kept, and the client's Close leaves it running.
+	Shared *Shared
 }
 
 // Getenv returns the variable name as e gives it.
@@ -124,6 +127,8 @@ type Client struct {
 	closeOnce sync.Once
 	closed    bool // under mu
 	closeErr  error
+
+	shared bool // Shared's: Close leaves it running (Shared.Close stops it)
 }
 
 var _ mig.Backend = (*Client)(nil)
@@ -132,8 +137,17 @@ var _ mig.Backend = (*Client)(nil)
 // the error wraps host.ErrUnsupported (and ErrNoHelper or mig.ErrNoNVML).
 func Open() (*Client, error) { return Env{}.Open() }
 
-// Open is Open with the helper found and started as e says.
+// Open is Open with the helper found and started as e says; with e.Shared, the shared
+// client (Shared.open).
 func (e Env) Open() (*Client, error) {
+	if e.Shared != nil {
+		return e.Shared.open(e)
+	}
+	return e.open()
+}
+
+// open starts a client of its own.
+func (e Env) open() (*Client, error) {
 	path, err := e.FindHelper("MIG support (NVML)")
 	if err != nil {
 		return nil, err
@@ -235,8 +249,15 @@ func (c *Client) stop() error {
 	return nil
 }
 
-// Close stops the helper.
+// Close stops the helper; a shared client's (Env.Shared) is left running for the next Open.
 func (c *Client) Close() error {
+	if c.shared {
+		return nil
+	}
+	return c.close()
+}
+
+func (c *Client) close() error {
 	c.closeOnce.Do(func() {
 		c.user.Unregister()
 		c.mu.Lock()
@@ -264,7 +285,13 @@ func (c *Client) callPausing(ctx context.Context, others bool, method string, ar
 	if others {
 		defer c.gate.PauseExcept(c.user)()
 	}
-	return wireError(ctx, c.rpc.Call(ctx, method, args, reply))
+	err := c.rpc.Call(ctx, method, args, reply)
+	if _, answered := errors.AsType[*vremote.ServerError](err); err != nil && !answered && ctx.Err() == nil {
+		// The helper died or closed its pipe (not an answer, not our deadline): let it go, so
+		// that the next call starts another instead of failing on the dead pipe for good.
+		_ = c.stop()
+	}
+	return wireError(ctx, err)
 }
 
 // wireError is a call's error as the caller sees it: the server's with its sentinels, or the
