@@ -278,7 +278,7 @@ func countGPUs(inv *host.Inventory) int {
 // deviceName is a DEVICE cell: pci.ids' names (host.Device.Title); for a GPU pci.ids does not
 // list, the product name NVML gave it (nvml, by address: "NVIDIA H200" where Debian 12's pci.ids
 // has no 10de:2335) or else lspci's "Device 2335"; without pci.ids at all, the class name (the
-// ID column has the IDs).
+// ID column has the IDs), "-" when that is unknown too.
 func deviceName(d host.Device, nvml map[string]string) string {
 	s := d.Title()
 	switch {
@@ -286,7 +286,7 @@ func deviceName(d host.Device, nvml map[string]string) string {
 	case nvml[d.Address.String()] != "":
 		s = nvml[d.Address.String()]
 	case d.VendorName == "":
-		s = d.ClassName
+		s = dash(d.ClassName)
 	}
 	if len(s) > 48 {
 		s = s[:47] + "…"

@@ -92,7 +92,6 @@ func placeMIGState(ctx context.Context, nv migremote.Env, root host.Root, parent
 	return &st
 }
 
-// migInventoryTable prints inspect's MIG section: one line per GPU, or the note.
 // nvmlNames are the product names in the MIG section (NVML's, now or from the cache), by PCI
 // address; nil without one.
 func nvmlNames(m *migInventory) map[string]string {
@@ -106,6 +105,7 @@ func nvmlNames(m *migInventory) map[string]string {
 	return names
 }
 
+// migInventoryTable prints inspect's MIG section: one line per GPU, or the note.
 func migInventoryTable(w io.Writer, m *migInventory) error {
 	if m == nil {
 		return nil
