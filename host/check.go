@@ -87,12 +87,18 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 	cpuinfo, _ := os.ReadFile(root.Proc("cpuinfo"))
 	cmdline, _ := ReadString(root.Proc("cmdline"))
 	vendor := cpuVendorOf(string(cpuinfo))
+	flags := cpuFlags(string(cpuinfo))
+	vm := flags["hypervisor"]
+	if vm {
+		r.Checks = append(r.Checks, CheckResult{Name: "virtual-machine", Verdict: VerdictOK,
+			Detail: "this host is a virtual machine (the hypervisor flag in " + root.Proc("cpuinfo") + "): its own guests get GPUs through nested virtualization and a virtual IOMMU, which the hypervisor running it must give it"})
+	}
 	r.Checks = append(r.Checks,
-		checkCPU(root, string(cpuinfo), vendor),
-		checkKVM(root, vendor),
-		checkIOMMU(root, cmdline, vendor),
+		checkCPU(root, string(cpuinfo), vendor, vm),
+		checkKVM(root, vendor, vm && !flags["vmx"] && !flags["svm"]),
+		checkIOMMU(root, cmdline, vendor, vm),
 		checkCmdline(root, cmdline, vendor, inv.IOMMU),
-		checkInterruptRemapping(root),
+		checkInterruptRemapping(root, vm),
 		checkVFIO(root),
 		checkRenderNode(root),
 	)
@@ -297,32 +303,51 @@ func byVendor(vendor, intel, amd string) string {
 	return intel + " (Intel) or " + amd + " (AMD)"
 }
 
-func checkCPU(root Root, cpuinfo, vendor string) CheckResult {
+// cpuFlags are the first CPU's flags in /proc/cpuinfo ("vmx", "svm", "hypervisor", ...).
+func cpuFlags(cpuinfo string) map[string]bool {
+	flags := map[string]bool{}
+	for _, f := range strings.Fields(cpuinfoField(cpuinfo, "flags")) {
+		flags[f] = true
+	}
+	return flags
+}
+
+// In a virtual machine (vm: the hypervisor flag) the firmware fixes do not apply: what the
+// checks below lack there, the hypervisor running the VM gives it (nested virtualization, a
+// virtual IOMMU with interrupt remapping), or, on a cloud, an instance type that has them. The
+// real H200 and H100 hosts in ../shared/fixtures and testdata are such VMs.
+
+// nestedFix is how a VM gets VT-x or AMD-V for its own guests.
+func nestedFix(vendor string) string {
+	return "this host is a virtual machine: turn on nested virtualization for it in the hypervisor that runs it (KVM there: the " +
+		byVendor(vendor, "kvm_intel", "kvm_amd") + " module option nested=1 and a host-passthrough CPU model; a cloud: an instance type with nested virtualization, or bare metal)"
+}
+
+func checkCPU(root Root, cpuinfo, vendor string, vm bool) CheckResult {
 	c := CheckResult{Name: "cpu-virtualization"}
 	if cpuinfo == "" {
 		c.Verdict, c.Detail = VerdictFail, "cannot read "+root.Proc("cpuinfo")
 		c.Fix = "check that " + root.Proc("cpuinfo") + " is readable (procfs mounted)"
 		return c
 	}
-	for _, line := range strings.Split(cpuinfo, "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if strings.TrimSpace(k) != "flags" {
-			continue
+	flags := cpuFlags(cpuinfo)
+	for _, f := range []string{"vmx", "svm"} {
+		if flags[f] {
+			c.Verdict, c.Detail = VerdictOK, "CPU has "+f
+			return c
 		}
-		for _, f := range strings.Fields(v) {
-			if f == "vmx" || f == "svm" {
-				c.Verdict, c.Detail = VerdictOK, "CPU has "+f
-				return c
-			}
-		}
-		break
 	}
 	c.Verdict, c.Detail = VerdictFail, "no vmx or svm flag in "+root.Proc("cpuinfo")
 	c.Fix = "enable " + byVendor(vendor, "Intel VT-x", "AMD-V (SVM)") + " in the firmware setup"
+	if vm {
+		c.Fix = nestedFix(vendor)
+	}
 	return c
 }
 
-func checkKVM(root Root, vendor string) CheckResult {
+// checkKVM judges /dev/kvm; nested says this host is a virtual machine without VT-x/AMD-V,
+// which it needs before kvm can load.
+func checkKVM(root Root, vendor string, nested bool) CheckResult {
 	c := CheckResult{Name: "kvm"}
 	if Exists(root.Dev("kvm")) {
 		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
@@ -331,10 +356,14 @@ func checkKVM(root Root, vendor string) CheckResult {
 	c.Verdict, c.Detail = VerdictFail, root.Dev("kvm")+" missing"
 	c.Fix = "modprobe " + byVendor(vendor, "kvm_intel", "kvm_amd") + " and enable " +
 		byVendor(vendor, "VT-x", "AMD-V (SVM)") + " in the firmware; libvirt would fall back to slow TCG"
+	if nested {
+		c.Fix = "modprobe " + byVendor(vendor, "kvm_intel", "kvm_amd") + " once this virtual machine has " +
+			byVendor(vendor, "VT-x", "AMD-V (SVM)") + " (see cpu-virtualization); libvirt would fall back to slow TCG"
+	}
 	return c
 }
 
-func checkIOMMU(root Root, cmdline, vendor string) CheckResult {
+func checkIOMMU(root Root, cmdline, vendor string, vm bool) CheckResult {
 	c := CheckResult{Name: "iommu"}
 	units, _ := os.ReadDir(root.Sys("class", "iommu"))
 	groups, _ := os.ReadDir(root.Sys("kernel", "iommu_groups"))
@@ -356,6 +385,9 @@ func checkIOMMU(root Root, cmdline, vendor string) CheckResult {
 	default:
 		c.Fix = "enable " + byVendor(vendor, "VT-d", "AMD-Vi") + " in the firmware and boot with " +
 			byVendor(vendor, "intel_iommu=on", "the IOMMU on (the default)") + " iommu=pt (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub)"
+	}
+	if vm {
+		c.Fix = "this host is a virtual machine: the hypervisor that runs it must give it a virtual IOMMU (libvirt: <iommu model='intel'><driver intremap='on' caching_mode='on'/></iommu> on a q35 machine, with <ioapic driver='qemu'/>; QEMU: -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on), and it must boot with intel_iommu=on iommu=pt; a cloud VM without one cannot pass devices to its own guests: use a bare-metal instance"
 	}
 	return c
 }
@@ -434,7 +466,7 @@ func checkCmdline(root Root, cmdline, vendor string, iommuActive bool) CheckResu
 }
 
 // checkInterruptRemapping judges InterruptRemapping's answer.
-func checkInterruptRemapping(root Root) CheckResult {
+func checkInterruptRemapping(root Root, vm bool) CheckResult {
 	c := CheckResult{Name: "interrupt-remapping"}
 	if r := InterruptRemapping(root); r.On {
 		c.Verdict, c.Detail = VerdictOK, r.Detail
@@ -442,6 +474,9 @@ func checkInterruptRemapping(root Root) CheckResult {
 	}
 	c.Verdict, c.Detail = VerdictWarn, "no interrupt remapping found"
 	c.Fix = "enable interrupt remapping (x2APIC/VT-d IR) in the firmware; without it vfio needs allow_unsafe_interrupts=1"
+	if vm {
+		c.Fix = "this host is a virtual machine: its virtual IOMMU must remap interrupts (QEMU's intel-iommu intremap=on, which needs a split irqchip: libvirt <ioapic driver='qemu'/>); without it vfio needs allow_unsafe_interrupts=1"
+	}
 	return c
 }
 

@@ -140,3 +140,68 @@ func TestTitleOfRealGPUs(t *testing.T) {
 		t.Errorf("no names: %q", got)
 	}
 }
+
+// check on hosts that are themselves virtual machines (the hypervisor flag in /proc/cpuinfo):
+// the real H200 and H100 hosts, cloud VMs with the GPU passed through and no VT-x, /dev/kvm or
+// IOMMU, get fixes for a VM (nested virtualization, a virtual IOMMU, a bare-metal instance),
+// not the firmware's; the real-kernel QEMU snapshot, a VM that has all of them, passes as
+// before with the same first line. A bare-metal tree gets no such line and the firmware fixes.
+func TestCheckInAVirtualMachine(t *testing.T) {
+	t.Parallel()
+	for _, name := range realGPUHosts {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r, err := host.Check(hosttest.Snapshot(t, hosttest.Capture(t, name+"/sysfs-snapshot.tar.gz")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := map[string]host.CheckResult{}
+			for _, x := range r.Checks {
+				c[x.Name] = x
+			}
+			if r.Checks[0].Name != "virtual-machine" || r.Checks[0].Verdict != host.VerdictOK || !strings.Contains(r.Checks[0].Detail, "hypervisor flag") {
+				t.Errorf("first check %+v, want the virtual-machine line", r.Checks[0])
+			}
+			for check, want := range map[string]string{
+				"cpu-virtualization":  "turn on nested virtualization for it in the hypervisor that runs it (KVM there: the kvm_intel module option nested=1",
+				"kvm":                 "modprobe kvm_intel once this virtual machine has VT-x (see cpu-virtualization)",
+				"iommu":               "the hypervisor that runs it must give it a virtual IOMMU (libvirt: <iommu model='intel'>",
+				"interrupt-remapping": "its virtual IOMMU must remap interrupts",
+			} {
+				if check == "kvm" && c[check].Verdict == host.VerdictOK {
+					continue // the H100 host had /dev/kvm (its kvm module loaded, without VT-x)
+				}
+				if !strings.Contains(c[check].Fix, want) || strings.Contains(c[check].Fix, "firmware") {
+					t.Errorf("%s: fix %q, want %q and no firmware", check, c[check].Fix, want)
+				}
+			}
+		})
+	}
+	t.Run("qemu-q35-iommu", func(t *testing.T) {
+		t.Parallel()
+		r, err := host.Check(hosttest.Snapshot(t, hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Checks[0].Name != "virtual-machine" || r.Checks[1].Name != "cpu-virtualization" || r.Checks[1].Verdict != host.VerdictOK {
+			t.Errorf("checks %+v", r.Checks[:2])
+		}
+		for _, x := range r.Checks {
+			if x.Name == "kvm" && (strings.Contains(x.Fix, "once this virtual machine has") || !strings.Contains(x.Fix, "modprobe kvm_amd")) {
+				t.Errorf("kvm on a VM that has svm: %q", x.Fix)
+			}
+		}
+	})
+	t.Run("bare metal", func(t *testing.T) {
+		t.Parallel()
+		tr := hosttest.New(t)
+		tr.WriteFile("proc/cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vme de pse msr pae x2apic\n\n")
+		r, err := host.Check(tr.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Checks[0].Name != "cpu-virtualization" || !strings.Contains(r.Checks[0].Fix, "enable Intel VT-x in the firmware setup") {
+			t.Errorf("first check %+v, want cpu-virtualization with the firmware fix", r.Checks[0])
+		}
+	})
+}
