@@ -95,7 +95,7 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 	}
 	r.Checks = append(r.Checks,
 		checkCPU(root, string(cpuinfo), vendor, vm),
-		checkKVM(root, vendor, vm && !flags["vmx"] && !flags["svm"]),
+		checkKVM(root, vendor, vm, len(flags) == 0 || flags["vmx"] || flags["svm"]),
 		checkIOMMU(root, cmdline, vendor, vm),
 		checkCmdline(root, cmdline, vendor, inv.IOMMU),
 		checkInterruptRemapping(root, vm),
@@ -345,18 +345,24 @@ func checkCPU(root Root, cpuinfo, vendor string, vm bool) CheckResult {
 	return c
 }
 
-// checkKVM judges /dev/kvm; nested says this host is a virtual machine without VT-x/AMD-V,
-// which it needs before kvm can load.
-func checkKVM(root Root, vendor string, nested bool) CheckResult {
+// checkKVM judges /dev/kvm. cpuVirt says /proc/cpuinfo shows VT-x or AMD-V (or could not be
+// read); vm that the host is a virtual machine. The real H200 host (a VM) had a /dev/kvm but no
+// vmx flag: the node alone does not say KVM can run guests.
+func checkKVM(root Root, vendor string, vm, cpuVirt bool) CheckResult {
 	c := CheckResult{Name: "kvm"}
 	if Exists(root.Dev("kvm")) {
 		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
+		if !cpuVirt {
+			c.Verdict = VerdictWarn
+			c.Detail += ", but the CPU shows no " + byVendor(vendor, "VT-x (vmx)", "AMD-V (svm)") + ": KVM may not be able to run guests"
+			c.Fix = "see cpu-virtualization"
+		}
 		return c
 	}
 	c.Verdict, c.Detail = VerdictFail, root.Dev("kvm")+" missing"
 	c.Fix = "modprobe " + byVendor(vendor, "kvm_intel", "kvm_amd") + " and enable " +
 		byVendor(vendor, "VT-x", "AMD-V (SVM)") + " in the firmware; libvirt would fall back to slow TCG"
-	if nested {
+	if vm && !cpuVirt {
 		c.Fix = "modprobe " + byVendor(vendor, "kvm_intel", "kvm_amd") + " once this virtual machine has " +
 			byVendor(vendor, "VT-x", "AMD-V (SVM)") + " (see cpu-virtualization); libvirt would fall back to slow TCG"
 	}
