@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +40,8 @@ func Init(lib nvml.Interface) error {
 type Backend struct {
 	lib nvml.Interface
 	mu  sync.Mutex
+	// facts are the profile facts read so far, per GPU and MIG mode (profileFacts); under mu.
+	facts map[factsKey][]profileFact
 	// xmu serialises WaitXid, apart from mu so that MIG calls go on while it waits.
 	xmu sync.Mutex
 	xid *xidWatch
@@ -128,7 +131,7 @@ func (b *Backend) gpus(ctx context.Context) ([]*gpu, error) {
 		if err := nvErr(fmt.Sprintf("GPU %d", i), ret); err != nil {
 			return nil, err
 		}
-		g, err := readGPU(i, dev)
+		g, err := b.readGPU(i, dev)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +140,56 @@ func (b *Backend) gpus(ctx context.Context) ([]*gpu, error) {
 	return out, nil
 }
 
-func readGPU(index int, dev nvml.Device) (*gpu, error) {
+// profileFact is what NVML says of one GPU-instance profile index a GPU offers: its info and
+// its possible placements. Neither changes while a helper runs, and reading them for every index
+// was 7.1 ms of the 9.0 ms a State took on a real H200 (BenchmarkRealNVML, 2026-11-27: 4.5 ms of
+// GetGpuInstanceProfileInfo over every index, 2.6 ms of placements); so State reads them once per
+// GPU and MIG mode (factsKey), and every later State only what changes (the mode, the instances).
+type profileFact struct {
+	index      int
+	info       nvml.GpuInstanceProfileInfo
+	placements []nvml.GpuInstancePlacement
+}
+
+// factsKey names a GPU's profile facts: its UUID and address, and its MIG mode, which a mode
+// change made past this helper would change (read again then, to be safe).
+type factsKey struct {
+	uuid, address string
+	migOn         bool
+}
+
+// profileFacts returns the facts of dev's profile indices, from NVML the first time for key;
+// b.mu is held. An error is not remembered.
+func (b *Backend) profileFacts(where string, dev nvml.Device, key factsKey) ([]profileFact, error) {
+	if f, ok := b.facts[key]; ok {
+		return f, nil
+	}
+	var out []profileFact
+	// Every profile index NVML knows, none skipped: the index says the profile's kind (its
+	// compute slices and attribute), info.Id is its ID as nvidia-smi prints it, and the two
+	// differ on real GPUs (index 0, 1g.18gb on an H200, has ID 19).
+	for index := 0; index < nvml.GPU_INSTANCE_PROFILE_COUNT; index++ {
+		info, ret := dev.GetGpuInstanceProfileInfo(index)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue // the GPU does not offer this profile
+		}
+		if err := nvErr(fmt.Sprintf("%s: GPU instance profile index %d", where, index), ret); err != nil {
+			return nil, err
+		}
+		pls, ret := dev.GetGpuInstancePossiblePlacements(&info)
+		if err := nvErr(fmt.Sprintf("%s: placements of profile index %d (ID %d)", where, index, info.Id), ret); err != nil {
+			return nil, err
+		}
+		out = append(out, profileFact{index: index, info: info, placements: slices.Clone(pls)})
+	}
+	if b.facts == nil {
+		b.facts = map[factsKey][]profileFact{}
+	}
+	b.facts[key] = out
+	return out, nil
+}
+
+func (b *Backend) readGPU(index int, dev nvml.Device) (*gpu, error) {
 	g := &gpu{dev: dev, g: mig.GPU{Index: index}, infos: map[string]nvml.GpuInstanceProfileInfo{}}
 	pci, ret := dev.GetPciInfo()
 	if err := nvErr(fmt.Sprintf("GPU %d: PCI info", index), ret); err != nil {
@@ -166,17 +218,12 @@ func readGPU(index int, dev nvml.Device) (*gpu, error) {
 	if err := nvErr(where+": memory size", ret); err != nil {
 		return nil, err
 	}
-	// Every profile index NVML knows, none skipped: the index says the profile's kind (its
-	// compute slices and attribute), info.Id is its ID as nvidia-smi prints it, and the two
-	// differ on real GPUs (index 0, 1g.18gb on an H200, has ID 19).
-	for index := 0; index < nvml.GPU_INSTANCE_PROFILE_COUNT; index++ {
-		info, ret := dev.GetGpuInstanceProfileInfo(index)
-		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
-			continue // the GPU does not offer this profile
-		}
-		if err := nvErr(fmt.Sprintf("%s: GPU instance profile index %d", where, index), ret); err != nil {
-			return nil, err
-		}
+	facts, err := b.profileFacts(where, dev, factsKey{uuid: g.g.UUID, address: g.g.Address, migOn: g.g.Enabled})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range facts {
+		index, info := f.index, f.info
 		name, err := mig.ProfileName(index, info.MemorySizeMB, mem.Total)
 		if err != nil {
 			return nil, fmt.Errorf("%s: GPU instance profile index %d (ID %d): %w", where, index, info.Id, err)
@@ -184,11 +231,7 @@ func readGPU(index int, dev nvml.Device) (*gpu, error) {
 		p := mig.Profile{Name: name, ID: int(info.Id), Index: index, ComputeSlices: int(info.SliceCount), MemoryMiB: info.MemorySizeMB,
 			Max: int(info.InstanceCount), Placements: []mig.Placement{}}
 		g.g.ComputeSlices = max(g.g.ComputeSlices, p.ComputeSlices)
-		pls, ret := dev.GetGpuInstancePossiblePlacements(&info)
-		if err := nvErr(fmt.Sprintf("%s: placements of %s", where, name), ret); err != nil {
-			return nil, err
-		}
-		for _, pl := range pls {
+		for _, pl := range f.placements {
 			p.Placements = append(p.Placements, mig.Placement{Start: int(pl.Start), Size: int(pl.Size)})
 			p.MemorySlices = max(p.MemorySlices, int(pl.Size))
 			g.g.MemorySlices = max(g.g.MemorySlices, int(pl.Start+pl.Size))
