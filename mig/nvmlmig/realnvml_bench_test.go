@@ -2,7 +2,6 @@ package nvmlmig
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -16,14 +15,7 @@ import (
 // It says where `mig show` spends its time once the helper has started (13 ms through the
 // agent on a real H200, of which about 3 ms is the agent's round trip).
 func BenchmarkRealNVML(b *testing.B) {
-	if os.Getenv(EnvRealNVML) != "1" {
-		b.Skipf("%s=1 runs this on a host with an NVIDIA GPU and its driver", EnvRealNVML)
-	}
-	lib := nvml.New()
-	if err := Init(lib); err != nil {
-		b.Fatal(err)
-	}
-	defer lib.Shutdown()
+	lib := realLib(b)
 	dev, ret := lib.DeviceGetHandleByIndex(0)
 	if ret != nvml.SUCCESS {
 		b.Fatal(ret)

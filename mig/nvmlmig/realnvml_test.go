@@ -34,15 +34,22 @@ const EnvRealNVML = "VGPU_TEST_REAL_NVML"
 //
 // TestRealNVMLChecksOnReplay runs the same checks on the H100's replay, everywhere.
 func TestRealNVML(t *testing.T) {
+	checkLiveNVML(t, realLib(t), 2*time.Second)
+}
+
+// realLib is this machine's NVML, initialised and shut down when tb ends; tb is skipped unless
+// EnvRealNVML is 1.
+func realLib(tb testing.TB) nvml.Interface {
+	tb.Helper()
 	if os.Getenv(EnvRealNVML) != "1" {
-		t.Skipf("%s=1 runs this on a host with an NVIDIA GPU and its driver (no CI machine has one)", EnvRealNVML)
+		tb.Skipf("%s=1 runs this on a host with an NVIDIA GPU and its driver (no CI machine has one)", EnvRealNVML)
 	}
 	lib := nvml.New()
 	if err := Init(lib); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer lib.Shutdown()
-	checkLiveNVML(t, lib, 2*time.Second)
+	tb.Cleanup(func() { lib.Shutdown() })
+	return lib
 }
 
 // The checks of TestRealNVML hold on the H100's replay too: what they compare is what the
