@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/layout"
 	"github.com/vgpu-host/vgpu-host/mdev"
+	"github.com/vgpu-host/vgpu-host/mig"
 	"github.com/vgpu-host/vgpu-host/vfio"
 )
 
@@ -213,7 +214,7 @@ func LayoutApply(ctx context.Context, env Env, req LayoutApplyRequest) (*LayoutA
 	done := sync.OnceFunc(closeHost)
 	defer done()
 	res, err := layout.ApplyConfig(ctx, h, f, req.Config, req.File, req.Data, layout.ApplyOptions{Force: force, DryRun: rec != nil})
-	err = withNVIDIAHolders(env.Root, err, done)
+	err = mig.WithHolders(env.Root, err, done)
 	if res == nil {
 		return nil, err
 	}

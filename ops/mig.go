@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -204,27 +203,10 @@ func MIGApply(ctx context.Context, env Env, req MIGApplyRequest) (*MIGApplyResul
 	}
 	steps, err := mig.ApplySteps(ctx, b, ch)
 	if err != nil {
-		return nil, withNVIDIAHolders(env.Root, err, done)
+		return nil, mig.WithHolders(env.Root, err, done)
 	}
 	if steps == nil {
 		steps = []mig.GPUChange{}
 	}
 	return &MIGApplyResult{Changes: mig.Changes{Steps: steps, Kept: ch.Kept}}, nil
-}
-
-// withNVIDIAHolders adds to err, when it is a MIG mode change left pending (mig.ErrModePending),
-// the processes that hold NVIDIA device nodes under root now, and how to stop the usual ones:
-// NVIDIA keeps a mode change pending while another process holds the GPU (NVML_ERROR_IN_USE),
-// and refuses the GPU reset that would make it take effect. release lets this call's own NVML
-// helper go first, so that it is not listed. Any other error is returned as it is.
-func withNVIDIAHolders(root host.Root, err error, release func()) error {
-	if !errors.Is(err, mig.ErrModePending) {
-		return err
-	}
-	release()
-	hs := host.Holders(root, []string{host.NVIDIADevFamily(root)})
-	if len(hs) == 0 {
-		return fmt.Errorf("%w; no process holds an NVIDIA device node now", err)
-	}
-	return fmt.Errorf("%w; holding NVIDIA device nodes now: %s", err, host.DescribeHolders(hs))
 }

@@ -92,7 +92,7 @@ func TestMIGPendingNamesTheHolders(t *testing.T) {
 
 	// Another error is left as it is.
 	plain := errors.New("boom")
-	if got := withNVIDIAHolders(env.Root, plain, func() { t.Error("released for another error") }); got != plain {
+	if got := mig.WithHolders(env.Root, plain, func() { t.Error("released for another error") }); got != plain {
 		t.Errorf("another error: %v", got)
 	}
 }

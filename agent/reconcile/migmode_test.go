@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,7 @@ import (
 
 // migLayoutHost applies migHostLayout (GPU 0: 3g.20gb + 4g.20gb) on a fresh mock and returns
 // the mdev manager and layout host for further runs.
-func migLayoutHost(t *testing.T) (*mdev.Manager, *layout.Host) {
+func migLayoutHost(t *testing.T) (*mdev.Manager, *layout.Host, *hosttest.Tree) {
 	t.Helper()
 	tr := hosttest.New(t)
 	tr.DatacenterGPU("0000:00:01.0", "0000:00:00.0", "nvidia", 0)
@@ -36,7 +38,7 @@ func migLayoutHost(t *testing.T) (*mdev.Manager, *layout.Host) {
 	if _, err := layout.ApplyConfig(ctx, h, f, "split", "host.yaml", []byte(migHostLayout), layout.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return m, h
+	return m, h, tr
 }
 
 func migStep(t *testing.T, res Result) Step {
@@ -51,7 +53,7 @@ func migStep(t *testing.T, res Result) Step {
 // it as persistent on Ampere; on a vGPU host it is lost, as NVIDIA's gpu-operator found): the
 // boot reconcile finds it off, turns it on and makes the instances again.
 func TestReconcileMIGModeLost(t *testing.T) {
-	m, _ := migLayoutHost(t)
+	m, _, _ := migLayoutHost(t)
 	rebooted := mocknvml.DGXA100() // MIG off, no instances
 	r := &Reconciler{Mdev: m, OpenMIG: func() (mig.Backend, func(), error) { return nvmlmig.New(rebooted), func() {}, nil }}
 	res, err := r.Run(ctx)
@@ -70,21 +72,30 @@ func TestReconcileMIGModeLost(t *testing.T) {
 // the GPU is reset (here: the VM rebooted) the next run makes the instances. host layout apply
 // says the same.
 func TestReconcileMIGModePending(t *testing.T) {
-	m, h := migLayoutHost(t)
+	m, h, tr := migLayoutHost(t)
 	rebooted := mocknvml.DGXA100()
 	reset := mocknvml.ResetRequired(rebooted.Devices[0].(*dgxa100.Device))
-	r := &Reconciler{Mdev: m, OpenMIG: func() (mig.Backend, func(), error) { return nvmlmig.New(rebooted), func() {}, nil }}
+	// DCGM holds the GPU; the run's own NVML helper (pid 900) does until it is let go.
+	tr.HoldOpen(812, "nv-hostengine", "/dev/nvidia0")
+	r := &Reconciler{Mdev: m, OpenMIG: func() (mig.Backend, func(), error) {
+		tr.HoldOpen(900, "vgpu-host-nvml", "/dev/nvidiactl")
+		return nvmlmig.New(rebooted), func() { _ = os.RemoveAll(filepath.Join(tr.Dir(), "proc", "900")) }, nil
+	}}
 	for i := 0; i < 2; i++ {
 		res, err := r.Run(ctx)
 		s := migStep(t, res)
 		if !errors.Is(err, mig.ErrModePending) || !errors.Is(err, host.ErrBusy) || s.Result != Failed {
 			t.Fatalf("run %d with MIG mode pending: %v %+v", i+1, err, s)
 		}
+		held := "holding NVIDIA device nodes now: pid 812 (nv-hostengine) has /dev/nvidia0 open (DCGM's host engine: systemctl stop nvidia-dcgm)"
 		for _, want := range []string{"MIG mode on GPU 0000:00:00.0 is pending", "now off, on after a reset", "NVML_ERROR_RESET_REQUIRED",
-			"nvidia-smi -r -i 0", "reboot the VM"} {
+			"nvidia-smi -r -i 0", "reboot the VM", held} {
 			if !strings.Contains(s.Error, want) {
 				t.Errorf("run %d: the step's error lacks %q:\n%s", i+1, want, s.Error)
 			}
+		}
+		if !strings.Contains(err.Error(), held) || strings.Contains(err.Error(), "pid 900") || strings.Contains(s.Error, "pid 900") {
+			t.Errorf("run %d: the error names the holders %v, and not the run's own helper:\n%v", i+1, strings.Contains(err.Error(), held), err)
 		}
 	}
 	if n := giCount(t, rebooted); n != 0 {
@@ -112,7 +123,7 @@ func TestReconcileMIGModePending(t *testing.T) {
 // reset): instances made now would vanish at the next reset, so the reconcile sets MIG on again,
 // which cancels the pending disable, then makes them.
 func TestReconcileMIGDisablePending(t *testing.T) {
-	m, _ := migLayoutHost(t)
+	m, _, _ := migLayoutHost(t)
 	rebooted := mocknvml.DGXA100()
 	d := rebooted.Devices[0].(*dgxa100.Device)
 	d.MigMode = nvml.DEVICE_MIG_ENABLE

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -285,10 +286,11 @@ func (r *Reconciler) migInstances(ctx context.Context, dry bool, add func(Step))
 	if r.OpenMIG == nil {
 		return fail(fmt.Errorf("NVML is not available here: %w", host.ErrUnsupported))
 	}
-	b, done, err := r.OpenMIG()
+	b, closeMIG, err := r.OpenMIG()
 	if err != nil {
 		return fail(err)
 	}
+	done := sync.OnceFunc(closeMIG)
 	defer done()
 	st, err := b.State(ctx)
 	if err != nil {
@@ -305,20 +307,36 @@ func (r *Reconciler) migInstances(ctx context.Context, dry bool, add func(Step))
 		byGPU[c.GPU] = g
 	}
 	var errs []error
+	steps := make([]Step, 0, len(gpus))
+	stepErrs := make([]error, 0, len(gpus))
 	for _, g := range gpus {
 		t1 := time.Now()
 		s := Step{Kind: KindMIG, Target: g, Want: strings.Join(want[g], ","), Result: Already}
+		var serr error
 		if c, ok := byGPU[g]; ok && len(c.Steps) > 0 {
 			s.Result = Applied
 			if !dry {
-				if err := mig.Apply(ctx, b, c); err != nil {
-					s.Result, s.Error = Failed, err.Error()
-					errs = append(errs, err)
+				if serr = mig.Apply(ctx, b, c); serr != nil {
+					s.Result, s.Error = Failed, serr.Error()
+					errs = append(errs, serr)
 				}
 			}
 		}
 		s.Duration = time.Since(t1)
-		add(s)
+		steps, stepErrs = append(steps, s), append(stepErrs, serr)
 	}
-	return errors.Join(errs...)
+	// A mode change left pending says who holds the GPU, once this run's own NVML helper is gone
+	// (mig.PendingHolders): in each such step and in the error.
+	err = errors.Join(errs...)
+	held := mig.PendingHolders(r.Mdev.Root, err, done)
+	for i := range steps {
+		if held != "" && errors.Is(stepErrs[i], mig.ErrModePending) {
+			steps[i].Error += "; " + held
+		}
+		add(steps[i])
+	}
+	if held != "" {
+		return fmt.Errorf("%w; %s", err, held)
+	}
+	return err
 }
