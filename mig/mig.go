@@ -66,6 +66,10 @@ type GPU struct {
 	UUID string `json:"uuid"`
 	// Name is the product name NVML reports.
 	Name string `json:"name"`
+	// Virtualization is the GPU's virtualization mode as nvidia-smi -q prints it ("None",
+	// "Pass-Through", "VGPU", "Host VGPU", "Host VSGA"); "" when NVML does not say. The real
+	// H200 and H100 of the captures are "Pass-Through": this system is a VM the GPU is given to.
+	Virtualization string `json:"virtualization,omitempty"`
 	// Capable says whether the GPU supports MIG at all.
 	Capable bool `json:"mig_capable"`
 	// Enabled is the current MIG mode; Pending the mode after the next GPU reset (the same as

@@ -66,6 +66,18 @@ func migMode(g mig.GPU) string {
 	return onOff(g.Enabled)
 }
 
+// virtualizationNote is the line mig show adds under a GPU for its virtualization mode: none for
+// "None" (or when NVML does not say); for "Pass-Through" what it means for MIG.
+func virtualizationNote(mode string) string {
+	switch mode {
+	case "", "None":
+		return ""
+	case "Pass-Through":
+		return "virtualization Pass-Through: this system is a VM the GPU is passed through to; where the GPU cannot be reset from inside it, a MIG mode change takes a reboot of the VM"
+	}
+	return "virtualization " + mode
+}
+
 func onOff(b bool) string {
 	if b {
 		return "on"
@@ -83,6 +95,9 @@ func migTable(out io.Writer, gs []MIGGPUView) error {
 			fmt.Fprintln(out)
 		}
 		fmt.Fprintf(out, "GPU %s  #%d %s  MIG %s\n", g.Address, g.Index, g.Name, migMode(g.GPU))
+		if note := virtualizationNote(g.Virtualization); note != "" {
+			fmt.Fprintf(out, "  %s\n", note)
+		}
 		if !g.Capable {
 			continue
 		}

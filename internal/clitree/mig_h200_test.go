@@ -33,7 +33,7 @@ func TestMIGOnH200(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("mig show: exit %d\n%s", code, out)
 	}
-	for _, want := range []string{"NVIDIA H200  MIG off", "7 compute slices on 8 memory slices",
+	for _, want := range []string{"NVIDIA H200  MIG off\n  virtualization Pass-Through: this system is a VM the GPU is passed through to", "7 compute slices on 8 memory slices",
 		"1g.18gb ", "1g.18gb+me ", "1g.35gb ", "2g.35gb ", "3g.71gb ", "4g.71gb ", "7g.141gb ", "{0,1,2,3,4,5,6}:1", "{0,2,4,6}:2", "{0}:8"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("mig show lacks %q\n%s", want, out)

@@ -43,6 +43,9 @@ func TestMIGCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "MIG off") || !strings.Contains(out, "3g.20gb") || !strings.Contains(out, "{0,4}:4") {
 		t.Fatalf("mig show: exit %d\n%s", code, out)
 	}
+	if strings.Contains(out, "virtualization") { // the DGX A100 mock is bare metal: "None", not shown
+		t.Errorf("mig show on the DGX A100 mock names a virtualization mode:\n%s", out)
+	}
 	out, code = run(t, "mig", "show", "-o", "json")
 	var view []MIGGPUView
 	if err := json.Unmarshal([]byte(out), &view); code != 0 || err != nil || len(view) != 8 {

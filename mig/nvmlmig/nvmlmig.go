@@ -203,6 +203,9 @@ func (b *Backend) readGPU(index int, dev nvml.Device) (*gpu, error) {
 	if name, ret := dev.GetName(); ret == nvml.SUCCESS {
 		g.g.Name = name
 	}
+	if m, ret := dev.GetVirtualizationMode(); ret == nvml.SUCCESS {
+		g.g.Virtualization = VirtualizationMode(m)
+	}
 	cur, pending, ret := dev.GetMigMode()
 	switch ret {
 	case nvml.SUCCESS:
@@ -517,4 +520,21 @@ func (b *Backend) Destroy(ctx context.Context, address string, id int) error {
 		}
 	}
 	return nil
+}
+
+// VirtualizationMode names m as nvidia-smi -q does ("Virtualization Mode : Pass-Through").
+func VirtualizationMode(m nvml.GpuVirtualizationMode) string {
+	switch m {
+	case nvml.GPU_VIRTUALIZATION_MODE_NONE:
+		return "None"
+	case nvml.GPU_VIRTUALIZATION_MODE_PASSTHROUGH:
+		return "Pass-Through"
+	case nvml.GPU_VIRTUALIZATION_MODE_VGPU:
+		return "VGPU"
+	case nvml.GPU_VIRTUALIZATION_MODE_HOST_VGPU:
+		return "Host VGPU"
+	case nvml.GPU_VIRTUALIZATION_MODE_HOST_VSGA:
+		return "Host VSGA"
+	}
+	return fmt.Sprintf("mode %d", m)
 }

@@ -402,3 +402,44 @@ func TestNvidiaSMINamesParse(t *testing.T) {
 		})
 	}
 }
+
+// The virtualization mode State reports for each real GPU, from its replayed NVML answers, is
+// the one nvidia-smi -q printed on the same machine ("Virtualization Mode : Pass-Through": both
+// are cloud VMs with the GPU passed through); go-nvml's DGX A100 mock is bare metal ("None").
+func TestVirtualizationModeAgreesWithNvidiaSMI(t *testing.T) {
+	t.Parallel()
+	for _, c := range realGPUs {
+		t.Run(c.capture, func(t *testing.T) {
+			t.Parallel()
+			q, err := os.ReadFile(hosttest.Capture(t, c.capture+"/nvidia-smi-q.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			for _, line := range strings.Split(string(q), "\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "Virtualization Mode" {
+					want = strings.TrimSpace(v)
+					break
+				}
+			}
+			if want == "" {
+				t.Fatalf("nvidia-smi -q of %s has no Virtualization Mode", c.capture)
+			}
+			_, b := replay(t, c.capture)
+			st, err := b.State(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.GPUs[0].Virtualization; got != want {
+				t.Errorf("virtualization %q, nvidia-smi -q %q", got, want)
+			}
+		})
+	}
+	st, err := New(mocknvml.DGXA100()).State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.GPUs[0].Virtualization; got != "None" {
+		t.Errorf("the DGX A100 mock: virtualization %q, want None", got)
+	}
+}

@@ -77,6 +77,9 @@ func DGXA100() *dgxa100.Server {
 			copy(p.BusId[:], "0000"+strings.ToUpper(d.PciBusID))
 			return p, nvml.SUCCESS
 		}
+		d.GetVirtualizationModeFunc = func() (nvml.GpuVirtualizationMode, nvml.Return) {
+			return nvml.GPU_VIRTUALIZATION_MODE_NONE, nvml.SUCCESS // a DGX A100 runs on bare metal
+		}
 		realIDs(d)
 	}
 	return s
