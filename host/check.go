@@ -94,7 +94,7 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 			Detail: "this host is a virtual machine (the hypervisor flag in " + root.Proc("cpuinfo") + "): its own guests get GPUs through nested virtualization and a virtual IOMMU, which the hypervisor running it must give it"})
 	}
 	r.Checks = append(r.Checks,
-		checkCPU(root, string(cpuinfo), vendor, vm),
+		checkCPU(root, len(cpuinfo) > 0, flags, vendor, vm),
 		checkKVM(root, vendor, vm, len(flags) == 0 || flags["vmx"] || flags["svm"]),
 		checkIOMMU(root, cmdline, vendor, vm),
 		checkCmdline(root, cmdline, vendor, inv.IOMMU),
@@ -323,14 +323,14 @@ func nestedFix(vendor string) string {
 		byVendor(vendor, "kvm_intel", "kvm_amd") + " module option nested=1 and a host-passthrough CPU model; a cloud: an instance type with nested virtualization, or bare metal)"
 }
 
-func checkCPU(root Root, cpuinfo, vendor string, vm bool) CheckResult {
+// checkCPU judges the CPU flags (cpuFlags) of a /proc/cpuinfo that was read (readable).
+func checkCPU(root Root, readable bool, flags map[string]bool, vendor string, vm bool) CheckResult {
 	c := CheckResult{Name: "cpu-virtualization"}
-	if cpuinfo == "" {
+	if !readable {
 		c.Verdict, c.Detail = VerdictFail, "cannot read "+root.Proc("cpuinfo")
 		c.Fix = "check that " + root.Proc("cpuinfo") + " is readable (procfs mounted)"
 		return c
 	}
-	flags := cpuFlags(cpuinfo)
 	for _, f := range []string{"vmx", "svm"} {
 		if flags[f] {
 			c.Verdict, c.Detail = VerdictOK, "CPU has "+f
