@@ -178,6 +178,10 @@ if run_ok vgpu-host check --output json; then
     '[.gpus[] | select(.address == ($a, $b, $c)) | "\(.address)=\(.capabilities | join("+"))"] | join(" ")' "$E2E_OUT")" \
     "$LAB_BOOT_VGA=boot-vga $LAB_GPU2=passthrough-ready $LAB_BRIDGED_GPU=group-shared" "check: per-GPU capabilities"
   expect_eq "$(jq -r .assignable "$E2E_OUT")" true "check: assignable"
+  # The lab guest is itself a VM (QEMU sets the hypervisor CPUID bit) that has what a VM needs:
+  # check says so first, and its CPU and IOMMU checks pass with no fix.
+  expect_eq "$(jq -r '[.checks[0].name, .checks[0].verdict, ([.checks[] | select(.name == ("cpu-virtualization", "iommu")) | .fix] | join(""))] | join(" ")' "$E2E_OUT")" \
+    "virtual-machine ok " "check: the virtual-machine line first, CPU and IOMMU ok without a fix"
 fi
 
 # NUMA placement from the real kernel's answer: a VM with numa: auto on the GPU on node 1 gets
