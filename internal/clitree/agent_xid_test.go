@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
-	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -173,9 +172,17 @@ func commOf(pid int) string {
 // childrenOf returns the pids whose parent is pid (/proc/*/stat).
 func childrenOf(t *testing.T, pid int) []int {
 	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []int
-	for _, c := range testenv.Processes(t) {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c), "stat"))
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
 		}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
-	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
 // running returns the pids of the processes running the executable bin (a helper build only
@@ -21,9 +20,17 @@ func running(t *testing.T, bin string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var pids []int
-	for _, pid := range testenv.Processes(t) {
-		if exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe")); err == nil && exe == want {
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == want {
 			pids = append(pids, pid)
 		}
 	}
