@@ -118,6 +118,10 @@ func MIGView(st mig.State) []MIGGPUView {
 type DeviceReport struct {
 	Device host.Device `json:"device"`
 	Group  *host.Group `json:"group"`
+	// MIG is the device's part of inspect's MIG section, for an NVIDIA GPU bound to nvidia: its
+	// MIG mode and instances and NVML's name for it, from the MIG state cache, or from NVML
+	// now with --mig (Note says why NVML could not answer); absent for any other device.
+	MIG *MIGInventory `json:"mig,omitempty"`
 	// Warnings are the optional attributes that could not be read, as in the inventory's.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -160,6 +164,9 @@ func Inventory(ctx context.Context, env Env, req InventoryRequest) (*InventoryRe
 			}
 			rep.Group = &g
 		}
+		if env.MIG != nil {
+			rep.MIG = deviceMIG(env.MIG(ctx, &host.Inventory{Root: root.Dir(), Devices: []host.Device{d}}, req.MIG), d.Address)
+		}
 		return &InventoryResult{Device: &rep}, nil
 	}
 	inv, err := host.Scan(root)
@@ -178,6 +185,26 @@ func Inventory(ctx context.Context, env Env, req InventoryRequest) (*InventoryRe
 		inv.Warnings = append(inv.Warnings, err.Error())
 	}
 	return &InventoryResult{Inventory: &rep}, nil
+}
+
+// deviceMIG is m, the MIG section read for an inventory of one device, kept to that device's
+// GPU: nil when there is no section (not an NVIDIA GPU on nvidia, or no NVML for this root),
+// or when NVML answered and does not list the device.
+func deviceMIG(m *MIGInventory, a host.Address) *MIGInventory {
+	if m == nil || !m.Available {
+		return m
+	}
+	out := *m
+	out.GPUs = nil
+	for _, g := range m.GPUs {
+		if g.Address == a.String() {
+			out.GPUs = append(out.GPUs, g)
+		}
+	}
+	if len(out.GPUs) == 0 {
+		return nil
+	}
+	return &out
 }
 
 // inspectMdev reads the mdev instance uuid and its group; exit 6 when there is no such instance.

@@ -141,14 +141,20 @@ func TestAgentXidFromH200Replay(t *testing.T) {
 	if after := nvmlChildren(); !slices.Equal(after, helpers) {
 		t.Errorf("the agent's %s children after three mig show: %v, before %v (want the same two)", migremote.HelperName, after, helpers)
 	}
-	// A change through the shared helper, and the state it leaves read back through it.
-	for _, args := range [][]string{{"mig", "apply", "--gpu", "0000:00:06.0", "--profiles", "3g.71gb*2"}, {"mig", "show"}} {
+	// A change through the shared helper, and the state it leaves read back through it: by
+	// mig show, and by inspect ADDR asking NVML now (--mig), the GPU named as NVML names it.
+	for _, args := range [][]string{{"mig", "apply", "--gpu", "0000:00:06.0", "--profiles", "3g.71gb*2"}, {"mig", "show"}, {"inspect", "0000:00:06.0", "--mig"}} {
 		cmd := exec.Command(bin, append([]string{"--host-root", dir, "--agent", "always"}, args...)...)
 		cmd.Env = append(os.Environ(), env...)
 		out, err := cmd.CombinedOutput()
-		if err != nil || args[1] == "show" && !strings.Contains(string(out), "MIG on") {
+		if err != nil || args[1] == "show" && !strings.Contains(string(out), "MIG on") ||
+			args[0] == "inspect" && !strings.Contains(string(out), "10de:2335 NVIDIA H200\n") ||
+			args[0] == "inspect" && !strings.Contains(string(out), "NVIDIA H200  MIG on  instances: 3g.71gb@0-3 3g.71gb@4-7  ") {
 			t.Fatalf("%v through the agent: %v\n%s", args, err, out)
 		}
+	}
+	if after := nvmlChildren(); !slices.Equal(after, helpers) {
+		t.Errorf("the agent's %s children after mig apply and inspect --mig: %v, before %v (want the same two)", migremote.HelperName, after, helpers)
 	}
 	if err := agentCmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

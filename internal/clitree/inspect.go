@@ -229,11 +229,11 @@ func deviceTable(out io.Writer, r deviceReport) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	d := r.Device
 	fmt.Fprintf(w, "address\t%s\n", d.Address)
-	fmt.Fprintf(w, "device\t%s:%s %s\n", d.VendorID, d.DeviceID, deviceName(d, nil))
+	fmt.Fprintf(w, "device\t%s:%s %s\n", d.VendorID, d.DeviceID, deviceName(d, nvmlNames(r.MIG)))
 	if d.SubsysVendorID != "" {
-		fmt.Fprintf(w, "subsystem\t%s:%s %s\n", d.SubsysVendorID, d.SubsysDeviceID, d.SubsystemName)
+		fmt.Fprintf(w, "subsystem\t%s\n", strings.TrimSpace(d.SubsysVendorID+":"+d.SubsysDeviceID+" "+d.SubsystemName))
 	}
-	fmt.Fprintf(w, "class\t%s %s\n", d.Class, d.ClassName)
+	fmt.Fprintf(w, "class\t%s\n", strings.TrimSpace(d.Class+" "+d.ClassName)) // no trailing blank without pci.ids
 	fmt.Fprintf(w, "driver\t%s\n", dash(d.Driver))
 	fmt.Fprintf(w, "numa node\t%s (cpus %s)\n", numaCell(d.NUMANode), dash(d.LocalCPUs))
 	fmt.Fprintf(w, "bars\t%s\n", barSummary(d.BARs))
@@ -262,7 +262,7 @@ func deviceTable(out io.Writer, r deviceReport) error {
 	if len(r.Warnings) > 0 {
 		fmt.Fprintf(out, "\nwarnings:\n  %s\n", strings.Join(r.Warnings, "\n  "))
 	}
-	return nil
+	return migInventoryTable(out, r.MIG)
 }
 
 func countGPUs(inv *host.Inventory) int {

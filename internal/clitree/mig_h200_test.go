@@ -206,7 +206,7 @@ func TestLayoutMIGOnH200(t *testing.T) {
 // inspect's DEVICE cell on the real H200 host's capture, whose pci.ids (Debian 12's) does not
 // list the H200: lspci's "NVIDIA Corporation Device 2335" without NVML, and the name NVML gives
 // the GPU ("NVIDIA H200", from the replay of its answers) once NVML is there, with --mig and
-// from the MIG state cache a run left; `inspect ADDR` keeps pci.ids' naming.
+// from the MIG state cache a run left, in the table and in `inspect ADDR`.
 func TestInspectNamesTheH200(t *testing.T) {
 	t.Parallel()
 	dir := hosttest.RealGPUSnapshot(t, "nvidia-h200/sysfs-snapshot.tar.gz").Dir()
@@ -234,8 +234,35 @@ func TestInspectNamesTheH200(t *testing.T) {
 	if l := row(); !strings.Contains(l, "  NVIDIA H200  nvidia  ") {
 		t.Errorf("from the MIG cache: %q", l)
 	}
-	out, code := run(t, "--host-root", dir, "inspect", "0000:00:06.0")
-	if code != 0 || !strings.Contains(out, "10de:2335 NVIDIA Corporation Device 2335\n") {
-		t.Errorf("inspect 0000:00:06.0: exit %d\n%s", code, out)
+	// inspect ADDR: the same name and the GPU's part of the MIG section, from the cache and
+	// from NVML now; in JSON, device_name stays pci.ids' (none) and "mig" has the one GPU.
+	for _, args := range [][]string{nil, {"--mig"}} {
+		out, code := run(t, append([]string{"--host-root", dir, "inspect", "0000:00:06.0"}, args...)...)
+		if code != 0 || !strings.Contains(out, "10de:2335 NVIDIA H200\n") ||
+			!strings.Contains(out, "\n  0000:00:06.0  NVIDIA H200  MIG off  instances: -  room for: 7×1g.18gb ") {
+			t.Errorf("inspect 0000:00:06.0 %v: exit %d\n%s", args, code, out)
+		}
+		if src := map[bool]string{false: "(cached ", true: "(NVML;"}[len(args) > 0]; !strings.Contains(out, "\nMIG "+src) {
+			t.Errorf("inspect 0000:00:06.0 %v: no MIG section from %q\n%s", args, src, out)
+		}
+	}
+	out, code := run(t, "--host-root", dir, "-o", "json", "inspect", "0000:00:06.0")
+	var rep struct {
+		Device struct {
+			DeviceName string `json:"device_name"`
+		} `json:"device"`
+		MIG *struct {
+			Source string       `json:"source"`
+			GPUs   []MIGGPUView `json:"gpus"`
+		} `json:"mig"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.Device.DeviceName != "" || rep.MIG == nil ||
+		rep.MIG.Source != "cache" || len(rep.MIG.GPUs) != 1 || rep.MIG.GPUs[0].Name != "NVIDIA H200" || rep.MIG.GPUs[0].Address != "0000:00:06.0" {
+		t.Errorf("inspect -o json 0000:00:06.0: exit %d, %v: %+v\n%s", code, err, rep, out)
+	}
+	// Any other function of the host has no MIG section.
+	out, code = run(t, "--host-root", dir, "-o", "json", "inspect", "0000:00:00.0")
+	if code != 0 || strings.Contains(out, `"mig"`) {
+		t.Errorf("inspect -o json 0000:00:00.0: exit %d\n%s", code, out)
 	}
 }
