@@ -84,17 +84,14 @@ func CheckInventory(root Root, inv *Inventory) *Readiness {
 	if r.Warnings == nil {
 		r.Warnings = []string{}
 	}
-	cpuinfo, _ := os.ReadFile(root.Proc("cpuinfo"))
-	cmdline, _ := ReadString(root.Proc("cmdline"))
-	vendor := cpuVendorOf(string(cpuinfo))
-	flags := cpuFlags(string(cpuinfo))
-	vm := flags["hypervisor"]
+	cpu := readCPUFacts(root)
+	cmdline, vendor, flags, vm := cpu.cmdline, cpu.vendor, cpu.flags, cpu.vm
 	if vm {
 		r.Checks = append(r.Checks, CheckResult{Name: "virtual-machine", Verdict: VerdictOK,
 			Detail: "this host is a virtual machine (the hypervisor flag in " + root.Proc("cpuinfo") + "): its own guests get GPUs through nested virtualization and a virtual IOMMU, which the hypervisor running it must give it"})
 	}
 	r.Checks = append(r.Checks,
-		checkCPU(root, len(cpuinfo) > 0, flags, vendor, vm),
+		checkCPU(root, cpu.readable, flags, vendor, vm),
 		checkKVM(root, vendor, vm, len(flags) == 0 || flags["vmx"] || flags["svm"]),
 		checkIOMMU(root, cmdline, vendor, vm),
 		checkCmdline(root, cmdline, vendor, inv.IOMMU),
@@ -379,23 +376,61 @@ func checkIOMMU(root Root, cmdline, vendor string, vm bool) CheckResult {
 	}
 	c.Verdict = VerdictFail
 	c.Detail = fmt.Sprintf("%d IOMMU units in %s, %d groups in %s", len(units), root.Sys("class", "iommu"), len(groups), root.Sys("kernel", "iommu_groups"))
+	c.Fix = iommuFix(cmdline, vendor, vm)
+	return c
+}
+
+// iommuFix is how to get an IOMMU on a host whose kernel found none: the firmware and the
+// kernel command line on bare metal, by CPU vendor (vendorIntel, vendorAMD, "" for unknown)
+// and what cmdline already asks; the hypervisor's virtual IOMMU in a VM (vm). check's iommu
+// fix and bind's refusal (IOMMUFix) both say it.
+func iommuFix(cmdline, vendor string, vm bool) string {
+	if vm {
+		return "this host is a virtual machine: the hypervisor that runs it must give it a virtual IOMMU (libvirt: <iommu model='intel'><driver intremap='on' caching_mode='on'/></iommu> on a q35 machine, with <ioapic driver='qemu'/>; QEMU: -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on), and it must boot with intel_iommu=on iommu=pt; a cloud VM without one cannot pass devices to its own guests: use a bare-metal instance"
+	}
 	args := cmdlineArgs(cmdline)
 	switch {
 	case vendor == vendorAMD:
-		c.Fix = "enable the IOMMU (\"IOMMU\" or \"AMD-Vi\") in the firmware setup; Linux turns it on by default on AMD"
+		fix := "enable the IOMMU (\"IOMMU\" or \"AMD-Vi\") in the firmware setup; Linux turns it on by default on AMD"
 		if args["amd_iommu"]["off"] || args["iommu"]["off"] {
-			c.Fix += "; remove amd_iommu=off / iommu=off from the kernel command line"
+			fix += "; remove amd_iommu=off / iommu=off from the kernel command line"
 		}
+		return fix
 	case args["intel_iommu"]["on"]:
-		c.Fix = "the kernel was booted with intel_iommu=on but found no DMAR unit: enable VT-d in the firmware setup"
-	default:
-		c.Fix = "enable " + byVendor(vendor, "VT-d", "AMD-Vi") + " in the firmware and boot with " +
-			byVendor(vendor, "intel_iommu=on", "the IOMMU on (the default)") + " iommu=pt (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub)"
+		return "the kernel was booted with intel_iommu=on but found no DMAR unit: enable VT-d in the firmware setup"
 	}
-	if vm {
-		c.Fix = "this host is a virtual machine: the hypervisor that runs it must give it a virtual IOMMU (libvirt: <iommu model='intel'><driver intremap='on' caching_mode='on'/></iommu> on a q35 machine, with <ioapic driver='qemu'/>; QEMU: -machine q35,kernel-irqchip=split -device intel-iommu,intremap=on,caching-mode=on), and it must boot with intel_iommu=on iommu=pt; a cloud VM without one cannot pass devices to its own guests: use a bare-metal instance"
-	}
-	return c
+	return "enable " + byVendor(vendor, "VT-d", "AMD-Vi") + " in the firmware and boot with " +
+		byVendor(vendor, "intel_iommu=on", "the IOMMU on (the default)") + " iommu=pt (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub)"
+}
+
+// cpuFacts is what check judges and the fixes for a host depend on, from its /proc/cpuinfo
+// (the first CPU's) and /proc/cmdline.
+type cpuFacts struct {
+	// readable: /proc/cpuinfo could be read (and was not empty).
+	readable bool
+	// vendor is vendorIntel, vendorAMD or "" (unknown, or unreadable: both vendors' wording).
+	vendor string
+	// flags are the CPU flags; vm is the hypervisor flag: this host is a virtual machine.
+	flags map[string]bool
+	vm    bool
+	// cmdline is the kernel command line, "" when unreadable.
+	cmdline string
+}
+
+// readCPUFacts reads root's /proc/cpuinfo and /proc/cmdline; what cannot be read is empty.
+func readCPUFacts(root Root) cpuFacts {
+	cpuinfo, _ := os.ReadFile(root.Proc("cpuinfo"))
+	cmdline, _ := ReadString(root.Proc("cmdline"))
+	flags := cpuFlags(string(cpuinfo))
+	return cpuFacts{readable: len(cpuinfo) > 0, vendor: cpuVendorOf(string(cpuinfo)), flags: flags, vm: flags["hypervisor"], cmdline: cmdline}
+}
+
+// IOMMUFix is how to get an IOMMU on the host at root, as check's iommu check words it: what
+// bind and every other refusal for want of an IOMMU tell the user to do. It reads /proc/cpuinfo
+// and /proc/cmdline; call it only to word an error.
+func IOMMUFix(root Root) string {
+	c := readCPUFacts(root)
+	return iommuFix(c.cmdline, c.vendor, c.vm)
 }
 
 // cmdlineArgs splits a kernel command line into name -> set of comma-separated values:
@@ -479,11 +514,24 @@ func checkInterruptRemapping(root Root, vm bool) CheckResult {
 		return c
 	}
 	c.Verdict, c.Detail = VerdictWarn, "no interrupt remapping found"
-	c.Fix = "enable interrupt remapping (x2APIC/VT-d IR) in the firmware; without it vfio needs allow_unsafe_interrupts=1"
-	if vm {
-		c.Fix = "this host is a virtual machine: its virtual IOMMU must remap interrupts (QEMU's intel-iommu intremap=on, which needs a split irqchip: libvirt <ioapic driver='qemu'/>); without it vfio needs allow_unsafe_interrupts=1"
-	}
+	c.Fix = interruptRemappingFix(vm) + "; without it vfio needs allow_unsafe_interrupts=1"
 	return c
+}
+
+// interruptRemappingFix is how to turn interrupt remapping on: in the firmware on bare metal, in
+// the virtual IOMMU in a VM (vm). check's interrupt-remapping fix and bind's refusal
+// (InterruptRemappingFix) both say it.
+func interruptRemappingFix(vm bool) string {
+	if vm {
+		return "this host is a virtual machine: its virtual IOMMU must remap interrupts (QEMU's intel-iommu intremap=on, which needs a split irqchip: libvirt <ioapic driver='qemu'/>)"
+	}
+	return "enable interrupt remapping (x2APIC/VT-d IR) in the firmware, and do not boot with intremap=off"
+}
+
+// InterruptRemappingFix is interruptRemappingFix for the host at root (it reads /proc/cpuinfo;
+// call it only to word a refusal).
+func InterruptRemappingFix(root Root) string {
+	return interruptRemappingFix(readCPUFacts(root).vm)
 }
 
 func checkVFIO(root Root) CheckResult {

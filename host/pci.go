@@ -95,10 +95,11 @@ func IOMMUActive(root Root) bool {
 	return err == nil && len(ents) > 0
 }
 
-// noIOMMUError says why a cannot be isolated and how to turn the IOMMU on.
+// noIOMMUError says why a cannot be isolated and how to turn the IOMMU on (IOMMUFix: check's
+// words, for bare metal or a VM).
 func noIOMMUError(root Root, a Address) error {
-	return fmt.Errorf("device %s: %s is empty: %w, so vfio-pci cannot isolate the device; enable VT-d/AMD-Vi in the firmware and boot with intel_iommu=on (Intel) or amd_iommu=on (AMD), plus iommu=pt: %w",
-		a, root.Sys("kernel", "iommu_groups"), ErrNoIOMMU, ErrUnsupported)
+	return fmt.Errorf("device %s: %s is empty: %w, so vfio-pci cannot isolate the device; %s: %w",
+		a, root.Sys("kernel", "iommu_groups"), ErrNoIOMMU, IOMMUFix(root), ErrUnsupported)
 }
 
 // IOMMUGroupID returns the IOMMU group number of a: ErrNotFound when a does not exist,

@@ -482,8 +482,21 @@ func TestNoIOMMU(t *testing.T) {
 	tr, _, b, gpu, _ := consumer(t, "")
 	tr.NoIOMMU()
 	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Force: true})
-	if !errors.Is(err, host.ErrUnsupported) || !errors.Is(err, host.ErrNoIOMMU) || !strings.Contains(err.Error(), "intel_iommu=on") || !strings.Contains(err.Error(), "amd_iommu=on") {
+	if !errors.Is(err, host.ErrUnsupported) || !errors.Is(err, host.ErrNoIOMMU) || !strings.Contains(err.Error(), "enable VT-d in the firmware and boot with intel_iommu=on iommu=pt") {
 		t.Fatalf("err = %v", err)
+	}
+	// The fix is check's iommu fix (host.IOMMUFix), for the CPU and the kind of host: an AMD
+	// host's firmware, a VM's hypervisor (no firmware advice there).
+	for cpuinfo, want := range map[string]string{
+		"vendor_id\t: AuthenticAMD\nflags\t\t: fpu svm\n":            `enable the IOMMU ("IOMMU" or "AMD-Vi") in the firmware setup`,
+		"vendor_id\t: GenuineIntel\nflags\t\t: fpu vmx hypervisor\n": "this host is a virtual machine: the hypervisor that runs it must give it a virtual IOMMU",
+	} {
+		tr.WriteFile("proc/cpuinfo", cpuinfo)
+		_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Force: true})
+		if !errors.Is(err, host.ErrNoIOMMU) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "VT-d") ||
+			!strings.Contains(err.Error(), host.IOMMUFix(tr.Root)) {
+			t.Errorf("%q: err = %v", cpuinfo, err)
+		}
 	}
 }
 
@@ -492,11 +505,18 @@ func TestInterruptRemappingMissing(t *testing.T) {
 	tr, k, b, gpu, _ := consumer(t, "")
 	tr.WriteFile("proc/interrupts", "           CPU0\n  0:         10   IO-APIC    2-edge      timer\n 24:  0  PCI-MSI 65536-edge  PCIe PME\n")
 	_, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{})
-	if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), "allow_unsafe_interrupts") {
+	if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), "allow_unsafe_interrupts") ||
+		!strings.Contains(err.Error(), "enable interrupt remapping (x2APIC/VT-d IR) in the firmware") {
 		t.Fatalf("err = %v", err)
 	}
 	if len(k.Writes()) != 0 {
 		t.Fatal("refused bind wrote")
+	}
+	// In a VM the fix is its virtual IOMMU's, as check words it (host.InterruptRemappingFix).
+	tr.WriteFile("proc/cpuinfo", "vendor_id\t: GenuineIntel\nflags\t\t: fpu vmx hypervisor\n")
+	_, err = b.Bind(ctx, []host.Address{gpu}, BindOptions{})
+	if !errors.Is(err, host.ErrRefused) || !strings.Contains(err.Error(), "its virtual IOMMU must remap interrupts") || strings.Contains(err.Error(), "firmware") {
+		t.Fatalf("in a VM: err = %v", err)
 	}
 	if _, err := b.Bind(ctx, []host.Address{gpu}, BindOptions{Force: true}); err != nil {
 		t.Fatal(err)

@@ -219,6 +219,6 @@ func interruptRemapping(root host.Root) (*Refusal, string) {
 		return nil, fmt.Sprintf("interrupt remapping is off and %s = Y: the guest can inject interrupts into the host (insecure, set by the admin)", ir.UnsafeParam)
 	}
 	return &Refusal{Check: CheckIntRemap, Reason: fmt.Sprintf(
-		"interrupt remapping is not enabled (no IR- irq chips in %s): a guest with this device could forge interrupts that reach the host; enable VT-d/AMD-Vi interrupt remapping in the firmware (and do not boot with intremap=off); the insecure way out is the vfio_iommu_type1 module option allow_unsafe_interrupts=1, which vgpu-host never sets for you",
-		ir.Interrupts)}, ""
+		"interrupt remapping is not enabled (no IR- irq chips in %s): a guest with this device could forge interrupts that reach the host; %s; the insecure way out is the vfio_iommu_type1 module option allow_unsafe_interrupts=1, which vgpu-host never sets for you",
+		ir.Interrupts, host.InterruptRemappingFix(root))}, ""
 }
