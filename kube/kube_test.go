@@ -368,6 +368,25 @@ func TestLabels(t *testing.T) {
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Error("feature file not removed")
 	}
+	// A tree whose features.d is a link out of the host root (features.d -> the real host's)
+	// gets no file there and loses none: the write and the removal are refused.
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, filepath.Base(kube.FeaturesFile)), []byte("the real host's\n"), 0o644)
+	if err := os.Remove(filepath.Dir(p)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Dir(p)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.WriteFeatures(tr.Root, []kube.Label{{Name: "vgpu-host.iommu", Value: "true"}}, exp); !errors.Is(err, host.ErrRefused) {
+		t.Errorf("WriteFeatures through a link out of the root: %v", err)
+	}
+	if err := kube.RemoveFeatures(tr.Root); !errors.Is(err, host.ErrRefused) {
+		t.Errorf("RemoveFeatures through a link out of the root: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, filepath.Base(kube.FeaturesFile))); string(b) != "the real host's\n" {
+		t.Errorf("the file outside the root now reads %q", b)
+	}
 }
 
 // TestPreferVGPUFragmentation: vGPU instances are pooled by parent GPU; a request goes to the

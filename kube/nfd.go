@@ -1,8 +1,9 @@
 package kube
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,7 +126,7 @@ func FeaturesText(labels []Label, expiry time.Time) string {
 // reads half a file).
 func WriteFeatures(root host.Root, labels []Label, expiry time.Time) (string, error) {
 	p := root.Etc(FeaturesFile)
-	if err := host.WriteFileAtomic(p, []byte(FeaturesText(labels, expiry)), 0o644); err != nil {
+	if err := root.WriteFileAtomic(p, []byte(FeaturesText(labels, expiry)), 0o644); err != nil { // never through a link out of the root
 		return p, fmt.Errorf("node feature file: %w", err)
 	}
 	return p, nil
@@ -133,7 +134,7 @@ func WriteFeatures(root host.Root, labels []Label, expiry time.Time) (string, er
 
 // RemoveFeatures deletes the feature file under root (a stopping plugin's labels go with it).
 func RemoveFeatures(root host.Root) error {
-	if err := os.Remove(root.Etc(FeaturesFile)); err != nil && !os.IsNotExist(err) {
+	if err := root.Remove(root.Etc(FeaturesFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("node feature file: %w", err)
 	}
 	return nil

@@ -1,7 +1,9 @@
 package mdev
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +65,13 @@ func (m *Manager) InstallUnit(execPath string) ([]string, error) {
 	link := m.Root.Etc("systemd", "system", "multi-user.target.wants", UnitName)
 	var wrote []string
 	text := SystemdUnit(execPath)
-	if old, err := os.ReadFile(path); err != nil || string(old) != text {
+	// Read as a state file is (inside the root, no link, no waiting on a FIFO): the unit is
+	// vgpu-host's own file, and anything else where it belongs is an error naming it.
+	old, err := m.Root.ReadFileLimit(path, host.MaxStateFileSize)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("install %s: read %s: %w", UnitName, path, err)
+	}
+	if err != nil || string(old) != text {
 		wrote = append(wrote, path)
 		if !m.DryRun {
 			if err := m.Root.WriteFileAtomic(path, []byte(text), 0o644); err != nil {
@@ -77,7 +85,7 @@ func (m *Manager) InstallUnit(execPath string) ([]string, error) {
 			if err := m.Root.CheckInside(link); err != nil {
 				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
 			}
-			if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			if err := m.Root.MkdirAll(filepath.Dir(link), 0o755); err != nil {
 				return wrote, fmt.Errorf("enable %s: %w", UnitName, err)
 			}
 			_ = os.Remove(link)

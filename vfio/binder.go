@@ -299,6 +299,11 @@ func (b *Binder) Bind(ctx context.Context, addrs []host.Address, opts BindOption
 	if err := r.refuseOrWarn("bind "+addrList(addrs), pf.refusals, opts.forced); err != nil {
 		return res, err
 	}
+	if opts.Persist {
+		if err := checkPersistFiles(b.Root, groups); err != nil {
+			return res, err
+		}
+	}
 
 	if anyMove {
 		if err := r.ensureVFIOLoaded(ctx); err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sort"
 	"strings"
 
@@ -64,10 +63,9 @@ func softdepContent(l *Bindings) string {
 // fileStep writes (content != "") or removes (content == "") a plain file, or only records the
 // step in a dry run. Unchanged files are not touched and produce no step.
 func fileStep(root host.Root, path, content string, dry bool) (*HostOp, error) {
-	cur, err := os.ReadFile(path)
-	exists := err == nil
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+	cur, exists, err := readConf(root, path)
+	if err != nil {
+		return nil, err
 	}
 	if content == "" {
 		if !exists {
@@ -104,9 +102,16 @@ func driverctlInstalled(root host.Root) bool {
 // driverctlContent is what `driverctl set-override ADDR vfio-pci` saves: echo "$drv" > file.
 const driverctlContent = DriverName + "\n"
 
-// readConf returns a configuration file's content and whether it exists.
-func readConf(path string) (string, bool, error) {
-	b, err := os.ReadFile(path)
+// maxConfFile bounds the read of a driverctl override or the softdep file: a line or a few.
+const maxConfFile = 64 << 10
+
+// readConf returns a persistence file's content (a driverctl override, the softdep file) and
+// whether it exists. It reads as vgpu-host reads its state files (host.Root.ReadFileLimit):
+// inside the root, never through a link, never waiting, a regular file only; a FIFO, link or
+// directory where the file belongs is an error naming it, not a read that waits for ever, and
+// a link in the tree never leads the read out of the host root.
+func readConf(root host.Root, path string) (string, bool, error) {
+	b, err := root.ReadFileLimit(path, maxConfFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", false, nil
 	}
@@ -114,6 +119,27 @@ func readConf(path string) (string, bool, error) {
 		return "", false, fmt.Errorf("read %s: %w", path, err)
 	}
 	return string(b), true, nil
+}
+
+// checkPersistFiles reads every file bind --persist may write for groups (each endpoint's
+// driverctl override and the softdep file) and checks that each resolves inside the root, so
+// that a bind that cannot persist fails before it moves anything rather than after.
+func checkPersistFiles(root host.Root, groups []*host.Group) error {
+	paths := []string{SoftdepPath(root)}
+	for _, g := range groups {
+		for _, m := range g.Endpoints() {
+			paths = append(paths, DriverctlPath(root, m.Address))
+		}
+	}
+	for _, p := range paths {
+		if _, _, err := readConf(root, p); err != nil {
+			return fmt.Errorf("persist: %w", err)
+		}
+		if err := root.CheckInside(p); err != nil {
+			return fmt.Errorf("persist: %w", err)
+		}
+	}
+	return nil
 }
 
 // persist writes the driverctl overrides of every endpoint of groups and the softdep file.
@@ -134,7 +160,7 @@ func (r *run) persist(groups []*host.Group, dry bool) error {
 				dirty = true
 			}
 			p := DriverctlPath(r.root, m.Address)
-			cur, exists, err := readConf(p)
+			cur, exists, err := readConf(r.root, p)
 			if err != nil {
 				return fmt.Errorf("persist %s: %w", m.Address, err)
 			}
@@ -191,7 +217,7 @@ func (r *run) unpersist(groups []*host.Group, dry bool) error {
 			}
 			p := DriverctlPath(r.root, m.Address)
 			key := host.HostPath(r.root, p)
-			cur, exists, err := readConf(p)
+			cur, exists, err := readConf(r.root, p)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("remove persistence of %s: %w", m.Address, err))
 				continue
@@ -273,7 +299,7 @@ func PersistedBindings(root host.Root) ([]Binding, error) {
 		if !e.Persist {
 			continue
 		}
-		cur, exists, err := readConf(DriverctlPath(root, e.Address))
+		cur, exists, err := readConf(root, DriverctlPath(root, e.Address))
 		if err != nil {
 			return out, fmt.Errorf("persisted binding of %s: %w", e.Address, err)
 		}
