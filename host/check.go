@@ -419,7 +419,7 @@ type cpuFacts struct {
 
 // readCPUFacts reads root's /proc/cpuinfo and /proc/cmdline; what cannot be read is empty.
 func readCPUFacts(root Root) cpuFacts {
-	cpuinfo, _ := os.ReadFile(root.Proc("cpuinfo"))
+	cpuinfo, _ := ReadHostFile(root.Proc("cpuinfo"), 0)
 	cmdline, _ := ReadString(root.Proc("cmdline"))
 	flags := cpuFlags(string(cpuinfo))
 	return cpuFacts{readable: len(cpuinfo) > 0, vendor: cpuVendorOf(string(cpuinfo)), flags: flags, vm: flags["hypervisor"], cmdline: cmdline}

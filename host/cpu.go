@@ -73,7 +73,7 @@ func ThreadSiblings(root Root) (map[int][]int, error) {
 		if !ok || err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "topology", "thread_siblings_list"))
+		b, err := ReadHostFile(filepath.Join(dir, e.Name(), "topology", "thread_siblings_list"), 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}

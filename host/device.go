@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -357,7 +356,7 @@ const (
 //
 //	0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200   BAR0: 64 MiB, 32-bit, non-prefetchable
 func ReadBARs(path string) ([]BAR, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadHostFile(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}

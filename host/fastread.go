@@ -3,6 +3,8 @@ package host
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"syscall"
 )
@@ -52,7 +54,7 @@ func readAttrRaw(dirfd int, name, attr string) (string, error) {
 // readAttrInto is readAttrRaw reading into buf and returning the trimmed bytes there, for a
 // caller that parses them (a number) or compares them ("(null)") and keeps no string.
 func readAttrInto(dirfd int, name, attr string, buf *[4096]byte) ([]byte, error) {
-	fd, err := openatJoin(dirfd, name, attr, syscall.O_RDONLY)
+	fd, err := openatJoin(dirfd, name, attr, syscall.O_RDONLY|syscall.O_NONBLOCK) // a FIFO in a hostile tree never waits
 	if err != nil {
 		return nil, err
 	}
@@ -114,4 +116,52 @@ func readIntAttr(path string) (int64, error) {
 		return 0, err
 	}
 	return parseInt(path, s)
+}
+
+// ReadHostFile reads a whole file of the host tree (sysfs, procfs, pci.ids) as os.ReadFile
+// does, but opens it O_NONBLOCK and reads it with bare read(2), outside Go's poller: a FIFO
+// where a file belongs, in a snapshot someone sent or a hostile fake tree, reads as empty (no
+// writer) or fails with EAGAIN (a writer that writes nothing) instead of an open or a read that
+// waits for ever. Regular files, sysfs and procfs ignore O_NONBLOCK. limit > 0 stops after
+// that many bytes (config space's first 256). Errors are *fs.PathError naming path, so
+// errors.Is(err, fs.ErrNotExist) works.
+func ReadHostFile(path string, limit int) ([]byte, error) {
+	fd, err := openat(atCWD, path, syscall.O_RDONLY|syscall.O_NONBLOCK)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	size := 4096
+	if limit > 0 && limit < size {
+		size = limit
+	}
+	b := make([]byte, 0, size)
+	for limit <= 0 || len(b) < limit {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		space := b[len(b):cap(b)]
+		if limit > 0 && len(space) > limit-len(b) {
+			space = space[:limit-len(b)]
+		}
+		n, err := syscall.Read(fd, space)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	return b, nil
+}
+
+// openHostFile opens a file of the host tree for reading with O_NONBLOCK, for a caller that
+// scans or maps it (/proc/mounts, pci.ids): opening a FIFO where the file belongs then returns
+// at once, and reading it without a writer ends at once.
+func openHostFile(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 }

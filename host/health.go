@@ -234,21 +234,7 @@ func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 // readConfig reads up to the first 256 bytes of config space (the standard header and the
 // capability list; extended space is not needed).
 func readConfig(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b := make([]byte, cfgSize)
-	n := 0
-	for n < len(b) {
-		m, err := f.Read(b[n:])
-		n += m
-		if err != nil || m == 0 {
-			break
-		}
-	}
-	return b[:n], nil
+	return ReadHostFile(path, cfgSize)
 }
 
 // checkBARs compares the kernel's resources with the baseline (a BAR that changed size) and,
@@ -392,7 +378,7 @@ func ReadAER(root Root, a Address) (c AERCounts, ok bool, err error) {
 		{"aer_dev_fatal", "TOTAL_ERR_FATAL", &c.Fatal},
 	} {
 		p := root.PCIDevice(a, f.file)
-		b, rerr := os.ReadFile(p)
+		b, rerr := ReadHostFile(p, 0)
 		if errors.Is(rerr, fs.ErrNotExist) {
 			continue
 		}

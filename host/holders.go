@@ -282,7 +282,7 @@ func linkedUnder(p string) (Address, bool) {
 // through their slaves): "/dev/vda1 (mounted on /)".
 func MountedBlockDevices(root Root) map[Address][]string {
 	out := map[Address][]string{}
-	f, err := os.Open(root.Proc("mounts"))
+	f, err := openHostFile(root.Proc("mounts"))
 	if err != nil {
 		return out
 	}
@@ -317,14 +317,14 @@ func MountedBlockDevices(root Root) map[Address][]string {
 // ROOT/proc/net/route or ROOT/proc/net/ipv6_route.
 func RoutedInterfaces(root Root) map[Address][]string {
 	ifs := map[string]bool{}
-	if b, err := os.ReadFile(root.Proc("net", "route")); err == nil {
+	if b, err := ReadHostFile(root.Proc("net", "route"), 0); err == nil {
 		for i, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); i > 0 && len(f) > 0 {
 				ifs[f[0]] = true
 			}
 		}
 	}
-	if b, err := os.ReadFile(root.Proc("net", "ipv6_route")); err == nil {
+	if b, err := ReadHostFile(root.Proc("net", "ipv6_route"), 0); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) >= 10 && f[len(f)-1] != "lo" {
 				ifs[f[len(f)-1]] = true
@@ -393,7 +393,7 @@ func InterruptRemapping(root Root) IntRemap {
 			break
 		}
 	}
-	b, err := os.ReadFile(root.Proc("interrupts"))
+	b, err := ReadHostFile(root.Proc("interrupts"), 0)
 	switch {
 	case err == nil && strings.Contains(string(b), "IR-"):
 		r.On, r.Detail = true, "IR- interrupt chips in "+r.Interrupts

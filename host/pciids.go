@@ -178,7 +178,7 @@ func (p *PCIIDs) load() []byte {
 // and the class section at the end); reading it all cost more than the lookups. Updates of
 // pci.ids replace the file (a new inode), so a mapping never sees it change.
 func mapFile(path string) (data []byte, mapped bool, err error) {
-	f, err := os.Open(path)
+	f, err := openHostFile(path)
 	if err != nil {
 		return nil, false, err
 	}

@@ -92,7 +92,7 @@ func (r Root) PCIDriver(name string, elem ...string) string {
 
 // ReadString reads a sysfs-style attribute and trims surrounding whitespace. Errors name the path.
 func ReadString(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadHostFile(path, 0)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
