@@ -195,6 +195,19 @@ run_ok vgpu-host unbind "$LAB_GPU1" --persist --output json
 expect_eq "$(noop)" "false 0" "second unbind --persist: changed false, no step"
 expect_eq "$(pstate)" "$unpersisted" "second unbind --persist: files still gone, drivers as they were"
 
+# --- a FIFO where a driverctl override belongs: an error naming it at once, nothing moved -------
+# (bind --persist read it with a blocking open and waited for ever; it now reads the persistence
+# files as state files, before its first sysfs write)
+mkdir -p /etc/driverctl.d
+mkfifo "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO"
+t0=$(now_ms)
+run_fails timeout 20 vgpu-host bind "$LAB_GPU1" --persist
+expect_eq "$E2E_RC" 1 "bind --persist with a FIFO where the audio function's override belongs fails (exit 1), not a wait"
+expect_match "$(output)" "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO is a named pipe \\(FIFO\\)" "the error names the FIFO"
+expect_eq "$(state)" "$boot_state" "nothing moved: the group is as it was at boot"
+note "the refused bind --persist took $(($(now_ms) - t0)) ms"
+rm -f "/etc/driverctl.d/pci-$LAB_GPU1_AUDIO"
+
 # --- exact restore of what an admin set: an override for another driver, their own driverctl file --
 # (an override written while a driver is bound takes effect only at the next probe)
 echo snd_hda_codec_hdmi >"$(pci_dev "$LAB_GPU1_AUDIO")/driver_override"
