@@ -21,12 +21,12 @@ func ParseCPUList(s string) ([]int, error) {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(lo)
 		if err != nil || a < 0 {
-			return nil, fmt.Errorf("cpu list %q: bad cpu %q: %w", s, lo, ErrInvalid)
+			return nil, fmt.Errorf("cpu list %s: bad cpu %s: %w", quoted(s), quoted(lo), ErrInvalid)
 		}
 		b := a
 		if isRange {
 			if b, err = strconv.Atoi(hi); err != nil || b < a || b-a > 1<<16 {
-				return nil, fmt.Errorf("cpu list %q: bad range %q: %w", s, part, ErrInvalid)
+				return nil, fmt.Errorf("cpu list %s: bad range %s: %w", quoted(s), quoted(part), ErrInvalid)
 			}
 		}
 		for c := a; c <= b; c++ {

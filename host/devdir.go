@@ -310,6 +310,9 @@ func (d devDir) fileIn(name, sub string, page *[4096]byte) ([]byte, error) {
 			if n < len(space) {
 				return b, nil
 			}
+			if len(b) > maxAttrFile {
+				return nil, tooLargeHostFile(d.path(joinRel(name, sub)), maxAttrFile)
+			}
 		}
 	}
 }

@@ -395,13 +395,13 @@ func parseBARs(path func() string, b []byte) ([]BAR, error) {
 		line = bytes.TrimSuffix(line, []byte{'\r'})
 		var f [3][2]int
 		if n := fields(line, f[:]); n != 3 {
-			return own(), fmt.Errorf("read %s: line %d: want \"start end flags\", got %q", path(), i+1, string(line))
+			return own(), fmt.Errorf("read %s: line %d: want \"start end flags\", got %s", path(), i+1, quoted(string(line)))
 		}
 		start, err1 := parseUint0(line[f[0][0]:f[0][1]])
 		end, err2 := parseUint0(line[f[1][0]:f[1][1]])
 		flags, err3 := parseUint0(line[f[2][0]:f[2][1]])
 		if err1 != nil || err2 != nil || err3 != nil {
-			return own(), fmt.Errorf("read %s: line %d: not hex numbers: %q", path(), i+1, string(line))
+			return own(), fmt.Errorf("read %s: line %d: not hex numbers: %s", path(), i+1, quoted(string(line)))
 		}
 		if end == 0 && start == 0 || flags&(ioresourceIO|ioresourceMem) == 0 {
 			continue

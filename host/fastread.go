@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -118,13 +119,32 @@ func readIntAttr(path string) (int64, error) {
 	return parseInt(path, s)
 }
 
+// maxHostFile bounds a whole-file read of the host tree (ReadHostFile): the largest procfs
+// files vgpu-host reads (/proc/interrupts, /proc/cpuinfo on a host of a thousand CPUs) are a
+// few MB. maxAttrFile bounds the read of a PCI function's or mdev type's attribute
+// (devDir.fileIn), which sysfs holds to a page. Past them the file is not what it claims to be
+// (/dev/zero linked where an attribute belongs, in a hostile or broken tree), and reading on
+// would take every byte of memory.
+const (
+	maxHostFile = 32 << 20
+	maxAttrFile = 1 << 20
+)
+
+// tooLargeHostFile is the error for a host tree file past limit (a *fs.PathError, as the
+// open's and read's).
+func tooLargeHostFile(path string, limit int) error {
+	return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("more than %d MiB, which no sysfs or procfs file holds (a device or a huge file linked where it belongs in the host tree?): %w",
+		limit>>20, ErrTooLarge)}
+}
+
 // ReadHostFile reads a whole file of the host tree (sysfs, procfs, pci.ids) as os.ReadFile
 // does, but opens it O_NONBLOCK and reads it with bare read(2), outside Go's poller: a FIFO
 // where a file belongs, in a snapshot someone sent or a hostile fake tree, reads as empty (no
 // writer) or fails with EAGAIN (a writer that writes nothing) instead of an open or a read that
 // waits for ever. Regular files, sysfs and procfs ignore O_NONBLOCK. limit > 0 stops after
-// that many bytes (config space's first 256). Errors are *fs.PathError naming path, so
-// errors.Is(err, fs.ErrNotExist) works.
+// that many bytes (config space's first 256); without one, a file past maxHostFile is an
+// error (ErrTooLarge) instead of a read that never ends. Errors are *fs.PathError naming
+// path, so errors.Is(err, fs.ErrNotExist) works.
 func ReadHostFile(path string, limit int) ([]byte, error) {
 	fd, err := openat(atCWD, path, syscall.O_RDONLY|syscall.O_NONBLOCK)
 	if err != nil {
@@ -155,6 +175,9 @@ func ReadHostFile(path string, limit int) ([]byte, error) {
 			break
 		}
 		b = b[:len(b)+n]
+		if limit <= 0 && len(b) > maxHostFile {
+			return nil, tooLargeHostFile(path, maxHostFile)
+		}
 	}
 	return b, nil
 }
@@ -164,4 +187,17 @@ func ReadHostFile(path string, limit int) ([]byte, error) {
 // at once, and reading it without a writer ends at once.
 func openHostFile(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
+// maxQuoted is how much of a file's content an error quotes.
+const maxQuoted = 80
+
+// quoted is s as %q quotes it, cut to its first maxQuoted bytes with how long it was when it is
+// longer: an error about a malformed attribute quotes what was read, and a hostile tree's
+// "attribute" of a page of NUL bytes (or of /dev/zero's 32 MiB) made one line of 16 KB.
+func quoted(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("… (%d bytes)", len(s))
 }

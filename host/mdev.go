@@ -170,7 +170,7 @@ func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
 		}
 		id, name, ok := strings.Cut(line, ":")
 		if !ok {
-			return out, fmt.Errorf("creatable_vgpu_types line %d: want \"ID : NAME\", got %q", i+1, line)
+			return out, fmt.Errorf("creatable_vgpu_types line %d: want \"ID : NAME\", got %s", i+1, quoted(line))
 		}
 		id = strings.TrimSpace(id)
 		n, ok := atoiDigits(id)
@@ -183,7 +183,7 @@ func ParseCreatableVGPUTypes(s string) ([]VendorVGPUType, error) {
 				if i == 0 || len(out) == 0 && strings.EqualFold(id, "ID") {
 					continue // the header line
 				}
-				return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %q is not a number", i+1, id)
+				return out, fmt.Errorf("creatable_vgpu_types line %d: type ID %s is not a number", i+1, quoted(id))
 			}
 		}
 		out = append(out, VendorVGPUType{ID: n, Name: strings.TrimSpace(name)})

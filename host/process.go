@@ -31,7 +31,7 @@ func ProcessGroups(root Root, pid int) ([]int, error) {
 		for _, f := range strings.Fields(v) {
 			g, err := strconv.Atoi(f)
 			if err != nil {
-				return nil, fmt.Errorf("read %s: %s: not a group id: %q: %w", p, k, f, ErrInvalid)
+				return nil, fmt.Errorf("read %s: %s: not a group id: %s: %w", p, k, quoted(f), ErrInvalid)
 			}
 			if !seen[g] {
 				seen[g] = true

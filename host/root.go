@@ -117,7 +117,7 @@ func parseInt(path, s string) (int64, error) {
 func parseIntLazy(path func() string, s string) (int64, error) {
 	v, err := strconv.ParseInt(s, 0, 64)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: not an integer: %q", path(), s)
+		return 0, fmt.Errorf("read %s: not an integer: %s", path(), quoted(s))
 	}
 	return v, nil
 }
@@ -140,7 +140,7 @@ func parseHex(path, s string) (uint32, error) {
 func parseHexLazy(path func() string, s string) (uint32, error) {
 	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 32)
 	if err != nil {
-		return 0, fmt.Errorf("read %s: not a hex number: %q", path(), s)
+		return 0, fmt.Errorf("read %s: not a hex number: %s", path(), quoted(s))
 	}
 	return uint32(v), nil
 }

@@ -154,7 +154,7 @@ func BootTime(root Root) (time.Time, error) {
 		if v, ok := strings.CutPrefix(sc.Text(), "btime "); ok {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				return time.Time{}, fmt.Errorf("read %s: btime %q: %w", root.Proc("stat"), v, err)
+				return time.Time{}, fmt.Errorf("read %s: btime %s: %w", root.Proc("stat"), quoted(v), err)
 			}
 			return time.Unix(n, 0).UTC(), nil
 		}

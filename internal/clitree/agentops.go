@@ -9,6 +9,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
+	"github.com/vgpu-host/vgpu-host/internal/termsafe"
 	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -59,7 +60,7 @@ func (r *cliRunner) runOperation(ctx context.Context, job agentapi.Job, env agen
 	}
 	err := runOpCommand(ctx, job.Op, oc, f, site, &out, &errw, pre)
 	if err != nil {
-		fmt.Fprintf(&errw, "vgpu-host: %v\n", err)
+		fmt.Fprintf(&errw, "vgpu-host: %s\n", termsafe.String(err.Error())) // as Main prints it
 	}
 	return agentapi.ExecResult{Stdout: out.String(), Stderr: errw.String(), ExitCode: exitCode(err)}
 }
@@ -111,12 +112,12 @@ func printEvent(w io.Writer, o string, terminal bool, e ops.Event) {
 			if e.Message == "" {
 				fmt.Fprintln(w)
 			} else {
-				fmt.Fprintf(w, "\r%s", e.Message)
+				fmt.Fprintf(w, "\r%s", termsafe.String(e.Message))
 			}
 		}
 		return
 	}
-	fmt.Fprint(w, e.Message)
+	fmt.Fprint(w, termsafe.String(e.Message)) // a warning quotes names read from the host
 	if !e.Partial {
 		fmt.Fprintln(w)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/agent/agentapi"
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/jsonindent"
+	"github.com/vgpu-host/vgpu-host/internal/termsafe"
 	"github.com/vgpu-host/vgpu-host/ops"
 )
 
@@ -127,8 +128,10 @@ func emitTo(w io.Writer, o string, v any, table func(w io.Writer) error) error {
 	if o == "table" {
 		// Buffered: tabwriter writes each cell on its own, and unbuffered each was a
 		// write(2) (~290 for a 16-instance mdev create's table, costly under TCG in the lab).
+		// Through termsafe: a cell read from a hostile host tree (an mdev type named ESC [ 2 J)
+		// shows its control characters escaped instead of driving the terminal.
 		bw := bufio.NewWriter(w)
-		if err := table(bw); err != nil {
+		if err := table(termsafe.Writer{W: bw}); err != nil {
 			bw.Flush()
 			return err
 		}

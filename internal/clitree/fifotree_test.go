@@ -1,6 +1,7 @@
 package clitree
 
 import (
+	"bytes"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,14 +13,17 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 )
 
-// TestFIFOTreeNeverWaits: a host tree (a snapshot someone sent, a hostile fake root) whose every
-// file under sys/, proc/, etc/ and usr/ is a named pipe. Before, sysfs and procfs attributes,
-// pci.ids and /proc/mounts were opened with a blocking open(2): opening a FIFO for reading
-// waits for a writer, so inspect, check, bind --dry-run, mdev and vf listings and host layout
-// show each waited for ever on the real-kernel snapshot made so. Now every command answers
-// within seconds: a FIFO reads as an empty attribute (a warning or an error naming its path).
-func TestFIFOTreeNeverWaits(t *testing.T) {
-	t.Parallel()
+// hostileTreeCommands are the read-only commands a hostile host tree is run through.
+var hostileTreeCommands = [][]string{
+	{"inspect"}, {"inspect", "-o", "json"}, {"inspect", "0000:01:00.0"}, {"check"},
+	{"bind", "--dry-run", "0000:01:00.0"}, {"unbind", "--dry-run", "0000:01:00.0"},
+	{"mdev", "list"}, {"mdev", "types"}, {"vf", "list"}, {"host", "layout", "show"}, {"host", "restore", "--dry-run"},
+}
+
+// hostileSnapshot unpacks the real-kernel snapshot and replaces every regular file under sys/,
+// proc/, etc/ and usr/ with what plant makes at its path; it returns the tree's directory.
+func hostileSnapshot(t *testing.T, plant func(p string) error) string {
+	t.Helper()
 	dir := t.TempDir()
 	if err := hosttest.UnpackSnapshot(hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"), dir); err != nil {
 		t.Fatal(err)
@@ -37,16 +41,19 @@ func TestFIFOTreeNeverWaits(t *testing.T) {
 			return err
 		}
 		n++
-		return syscall.Mkfifo(p, 0o644)
+		return plant(p)
 	})
 	if err != nil || n < 500 {
-		t.Fatalf("made %d FIFOs: %v", n, err)
+		t.Fatalf("replaced %d files: %v", n, err)
 	}
-	for _, args := range [][]string{
-		{"inspect"}, {"inspect", "-o", "json"}, {"inspect", "0000:01:00.0"}, {"check"},
-		{"bind", "--dry-run", "0000:01:00.0"}, {"unbind", "--dry-run", "0000:01:00.0"},
-		{"mdev", "list"}, {"mdev", "types"}, {"vf", "list"}, {"host", "layout", "show"}, {"host", "restore", "--dry-run"},
-	} {
+	return dir
+}
+
+// runHostile runs every hostileTreeCommands on dir, each within 20 s, and checks that each
+// answers (no crash) and prints no raw control character (the output goes to a terminal).
+func runHostile(t *testing.T, dir string) {
+	t.Helper()
+	for _, args := range hostileTreeCommands {
 		type result struct {
 			out  string
 			code int
@@ -62,8 +69,64 @@ func TestFIFOTreeNeverWaits(t *testing.T) {
 			if strings.Contains(r.out, "panic") || strings.Contains(r.out, "goroutine ") {
 				t.Errorf("%v: exit %d\n%s", args, r.code, r.out)
 			}
+			if args[len(args)-1] != "json" && strings.ContainsAny(r.out, "\x00\x1b\r\u009b") {
+				t.Errorf("%v printed a raw control character: %q", args, r.out)
+			}
 		case <-time.After(20 * time.Second):
-			t.Fatalf("%v waited 20 s on a tree of FIFOs", args)
+			t.Fatalf("%v waited 20 s", args)
+		}
+	}
+}
+
+// TestFIFOTreeNeverWaits: a host tree (a snapshot someone sent, a hostile fake root) whose every
+// file under sys/, proc/, etc/ and usr/ is a named pipe. Before, sysfs and procfs attributes,
+// pci.ids and /proc/mounts were opened with a blocking open(2): opening a FIFO for reading
+// waits for a writer, so inspect, check, bind --dry-run, mdev and vf listings and host layout
+// show each waited for ever on the real-kernel snapshot made so. Now every command answers
+// within seconds: a FIFO reads as an empty attribute (a warning or an error naming its path).
+func TestFIFOTreeNeverWaits(t *testing.T) {
+	t.Parallel()
+	runHostile(t, hostileSnapshot(t, func(p string) error { return syscall.Mkfifo(p, 0o644) }))
+}
+
+// TestEndlessFileTree: the same tree with every file a link to /dev/zero, an endless file of
+// NUL bytes. Reads of the host tree were unbounded: inspect grew its heap until the kernel (or
+// a 2 GB ulimit) killed it. Now a read stops at maxHostFile (32 MiB; a PCI function's
+// attribute at 1 MiB) with ErrTooLarge, an error quotes at most 80 bytes of what it read, and
+// the NULs in the mdev type names a table prints are escaped.
+func TestEndlessFileTree(t *testing.T) {
+	t.Parallel()
+	runHostile(t, hostileSnapshot(t, func(p string) error { return os.Symlink("/dev/zero", p) }))
+}
+
+// TestTerminalEscapesInTheTree: names read from the host tree reach the terminal escaped: an
+// mdev type named with an escape sequence (clear the screen, write the clipboard) and a
+// device whose driver override holds one show as \x1b… in the tables, the warnings and the
+// error line, never as raw control characters.
+func TestTerminalEscapesInTheTree(t *testing.T) {
+	t.Parallel()
+	tr := fakeHost(t)
+	evil := "evil\x1b[2J\x1b]52;c;aGk=\x07\r\u009b1m"
+	dir := filepath.Join(tr.Dir(), "sys/class/mdev_bus/mbochs/mdev_supported_types/mbochs-small")
+	if err := os.WriteFile(filepath.Join(dir, "name"), []byte(evil+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "available_instances"), []byte(evil+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"inspect"}, {"mdev", "types"}, {"mdev", "create", "--type", "no-such-" + evil, "--parent", "mbochs", "--dry-run"}} {
+		// As main runs it: the error line (vgpu-host: ...) is printed by execute.
+		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, args...)
+		var outw, errw bytes.Buffer
+		app := newAppFor(testEnv(), argv)
+		app.Writer, app.ErrWriter = &outw, &errw
+		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+		out := outw.String() + errw.String()
+		if strings.ContainsAny(out, "\x1b\x07\r\u009b") {
+			t.Errorf("%v (exit %d) printed a raw control character: %q", args, code, out)
+		}
+		if !strings.Contains(out, `evil\x1b[2J\x1b]52;c;aGk=\x07`) && !strings.Contains(out, `evil\x1b[2J\x1b]52;c;aGk=\a`) && !strings.Contains(out, `evil\u001b[2J`) {
+			t.Errorf("%v (exit %d) does not show the escaped name:\n%s", args, code, out)
 		}
 	}
 }

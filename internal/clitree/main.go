@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/vgpu-host/vgpu-host/internal/buildinfo"
+	"github.com/vgpu-host/vgpu-host/internal/termsafe"
 )
 
 // topCommand is a top-level command: the name it is run by and its constructor.
@@ -221,7 +222,7 @@ func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
 	}
 	var forwarded agentExit
 	if err != nil && !errors.As(err, &forwarded) {
-		fmt.Fprintf(stderr, "vgpu-host: %v\n", err)
+		fmt.Fprintf(stderr, "vgpu-host: %s\n", termsafe.String(err.Error())) // errors quote names read from the host
 	}
 	return exitCode(err)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/vgpu-host/vgpu-host/internal/termsafe"
 	"github.com/vgpu-host/vgpu-host/ops"
 )
 
@@ -57,7 +58,7 @@ func renderSpecRequest(f flagValues) (ops.RenderRequest, error) {
 func renderNoted(o opOutput, res *ops.RenderResult) error {
 	if o.format == "table" {
 		for _, n := range res.Notes() {
-			fmt.Fprintf(o.errw, "note: %s\n", n)
+			fmt.Fprintf(o.errw, "note: %s\n", termsafe.String(n))
 		}
 	}
 	return renderRender(o.w, o.format, res)
