@@ -159,6 +159,10 @@ type Env struct {
 	// MIG reads inspect's MIG section for inv (NVML, or the MIG state cache unless live):
 	// nil, or a nil answer, means no section.
 	MIG func(ctx context.Context, inv *host.Inventory, live bool) *MIGInventory
+	// GPUNames are the product names of inv's GPUs by PCI address that are known without
+	// starting anything (NVML's, from the MIG state cache), for check's GPU lines: nil, or an
+	// empty answer, leaves pci.ids' names.
+	GPUNames func(inv *host.Inventory) map[string]string
 	// PlaceMIG reads the host's MIG state for mdev place when one of parents offers a
 	// MIG-backed type (NVML through its helper): nil, or a nil answer, means placement uses
 	// NVIDIA's documented geometry.

@@ -28,14 +28,37 @@ func (CheckRequest) IsSet(string) bool { return false }
 // Check is check: the host's readiness. When nothing can be assigned the report comes back
 // with an error that exits 3 (the report is still the answer).
 func Check(_ context.Context, env Env, _ CheckRequest) (*host.Readiness, error) {
-	r, err := host.Check(env.Root)
+	inv, err := host.Scan(env.Root)
 	if err != nil {
 		return nil, err
+	}
+	r := host.CheckInventory(env.Root, inv)
+	if env.GPUNames != nil {
+		nameGPUs(r, inv, env.GPUNames(inv))
 	}
 	if !r.Assignable {
 		return r, fmt.Errorf("check %s: no GPU or vGPU can be assigned to a VM (virtio-gpu remains): %w", env.Root.Dir(), host.ErrNotReady)
 	}
 	return r, nil
+}
+
+// nameGPUs gives each GPU of r that pci.ids does not name (Device.DeviceName empty: Debian
+// 12's lacks the H200) the product name in names (by address), as inspect's table names it.
+func nameGPUs(r *host.Readiness, inv *host.Inventory, names map[string]string) {
+	if len(names) == 0 {
+		return
+	}
+	unnamed := map[host.Address]bool{}
+	for _, d := range inv.Devices {
+		if d.DeviceName == "" {
+			unnamed[d.Address] = true
+		}
+	}
+	for i := range r.GPUs {
+		if n := names[r.GPUs[i].Address.String()]; n != "" && unnamed[r.GPUs[i].Address] {
+			r.GPUs[i].Name = n
+		}
+	}
 }
 
 // StatusRequest is `status [NAME...]`, GET /v1/status.

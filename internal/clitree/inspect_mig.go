@@ -105,6 +105,29 @@ func nvmlNames(m *migInventory) map[string]string {
 	return names
 }
 
+// cachedGPUNames are NVML's names of inv's GPUs from the MIG state cache alone: check names a
+// GPU pci.ids does not know as inspect's table does, without starting the NVML helper (a
+// readiness check stays fast and never waits on a driver); nil when there is no cache to read
+// or no NVIDIA GPU on nvidia in inv.
+func cachedGPUNames(nv migremote.Env, root host.Root, inv *host.Inventory) map[string]string {
+	nvidia := false
+	for _, d := range inv.Devices {
+		nvidia = nvidia || (strings.EqualFold(d.VendorID, "10de") && d.Driver == "nvidia")
+	}
+	if !nvidia || !nvmlDescribes(nv, root) {
+		return nil
+	}
+	c, err := loadMIGCache(nv, root)
+	if err != nil {
+		return nil
+	}
+	names := map[string]string{}
+	for _, g := range c.State.GPUs {
+		names[g.Address] = g.Name
+	}
+	return names
+}
+
 // migInventoryTable prints inspect's MIG section: one line per GPU, or the note.
 func migInventoryTable(w io.Writer, m *migInventory) error {
 	if m == nil {

@@ -227,13 +227,31 @@ func TestInspectNamesTheH200(t *testing.T) {
 	if l := row(); !strings.Contains(l, "  NVIDIA Corporation Device 2335  nvidia  ") {
 		t.Errorf("without NVML: %q", l)
 	}
+	// check names the GPU as inspect's table does: lspci's words until NVML's name is in the
+	// MIG state cache, then NVML's (from the cache only: check never starts the helper).
+	checkNames := func(want string) {
+		t.Helper()
+		out, code := run(t, "--host-root", dir, "check")
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, "gpu 0000:00:06.0 ") {
+				line = l
+			}
+		}
+		if code != exitNotReady || !strings.Contains(line, "  "+want+" [paravirtual-only]") {
+			t.Errorf("check: exit %d, want the GPU named %q\n%s", code, want, out)
+		}
+	}
+	checkNames("NVIDIA Corporation Device 2335")
 	h200NVML(t)
+	checkNames("NVIDIA Corporation Device 2335") // NVML is there, but no cache yet
 	if l := row("--mig"); !strings.Contains(l, "  NVIDIA H200  nvidia  ") {
 		t.Errorf("with --mig: %q", l)
 	}
 	if l := row(); !strings.Contains(l, "  NVIDIA H200  nvidia  ") {
 		t.Errorf("from the MIG cache: %q", l)
 	}
+	checkNames("NVIDIA H200")
 	// inspect ADDR: the same name and the GPU's part of the MIG section, from the cache and
 	// from NVML now; in JSON, device_name stays pci.ids' (none) and "mig" has the one GPU.
 	for _, args := range [][]string{nil, {"--mig"}} {

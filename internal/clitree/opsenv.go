@@ -40,6 +40,7 @@ func withHostParts(e *Env, env *ops.Env) {
 	env.MIG = func(ctx context.Context, inv *host.Inventory, live bool) *ops.MIGInventory {
 		return readMIGInventory(ctx, nv, root, inv, live)
 	}
+	env.GPUNames = func(inv *host.Inventory) map[string]string { return cachedGPUNames(nv, root, inv) }
 	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, nv, root, ps) }
 	env.OpenMIG = migOpener(nv, root)
 	env.LayoutMIG = func() (mig.Backend, layout.MIGPlanner, func()) { return e.migFor(root) }
