@@ -2,6 +2,8 @@ package clitree
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -223,5 +225,34 @@ func TestMainBinaryHasNoNVML(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "github.com/vgpu-host/vgpu-host/mig/remote\n") {
 		t.Error("go list does not show package mig/remote: the check looks at the wrong binary")
+	}
+}
+
+// TestMIGCommandsRefuseAFakeRoot: mig show, plan and apply under a --host-root that NVML does
+// not describe (no mock, no replayed capture) are refused before any NVML helper starts. They
+// started one: on a machine with NVIDIA GPUs, mig apply --host-root SNAPSHOT would have changed
+// this machine's MIG under the snapshot's name (host layout and host restore already refused).
+func TestMIGCommandsRefuseAFakeRoot(t *testing.T) {
+	t.Parallel()
+	tr := fakeHost(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "started")
+	helper := filepath.Join(dir, migremote.HelperName)
+	if err := os.WriteFile(helper, []byte("#!/bin/sh\ntouch "+marker+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setNVML(t, migremote.EnvHelper, helper)
+	for _, args := range [][]string{
+		{"mig", "show"},
+		{"mig", "plan", "--gpu", "0000:41:00.0", "--profiles", "3g.40gb"},
+		{"mig", "apply", "--gpu", "0000:41:00.0", "--profiles", "3g.40gb"},
+	} {
+		_, err := runErr(t, append([]string{"--host-root", tr.Dir()}, args...)...)
+		if exitCode(err) != exitUnsupported || !strings.Contains(fmt.Sprint(err), "NVML describes this machine, not --host-root") {
+			t.Errorf("%v under a fake root: exit %d: %v", args, exitCode(err), err)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("an NVML helper was started for a root NVML does not describe")
 	}
 }

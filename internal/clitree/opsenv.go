@@ -44,14 +44,10 @@ func withHostParts(e *Env, env *ops.Env) {
 	env.PlaceMIG = func(ctx context.Context, ps []mdev.Parent) *mig.State { return placeMIGState(ctx, nv, root, ps) }
 	env.OpenMIG = migOpener(nv, root)
 	env.LayoutMIG = func() (mig.Backend, layout.MIGPlanner, func()) { return e.migFor(root) }
-	env.NVML = func() (mig.Backend, func(), error) {
-		oc, err := nv.Open()
-		if err != nil {
-			return nil, nil, err
-		}
-		c := cachingMIG(nv, root, oc)
-		return c, func() { c.Flush(context.Background()); oc.Close() }, nil
-	}
+	// mig show/plan/apply open NVML as host restore does: only where NVML describes the root
+	// (migOpener), so a --host-root snapshot on a machine with NVIDIA GPUs never shows, or
+	// changes, this machine's MIG under the snapshot's name.
+	env.NVML = migOpener(nv, root)
 	env.Lifecycle = func(o *lifecycle.Options) error {
 		o.Fetch = e.fetchISO
 		return crashHook(o)
