@@ -32,12 +32,19 @@ func nvmlMIG(nv migremote.Env, root host.Root) (mig.Backend, layout.MIGPlanner, 
 	return c, layout.NVMLPlanner{}, func() { c.Flush(context.Background()); oc.Close() }
 }
 
+// nvmlNotHere says why NVML is not asked about root, a --host-root it does not describe, and how
+// to have it answer for that host: replay a capture of its NVML.
+func nvmlNotHere(root host.Root) string {
+	return "NVML describes this machine, not --host-root " + root.Dir() +
+		" (set VGPU_HOST_NVML_FACTS to a capture of that host's NVML: its snapshot's nvml-facts.json, or vgpu-host-nvml --facts run there)"
+}
+
 // migOpener is the boot reconcile's way to NVML for root (reconcile.Reconciler.OpenMIG): the
 // helper as nv starts it, when NVML describes root.
 func migOpener(nv migremote.Env, root host.Root) func() (mig.Backend, func(), error) {
 	return func() (mig.Backend, func(), error) {
 		if !nvmlDescribes(nv, root) {
-			return nil, nil, fmt.Errorf("NVML describes this machine, not --host-root %s: %w", root.Dir(), host.ErrUnsupported)
+			return nil, nil, fmt.Errorf("%s: %w", nvmlNotHere(root), host.ErrUnsupported)
 		}
 		oc, err := nv.Open()
 		if err != nil {

@@ -248,7 +248,7 @@ func TestMIGCommandsRefuseAFakeRoot(t *testing.T) {
 		{"mig", "apply", "--gpu", "0000:41:00.0", "--profiles", "3g.40gb"},
 	} {
 		_, err := runErr(t, append([]string{"--host-root", tr.Dir()}, args...)...)
-		if exitCode(err) != exitUnsupported || !strings.Contains(fmt.Sprint(err), "NVML describes this machine, not --host-root") {
+		if exitCode(err) != exitUnsupported || !strings.Contains(fmt.Sprint(err), "NVML describes this machine, not --host-root "+tr.Dir()+" (set VGPU_HOST_NVML_FACTS") {
 			t.Errorf("%v under a fake root: exit %d: %v", args, exitCode(err), err)
 		}
 	}

@@ -68,7 +68,7 @@ func runSnapshot(ctx context.Context, cmd *cli.Command) error {
 	case cmd.Bool("no-nvml"):
 		rep.NVMLError = "left out (--no-nvml)"
 	case !nvmlDescribes(envOf(cmd).NVML, root):
-		rep.NVMLError = "NVML describes this machine, not --host-root " + root.Dir() + " (set VGPU_HOST_NVML_FACTS to a capture of it)"
+		rep.NVMLError = nvmlNotHere(root)
 	default:
 		if b, err := nvmlFacts(ctx, envOf(cmd).NVML); err != nil {
 			rep.NVMLError = err.Error()
