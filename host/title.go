@@ -20,6 +20,16 @@ func (d *Device) Title() string {
 	return d.VendorID + ":" + d.DeviceID
 }
 
+// TitleWith is Title, or for a device pci.ids does not name, nvml, the product name NVIDIA's
+// driver gives it ("NVIDIA H200"), when there is one: how inspect's table and check's GPU lines
+// name a GPU.
+func (d *Device) TitleWith(nvml string) string {
+	if d.DeviceName == "" && nvml != "" {
+		return nvml
+	}
+	return d.Title()
+}
+
 // UnnamedGPUsHint is what a "model" selector that matched nothing adds when some of devs' GPUs
 // have no device name in pci.ids, since a model (a substring of that name) can never select
 // them: their addresses and IDs, and the two fixes. "" when every GPU has a name. Debian 12's

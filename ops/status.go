@@ -42,21 +42,19 @@ func Check(_ context.Context, env Env, _ CheckRequest) (*host.Readiness, error) 
 	return r, nil
 }
 
-// nameGPUs gives each GPU of r that pci.ids does not name (Device.DeviceName empty: Debian
-// 12's lacks the H200) the product name in names (by address), as inspect's table names it.
+// nameGPUs names each GPU of r as inspect's table does (host.Device.TitleWith): a GPU pci.ids
+// does not name (Debian 12's lacks the H200) gets the product name in names (by address).
 func nameGPUs(r *host.Readiness, inv *host.Inventory, names map[string]string) {
 	if len(names) == 0 {
 		return
 	}
-	unnamed := map[host.Address]bool{}
-	for _, d := range inv.Devices {
-		if d.DeviceName == "" {
-			unnamed[d.Address] = true
-		}
+	byAddr := map[host.Address]*host.Device{}
+	for i := range inv.Devices {
+		byAddr[inv.Devices[i].Address] = &inv.Devices[i]
 	}
 	for i := range r.GPUs {
-		if n := names[r.GPUs[i].Address.String()]; n != "" && unnamed[r.GPUs[i].Address] {
-			r.GPUs[i].Name = n
+		if d := byAddr[r.GPUs[i].Address]; d != nil {
+			r.GPUs[i].Name = d.TitleWith(names[d.Address.String()])
 		}
 	}
 }

@@ -280,12 +280,8 @@ func countGPUs(inv *host.Inventory) int {
 // has no 10de:2335) or else lspci's "Device 2335"; without pci.ids at all, the class name (the
 // ID column has the IDs), "-" when that is unknown too.
 func deviceName(d host.Device, nvml map[string]string) string {
-	s := d.Title()
-	switch {
-	case d.DeviceName != "":
-	case nvml[d.Address.String()] != "":
-		s = nvml[d.Address.String()]
-	case d.VendorName == "":
+	s := d.TitleWith(nvml[d.Address.String()])
+	if d.DeviceName == "" && nvml[d.Address.String()] == "" && d.VendorName == "" {
 		s = dash(d.ClassName)
 	}
 	if len(s) > 48 {

@@ -27,15 +27,7 @@ const migInventoryTimeout = 10 * time.Second
 // live is false (no NVML start: docs/inspect.md, "MIG and speed"); otherwise NVML is asked
 // now, and what it says is cached. Any failure becomes a note, never an error.
 func readMIGInventory(ctx context.Context, nv migremote.Env, root host.Root, inv *host.Inventory, live bool) *migInventory {
-	nvidia := false
-	for _, d := range inv.Devices {
-		// NVML sees only the GPUs bound to NVIDIA's driver: with every NVIDIA GPU on
-		// vfio-pci (a passthrough host) it has nothing to say, and no helper is started.
-		if strings.EqualFold(d.VendorID, "10de") && strings.HasPrefix(d.Class, "03") && d.Driver == "nvidia" {
-			nvidia = true
-		}
-	}
-	if !nvidia || !nvmlDescribes(nv, root) {
+	if !nvmlSeesAGPU(inv) || !nvmlDescribes(nv, root) {
 		return nil
 	}
 	if !live {
@@ -49,6 +41,18 @@ func readMIGInventory(ctx context.Context, nv migremote.Env, root host.Root, inv
 		return &migInventory{Note: err.Error()}
 	}
 	return &migInventory{Available: true, Source: "nvml", GPUs: migView(st)}
+}
+
+// nvmlSeesAGPU reports whether inv has an NVIDIA display function bound to NVIDIA's driver:
+// NVML sees only those, so with every NVIDIA GPU on vfio-pci (a passthrough host) it has
+// nothing to say, and no helper is started nor cache read.
+func nvmlSeesAGPU(inv *host.Inventory) bool {
+	for _, d := range inv.Devices {
+		if strings.EqualFold(d.VendorID, "10de") && strings.HasPrefix(d.Class, "03") && d.Driver == "nvidia" {
+			return true
+		}
+	}
+	return false
 }
 
 // nvmlDescribes reports whether NVML, as nv starts its helper, describes the host at root: the
@@ -110,11 +114,7 @@ func nvmlNames(m *migInventory) map[string]string {
 // readiness check stays fast and never waits on a driver); nil when there is no cache to read
 // or no NVIDIA GPU on nvidia in inv.
 func cachedGPUNames(nv migremote.Env, root host.Root, inv *host.Inventory) map[string]string {
-	nvidia := false
-	for _, d := range inv.Devices {
-		nvidia = nvidia || (strings.EqualFold(d.VendorID, "10de") && d.Driver == "nvidia")
-	}
-	if !nvidia || !nvmlDescribes(nv, root) {
+	if !nvmlSeesAGPU(inv) || !nvmlDescribes(nv, root) {
 		return nil
 	}
 	c, err := loadMIGCache(nv, root)

@@ -10,6 +10,7 @@ package termsafe
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Writer writes to W what it is given with the control characters escaped (package comment).
@@ -54,9 +55,9 @@ func String(s string) string {
 	if firstControl([]byte(s)) < 0 {
 		return s
 	}
-	var b sliceWriter
+	var b strings.Builder
 	Writer{W: &b}.Write([]byte(s))
-	return string(b)
+	return b.String()
 }
 
 // firstControl is the index of p's first byte Writer escapes, -1 when there is none.
@@ -72,7 +73,3 @@ func firstControl(p []byte) int {
 	}
 	return -1
 }
-
-type sliceWriter []byte
-
-func (s *sliceWriter) Write(p []byte) (int, error) { *s = append(*s, p...); return len(p), nil }
