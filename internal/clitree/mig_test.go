@@ -235,6 +235,8 @@ func TestMainBinaryHasNoNVML(t *testing.T) {
 func TestMIGCommandsRefuseAFakeRoot(t *testing.T) {
 	t.Parallel()
 	tr := fakeHost(t)
+	// The real H200 host's capture too: an NVIDIA GPU on nvidia, as on the machines this guards.
+	h200 := hosttest.RealGPUSnapshot(t, "nvidia-h200/sysfs-snapshot.tar.gz").Dir()
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "started")
 	helper := filepath.Join(dir, migremote.HelperName)
@@ -242,14 +244,16 @@ func TestMIGCommandsRefuseAFakeRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	setNVML(t, migremote.EnvHelper, helper)
-	for _, args := range [][]string{
-		{"mig", "show"},
-		{"mig", "plan", "--gpu", "0000:41:00.0", "--profiles", "3g.40gb"},
-		{"mig", "apply", "--gpu", "0000:41:00.0", "--profiles", "3g.40gb"},
-	} {
-		_, err := runErr(t, append([]string{"--host-root", tr.Dir()}, args...)...)
-		if exitCode(err) != exitUnsupported || !strings.Contains(fmt.Sprint(err), "NVML describes this machine, not --host-root "+tr.Dir()+" (set VGPU_HOST_NVML_FACTS") {
-			t.Errorf("%v under a fake root: exit %d: %v", args, exitCode(err), err)
+	for root, gpu := range map[string]string{tr.Dir(): "0000:41:00.0", h200: "0000:00:06.0"} {
+		for _, args := range [][]string{
+			{"mig", "show"},
+			{"mig", "plan", "--gpu", gpu, "--profiles", "3g.71gb"},
+			{"mig", "apply", "--gpu", gpu, "--profiles", "3g.71gb"},
+		} {
+			_, err := runErr(t, append([]string{"--host-root", root}, args...)...)
+			if exitCode(err) != exitUnsupported || !strings.Contains(fmt.Sprint(err), "NVML describes this machine, not --host-root "+root+" (set VGPU_HOST_NVML_FACTS") {
+				t.Errorf("%v under the fake root %s: exit %d: %v", args, root, exitCode(err), err)
+			}
 		}
 	}
 	if _, err := os.Stat(marker); err == nil {
