@@ -42,6 +42,9 @@ const (
 
 // scan is Scan learning the groups' members as from says (the tests run it every way).
 func scan(root Root, from groupSource) (*Inventory, error) {
+	if err := root.CheckTree(); err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
 	s := newScanner(root)
 	s.groupsFrom = from
 	s.pfOf = map[Address]Address{}

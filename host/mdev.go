@@ -34,6 +34,9 @@ func ReadMdevParents(root Root) ([]MdevParent, []string, error) {
 }
 
 func (s *scanner) mdevParents() ([]MdevParent, error) {
+	if err := s.root.CheckTree(); err != nil {
+		return []MdevParent{}, fmt.Errorf("list mdev parents: %w", err)
+	}
 	dir := s.root.Sys("class", "mdev_bus")
 	ents, err := os.ReadDir(dir)
 	if err != nil {

@@ -135,6 +135,9 @@ func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
 // ListMdevInstances names the entries of ROOT/sys/bus/mdev/devices, sorted (the active mdev
 // instances by UUID): none, and no error, on a host without the mdev bus.
 func ListMdevInstances(root Root) ([]string, error) {
+	if err := root.CheckTree(); err != nil {
+		return nil, fmt.Errorf("list mdev instances: %w", err)
+	}
 	dir := root.Sys("bus", "mdev", "devices")
 	ents, err := os.ReadDir(dir)
 	if err != nil {

@@ -105,6 +105,9 @@ func (s *scanner) knownPF(vf Address) (Address, bool) {
 // sorted; entries that are not PCI addresses are skipped. A host without the directory
 // returns an empty list and no error.
 func ListPCIFunctions(root Root) ([]Address, error) {
+	if err := root.CheckTree(); err != nil {
+		return nil, fmt.Errorf("list PCI functions: %w", err)
+	}
 	dir := root.Sys("bus", "pci", "devices")
 	ents, err := os.ReadDir(dir)
 	if err != nil {

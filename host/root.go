@@ -46,6 +46,95 @@ func NewRoot(dir string) (Root, error) {
 	return Root{dir: abs}, nil
 }
 
+// ErrNotATree is returned by CheckTree for a host root that is not a host's tree.
+var ErrNotATree = errors.New("not a host tree")
+
+// treeDirs are the directories of a host tree that a host root other than "/" must not link
+// out of.
+var treeDirs = []string{"sys", "proc", "dev"}
+
+// CheckTree returns an error, wrapping ErrNotATree, for a host root other than "/" that is
+// plainly not the host tree its user meant, which every command would otherwise read as a host
+// with no devices:
+//
+//   - it has no sys but the tree is next to it: its parent has sys (a snapshot's sys, proc or
+//     dev given instead of the snapshot), or its only directory does (a tarball that unpacks
+//     into one directory);
+//   - it is a sys directory itself (it holds bus and devices);
+//   - its sys, proc or dev is a symlink that leads out of it: reads through it would describe
+//     this machine under the tree's name.
+//
+// A root without sys and nothing of the kind is a host with nothing (a fresh root that holds
+// only vgpu-host's state: an empty inventory, as before). The error names the tree it means.
+func (r Root) CheckTree() error {
+	if r.IsReal() {
+		return nil
+	}
+	dir := r.Dir()
+	if _, err := os.Lstat(dir); err != nil {
+		return nil // a root that went away: each reader reports that its own way (scan host root DIR: ...)
+	}
+	for _, d := range treeDirs {
+		p := r.Path(d)
+		st, err := os.Lstat(p)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if err := r.CheckInside(p); err != nil {
+			t, _ := os.Readlink(p)
+			return fmt.Errorf("host root %s: %w: %s is a symlink to %s, out of the tree (it would describe this machine under the tree's name); copy what it holds into the tree, or use --host-root / for this machine", dir, ErrNotATree, p, t)
+		}
+	}
+	if isTreeDir(dir) {
+		return nil
+	}
+	if isDir(filepath.Join(dir, "bus")) && isDir(filepath.Join(dir, "devices")) {
+		return fmt.Errorf("host root %s: %w: it is a sys directory itself; pass the directory that holds sys (%s) to --host-root or VGPU_HOST_ROOT", dir, ErrNotATree, filepath.Dir(dir))
+	}
+	if near := nearTree(dir); near != "" {
+		return fmt.Errorf("host root %s: %w: it has no sys directory, and %s next to it has; did you mean --host-root %s?", dir, ErrNotATree, near, near)
+	}
+	return nil
+}
+
+// isTreeDir reports whether d holds a sys directory (not a link to one).
+func isTreeDir(d string) bool {
+	st, err := os.Lstat(filepath.Join(d, "sys"))
+	return err == nil && st.IsDir()
+}
+
+// isDir reports whether p is a directory (not a link to one).
+func isDir(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.IsDir()
+}
+
+// nearTree returns the host tree next to dir, a directory without sys, that its user probably
+// meant: dir's parent (not "/") when it holds sys, or dir's only directory when that does; ""
+// when there is none.
+func nearTree(dir string) string {
+	if parent := filepath.Dir(dir); parent != dir && parent != "/" && isTreeDir(parent) {
+		return parent
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	var only string
+	for _, e := range ents {
+		if e.IsDir() {
+			if only != "" {
+				return ""
+			}
+			only = filepath.Join(dir, e.Name())
+		}
+	}
+	if only != "" && isTreeDir(only) {
+		return only
+	}
+	return ""
+}
+
 // Dir returns the root directory.
 func (r Root) Dir() string {
 	if r.dir == "" {

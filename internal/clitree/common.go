@@ -93,6 +93,9 @@ func rootOf(cmd *cli.Command) (host.Root, error) {
 		return host.Root{}, usageErr("--host-root is empty: name a directory (/ for this machine)")
 	}
 	r, err := host.NewRoot(cmd.String("host-root"))
+	if err == nil {
+		err = r.CheckTree() // a snapshot's sys given for the snapshot: refused here, exit 2
+	}
 	if err != nil {
 		return host.Root{}, fmt.Errorf("%w: %w", ops.ErrUsage, err)
 	}

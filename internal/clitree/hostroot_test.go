@@ -1,0 +1,40 @@
+package clitree
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vgpu-host/vgpu-host/host/hosttest"
+)
+
+// TestWrongHostRootRefused: --host-root given a snapshot's dev (the snapshot unpacked, one
+// level too deep) is a usage error naming the snapshot, for every command that reads the
+// host or keeps state under it, before anything is read or written; the snapshot itself
+// answers. Before, each command read it as a host with no devices and exited 0 (inspect: "0
+// GPU(s)", check: enable VT-d in the firmware).
+func TestWrongHostRootRefused(t *testing.T) {
+	t.Parallel()
+	snap := t.TempDir()
+	if err := hosttest.UnpackSnapshot(hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"), snap); err != nil {
+		t.Fatal(err)
+	}
+	spec := hosttest.RepoFile(t, "examples/virtio-gpu-fallback.yaml")
+	for _, args := range append(append([][]string{}, hostileTreeCommands...),
+		[]string{"bind", "0000:01:00.0"}, []string{"host", "snapshot", filepath.Join(t.TempDir(), "out")},
+		[]string{"plan", "--connect", "test:///default", spec}, []string{"status", "--connect", "test:///default"}) {
+		argv := append([]string{"--host-root", filepath.Join(snap, "dev"), "--agent", "never"}, args...)
+		var outw, errw bytes.Buffer
+		app := newAppFor(testEnv(), argv)
+		app.Writer, app.ErrWriter = &outw, &errw
+		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+		want := "vgpu-host: usage: host root " + filepath.Join(snap, "dev") + ": not a host tree: it has no sys directory, and " + snap + " next to it has; did you mean --host-root " + snap + "?\n"
+		if code != exitUsage || errw.String() != want || outw.Len() > 0 {
+			t.Errorf("%v: exit %d\n%s%s\nwant exit %d and only\n%s", args, code, outw.String(), errw.String(), exitUsage, want)
+		}
+	}
+	if out, code := run(t, "--host-root", snap, "--agent", "never", "inspect"); code != 0 || !strings.Contains(out, "0000:01:00.0") {
+		t.Errorf("the snapshot itself: exit %d\n%s", code, out)
+	}
+}
