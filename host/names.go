@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 )
@@ -71,13 +73,21 @@ func ReadFileLimit(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return readLimit(f, path, limit)
+	b, err := readLimit(f, path, limit)
+	if errors.Is(err, syscall.EISDIR) {
+		// A directory named where a file belongs (render DIR) is the caller's mistake.
+		return nil, fmt.Errorf("%w, not a file: %w", err, ErrInvalid)
+	}
+	return b, err
 }
 
 // readLimit reads f (opened from path) to its end, refusing more than limit bytes.
 func readLimit(f *os.File, path string, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
+		if _, ok := err.(*fs.PathError); ok {
+			return nil, err // already "read PATH: ..."
+		}
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if int64(len(b)) > limit {

@@ -38,4 +38,9 @@ func TestReadFileLimit(t *testing.T) {
 	if _, err := ReadFileLimit(p+".missing", 1); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v", err)
 	}
+	// A directory where a file belongs (render DIR): the caller's mistake, said once.
+	dir := filepath.Dir(p)
+	if _, err := ReadFileLimit(dir, 1); !errors.Is(err, ErrInvalid) || err.Error() != "read "+dir+": is a directory, not a file: invalid input" {
+		t.Errorf("directory: %v", err)
+	}
 }

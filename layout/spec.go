@@ -11,6 +11,7 @@
 package layout
 
 import (
+	"errors"
 	"fmt"
 	"github.com/vgpu-host/vgpu-host/internal/strictyaml"
 	"sort"
@@ -183,6 +184,9 @@ func Load(path string) (*File, error) {
 // ReadFile is Load that also returns the file's content (apply stores it with the selection).
 func ReadFile(path string) (*File, []byte, error) {
 	b, err := host.ReadFileLimit(path, host.MaxSpecSize)
+	if errors.Is(err, host.ErrInvalid) {
+		return nil, nil, fmt.Errorf("read layout: %w", err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read layout: %w: %w", err, host.ErrInvalid)
 	}
