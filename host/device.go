@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,7 +83,24 @@ func ReadDevice(root Root, addr Address) (Device, error) {
 	if err == nil {
 		s.name(&d)
 	}
-	return d, err
+	return d, namedNotFound(root, addr, err)
+}
+
+// namedNotFound is err, or, when the address a caller named has no device at all, what every
+// command says of such an address (ReadFunction's noDevice): a mistyped address is no
+// device "removed".
+func namedNotFound(root Root, a Address, err error) error {
+	if errors.Is(err, ErrNotFound) {
+		if _, lerr := os.Lstat(root.PCIDevice(a)); errors.Is(lerr, fs.ErrNotExist) {
+			return noDevice(root, a)
+		}
+	}
+	return err
+}
+
+// noDevice is the error for an address with no ROOT/sys/bus/pci/devices/ADDR.
+func noDevice(root Root, a Address) error {
+	return fmt.Errorf("device %s: no %s: %w (check the address with lspci -D)", a, root.PCIDevice(a), ErrNotFound)
 }
 
 // ReadDeviceWarnings is ReadDevice that also returns the problems met with optional
@@ -95,7 +113,7 @@ func ReadDeviceWarnings(root Root, addr Address) (Device, []string, error) {
 		s.name(&d)
 	}
 	sort.Strings(s.warnings)
-	return d, s.warnings, err
+	return d, s.warnings, namedNotFound(root, addr, err)
 }
 
 // readDevice reads addr, recording problems with optional attributes as warnings. It is one

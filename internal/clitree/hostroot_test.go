@@ -38,3 +38,22 @@ func TestWrongHostRootRefused(t *testing.T) {
 		t.Errorf("the snapshot itself: exit %d\n%s", code, out)
 	}
 }
+
+// TestMissingAddressOneWording: an address with no device is told the same way by every
+// command that takes one (inspect said "it may have been removed" of a mistyped address, bind
+// "check the address with lspci -D").
+func TestMissingAddressOneWording(t *testing.T) {
+	t.Parallel()
+	tr := fakeHost(t)
+	want := "device 0000:99:00.0: no " + filepath.Join(tr.Dir(), "sys/bus/pci/devices/0000:99:00.0") + ": not found (check the address with lspci -D)\n"
+	for _, args := range [][]string{{"inspect", "0000:99:00.0"}, {"inspect", "-o", "json", "0000:99:00.0"}, {"bind", "--dry-run", "0000:99:00.0"}, {"unbind", "--dry-run", "0000:99:00.0"}} {
+		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, args...)
+		var outw, errw bytes.Buffer
+		app := newAppFor(testEnv(), argv)
+		app.Writer, app.ErrWriter = &outw, &errw
+		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+		if code != exitNotFound || !strings.HasSuffix(errw.String(), want) {
+			t.Errorf("%v: exit %d\n%s%s\nwant exit %d ending\n%s", args, code, outw.String(), errw.String(), exitNotFound, want)
+		}
+	}
+}
