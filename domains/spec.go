@@ -313,11 +313,13 @@ func parseBytes(s string) (uint64, error) {
 // Load reads, parses and validates the spec file at path.
 func Load(path string) (*VM, error) {
 	b, err := host.ReadFileLimit(path, host.MaxSpecSize)
-	if errors.Is(err, host.ErrTooLarge) {
-		return nil, fmt.Errorf("read spec: %w: %w", err, host.ErrInvalid)
+	if errors.Is(err, host.ErrInvalid) {
+		return nil, fmt.Errorf("read spec: %w", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read spec: %w", err)
+		// The file named on the command line cannot be read (missing, too large, not
+		// readable): a bad command line, exit 2, as for a layout file.
+		return nil, fmt.Errorf("read spec: %w: %w", err, host.ErrInvalid)
 	}
 	return LoadData(path, b)
 }

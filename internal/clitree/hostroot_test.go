@@ -57,3 +57,32 @@ func TestMissingAddressOneWording(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecOperandUnreadable: a spec or layout file named on the command line that is missing
+// or a directory is a bad command line (exit 2, docs/apply.md), said once, for render, plan
+// and host layout apply alike (a missing spec exited 1, "failed", a missing layout 2).
+func TestSpecOperandUnreadable(t *testing.T) {
+	t.Parallel()
+	tr := fakeHost(t)
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nosuch.yaml")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"render", missing}, "read spec: open " + missing + ": no such file or directory: invalid input\n"},
+		{[]string{"render", dir}, "read spec: read " + dir + ": is a directory, not a file: invalid input\n"},
+		{[]string{"plan", "--connect", "test:///default", missing}, "read spec: open " + missing + ": no such file or directory: invalid input\n"},
+		{[]string{"host", "layout", "apply", "--dry-run", missing}, "read layout: open " + missing + ": no such file or directory: invalid input\n"},
+		{[]string{"host", "layout", "apply", "--dry-run", dir}, "read layout: read " + dir + ": is a directory, not a file: invalid input\n"},
+	} {
+		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, c.args...)
+		var outw, errw bytes.Buffer
+		app := newAppFor(testEnv(), argv)
+		app.Writer, app.ErrWriter = &outw, &errw
+		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+		if code != exitUsage || errw.String() != "vgpu-host: "+c.want {
+			t.Errorf("%v: exit %d\n%s%s\nwant exit %d and\nvgpu-host: %s", c.args, code, outw.String(), errw.String(), exitUsage, c.want)
+		}
+	}
+}
