@@ -87,19 +87,20 @@ func ReadDevice(root Root, addr Address) (Device, error) {
 }
 
 // namedNotFound is err, or, when the address a caller named has no device at all, what every
-// command says of such an address (ReadFunction's noDevice): a mistyped address is no
+// command says of such an address (NoDevice): a mistyped address is no
 // device "removed".
 func namedNotFound(root Root, a Address, err error) error {
 	if errors.Is(err, ErrNotFound) {
 		if _, lerr := os.Lstat(root.PCIDevice(a)); errors.Is(lerr, fs.ErrNotExist) {
-			return noDevice(root, a)
+			return NoDevice(root, a)
 		}
 	}
 	return err
 }
 
-// noDevice is the error for an address with no ROOT/sys/bus/pci/devices/ADDR.
-func noDevice(root Root, a Address) error {
+// NoDevice is the error (ErrNotFound) for an address a caller named that has no
+// ROOT/sys/bus/pci/devices/ADDR: every command words a mistyped address this one way.
+func NoDevice(root Root, a Address) error {
 	return fmt.Errorf("device %s: no %s: %w (check the address with lspci -D)", a, root.PCIDevice(a), ErrNotFound)
 }
 

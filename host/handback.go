@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -257,6 +259,13 @@ func ReleaseQuarantine(root Root, a Address, now time.Time) (DeviceHealth, error
 	q, err := LoadQuarantine(root, a)
 	if err != nil {
 		return DeviceHealth{}, err
+	}
+	if q == nil {
+		// Neither quarantined nor a device: a mistyped address, told as every command tells
+		// one, and no health file is written for it.
+		if _, err := os.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
+			return DeviceHealth{}, fmt.Errorf("release quarantine of %s: %w", a, NoDevice(root, a))
+		}
 	}
 	h := CheckDevice(root, a, CheckOptions{Now: now})
 	if err := recordCheck(root, h, nil); err != nil {

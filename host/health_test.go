@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -246,6 +247,15 @@ func TestReleaseQuarantine(t *testing.T) {
 	st, err := host.LoadHealthState(tr.Root, gpu)
 	if err != nil || st.Last == nil || !st.Last.Healthy {
 		t.Errorf("last check not recorded: %+v %v", st, err)
+	}
+	// A mistyped address, neither quarantined nor a device: not found, as bind says it, and
+	// no health file for it (it was "still fails its check (gone)", exit 4, with one written).
+	typo := host.MustParseAddress("0000:99:00.0")
+	if _, err := host.ReleaseQuarantine(tr.Root, typo, time.Now()); !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), "check the address with lspci -D") {
+		t.Errorf("release of an address with no device: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(tr.Dir(), "var/lib/vgpu-host/health/0000:99:00.0.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a health file was written for an address with no device: %v", err)
 	}
 }
 

@@ -41,7 +41,7 @@ func (g *Group) Endpoints() []GroupMember {
 func ReadFunction(root Root, a Address) (GroupMember, error) {
 	m := GroupMember{Address: a}
 	if _, err := os.Lstat(root.PCIDevice(a)); err != nil {
-		return m, noDevice(root, a)
+		return m, NoDevice(root, a)
 	}
 	class, err := readHexAttr(root.PCIDevice(a, "class"))
 	if err != nil {
@@ -107,7 +107,7 @@ func noIOMMUError(root Root, a Address) error {
 func IOMMUGroupID(root Root, a Address) (int, error) {
 	dir := root.PCIDevice(a)
 	if _, err := os.Lstat(dir); err != nil {
-		return 0, noDevice(root, a)
+		return 0, NoDevice(root, a)
 	}
 	if !IOMMUActive(root) {
 		return 0, noIOMMUError(root, a)

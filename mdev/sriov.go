@@ -76,7 +76,7 @@ type DisableOptions struct {
 func (m *Manager) ReadPF(a host.Address) (PF, error) {
 	sr, _, err := host.ReadSRIOV(m.Root, a)
 	if errors.Is(err, host.ErrNotFound) {
-		return PF{}, fmt.Errorf("SR-IOV PF %s: %w: no %s", a, host.ErrNotFound, m.Root.PCIDevice(a))
+		return PF{}, fmt.Errorf("SR-IOV PF %s: %w", a, host.NoDevice(m.Root, a))
 	}
 	if err != nil {
 		return PF{}, fmt.Errorf("SR-IOV PF %s: %w", a, err)
