@@ -2,6 +2,9 @@ package ops
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 
@@ -60,13 +63,21 @@ func Health(_ context.Context, env Env, req HealthRequest) (*HealthResult, error
 	if env.Now != nil {
 		o.Now = env.Now()
 	}
-	h := host.CheckDevice(root, a, o)
 	q, err := host.LoadQuarantine(root, a)
 	if err != nil {
 		return nil, err
 	}
+	st, serr := host.LoadHealthState(root, a)
+	if q == nil && (serr != nil || st == nil) {
+		// Nothing recorded and, when it is no device either, a mistyped address: told as
+		// every command tells one (a device vgpu-host knew that went away still shows "gone").
+		if _, err := os.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
+			return nil, host.NoDevice(root, a)
+		}
+	}
+	h := host.CheckDevice(root, a, o)
 	e := HealthEntry{Address: a, Last: &h, Quarantine: q}
-	if st, err := host.LoadHealthState(root, a); err == nil && st != nil {
+	if serr == nil && st != nil {
 		e.Resets, e.Xid, e.XidPending = st.Resets, st.Xid, st.XidPending
 	}
 	return &HealthResult{e}, nil

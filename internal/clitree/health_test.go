@@ -140,6 +140,11 @@ func TestGoneFunctionQuarantined(t *testing.T) {
 	if exitCode(err) != exitNotFound || !strings.Contains(out, "0000:41:00.0 quarantined (gone") {
 		t.Fatalf("unbind of a removed GPU: %v\n%s", err, out)
 	}
+	// A device vgpu-host knew that went away is still shown, gone (an address it never knew
+	// with no device is not found: TestMissingAddressOneWording).
+	if out, code := run(t, "--host-root", dir, "host", "health", "0000:41:00.0"); code != 0 || !strings.Contains(out, "gone: 0000:41:00.0 is not on the PCI bus") {
+		t.Fatalf("host health of the removed GPU: exit %d\n%s", code, out)
+	}
 	// The rescan: the function is back, driverless.
 	tr.DatacenterGPU("0000:40:01.0", "0000:41:00.0", "", 0)
 	out, err = runErr(t, "--host-root", dir, "bind", "41:00.0")

@@ -42,13 +42,13 @@ func TestWrongHostRootRefused(t *testing.T) {
 // TestMissingAddressOneWording: an address with no device is told the same way by every
 // command that takes one (inspect said "it may have been removed" of a mistyped address, bind
 // "check the address with lspci -D", host release-quarantine "it still fails its check
-// (gone)", exit 4).
+// (gone)", exit 4, host health showed it FAILED, exit 0).
 func TestMissingAddressOneWording(t *testing.T) {
 	t.Parallel()
 	tr := fakeHost(t)
 	want := "device 0000:99:00.0: no " + filepath.Join(tr.Dir(), "sys/bus/pci/devices/0000:99:00.0") + ": not found (check the address with lspci -D)\n"
 	for _, args := range [][]string{{"inspect", "0000:99:00.0"}, {"inspect", "-o", "json", "0000:99:00.0"}, {"bind", "--dry-run", "0000:99:00.0"}, {"unbind", "--dry-run", "0000:99:00.0"},
-		{"vf", "enable", "--dry-run", "--count", "2", "0000:99:00.0"}, {"vf", "disable", "--dry-run", "0000:99:00.0"}, {"host", "release-quarantine", "0000:99:00.0"}} {
+		{"vf", "enable", "--dry-run", "--count", "2", "0000:99:00.0"}, {"vf", "disable", "--dry-run", "0000:99:00.0"}, {"host", "release-quarantine", "0000:99:00.0"}, {"host", "health", "0000:99:00.0"}} {
 		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, args...)
 		var outw, errw bytes.Buffer
 		app := newAppFor(testEnv(), argv)
