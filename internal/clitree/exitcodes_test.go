@@ -46,6 +46,9 @@ func TestUnknownCommandOrFlagExits2(t *testing.T) {
 		{[]string{"inspect", "--outptu", "json"}, `unknown flag --outptu for "vgpu-host inspect"; did you mean --output?`},
 		{[]string{"--hots-root", "/", "inspect"}, `did you mean --host-root?`},
 		{[]string{"vf", "enable", "0000:00:01.0", "--cont", "2"}, `did you mean --count?`},
+		// The completion command the cli makes as it sets up (it said "No help topic for 'bsh'").
+		{[]string{"completion", "bsh"}, `unknown command "bsh" for "vgpu-host completion"; did you mean "bash"?`},
+		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "vgpu-host completion"`},
 	} {
 		var stderr bytes.Buffer
 		app := newApp(testEnv())

@@ -216,6 +216,11 @@ func execute(app *cli.Command, args []string, stderr io.Writer) (code int) {
 	}()
 	var notFound error
 	setUsageHandlers(app, &notFound)
+	if app.EnableShellCompletion {
+		// The completion command is made by the cli as it sets up: a mistyped shell gets the
+		// same one line as a mistyped command (the cli said "No help topic for 'X'").
+		app.ConfigureShellCompletionCommand = func(c *cli.Command) { setUsageHandlers(c, &notFound) }
+	}
 	err := app.Run(ctx, args)
 	if err == nil {
 		err = notFound
