@@ -87,12 +87,11 @@ func ReadDevice(root Root, addr Address) (Device, error) {
 }
 
 // namedNotFound is err, or, when the address a caller named has no device at all, what every
-// command says of such an address (NoDevice): a mistyped address is no
-// device "removed".
+// command says of such an address (NoDevice): a mistyped address is no device "removed".
 func namedNotFound(root Root, a Address, err error) error {
 	if errors.Is(err, ErrNotFound) {
-		if _, lerr := os.Lstat(root.PCIDevice(a)); errors.Is(lerr, fs.ErrNotExist) {
-			return NoDevice(root, a)
+		if missing := DeviceMissing(root, a); missing != nil {
+			return missing
 		}
 	}
 	return err
@@ -102,6 +101,15 @@ func namedNotFound(root Root, a Address, err error) error {
 // ROOT/sys/bus/pci/devices/ADDR: every command words a mistyped address this one way.
 func NoDevice(root Root, a Address) error {
 	return fmt.Errorf("device %s: no %s: %w (check the address with lspci -D)", a, root.PCIDevice(a), ErrNotFound)
+}
+
+// DeviceMissing returns NoDevice's error when a has no ROOT/sys/bus/pci/devices/ADDR, nil
+// when it has one (or it cannot tell).
+func DeviceMissing(root Root, a Address) error {
+	if _, err := os.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
+		return NoDevice(root, a)
+	}
+	return nil
 }
 
 // ReadDeviceWarnings is ReadDevice that also returns the problems met with optional

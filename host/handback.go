@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -263,8 +261,8 @@ func ReleaseQuarantine(root Root, a Address, now time.Time) (DeviceHealth, error
 	if q == nil {
 		// Neither quarantined nor a device: a mistyped address, told as every command tells
 		// one, and no health file is written for it.
-		if _, err := os.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
-			return DeviceHealth{}, fmt.Errorf("release quarantine of %s: %w", a, NoDevice(root, a))
+		if missing := DeviceMissing(root, a); missing != nil {
+			return DeviceHealth{}, fmt.Errorf("release quarantine of %s: %w", a, missing)
 		}
 	}
 	h := CheckDevice(root, a, CheckOptions{Now: now})

@@ -2,9 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
 
@@ -71,8 +68,8 @@ func Health(_ context.Context, env Env, req HealthRequest) (*HealthResult, error
 	if q == nil && (serr != nil || st == nil) {
 		// Nothing recorded and, when it is no device either, a mistyped address: told as
 		// every command tells one (a device vgpu-host knew that went away still shows "gone").
-		if _, err := os.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
-			return nil, host.NoDevice(root, a)
+		if missing := host.DeviceMissing(root, a); missing != nil {
+			return nil, missing
 		}
 	}
 	h := host.CheckDevice(root, a, o)
