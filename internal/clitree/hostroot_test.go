@@ -25,13 +25,10 @@ func TestWrongHostRootRefused(t *testing.T) {
 		[]string{"bind", "0000:01:00.0"}, []string{"host", "snapshot", filepath.Join(t.TempDir(), "out")},
 		[]string{"plan", "--connect", "test:///default", spec}, []string{"status", "--connect", "test:///default"}) {
 		argv := append([]string{"--host-root", filepath.Join(snap, "dev"), "--agent", "never"}, args...)
-		var outw, errw bytes.Buffer
-		app := newAppFor(testEnv(), argv)
-		app.Writer, app.ErrWriter = &outw, &errw
-		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+		outw, errw, code := asMain(argv)
 		want := "vgpu-host: usage: host root " + filepath.Join(snap, "dev") + ": not a host tree: it has no sys directory, and " + snap + " next to it has; did you mean --host-root " + snap + "?\n"
-		if code != exitUsage || errw.String() != want || outw.Len() > 0 {
-			t.Errorf("%v: exit %d\n%s%s\nwant exit %d and only\n%s", args, code, outw.String(), errw.String(), exitUsage, want)
+		if code != exitUsage || errw != want || outw != "" {
+			t.Errorf("%v: exit %d\n%s%s\nwant exit %d and only\n%s", args, code, outw, errw, exitUsage, want)
 		}
 	}
 	if out, code := run(t, "--host-root", snap, "--agent", "never", "inspect"); code != 0 || !strings.Contains(out, "0000:01:00.0") {
@@ -50,12 +47,9 @@ func TestMissingAddressOneWording(t *testing.T) {
 	for _, args := range [][]string{{"inspect", "0000:99:00.0"}, {"inspect", "-o", "json", "0000:99:00.0"}, {"bind", "--dry-run", "0000:99:00.0"}, {"unbind", "--dry-run", "0000:99:00.0"},
 		{"vf", "enable", "--dry-run", "--count", "2", "0000:99:00.0"}, {"vf", "disable", "--dry-run", "0000:99:00.0"}, {"host", "release-quarantine", "0000:99:00.0"}, {"host", "health", "0000:99:00.0"}} {
 		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, args...)
-		var outw, errw bytes.Buffer
-		app := newAppFor(testEnv(), argv)
-		app.Writer, app.ErrWriter = &outw, &errw
-		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
-		if code != exitNotFound || !strings.HasSuffix(errw.String(), want) {
-			t.Errorf("%v: exit %d\n%s%s\nwant exit %d ending\n%s", args, code, outw.String(), errw.String(), exitNotFound, want)
+		outw, errw, code := asMain(argv)
+		if code != exitNotFound || !strings.HasSuffix(errw, want) {
+			t.Errorf("%v: exit %d\n%s%s\nwant exit %d ending\n%s", args, code, outw, errw, exitNotFound, want)
 		}
 	}
 }
@@ -79,12 +73,19 @@ func TestSpecOperandUnreadable(t *testing.T) {
 		{[]string{"host", "layout", "apply", "--dry-run", dir}, "read layout: read " + dir + ": is a directory, not a file: invalid input\n"},
 	} {
 		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, c.args...)
-		var outw, errw bytes.Buffer
-		app := newAppFor(testEnv(), argv)
-		app.Writer, app.ErrWriter = &outw, &errw
-		code := execute(app, append([]string{"vgpu-host"}, argv...), &errw)
-		if code != exitUsage || errw.String() != "vgpu-host: "+c.want {
-			t.Errorf("%v: exit %d\n%s%s\nwant exit %d and\nvgpu-host: %s", c.args, code, outw.String(), errw.String(), exitUsage, c.want)
+		outw, errw, code := asMain(argv)
+		if code != exitUsage || errw != "vgpu-host: "+c.want {
+			t.Errorf("%v: exit %d\n%s%s\nwant exit %d and\nvgpu-host: %s", c.args, code, outw, errw, exitUsage, c.want)
 		}
 	}
+}
+
+// asMain runs argv (no program name) as main runs it: main's tree, the error line printed by
+// execute; it returns stdout, stderr and the exit code.
+func asMain(argv []string) (stdout, stderr string, code int) {
+	var outw, errw bytes.Buffer
+	app := newAppFor(testEnv(), argv)
+	app.Writer, app.ErrWriter = &outw, &errw
+	code = execute(app, append([]string{"vgpu-host"}, argv...), &errw)
+	return outw.String(), errw.String(), code
 }
