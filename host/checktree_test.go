@@ -95,5 +95,29 @@ func TestCheckTree(t *testing.T) {
 		if _, err := host.ListMdevInstances(r); !errors.Is(err, host.ErrNotATree) {
 			t.Errorf("%s: ListMdevInstances: %v, want ErrNotATree", c.dir, err)
 		}
+		if _, err := r.Checked(); !errors.Is(err, host.ErrNotATree) {
+			t.Errorf("%s: Checked: %v, want ErrNotATree", c.dir, err)
+		}
+	}
+	// A root Checked once is not checked again by the readers (a command checks its root once).
+	r, err := host.NewRoot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked, err := r.Checked()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(snap, "sys"), filepath.Join(snap, "sys.moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/sys", filepath.Join(snap, "sys")); err != nil {
+		t.Fatal(err)
+	}
+	if err := checked.CheckTree(); err != nil {
+		t.Errorf("the checked root was checked again: %v", err)
+	}
+	if err := r.CheckTree(); !errors.Is(err, host.ErrNotATree) {
+		t.Errorf("the unchecked root, its sys now a link to /sys: %v", err)
 	}
 }

@@ -19,6 +19,8 @@ type Root struct {
 	// walk makes the root's opens resolve paths by the component walk even where openat2(2)
 	// works (OpenInRoot's fallback): the tests of the fallback set it on the roots they build.
 	walk bool
+	// treeChecked: CheckTree passed (Checked), so the readers that call it again skip it.
+	treeChecked bool
 }
 
 // ErrNoRoot is returned by NewRoot when the host root does not exist or is not a directory.
@@ -67,17 +69,19 @@ var treeDirs = []string{"sys", "proc", "dev"}
 // A root without sys and nothing of the kind is a host with nothing (a fresh root that holds
 // only vgpu-host's state: an empty inventory, as before). The error names the tree it means.
 func (r Root) CheckTree() error {
-	if r.IsReal() {
+	if r.IsReal() || r.treeChecked {
 		return nil
 	}
 	dir := r.Dir()
-	if _, err := os.Lstat(dir); err != nil {
-		return nil // a root that went away: each reader reports that its own way (scan host root DIR: ...)
-	}
+	sysDir := false // ROOT/sys is a directory (not a link to one): isTreeDir(dir)
 	for _, d := range treeDirs {
 		p := r.Path(d)
 		st, err := os.Lstat(p)
-		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+		if err != nil {
+			continue
+		}
+		if st.Mode()&fs.ModeSymlink == 0 {
+			sysDir = sysDir || d == "sys" && st.IsDir()
 			continue
 		}
 		if err := r.CheckInside(p); err != nil {
@@ -85,8 +89,11 @@ func (r Root) CheckTree() error {
 			return fmt.Errorf("host root %s: %w: %s is a symlink to %s, out of the tree (it would describe this machine under the tree's name); copy what it holds into the tree, or use --host-root / for this machine", dir, ErrNotATree, p, t)
 		}
 	}
-	if isTreeDir(dir) {
-		return nil
+	if sysDir {
+		return nil // a tree: three lstat calls
+	}
+	if _, err := os.Lstat(dir); err != nil {
+		return nil // a root that went away: each reader reports that its own way (scan host root DIR: ...)
 	}
 	if isDir(filepath.Join(dir, "bus")) && isDir(filepath.Join(dir, "devices")) {
 		return fmt.Errorf("host root %s: %w: it is a sys directory itself; pass the directory that holds sys (%s) to --host-root or VGPU_HOST_ROOT", dir, ErrNotATree, filepath.Dir(dir))
@@ -95,6 +102,17 @@ func (r Root) CheckTree() error {
 		return fmt.Errorf("host root %s: %w: it has no sys directory, and %s next to it has; did you mean --host-root %s?", dir, ErrNotATree, near, near)
 	}
 	return nil
+}
+
+// Checked returns r once CheckTree has passed on it: the readers that check the tree again
+// (Scan, the mdev and PCI listings) skip the check on it and its copies, so a command checks
+// its root once (inspect on the real-kernel snapshot made 27 more system calls without it).
+func (r Root) Checked() (Root, error) {
+	if err := r.CheckTree(); err != nil {
+		return r, err
+	}
+	r.treeChecked = true
+	return r, nil
 }
 
 // isTreeDir reports whether d holds a sys directory (not a link to one).

@@ -94,7 +94,7 @@ func rootOf(cmd *cli.Command) (host.Root, error) {
 	}
 	r, err := host.NewRoot(cmd.String("host-root"))
 	if err == nil {
-		err = r.CheckTree() // a snapshot's sys given for the snapshot: refused here, exit 2
+		r, err = r.Checked() // a snapshot's sys given for the snapshot: refused here, exit 2
 	}
 	if err != nil {
 		return host.Root{}, fmt.Errorf("%w: %w", ops.ErrUsage, err)
