@@ -96,7 +96,7 @@ func forward(ctx context.Context, cmd *cli.Command) (code int, done bool) {
 	case "":
 		mode = agentAuto
 	default:
-		fmt.Fprintf(stderr, "vgpu-host: --agent %q: use auto, always or never\n", mode)
+		fmt.Fprintf(stderr, "vgpu-host: usage: --agent %q: use auto, always or never\n", mode) // as usageErr words it
 		return exitUsage, true
 	}
 	// The socket first: with --agent auto and no agent (most runs of the CLI), nothing of

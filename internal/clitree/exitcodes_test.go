@@ -49,6 +49,8 @@ func TestUnknownCommandOrFlagExits2(t *testing.T) {
 		// The completion command the cli makes as it sets up (it said "No help topic for 'bsh'").
 		{[]string{"completion", "bsh"}, `unknown command "bsh" for "vgpu-host completion"; did you mean "bash"?`},
 		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "vgpu-host completion"`},
+		// A bad --agent is worded as every other usage error (it lacked "usage:").
+		{[]string{"--agent", "sometimes", "inspect"}, `vgpu-host: usage: --agent "sometimes": use auto, always or never`},
 	} {
 		var stderr bytes.Buffer
 		app := newApp(testEnv())
