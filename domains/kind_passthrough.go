@@ -120,7 +120,7 @@ func (r *resolver) passthrough(i int, p *Passthrough) ([]Slot, error) {
 		}
 		d := r.device(a)
 		if d == nil {
-			return nil, fmt.Errorf("%s: no PCI device %s in the inventory: %w", path, a, host.ErrNotFound)
+			return nil, fmt.Errorf("%s: no PCI device %s on the host (check the address with lspci -D; vgpu-host inspect lists its GPUs): %w", path, a, host.ErrNotFound)
 		}
 		if r.used[a] {
 			return nil, fmt.Errorf("%s: %s is already assigned: %w", path, a, host.ErrBusy)

@@ -77,6 +77,15 @@ func TestResolveHeld(t *testing.T) {
 	if errors.As(err, &held) || !errors.Is(err, host.ErrNotFound) {
 		t.Fatalf("resolve of a model the host lacks: %v, want host.ErrNotFound and no HeldError", err)
 	}
+	// An address the host lacks: not found, with how to find the right one.
+	vm, err = domains.Parse([]byte(minimal + "  gpus:\n    - passthrough: {address: \"0000:99:00.0\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = domains.Resolve(vm, inv, domains.ResolveOptions{})
+	if !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), "no PCI device 0000:99:00.0 on the host (check the address with lspci -D; vgpu-host inspect lists its GPUs)") {
+		t.Fatalf("resolve of an address the host lacks: %v", err)
+	}
 }
 
 // TestTakesDevices checks which specs may claim devices: GPUs but virtio-gpu, and NIC VFs.
