@@ -345,7 +345,7 @@ func LoadData(path string, b []byte) (*VM, error) {
 // Errors wrap host.ErrInvalid.
 func Parse(data []byte) (*VM, error) {
 	vm := &VM{}
-	lines, err := strictyaml.Decode(data, "spec", "one VirtualMachine per file", vm)
+	lines, err := strictyaml.Decode(data, "spec", Kind, vm)
 	if err != nil {
 		return nil, err
 	}

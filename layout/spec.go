@@ -212,7 +212,7 @@ func ParseFile(path string, data []byte) (*File, error) {
 // host.ErrInvalid.
 func Parse(data []byte) (*File, error) {
 	f := &File{}
-	lines, err := strictyaml.Decode(data, "layout", "one HostLayout per file", f)
+	lines, err := strictyaml.Decode(data, "layout", Kind, f)
 	if err != nil {
 		return nil, err
 	}

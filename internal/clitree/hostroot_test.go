@@ -54,14 +54,16 @@ func TestMissingAddressOneWording(t *testing.T) {
 	}
 }
 
-// TestSpecOperandUnreadable: a spec or layout file named on the command line that is missing
-// or a directory is a bad command line (exit 2, docs/apply.md), said once, for render, plan
-// and host layout apply alike (a missing spec exited 1, "failed", a missing layout 2).
+// TestSpecOperandUnreadable: a spec or layout file named on the command line that is missing,
+// a directory or the other kind of file is a bad command line (exit 2, docs/apply.md), said
+// once, for render, plan and host layout apply alike (a missing spec exited 1, "failed", a
+// missing layout 2).
 func TestSpecOperandUnreadable(t *testing.T) {
 	t.Parallel()
 	tr := fakeHost(t)
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "nosuch.yaml")
+	layouts, spec := hosttest.RepoFile(t, "examples/host-layouts.yaml"), hosttest.RepoFile(t, "examples/passthrough.yaml")
 	for _, c := range []struct {
 		args []string
 		want string
@@ -71,6 +73,9 @@ func TestSpecOperandUnreadable(t *testing.T) {
 		{[]string{"plan", "--connect", "test:///default", missing}, "read spec: open " + missing + ": no such file or directory: invalid input\n"},
 		{[]string{"host", "layout", "apply", "--dry-run", missing}, "read layout: open " + missing + ": no such file or directory: invalid input\n"},
 		{[]string{"host", "layout", "apply", "--dry-run", dir}, "read layout: read " + dir + ": is a directory, not a file: invalid input\n"},
+		// One kind of file given where the other belongs (render said "unknown field configs").
+		{[]string{"render", layouts}, layouts + ": parse spec: line 10: kind HostLayout, not VirtualMachine: this file is for vgpu-host host layout plan or apply FILE: invalid input\n"},
+		{[]string{"host", "layout", "apply", "--dry-run", spec}, spec + ": parse layout: line 11: kind VirtualMachine, not HostLayout: this file is for vgpu-host render, plan or apply FILE: invalid input\n"},
 	} {
 		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, c.args...)
 		outw, errw, code := asMain(argv)
