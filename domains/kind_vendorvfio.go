@@ -93,7 +93,7 @@ func (r *resolver) vendorVFIO(i int, v *VGPU) ([]Slot, error) {
 			if r.inv != nil {
 				d := r.device(a)
 				if d == nil || d.VendorVGPU == nil {
-					return nil, fmt.Errorf("%s: %s is not a VF with NVIDIA vendor-VFIO vGPU support in the inventory: %w", path, a, host.ErrNotFound)
+					return nil, fmt.Errorf("%s: %s is not a VF with NVIDIA vendor-VFIO vGPU support on the host (vgpu-host mdev types lists the VFs that offer vGPU types): %w", path, a, host.ErrNotFound)
 				}
 				if r.used[a] {
 					return nil, fmt.Errorf("%s: VF %s is already assigned: %w", path, a, host.ErrBusy)

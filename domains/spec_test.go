@@ -256,6 +256,11 @@ func TestResolveSelectors(t *testing.T) {
 	if !errors.Is(err, host.ErrNotFound) || !errors.Is(err, host.ErrBusy) || !strings.Contains(err.Error(), "558 (NVIDIA L40S-8Q)") {
 		t.Errorf("pinned VF without the profile: %v", err)
 	}
+	// A pinned address that is no vendor-VFIO VF here: not found, with where to look.
+	_, err = domains.Resolve(parse("  gpus:\n    - vgpu: {profile: \"L40S-8Q\", mode: vendor-vfio, vfs: [\"0000:99:00.4\"]}\n"), inv, domains.ResolveOptions{})
+	if !errors.Is(err, host.ErrNotFound) || !strings.Contains(err.Error(), "0000:99:00.4 is not a VF with NVIDIA vendor-VFIO vGPU support on the host (vgpu-host mdev types lists the VFs that offer vGPU types)") {
+		t.Errorf("pinned address that is no VF: %v", err)
+	}
 	// Offline: a selector without fallback cannot be resolved.
 	_, err = domains.Resolve(parse("  gpus:\n    - passthrough: {model: A100}\n"), nil, domains.ResolveOptions{Offline: true})
 	if err == nil || !strings.Contains(err.Error(), "give an address") {
