@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/strictyaml"
 )
 
 // Problem is one thing wrong with a spec: the field path, its YAML line (0 when unknown)
@@ -81,24 +82,9 @@ type validator struct {
 }
 
 func (v *validator) add(path, format string, a ...any) {
-	line := 0
-	if v.vm.lines != nil {
-		// The deepest recorded ancestor gives the best line.
-		for p := path; p != ""; p = parentPath(p) {
-			if l, ok := v.vm.lines[p]; ok {
-				line = l
-				break
-			}
-		}
-	}
+	// The deepest recorded ancestor gives the best line.
+	line := strictyaml.LineOf(v.vm.lines, path)
 	v.problems = append(v.problems, Problem{Path: path, Line: line, Msg: fmt.Sprintf(format, a...)})
-}
-
-func parentPath(p string) string {
-	if i := strings.LastIndexAny(p, ".["); i > 0 {
-		return p[:i]
-	}
-	return ""
 }
 
 func (v *validator) oneOf(path, val string, allowed ...string) {

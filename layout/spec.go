@@ -282,7 +282,7 @@ type validator struct {
 
 func (v *validator) add(path, format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
-	if l := v.f.lines[path]; l > 0 {
+	if l := strictyaml.LineOf(v.f.lines, path); l > 0 {
 		v.problems = append(v.problems, fmt.Sprintf("line %d: %s: %s", l, path, msg))
 		return
 	}

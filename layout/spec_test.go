@@ -12,7 +12,8 @@ import (
 const head = "apiVersion: vgpu-host/v1\nkind: HostLayout\nconfigs:\n"
 
 // TestParseErrorsNameLineAndField: every malformed layout is host.ErrInvalid and the message
-// names the line and the field (or the reason) of the mistake.
+// names the line and the field (or the reason) of the mistake; a field the file lacks (mdev
+// without types) at the line of the entry that lacks it (strictyaml.LineOf: it had no line).
 func TestParseErrorsNameLineAndField(t *testing.T) {
 	cases := []struct {
 		name, doc string
@@ -36,13 +37,13 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"bad address", head + "  a:\n    gpus:\n      - select: {address: \"zz:00.0\"}\n        mode: host\n",
 			[]string{"configs.a.gpus[0].select.address"}},
 		{"vendor without device", head + "  a:\n    gpus:\n      - select: {vendor: \"10de\"}\n        mode: host\n",
-			[]string{"configs.a.gpus[0].select.device", "4-digit hex"}},
+			[]string{"line 6", "configs.a.gpus[0].select.device", "4-digit hex"}},
 		{"sriov without vfs", head + "  a:\n    gpus:\n      - select: {address: \"01:00.0\"}\n        mode: sriov\n",
-			[]string{"configs.a.gpus[0].vfs", "needs vfs"}},
+			[]string{"line 6", "configs.a.gpus[0].vfs", "needs vfs"}},
 		{"types on passthrough", head + "  a:\n    gpus:\n      - select: {address: \"01:00.0\"}\n        mode: passthrough\n        types: [{type: x, count: 1}]\n",
 			[]string{"line 8", "configs.a.gpus[0].types", "not used by mode passthrough"}},
 		{"mdev without types", head + "  a:\n    gpus:\n      - select: {parent: mbochs}\n        mode: mdev\n",
-			[]string{"configs.a.gpus[0].types", "at least one type"}},
+			[]string{"line 6", "configs.a.gpus[0].types", "at least one type"}},
 		{"zero count", head + "  a:\n    gpus:\n      - select: {parent: mbochs}\n        mode: mdev\n        types: [{type: small, count: 0}]\n",
 			[]string{"line 8", "configs.a.gpus[0].types[0].count", "want 1..1024"}},
 		{"type twice", head + "  a:\n    gpus:\n      - select: {parent: mbochs}\n        mode: mdev\n        types: [{type: small, count: 1}, {type: Small, count: 2}]\n",

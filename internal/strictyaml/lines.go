@@ -172,3 +172,23 @@ func KindName(k yaml.Kind) string {
 func cleanYAMLError(err error) string {
 	return strings.TrimPrefix(err.Error(), "yaml: ")
 }
+
+// LineOf returns the line of path in lines (Decode's), or of its deepest recorded ancestor:
+// a field the file lacks ("configs.b.gpus[0].types") is told at the line of the entry that
+// lacks it. 0 when none is recorded.
+func LineOf(lines map[string]int, path string) int {
+	for p := path; p != ""; p = parentPath(p) {
+		if l, ok := lines[p]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+// parentPath is path without its last element ("a.b[0].c" → "a.b[0]" → "a.b" → "a" → "").
+func parentPath(p string) string {
+	if i := strings.LastIndexAny(p, ".["); i > 0 {
+		return p[:i]
+	}
+	return ""
+}
