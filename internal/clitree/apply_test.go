@@ -171,6 +171,14 @@ func TestApplyFallbackLibvirtd(t *testing.T) {
 	if _, code = runCLI(t, append(g, "destroy", "--connect", uri, name)...); code != exitNotFound {
 		t.Fatalf("second destroy exit %d, want %d", code, exitNotFound)
 	}
+	// The ledger empty again: status says so (it printed a bare header), JSON stays [].
+	out, code = runCLI(t, append(g, "status", "--connect", uri)...)
+	if code != 0 || out != "no VMs: vgpu-host apply has created none on this host (vgpu-host apply SPEC creates one)\n" {
+		t.Fatalf("status of an empty ledger exit %d:\n%s", code, out)
+	}
+	if out, code = runCLI(t, append(g, "-o", "json", "status", "--connect", uri)...); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("status -o json of an empty ledger exit %d:\n%s", code, out)
+	}
 }
 
 var (

@@ -34,20 +34,25 @@ func statusRequest(f flagValues) (ops.StatusRequest, error) {
 func renderStatus(o opOutput, res *ops.StatusResult) error {
 	st := res.VMs
 	return o.emit(st, func(w io.Writer) error {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VM\tSTATE\tPHASE\tDEVICES")
-		for _, s := range st {
-			var devs []string
-			for _, c := range s.Claims {
-				devs = append(devs, c.Key())
+		if len(st) == 0 {
+			// A header over nothing told nobody why (JSON stays []).
+			fmt.Fprintln(w, "no VMs: vgpu-host apply has created none on this host (vgpu-host apply SPEC creates one)")
+		} else {
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VM\tSTATE\tPHASE\tDEVICES")
+			for _, s := range st {
+				var devs []string
+				for _, c := range s.Claims {
+					devs = append(devs, c.Key())
+				}
+				if len(s.Fallback) > 0 {
+					devs = append(devs, "virtio-gpu (fallback)")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.State, s.Phase, strings.Join(devs, " "))
 			}
-			if len(s.Fallback) > 0 {
-				devs = append(devs, "virtio-gpu (fallback)")
+			if err := tw.Flush(); err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.State, s.Phase, strings.Join(devs, " "))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
 		}
 		// Devices no VM gets until they check healthy again (docs/health.md).
 		for _, l := range quarantineLines(o.root) {
