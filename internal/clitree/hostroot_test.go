@@ -2,6 +2,9 @@ package clitree
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,16 +43,25 @@ func TestWrongHostRootRefused(t *testing.T) {
 // command that takes one (inspect said "it may have been removed" of a mistyped address, bind
 // "check the address with lspci -D", host release-quarantine "it still fails its check
 // (gone)", exit 4, host health showed it FAILED, exit 0).
+// It runs on a generated tree and on the real-kernel snapshot, where no health file may appear.
 func TestMissingAddressOneWording(t *testing.T) {
 	t.Parallel()
-	tr := fakeHost(t)
-	want := "device 0000:99:00.0: no " + filepath.Join(tr.Dir(), "sys/bus/pci/devices/0000:99:00.0") + ": not found (check the address with lspci -D)\n"
-	for _, args := range [][]string{{"inspect", "0000:99:00.0"}, {"inspect", "-o", "json", "0000:99:00.0"}, {"bind", "--dry-run", "0000:99:00.0"}, {"unbind", "--dry-run", "0000:99:00.0"},
-		{"vf", "enable", "--dry-run", "--count", "2", "0000:99:00.0"}, {"vf", "disable", "--dry-run", "0000:99:00.0"}, {"host", "release-quarantine", "0000:99:00.0"}, {"host", "health", "0000:99:00.0"}} {
-		argv := append([]string{"--host-root", tr.Dir(), "--agent", "never"}, args...)
-		outw, errw, code := asMain(argv)
-		if code != exitNotFound || !strings.HasSuffix(errw, want) {
-			t.Errorf("%v: exit %d\n%s%s\nwant exit %d ending\n%s", args, code, outw, errw, exitNotFound, want)
+	snap := t.TempDir()
+	if err := hosttest.UnpackSnapshot(hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"), snap); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{fakeHost(t).Dir(), snap} {
+		want := "device 0000:99:00.0: no " + filepath.Join(dir, "sys/bus/pci/devices/0000:99:00.0") + ": not found (check the address with lspci -D)\n"
+		for _, args := range [][]string{{"inspect", "0000:99:00.0"}, {"inspect", "-o", "json", "0000:99:00.0"}, {"bind", "--dry-run", "0000:99:00.0"}, {"unbind", "--dry-run", "0000:99:00.0"},
+			{"vf", "enable", "--dry-run", "--count", "2", "0000:99:00.0"}, {"vf", "disable", "--dry-run", "0000:99:00.0"}, {"host", "release-quarantine", "0000:99:00.0"}, {"host", "health", "0000:99:00.0"}} {
+			argv := append([]string{"--host-root", dir, "--agent", "never"}, args...)
+			outw, errw, code := asMain(argv)
+			if code != exitNotFound || !strings.HasSuffix(errw, want) {
+				t.Errorf("%s: %v: exit %d\n%s%s\nwant exit %d ending\n%s", dir, args, code, outw, errw, exitNotFound, want)
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "var/lib/vgpu-host/health/0000:99:00.0.json")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: a health file was written for an address with no device: %v", dir, err)
 		}
 	}
 }
