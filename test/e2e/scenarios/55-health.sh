@@ -92,6 +92,15 @@ fi
 kill -TERM "$agent_pid" 2>/dev/null
 wait "$agent_pid" 2>/dev/null || true
 
+# --- an address with no device, on the real kernel: not found, and nothing written ----------------
+for cmd in "host health" "host release-quarantine"; do
+  # shellcheck disable=SC2086 # two words: the command and its subcommand
+  run_fails vgpu-host $cmd 0000:99:00.0
+  expect_eq "$E2E_RC" 6 "$cmd of an address with no device exits 6"
+  expect_match "$(output)" "device 0000:99:00.0: no /sys/bus/pci/devices/0000:99:00.0: not found \\(check the address with lspci -D\\)" "$cmd names the path and the fix"
+done
+expect_no_file "$state/health/0000:99:00.0.json" "no health file for an address with no device"
+
 # --- back to the boot state -----------------------------------------------------------------------
 # The ledger still lists GPU2 (the unbind could not restore it); this unbind drops it.
 vgpu-host unbind "$gpu" >/dev/null 2>&1 || true
