@@ -2,7 +2,6 @@ package host
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -347,7 +346,7 @@ func checkCPU(root Root, readable bool, flags map[string]bool, vendor string, vm
 // vmx flag: the node alone does not say KVM can run guests.
 func checkKVM(root Root, vendor string, vm, cpuVirt bool) CheckResult {
 	c := CheckResult{Name: "kvm"}
-	if Exists(root.Dev("kvm")) {
+	if root.exists(root.Dev("kvm")) {
 		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
 		if !cpuVirt {
 			c.Verdict = VerdictWarn
@@ -368,8 +367,8 @@ func checkKVM(root Root, vendor string, vm, cpuVirt bool) CheckResult {
 
 func checkIOMMU(root Root, cmdline, vendor string, vm bool) CheckResult {
 	c := CheckResult{Name: "iommu"}
-	units, _ := os.ReadDir(root.Sys("class", "iommu"))
-	groups, _ := os.ReadDir(root.Sys("kernel", "iommu_groups"))
+	units, _ := root.readDir(root.Sys("class", "iommu"))
+	groups, _ := root.readDir(root.Sys("kernel", "iommu_groups"))
 	if len(units) > 0 && len(groups) > 0 {
 		c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%d IOMMU unit(s), %d groups", len(units), len(groups))
 		return c
@@ -419,8 +418,8 @@ type cpuFacts struct {
 
 // readCPUFacts reads root's /proc/cpuinfo and /proc/cmdline; what cannot be read is empty.
 func readCPUFacts(root Root) cpuFacts {
-	cpuinfo, _ := ReadHostFile(root.Proc("cpuinfo"), 0)
-	cmdline, _ := ReadString(root.Proc("cmdline"))
+	cpuinfo, _ := root.ReadHostFile(root.Proc("cpuinfo"), 0)
+	cmdline, _ := root.readString(root.Proc("cmdline"))
 	flags := cpuFlags(string(cpuinfo))
 	return cpuFacts{readable: len(cpuinfo) > 0, vendor: cpuVendorOf(string(cpuinfo)), flags: flags, vm: flags["hypervisor"], cmdline: cmdline}
 }
@@ -536,7 +535,7 @@ func InterruptRemappingFix(root Root) string {
 
 func checkVFIO(root Root) CheckResult {
 	c := CheckResult{Name: "vfio"}
-	mod, drv := Exists(root.Sys("module", "vfio_pci")), Exists(root.PCIDriver(VFIODriver))
+	mod, drv := root.exists(root.Sys("module", "vfio_pci")), root.exists(root.PCIDriver(VFIODriver))
 	if mod || drv {
 		c.Verdict, c.Detail = VerdictOK, "vfio-pci loaded"
 		return c
@@ -548,7 +547,7 @@ func checkVFIO(root Root) CheckResult {
 
 func checkRenderNode(root Root) CheckResult {
 	c := CheckResult{Name: "render-node"}
-	nodes, _ := filepath.Glob(root.Dev("dri", "renderD*"))
+	nodes := root.glob(root.Dev("dri"), "renderD*")
 	if len(nodes) > 0 {
 		c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%d render node(s) for virgl: %s", len(nodes), filepath.Base(nodes[0]))
 		return c

@@ -62,7 +62,7 @@ func FormatCPUList(cpus []int) string {
 // (offline) are left out.
 func ThreadSiblings(root Root) (map[int][]int, error) {
 	dir := root.Sys("devices", "system", "cpu")
-	ents, err := os.ReadDir(dir)
+	ents, err := root.readDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read cpu topology: %w", err)
 	}
@@ -73,7 +73,7 @@ func ThreadSiblings(root Root) (map[int][]int, error) {
 		if !ok || err != nil {
 			continue
 		}
-		b, err := ReadHostFile(filepath.Join(dir, e.Name(), "topology", "thread_siblings_list"), 0)
+		b, err := root.ReadHostFile(filepath.Join(dir, e.Name(), "topology", "thread_siblings_list"), 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -94,7 +94,7 @@ func ThreadSiblings(root Root) (map[int][]int, error) {
 // be given at most this many (maxphysaddr), and with maxphysaddr passthrough it gets exactly
 // this many, which sets the size of its firmware's 64-bit MMIO window.
 func PhysAddrBits(root Root) uint {
-	b, err := ReadFileLimit(root.Proc("cpuinfo"), 4<<20)
+	b, err := root.ReadHostFile(root.Proc("cpuinfo"), 0)
 	if err != nil {
 		return 0
 	}

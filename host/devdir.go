@@ -24,15 +24,12 @@ import (
 type devDir struct {
 	fd  int    // the open directory, or atCWD: names are then joined to dir
 	dir string // the directory's path, for messages and the fallback
-}
-
-// openDevDir opens dir; close it with close.
-func openDevDir(dir string) devDir {
-	fd, err := openat(atCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
-	if err != nil {
-		return pathDir(dir)
-	}
-	return devDir{fd: fd, dir: dir}
+	t   *tree  // the root the directory is under, nil for "/": reads resolve inside it (devDir.openAt)
+	// links: the directory's entries are links out of it (sys/bus/pci/devices/ADDR ->
+	// ../../../devices/...), so under a tree a name is resolved from the root at once, not
+	// first tried beneath the directory (EXDEV, one system call more for every function).
+	links bool
+	rel   string // under a tree, dir relative to the root ("." for the root; "" when not under it)
 }
 
 // openat is openat(2) with O_CLOEXEC, retried on EINTR. The path is passed to the kernel
@@ -128,9 +125,6 @@ func cString(buf *[256]byte, dir, name string) (*byte, bool) {
 	return &buf[0], true
 }
 
-// pathDir is dir not opened, for a single read: opening it would cost more than it saves.
-func pathDir(dir string) devDir { return devDir{fd: atCWD, dir: dir} }
-
 func (d devDir) close() {
 	if d.fd != atCWD {
 		unix.Close(d.fd)
@@ -151,26 +145,38 @@ func (d devDir) path(name string) string { return filepath.Join(d.dir, name) }
 
 // str is readAttr of dir/name.
 func (d devDir) str(name string) (string, error) {
-	fd, rel := d.at(name)
-	if fd == atCWD {
-		return readAttrAt(atCWD, "", rel, "")
+	v, err := d.strRaw(name)
+	if err != nil {
+		return "", d.attrErr(name, err)
 	}
-	return readAttrAt(fd, d.dir, rel, "")
+	return v, nil
 }
 
 // strRaw is str with the bare error of open(2) or read(2), for a caller to whom a missing
 // attribute is no error (readAttrRaw); attrErr is the error str would have returned.
 func (d devDir) strRaw(name string) (string, error) {
-	fd, rel := d.at(name)
-	return readAttrRaw(fd, rel, "")
+	var buf [4096]byte
+	b, err := d.attrInto(name, &buf)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// attrInto is readAttrInto of dir/name.
+func (d devDir) attrInto(name string, buf *[4096]byte) ([]byte, error) {
+	fd, err := d.openAt(name, "", unix.O_RDONLY|unix.O_NONBLOCK) // a FIFO in a hostile tree never waits
+	if err != nil {
+		return nil, err
+	}
+	return readAttrFD(fd, buf)
 }
 
 // strUnless is strRaw of dir/name, but "" without a copy when the file holds exactly unset
 // (trimmed): driver_override reads "(null)" on nearly every function Scan reads.
 func (d devDir) strUnless(name, unset string) (string, error) {
-	fd, rel := d.at(name)
 	var buf [4096]byte
-	b, err := readAttrInto(fd, rel, "", &buf)
+	b, err := d.attrInto(name, &buf)
 	if err != nil || string(b) == unset {
 		return "", err
 	}
@@ -194,9 +200,8 @@ func (d devDir) hex(name string) (uint32, error) {
 // int is readIntAttr of dir/name. The number is parsed where it was read, with no string
 // made of it (numa_node, current_vgpu_type and sriov_* on every function Scan reads).
 func (d devDir) int(name string) (int64, error) {
-	fd, rel := d.at(name)
 	var buf [4096]byte
-	b, err := readAttrInto(fd, rel, "", &buf)
+	b, err := d.attrInto(name, &buf)
 	if err != nil {
 		return 0, d.attrErr(name, err)
 	}
@@ -221,11 +226,10 @@ func (d devDir) linkBase(name string) (string, error) {
 // function's physfn). The target is read into a buffer on the stack, and only its last
 // element is copied out.
 func (d devDir) linkBaseRaw(name, sub string) (string, error) {
-	fd, rel := d.at(name)
 	var stack [256]byte
 	buf := stack[:]
 	for {
-		n, err := readlinkatJoin(fd, rel, sub, buf)
+		n, err := d.readlinkAt(name, sub, buf)
 		if err != nil {
 			return "", err
 		}
@@ -278,8 +282,7 @@ func (d devDir) file(name string) ([]byte, error) {
 // memory, every fresh page of it a page fault. Scan's first pass reads "ADDR"/"uevent" from
 // the devices directory, the two joined on the stack (openatJoin).
 func (d devDir) fileIn(name, sub string, page *[4096]byte) ([]byte, error) {
-	fd, rel := d.at(name)
-	f, err := openatJoin(fd, rel, sub, unix.O_RDONLY|unix.O_NONBLOCK) // a FIFO in a hostile tree never waits
+	f, err := d.openAt(name, sub, unix.O_RDONLY|unix.O_NONBLOCK) // a FIFO in a hostile tree never waits
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: d.path(joinRel(name, sub)), Err: err}
 	}
@@ -318,34 +321,23 @@ func (d devDir) fileIn(name, sub string, page *[4096]byte) ([]byte, error) {
 }
 
 // sub opens the directory name under d (a function under the devices directory); it falls
-// back to the full path when that fails, as openDevDir does.
+// back to the full path when that fails, as Root.devDir does.
 func (d devDir) sub(name string) devDir {
-	if d.fd == atCWD {
-		return openDevDir(d.path(name))
-	}
-	fd, err := openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := d.openAt(name, "", unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
-		return pathDir(d.path(name))
+		fd = atCWD
 	}
-	return devDir{fd: fd, dir: d.path(name)}
-}
-
-// openListable opens dir for reading its entries (not O_PATH) and reports whether it has any,
-// with os.ReadDir's errors. The descriptor stays usable as a devDir for reads below it.
-func openListable(dir string) (devDir, bool, error) {
-	fd, err := openat(atCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return pathDir(dir), false, &fs.PathError{Op: "open", Path: dir, Err: err}
+	s := devDir{fd: fd, dir: d.path(name), t: d.t}
+	if d.t != nil && d.rel != "" {
+		s.rel = joinRel(d.rel, name)
 	}
-	names, err := readNames(fd, dir, 1)
-	return devDir{fd: fd, dir: dir}, len(names) > 0, err
+	return s
 }
 
 // names lists the directory dir/name (the directory itself for "."), sorted, as os.ReadDir
 // would name them, with os.ReadDir's errors.
 func (d devDir) names(name string) ([]string, error) {
-	fd, rel := d.at(name)
-	f, err := openat(fd, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	f, err := d.openAt(name, "", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: d.path(name), Err: err}
 	}

@@ -51,12 +51,12 @@ func TestDevDirMatchesPathReaders(t *testing.T) {
 	}
 
 	for _, mode := range []string{"opened", "paths"} {
-		d := openDevDir(dir)
+		d := Root{}.devDir(dir)
 		if mode == "paths" {
 			d.close()
-			d = pathDir(dir)
+			d = Root{}.pathDir(dir)
 		} else if d.fd == atCWD {
-			t.Fatalf("openDevDir(%s) did not open it", dir)
+			t.Fatalf("Root{}.devDir(%s) did not open it", dir)
 		}
 		t.Run(mode, func(t *testing.T) {
 			for _, name := range []string{"vendor", "numa_node", "bad", "missing", "emptydir", "nvidia/current_vgpu_type", "driver/x"} {
@@ -115,10 +115,10 @@ func TestDevDirMatchesPathReaders(t *testing.T) {
 		dir      string
 		nonEmpty bool
 	}{{dir, true}, {filepath.Join(dir, "emptydir"), false}, {filepath.Join(dir, "missing"), false}} {
-		d, nonEmpty, err := openListable(c.dir)
+		d, nonEmpty, err := Root{}.listable(c.dir)
 		_, werr := os.ReadDir(c.dir)
 		if nonEmpty != c.nonEmpty || errText(err) != errText(werr) {
-			t.Errorf("openListable(%s) = %v, %v; want %v, %v", c.dir, nonEmpty, err, c.nonEmpty, werr)
+			t.Errorf("Root{}.listable(%s) = %v, %v; want %v, %v", c.dir, nonEmpty, err, c.nonEmpty, werr)
 		}
 		d.close()
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +48,7 @@ type scanner struct {
 
 func newScanner(root Root) *scanner {
 	return &scanner{root: root, ids: pciIDsFor(root),
-		bus: pathDir(root.Sys("bus", "pci", "devices")), groups: pathDir(root.Sys("kernel", "iommu_groups"))}
+		bus: root.pathDir(root.Sys("bus", "pci", "devices")), groups: root.pathDir(root.Sys("kernel", "iommu_groups"))}
 }
 
 func (s *scanner) warn(format string, a ...any) {
@@ -106,7 +105,7 @@ func NoDevice(root Root, a Address) error {
 // DeviceMissing returns NoDevice's error when a has no ROOT/sys/bus/pci/devices/ADDR, nil
 // when it has one (or it cannot tell).
 func DeviceMissing(root Root, a Address) error {
-	if _, err := os.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
+	if _, err := root.lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
 		return NoDevice(root, a)
 	}
 	return nil
@@ -382,8 +381,8 @@ const (
 // are left out.
 //
 //	0x00000000f0000000 0x00000000f3ffffff 0x0000000000040200   BAR0: 64 MiB, 32-bit, non-prefetchable
-func ReadBARs(path string) ([]BAR, error) {
-	b, err := ReadHostFile(path, 0)
+func ReadBARs(root Root, path string) ([]BAR, error) {
+	b, err := root.ReadHostFile(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}

@@ -59,6 +59,11 @@ func readAttrInto(dirfd int, name, attr string, buf *[4096]byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
+	return readAttrFD(fd, buf)
+}
+
+// readAttrFD is readAttrInto of the attribute open at fd, which it closes.
+func readAttrFD(fd int, buf *[4096]byte) ([]byte, error) {
 	defer syscall.Close(fd)
 	n := 0
 	for n < len(buf) {
@@ -150,6 +155,11 @@ func ReadHostFile(path string, limit int) ([]byte, error) {
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
+	return readHostFD(fd, path, limit)
+}
+
+// readHostFD is ReadHostFile of the file open at fd (path for errors), which it closes.
+func readHostFD(fd int, path string, limit int) ([]byte, error) {
 	defer syscall.Close(fd)
 	size := 4096
 	if limit > 0 && limit < size {

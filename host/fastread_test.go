@@ -26,7 +26,7 @@ func TestReadAttrPaths(t *testing.T) {
 		if v, err := readHexAttr(p); err != nil || v != 0x030000 {
 			t.Errorf("readHexAttr(%d-byte path) = %x, %v", len(p), v, err)
 		}
-		dd := openDevDir(filepath.Dir(d))
+		dd := Root{}.devDir(filepath.Dir(d))
 		if v, err := dd.hex(filepath.Base(d) + "/class"); err != nil || v != 0x030000 {
 			t.Errorf("devDir.hex(%s/class) = %x, %v", filepath.Base(d)[:10], v, err)
 		}

@@ -22,7 +22,7 @@ func TestDevDirFileSizes(t *testing.T) {
 		if err := os.WriteFile(name, want, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, dd := range []devDir{pathDir(dir), openDevDir(dir)} {
+		for _, dd := range []devDir{Root{}.pathDir(dir), Root{}.devDir(dir)} {
 			got, err := dd.file("f")
 			if err != nil || !bytes.Equal(got, want) {
 				t.Fatalf("file of %d bytes (fd %d) = %d bytes, %v", n, dd.fd, len(got), err)
@@ -35,7 +35,7 @@ func TestDevDirFileSizes(t *testing.T) {
 			dd.close()
 		}
 	}
-	if _, err := pathDir(dir).file("missing"); !os.IsNotExist(err) || err.Error() != "open "+filepath.Join(dir, "missing")+": no such file or directory" {
+	if _, err := (Root{}).pathDir(dir).file("missing"); !os.IsNotExist(err) || err.Error() != "open "+filepath.Join(dir, "missing")+": no such file or directory" {
 		t.Fatalf("missing file: %v", err)
 	}
 }
@@ -51,7 +51,7 @@ func TestStackPageReadsAllocate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dd := openDevDir(dir)
+	dd := Root{}.devDir(dir)
 	defer dd.close()
 	if id := readIdentity(dd, "uevent", ""); id.driver != "nvidia" || id.class != 0x30200 || id.vendor != 0x10de || id.subDevice != 0x145a {
 		t.Fatalf("identity = %+v", id)
@@ -60,7 +60,7 @@ func TestStackPageReadsAllocate(t *testing.T) {
 		t.Errorf("readIdentity: %v allocations per read, want 1 (the driver name)", n)
 	}
 	// As Scan's first pass reads it: "ADDR", "uevent" from the parent, joined on the stack.
-	parent := openDevDir(filepath.Dir(dir))
+	parent := Root{}.devDir(filepath.Dir(dir))
 	defer parent.close()
 	if id := readIdentity(parent, filepath.Base(dir), "uevent"); id.driver != "nvidia" || id.class != 0x30200 {
 		t.Fatalf("identity from the parent = %+v", id)

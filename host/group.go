@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -44,7 +43,7 @@ func GroupOf(root Root, addr Address) (Group, error) {
 // binding state (ReadFunction) and the viability verdict (see EvaluateGroup).
 func ReadGroup(root Root, id int) (Group, error) {
 	dir := root.Sys("kernel", "iommu_groups", strconv.Itoa(id), "devices")
-	ents, err := os.ReadDir(dir)
+	ents, err := root.readDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Group{}, fmt.Errorf("read iommu group %d at %s: %w", id, dir, ErrNotFound)
@@ -58,7 +57,7 @@ func ReadGroup(root Root, id int) (Group, error) {
 			if !IsMdevUUID(e.Name()) {
 				continue // neither a PCI function nor an mdev: no other bus shows up in x86 groups
 			}
-			m, err := readGroupMdev(dir, e.Name())
+			m, err := readGroupMdev(root, dir, e.Name())
 			if err != nil {
 				return g, fmt.Errorf("read iommu group %d: %w", id, err)
 			}
@@ -82,7 +81,7 @@ func ReadGroup(root Root, id int) (Group, error) {
 // drivers itself, saw each change confirmed, and needs to know only that no function joined or
 // left the group meanwhile (a hot-plug), instead of reading every member again.
 func GroupUnchanged(root Root, g *Group) bool {
-	ents, err := os.ReadDir(root.Sys("kernel", "iommu_groups", strconv.Itoa(g.ID), "devices"))
+	ents, err := root.readDir(root.Sys("kernel", "iommu_groups", strconv.Itoa(g.ID), "devices"))
 	if err != nil {
 		return false
 	}
@@ -133,22 +132,22 @@ func IsMdevUUID(name string) bool {
 //
 //	devices/UUID -> ../../../../devices/virtual/mdpy/mdpy/UUID         (virtual parent "mdpy")
 //	devices/UUID -> ../../../../devices/pci0000:00/0000:00:02.0/UUID   (PCI parent 0000:00:02.0)
-func readGroupMdev(dir, uuid string) (GroupMdev, error) {
+func readGroupMdev(root Root, dir, uuid string) (GroupMdev, error) {
 	m := GroupMdev{UUID: uuid}
 	link := filepath.Join(dir, uuid)
-	target, err := os.Readlink(link)
+	target, err := root.readlink(link)
 	if err != nil {
 		return m, fmt.Errorf("mdev %s: read link %s: %w", uuid, link, err)
 	}
 	m.Parent = filepath.Base(filepath.Dir(target))
-	if t, err := LinkBase(filepath.Join(link, "mdev_type")); err == nil {
+	if t, err := root.linkBase(filepath.Join(link, "mdev_type")); err == nil {
 		m.Type = t
 	} else if errors.Is(err, fs.ErrNotExist) {
 		return m, fmt.Errorf("mdev %s: no mdev_type link under %s (removed during the read?): %w", uuid, link, ErrNotFound)
 	} else {
 		return m, fmt.Errorf("mdev %s: %w", uuid, err)
 	}
-	drv, err := LinkBase(filepath.Join(link, "driver"))
+	drv, err := root.linkBase(filepath.Join(link, "driver"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return m, fmt.Errorf("mdev %s: %w", uuid, err)
 	}

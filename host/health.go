@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -171,7 +170,7 @@ func checkDevice(root Root, a Address, o CheckOptions, st *HealthState, stErr er
 	}
 	h.checkXid(root, xids, resetAt)
 	dir := root.PCIDevice(a)
-	if _, err := os.Stat(root.PCIDevice(a, "vendor")); err != nil {
+	if _, err := root.stat(root.PCIDevice(a, "vendor")); err != nil {
 		h.fail(HealthGone, "%s is not on the PCI bus (%s missing): the function was removed or fell off; a rescan (echo 1 > /sys/bus/pci/rescan) may bring it back", a, HostPath(root, dir))
 		return h
 	}
@@ -179,7 +178,7 @@ func checkDevice(root Root, a Address, o CheckOptions, st *HealthState, stErr er
 	h.checkDriver(root, a, o.Driver)
 	h.checkAER(root, a, base)
 	h.checkLink(root, a, base)
-	if rm, err := ReadString(root.PCIDevice(a, "reset_method")); err == nil {
+	if rm, err := root.readString(root.PCIDevice(a, "reset_method")); err == nil {
 		h.ResetMethods = strings.Fields(rm)
 	}
 	return h
@@ -188,7 +187,7 @@ func checkDevice(root Root, a Address, o CheckOptions, st *HealthState, stErr er
 // checkConfig reads config space and judges the header, the BARs and the capability list.
 func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 	path := root.PCIDevice(a, "config")
-	cfg, err := readConfig(path)
+	cfg, err := readConfig(root, path)
 	if err != nil {
 		h.fail(HealthConfigRead, "read config space %s: %v", HostPath(root, path), err)
 		return
@@ -207,7 +206,7 @@ func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 	//	00000000: ffff ffff 0000 1000 0202 0801 0000 0000
 	//
 	// so a VF is dead only when the rest of its header reads all ones too.
-	vf := Exists(root.PCIDevice(a, "physfn"))
+	vf := root.exists(root.PCIDevice(a, "physfn"))
 	switch {
 	case vf && binary.LittleEndian.Uint32(cfg[0x04:]) == 0xffffffff && binary.LittleEndian.Uint32(cfg[0x08:]) == 0xffffffff,
 		!vf && (vendor == 0xffff || device == 0xffff):
@@ -215,10 +214,10 @@ func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 		return
 	}
 	if !vf {
-		if v, err := ReadHex(root.PCIDevice(a, "vendor")); err == nil && uint32(vendor) != v {
+		if v, err := root.readHex(root.PCIDevice(a, "vendor")); err == nil && uint32(vendor) != v {
 			h.fail(HealthIdentity, "config space vendor 0x%04x is not the enumerated 0x%04x", vendor, v)
 		}
-		if d, err := ReadHex(root.PCIDevice(a, "device")); err == nil && uint32(device) != d {
+		if d, err := root.readHex(root.PCIDevice(a, "device")); err == nil && uint32(device) != d {
 			h.fail(HealthIdentity, "config space device 0x%04x is not the enumerated 0x%04x", device, d)
 		}
 	}
@@ -233,15 +232,15 @@ func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 
 // readConfig reads up to the first 256 bytes of config space (the standard header and the
 // capability list; extended space is not needed).
-func readConfig(path string) ([]byte, error) {
-	return ReadHostFile(path, cfgSize)
+func readConfig(root Root, path string) ([]byte, error) {
+	return root.ReadHostFile(path, cfgSize)
 }
 
 // checkBARs compares the kernel's resources with the baseline (a BAR that changed size) and,
 // when registers is set (an endpoint that is no VF), with config space (a BAR register that
 // lost its address, as after a reset that did not restore state).
 func (h *DeviceHealth) checkBARs(root Root, a Address, cfg []byte, registers bool, base *HealthBaseline) {
-	bars, err := ReadBARs(root.PCIDevice(a, "resource"))
+	bars, err := ReadBARs(root, root.PCIDevice(a, "resource"))
 	if err != nil {
 		h.fail(HealthBAR, "%v", err)
 		return
@@ -378,7 +377,7 @@ func ReadAER(root Root, a Address) (c AERCounts, ok bool, err error) {
 		{"aer_dev_fatal", "TOTAL_ERR_FATAL", &c.Fatal},
 	} {
 		p := root.PCIDevice(a, f.file)
-		b, rerr := ReadHostFile(p, 0)
+		b, rerr := root.ReadHostFile(p, 0)
 		if errors.Is(rerr, fs.ErrNotExist) {
 			continue
 		}
@@ -427,12 +426,12 @@ func (h *DeviceHealth) checkLink(root Root, a Address, base *HealthBaseline) {
 // their fields empty.
 func ReadLink(root Root, a Address) LinkState {
 	var l LinkState
-	l.Speed, _ = ReadString(root.PCIDevice(a, "current_link_speed"))
-	l.MaxSpeed, _ = ReadString(root.PCIDevice(a, "max_link_speed"))
-	if w, err := ReadInt(root.PCIDevice(a, "current_link_width")); err == nil {
+	l.Speed, _ = root.readString(root.PCIDevice(a, "current_link_speed"))
+	l.MaxSpeed, _ = root.readString(root.PCIDevice(a, "max_link_speed"))
+	if w, err := root.readInt(root.PCIDevice(a, "current_link_width")); err == nil {
 		l.Width = int(w)
 	}
-	if w, err := ReadInt(root.PCIDevice(a, "max_link_width")); err == nil {
+	if w, err := root.readInt(root.PCIDevice(a, "max_link_width")); err == nil {
 		l.MaxWidth = int(w)
 	}
 	return l
@@ -465,11 +464,11 @@ func sizeString(n uint64) string {
 }
 
 // OnBus reports whether a is on the PCI bus (its sysfs directory has a vendor attribute).
-func OnBus(root Root, a Address) bool { return Exists(root.PCIDevice(a, "vendor")) }
+func OnBus(root Root, a Address) bool { return root.exists(root.PCIDevice(a, "vendor")) }
 
 // BaselineOf is what a function looks like now, to compare later checks with.
 func BaselineOf(root Root, a Address, now time.Time) (HealthBaseline, error) {
-	bars, err := ReadBARs(root.PCIDevice(a, "resource"))
+	bars, err := ReadBARs(root, root.PCIDevice(a, "resource"))
 	if err != nil {
 		return HealthBaseline{}, err
 	}

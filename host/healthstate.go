@@ -228,13 +228,13 @@ func stateAddrs(root Root, dir string) ([]Address, error) {
 	// Most hosts have no such directory (nothing was ever quarantined): one stat says so and
 	// nothing is read, where CheckInside resolves the path component by component (on a
 	// --host-root, two dozen system calls for every inspect and check).
-	if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(d); errors.Is(err, fs.ErrNotExist) { // CheckInside refuses a link out
 		return nil, nil
 	}
 	if err := root.CheckInside(d); err != nil {
 		return nil, err
 	}
-	ents, err := os.ReadDir(d)
+	ents, err := root.readDir(d)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -3,7 +3,6 @@ package host
 import (
 	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -89,7 +88,7 @@ func HolderFix(comm string) string {
 func DeviceNodes(root Root, a Address, driver string, group int) []string {
 	var out []string
 	dev := func(name string) string { return HostPath(root, root.Dev(name)) }
-	if ents, err := os.ReadDir(root.PCIDevice(a, "drm")); err == nil {
+	if ents, err := root.readDir(root.PCIDevice(a, "drm")); err == nil {
 		for _, e := range ents {
 			n := e.Name()
 			if strings.HasPrefix(n, "card") || strings.HasPrefix(n, "renderD") {
@@ -97,14 +96,14 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 			}
 		}
 	}
-	if ents, err := os.ReadDir(root.PCIDevice(a, "graphics")); err == nil {
+	if ents, err := root.readDir(root.PCIDevice(a, "graphics")); err == nil {
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), "fb") {
 				out = append(out, dev(e.Name()))
 			}
 		}
 	}
-	if ents, err := os.ReadDir(root.PCIDevice(a, "sound")); err == nil {
+	if ents, err := root.readDir(root.PCIDevice(a, "sound")); err == nil {
 		for _, e := range ents {
 			n, ok := strings.CutPrefix(e.Name(), "card")
 			if _, err := strconv.Atoi(n); !ok || err != nil {
@@ -153,11 +152,12 @@ func Holders(root Root, paths []string) []Holder {
 	if len(paths) == 0 {
 		return nil
 	}
-	proc, err := openat(atCWD, root.Proc(), unix.O_RDONLY|unix.O_DIRECTORY)
+	proc, err := root.open(root.Proc(), unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil
 	}
 	defer unix.Close(proc)
+	procDir := root.dirAt(proc, root.Proc())
 	var fs unix.Statfs_t
 	procfs := unix.Fstatfs(proc, &fs) == nil && fs.Type == unix.PROC_SUPER_MAGIC
 	var pids []string
@@ -182,7 +182,7 @@ func Holders(root Root, paths []string) []Holder {
 		if err != nil {
 			continue
 		}
-		fd, err := openat(proc, p+"/fd", unix.O_RDONLY|unix.O_DIRECTORY)
+		fd, err := procDir.openAt(p, "fd", unix.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
 			continue
 		}
@@ -203,7 +203,7 @@ func Holders(root Root, paths []string) []Holder {
 					continue
 				}
 				seen = append(seen, t)
-				comm, _ := readAttr(root.Proc(p, "comm"))
+				comm, _ := root.readAttr(root.Proc(p, "comm"))
 				out = append(out, Holder{PID: pid, Comm: comm, Path: t})
 			}
 			// procfs lists a process's descriptors until the buffer is full: room left for
@@ -235,7 +235,7 @@ func getdents(fd int, buf []byte) (int, error) {
 // ProcessName returns the command name of process pid (ROOT/proc/PID/comm), "" when it
 // cannot be read.
 func ProcessName(root Root, pid int) string {
-	c, _ := readAttr(root.Proc(strconv.Itoa(pid), "comm"))
+	c, _ := root.readAttr(root.Proc(strconv.Itoa(pid), "comm"))
 	return c
 }
 
@@ -261,8 +261,8 @@ func matchAnyBytes(t []byte, paths []string) bool {
 
 // linkedUnder returns the PCI function a sysfs link lies under (e.g. /sys/class/block/vda1 ->
 // ../../devices/pci0000:00/0000:00:1e.0/virtio2/block/vda/vda1 lies under 0000:00:1e.0).
-func linkedUnder(p string) (Address, bool) {
-	t, err := os.Readlink(p)
+func linkedUnder(root Root, p string) (Address, bool) {
+	t, err := root.readlink(p)
 	if err != nil {
 		return Address{}, false
 	}
@@ -282,7 +282,7 @@ func linkedUnder(p string) (Address, bool) {
 // through their slaves): "/dev/vda1 (mounted on /)".
 func MountedBlockDevices(root Root) map[Address][]string {
 	out := map[Address][]string{}
-	f, err := openHostFile(root.Proc("mounts"))
+	f, err := root.openHostFile(root.Proc("mounts"))
 	if err != nil {
 		return out
 	}
@@ -295,17 +295,17 @@ func MountedBlockDevices(root Root) map[Address][]string {
 			continue
 		}
 		name := filepath.Base(fields[0])
-		if t, err := os.Readlink(root.Path(fields[0])); err == nil { // /dev/mapper/x -> ../dm-0
+		if t, err := root.readlink(root.Path(fields[0])); err == nil { // /dev/mapper/x -> ../dm-0
 			name = filepath.Base(t)
 		}
 		names := []string{name}
-		if slaves, err := os.ReadDir(root.Sys("class", "block", name, "slaves")); err == nil {
+		if slaves, err := root.readDir(root.Sys("class", "block", name, "slaves")); err == nil {
 			for _, sl := range slaves {
 				names = append(names, sl.Name())
 			}
 		}
 		for _, n := range names {
-			if a, ok := linkedUnder(root.Sys("class", "block", n)); ok {
+			if a, ok := linkedUnder(root, root.Sys("class", "block", n)); ok {
 				out[a] = append(out[a], fmt.Sprintf("%s (mounted on %s)", fields[0], fields[1]))
 			}
 		}
@@ -317,14 +317,14 @@ func MountedBlockDevices(root Root) map[Address][]string {
 // ROOT/proc/net/route or ROOT/proc/net/ipv6_route.
 func RoutedInterfaces(root Root) map[Address][]string {
 	ifs := map[string]bool{}
-	if b, err := ReadHostFile(root.Proc("net", "route"), 0); err == nil {
+	if b, err := root.ReadHostFile(root.Proc("net", "route"), 0); err == nil {
 		for i, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); i > 0 && len(f) > 0 {
 				ifs[f[0]] = true
 			}
 		}
 	}
-	if b, err := ReadHostFile(root.Proc("net", "ipv6_route"), 0); err == nil {
+	if b, err := root.ReadHostFile(root.Proc("net", "ipv6_route"), 0); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) >= 10 && f[len(f)-1] != "lo" {
 				ifs[f[len(f)-1]] = true
@@ -338,7 +338,7 @@ func RoutedInterfaces(root Root) map[Address][]string {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if a, ok := linkedUnder(root.Sys("class", "net", n)); ok {
+		if a, ok := linkedUnder(root, root.Sys("class", "net", n)); ok {
 			out[a] = append(out[a], n)
 		}
 	}
@@ -373,14 +373,14 @@ func InterruptRemapping(root Root) IntRemap {
 	r := IntRemap{Interrupts: HostPath(root, root.Proc("interrupts"))}
 	param := root.Sys("module", "vfio_iommu_type1", "parameters", "allow_unsafe_interrupts")
 	r.UnsafeParam = HostPath(root, param)
-	if v, err := readAttr(param); err == nil && (v == "Y" || v == "1") {
+	if v, err := root.readAttr(param); err == nil && (v == "Y" || v == "1") {
 		r.Unsafe = true
 	}
 	// The hardware's word: an IOMMU unit that remaps (named in the detail either way).
 	hw := ""
-	units, _ := os.ReadDir(root.Sys("class", "iommu"))
+	units, _ := root.readDir(root.Sys("class", "iommu"))
 	for _, u := range units {
-		ecap, err := readAttr(filepath.Join(root.Sys("class", "iommu"), u.Name(), "intel-iommu", "ecap"))
+		ecap, err := root.readAttr(filepath.Join(root.Sys("class", "iommu"), u.Name(), "intel-iommu", "ecap"))
 		if err != nil {
 			if strings.HasPrefix(u.Name(), "ivhd") {
 				hw = "AMD-Vi " + u.Name()
@@ -393,7 +393,7 @@ func InterruptRemapping(root Root) IntRemap {
 			break
 		}
 	}
-	b, err := ReadHostFile(root.Proc("interrupts"), 0)
+	b, err := root.ReadHostFile(root.Proc("interrupts"), 0)
 	switch {
 	case err == nil && strings.Contains(string(b), "IR-"):
 		r.On, r.Detail = true, "IR- interrupt chips in "+r.Interrupts

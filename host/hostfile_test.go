@@ -38,7 +38,7 @@ func TestHostFileReadsBounded(t *testing.T) {
 		t.Errorf("ReadHostFile(/dev/zero, %d) = %d bytes, %v", cfgSize, len(b), err)
 	}
 	var page [4096]byte
-	if _, err := pathDir(dir).fileIn("zero", "", &page); !errors.Is(err, ErrTooLarge) {
+	if _, err := (Root{}).pathDir(dir).fileIn("zero", "", &page); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("fileIn(/dev/zero) = %v", err)
 	}
 	_, err := ReadHex(garbage)

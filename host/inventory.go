@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -49,7 +48,7 @@ func scan(root Root, from groupSource) (*Inventory, error) {
 	s.groupsFrom = from
 	s.pfOf = map[Address]Address{}
 	inv := &Inventory{Root: root.Dir(), Devices: []Device{}, Groups: []Group{}, MdevParents: []MdevParent{}}
-	groups, nonEmpty, err := openListable(s.groups.dir)
+	groups, nonEmpty, err := s.root.listable(s.groups.dir)
 	if err == nil {
 		inv.IOMMU = nonEmpty
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -105,17 +104,18 @@ func scan(root Root, from groupSource) (*Inventory, error) {
 func (s *scanner) listFunctions() ([]Address, []string, error) {
 	busDir := s.root.Sys("bus", "pci", "devices")
 	var ents []string
-	fd, err := openat(atCWD, busDir, unix.O_RDONLY|unix.O_DIRECTORY)
+	fd, err := s.root.open(busDir, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err == nil {
-		s.bus = devDir{fd: fd, dir: busDir}
+		s.bus = s.root.dirAt(fd, busDir)
+		s.bus.links = true
 		ents, err = readNames(fd, busDir, -1)
 		sort.Strings(ents)
 	} else {
-		s.bus = pathDir(busDir)
+		s.bus = s.root.pathDir(busDir)
 		err = &fs.PathError{Op: "open", Path: busDir, Err: err}
 	}
 	if err != nil {
-		if _, serr := os.Stat(s.root.Dir()); serr != nil {
+		if _, serr := s.root.stat(s.root.Dir()); serr != nil {
 			return nil, nil, fmt.Errorf("scan host root %s: %w", s.root.Dir(), serr)
 		}
 		s.warn("no PCI devices: %v", err)
@@ -387,7 +387,7 @@ func (s *scanner) addMdevGroups(inv *Inventory) {
 		for _, t := range p.Types {
 			for _, uuid := range t.Instances {
 				link := s.root.Sys("bus", "mdev", "devices", uuid, "iommu_group")
-				name, err := LinkBase(link)
+				name, err := s.root.linkBase(link)
 				if err != nil {
 					if !errors.Is(err, fs.ErrNotExist) || inv.IOMMU {
 						s.warn("mdev %s (%s/%s): %v", uuid, p.Parent, t.ID, err)

@@ -19,11 +19,14 @@ type LoggedWrite struct {
 type LogWriter struct {
 	W   Writer
 	Log func(LoggedWrite)
+	// Root is the tree the paths are under: the old value is read inside it (the zero Root is
+	// this machine's).
+	Root Root
 }
 
 // Write reads the attribute's value, writes through W, and reports the change.
 func (l LogWriter) Write(ctx context.Context, path, value string) error {
-	old, _ := readAttr(path)
+	old, _ := l.Root.readAttr(path)
 	err := l.W.Write(ctx, path, value)
 	l.Log(LoggedWrite{Device: deviceIn(path), Path: path, Old: old, New: strings.TrimSpace(value), Err: err})
 	return err

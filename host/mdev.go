@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -38,7 +37,7 @@ func (s *scanner) mdevParents() ([]MdevParent, error) {
 		return []MdevParent{}, fmt.Errorf("list mdev parents: %w", err)
 	}
 	dir := s.root.Sys("class", "mdev_bus")
-	ents, err := os.ReadDir(dir)
+	ents, err := s.root.readDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return []MdevParent{}, nil
@@ -76,7 +75,7 @@ func MdevParentNamed(root Root, name string) (p MdevParent, ok bool) {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
 		return MdevParent{}, false
 	}
-	if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+	if _, err := root.stat(filepath.Join(dir, name)); err != nil {
 		return MdevParent{}, false
 	}
 	return newScanner(root).mdevParent(dir, name), true
@@ -84,7 +83,7 @@ func MdevParentNamed(root Root, name string) (p MdevParent, ok bool) {
 
 // mdevTypes reads every type directory of one parent.
 func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
-	ents, err := os.ReadDir(dir)
+	ents, err := s.root.readDir(dir)
 	if err != nil {
 		return []MdevType{}, fmt.Errorf("mdev parent %s: list types: %w", parent, err)
 	}
@@ -92,7 +91,7 @@ func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
 	for _, e := range ents {
 		// Each type's files are read relative to its directory, opened once (devDir): the
 		// parent's path is a symlink deep into the device hierarchy.
-		td := openDevDir(filepath.Join(dir, e.Name()))
+		td := s.root.devDir(filepath.Join(dir, e.Name()))
 		t := MdevType{ID: e.Name(), Instances: []string{}}
 		// name is optional in the kernel's mdev ABI (mtty has none on some kernels).
 		if v, err := td.str("name"); err == nil {
@@ -132,7 +131,7 @@ func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
 //	ID    : vGPU Name                        0
 //	1155  : NVIDIA L40S-1Q
 func ReadVendorVGPU(root Root, addr Address) (*VendorVGPU, error) {
-	dd := openDevDir(root.PCIDevice(addr))
+	dd := root.devDir(root.PCIDevice(addr))
 	defer dd.close()
 	return readVendorVGPU(addr, dd)
 }

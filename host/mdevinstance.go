@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,7 +38,7 @@ type MdevInstance struct {
 // it) is on the bus: one lstat of ROOT/sys/bus/mdev/devices/UUID, for a caller that only waits
 // for a removal to finish and needs none of ReadMdevInstance's reads.
 func MdevInstanceExists(root Root, uuid string) bool {
-	_, err := os.Lstat(root.Sys("bus", "mdev", "devices", uuid))
+	_, err := root.lstat(root.Sys("bus", "mdev", "devices", uuid))
 	return err == nil
 }
 
@@ -55,7 +54,7 @@ func ReadMdevInstanceLinks(root Root, uuid string) (MdevInstance, error) {
 	uuid = strings.ToLower(uuid)
 	m := MdevInstance{UUID: uuid, IOMMUGroup: -1}
 	link := root.Sys("bus", "mdev", "devices", uuid)
-	target, err := os.Readlink(link)
+	target, err := root.readlink(link)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return m, fmt.Errorf("mdev instance %s: no %s (list instances with `vgpu-host mdev list`): %w", uuid, link, ErrNotFound)
@@ -67,7 +66,7 @@ func ReadMdevInstanceLinks(root Root, uuid string) (MdevInstance, error) {
 		m.ParentAddress = &a
 	}
 	typeLink := filepath.Join(link, "mdev_type")
-	m.Type, err = LinkBase(typeLink)
+	m.Type, err = root.linkBase(typeLink)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return m, fmt.Errorf("mdev instance %s: no mdev_type link at %s (removed during the read?): %w", uuid, typeLink, ErrNotFound)
@@ -81,7 +80,7 @@ func ReadMdevInstanceLinks(root Root, uuid string) (MdevInstance, error) {
 // link: "" when the type has none (name is optional in the mdev ABI), an error when it cannot
 // be read.
 func MdevInstanceTypeName(root Root, uuid string) (string, error) {
-	v, err := readAttr(root.Sys("bus", "mdev", "devices", strings.ToLower(uuid), "mdev_type", "name"))
+	v, err := root.readAttr(root.Sys("bus", "mdev", "devices", strings.ToLower(uuid), "mdev_type", "name"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -102,21 +101,21 @@ func ReadMdevInstance(root Root, uuid string) (MdevInstance, []string, error) {
 	link := root.Sys("bus", "mdev", "devices", uuid)
 	typeLink := filepath.Join(link, "mdev_type")
 	var warnings []string
-	if v, err := readAttr(filepath.Join(typeLink, "name")); err == nil {
+	if v, err := root.readAttr(filepath.Join(typeLink, "name")); err == nil {
 		m.TypeName = v
 	} else if !errors.Is(err, fs.ErrNotExist) { // name is optional in the mdev ABI
 		warnings = append(warnings, fmt.Sprintf("mdev instance %s: %v", uuid, err))
 	}
-	if v, err := readAttr(filepath.Join(typeLink, "device_api")); err == nil {
+	if v, err := root.readAttr(filepath.Join(typeLink, "device_api")); err == nil {
 		m.DeviceAPI = v
 	} else {
 		warnings = append(warnings, fmt.Sprintf("mdev instance %s: %v", uuid, err))
 	}
-	if m.Driver, err = LinkBase(filepath.Join(link, "driver")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if m.Driver, err = root.linkBase(filepath.Join(link, "driver")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return m, warnings, fmt.Errorf("mdev instance %s: %w", uuid, err)
 	}
 	groupLink := filepath.Join(link, "iommu_group")
-	g, err := LinkBase(groupLink)
+	g, err := root.linkBase(groupLink)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// No group: no IOMMU-backed vfio registration (the mdev driver is not bound).
@@ -139,7 +138,7 @@ func ListMdevInstances(root Root) ([]string, error) {
 		return nil, fmt.Errorf("list mdev instances: %w", err)
 	}
 	dir := root.Sys("bus", "mdev", "devices")
-	ents, err := os.ReadDir(dir)
+	ents, err := root.readDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -40,10 +39,10 @@ func (g *Group) Endpoints() []GroupMember {
 // boot_vga. A function that does not exist is ErrNotFound, naming the path.
 func ReadFunction(root Root, a Address) (GroupMember, error) {
 	m := GroupMember{Address: a}
-	if _, err := os.Lstat(root.PCIDevice(a)); err != nil {
+	if _, err := root.lstat(root.PCIDevice(a)); err != nil {
 		return m, NoDevice(root, a)
 	}
-	class, err := readHexAttr(root.PCIDevice(a, "class"))
+	class, err := root.readHexAttr(root.PCIDevice(a, "class"))
 	if err != nil {
 		return m, fmt.Errorf("device %s: %w", a, err)
 	}
@@ -54,7 +53,7 @@ func ReadFunction(root Root, a Address) (GroupMember, error) {
 	if m.DriverOverride, err = DriverOverride(root, a); err != nil {
 		return m, err
 	}
-	if v, err := readAttr(root.PCIDevice(a, "boot_vga")); err == nil && v == "1" {
+	if v, err := root.readAttr(root.PCIDevice(a, "boot_vga")); err == nil && v == "1" {
 		m.BootVGA = true
 	}
 	return m, nil
@@ -62,7 +61,7 @@ func ReadFunction(root Root, a Address) (GroupMember, error) {
 
 // Driver returns the driver bound to a now ("" when none).
 func Driver(root Root, a Address) (string, error) {
-	d, err := LinkBase(root.PCIDevice(a, "driver"))
+	d, err := root.linkBase(root.PCIDevice(a, "driver"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -76,7 +75,7 @@ func Driver(root Root, a Address) (string, error) {
 // kernel without the attribute (before 3.16) is ErrUnsupported.
 func DriverOverride(root Root, a Address) (string, error) {
 	p := root.PCIDevice(a, "driver_override")
-	v, err := readAttr(p)
+	v, err := root.readAttr(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("device %s has no %s (kernel older than 3.16?): %w", a, p, ErrUnsupported)
 	}
@@ -91,7 +90,7 @@ func DriverOverride(root Root, a Address) (string, error) {
 
 // IOMMUActive reports whether the kernel created any IOMMU group.
 func IOMMUActive(root Root) bool {
-	ents, err := os.ReadDir(root.Sys("kernel", "iommu_groups"))
+	ents, err := root.readDir(root.Sys("kernel", "iommu_groups"))
 	return err == nil && len(ents) > 0
 }
 
@@ -106,14 +105,14 @@ func noIOMMUError(root Root, a Address) error {
 // ErrUnsupported (and ErrNoIOMMU) when there is no IOMMU, with the fix in the message.
 func IOMMUGroupID(root Root, a Address) (int, error) {
 	dir := root.PCIDevice(a)
-	if _, err := os.Lstat(dir); err != nil {
+	if _, err := root.lstat(dir); err != nil {
 		return 0, NoDevice(root, a)
 	}
 	if !IOMMUActive(root) {
 		return 0, noIOMMUError(root, a)
 	}
 	link := filepath.Join(dir, "iommu_group")
-	g, err := LinkBase(link)
+	g, err := root.linkBase(link)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, fmt.Errorf("device %s has no %s although the IOMMU is on (is it behind a non-isolating bridge the IOMMU skips?): %w", a, link, ErrUnsupported)
@@ -131,7 +130,7 @@ func IOMMUGroupID(root Root, a Address) (int, error) {
 // ROOT/sys/bus/pci/drivers/NAME that are addresses, sorted; none when the driver is not
 // loaded.
 func DriverFunctions(root Root, name string) []Address {
-	ents, err := os.ReadDir(root.PCIDriver(name))
+	ents, err := root.readDir(root.PCIDriver(name))
 	if err != nil {
 		return nil
 	}
@@ -145,7 +144,7 @@ func DriverFunctions(root Root, name string) []Address {
 }
 
 // DriverLoaded reports whether PCI driver name is registered (ROOT/sys/bus/pci/drivers/NAME).
-func DriverLoaded(root Root, name string) bool { return Exists(root.PCIDriver(name)) }
+func DriverLoaded(root Root, name string) bool { return root.exists(root.PCIDriver(name)) }
 
 // DriverModule returns the kernel module that provides PCI driver name (its module link),
 // "" when the driver is built in or not loaded.
@@ -153,7 +152,7 @@ func DriverModule(root Root, name string) string {
 	if name == "" {
 		return ""
 	}
-	m, err := LinkBase(root.PCIDriver(name, "module"))
+	m, err := root.linkBase(root.PCIDriver(name, "module"))
 	if err != nil {
 		return ""
 	}
@@ -169,7 +168,7 @@ func VFIODev(root Root, id int) string { return root.Dev("vfio", strconv.Itoa(id
 func VFIODevFamily(root Root) string { return HostPath(root, root.Dev("vfio")) + "/*" }
 
 // VFIODevExists reports whether group id's /dev/vfio/ID exists.
-func VFIODevExists(root Root, id int) bool { return Exists(VFIODev(root, id)) }
+func VFIODevExists(root Root, id int) bool { return root.exists(VFIODev(root, id)) }
 
 // HostPath turns a path under root into the path the host itself sees (for messages, and to
 // compare with /proc/PID/fd link targets): ROOT/dev/vfio/3 → /dev/vfio/3.
@@ -187,7 +186,7 @@ func HostPath(root Root, p string) string {
 //
 //	/sys/bus/pci/devices/0000:41:00.0/vfio-dev/vfio3   ->   /dev/vfio/devices/vfio3
 func VFIOCdevs(root Root, a Address) []string {
-	ents, err := os.ReadDir(root.PCIDevice(a, "vfio-dev"))
+	ents, err := root.readDir(root.PCIDevice(a, "vfio-dev"))
 	if err != nil {
 		return nil
 	}

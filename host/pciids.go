@@ -23,10 +23,13 @@ var pciIDsPaths = []string{"usr/share/misc/pci.ids", "usr/share/hwdata/pci.ids",
 // a nil *PCIIDs answer "" for every lookup. Safe for concurrent use.
 type PCIIDs struct {
 	paths []string
-	once  sync.Once
-	data  []byte
-	path  string
-	err   error
+	// root holds the first inRoot of paths, read inside it; the others are this machine's.
+	root   Root
+	inRoot int
+	once   sync.Once
+	data   []byte
+	path   string
+	err    error
 
 	mu     sync.Mutex
 	memo   map[idsKey]string         // lookups already answered: a host has many functions with the same IDs
@@ -145,7 +148,7 @@ func NewPCIIDs(root Root) *PCIIDs {
 			paths = append(paths, string(os.PathSeparator)+p)
 		}
 	}
-	return &PCIIDs{paths: paths}
+	return &PCIIDs{paths: paths, root: root, inRoot: len(pciIDsPaths)}
 }
 
 // NewPCIIDsFile returns a lazy resolver that reads exactly the file at path.
@@ -156,8 +159,12 @@ func (p *PCIIDs) load() []byte {
 		return nil
 	}
 	p.once.Do(func() {
-		for _, path := range p.paths {
-			b, mapped, err := mapFile(path)
+		for i, path := range p.paths {
+			root := Root{}
+			if i < p.inRoot {
+				root = p.root
+			}
+			b, mapped, err := mapFile(root, path)
 			if err == nil {
 				p.data, p.path = b, path
 				if mapped {
@@ -177,8 +184,8 @@ func (p *PCIIDs) load() []byte {
 // mapped. A scan reads a few pages of pci.ids's 1.3 MB (the sections of the vendors present
 // and the class section at the end); reading it all cost more than the lookups. Updates of
 // pci.ids replace the file (a new inode), so a mapping never sees it change.
-func mapFile(path string) (data []byte, mapped bool, err error) {
-	f, err := openHostFile(path)
+func mapFile(root Root, path string) (data []byte, mapped bool, err error) {
+	f, err := root.openHostFile(path)
 	if err != nil {
 		return nil, false, err
 	}

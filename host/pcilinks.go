@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sort"
 	"strconv"
 )
@@ -33,13 +32,13 @@ type FunctionLinks struct {
 // does.
 func ReadFunctionLinks(root Root, addr Address) (FunctionLinks, error) {
 	dir := root.PCIDevice(addr)
-	if _, err := os.Lstat(dir); err != nil {
+	if _, err := root.lstat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return FunctionLinks{IOMMUGroup: -1, NUMANode: -1}, fmt.Errorf("PCI function %s: no %s: %w", addr, dir, ErrNotFound)
 		}
 		return FunctionLinks{IOMMUGroup: -1, NUMANode: -1}, fmt.Errorf("PCI function %s: %w", addr, err)
 	}
-	dd := openDevDir(dir)
+	dd := root.devDir(dir)
 	defer dd.close()
 	l, _ := newScanner(root).functionLinks(addr, dd, nil)
 	return l, nil
@@ -109,7 +108,7 @@ func ListPCIFunctions(root Root) ([]Address, error) {
 		return nil, fmt.Errorf("list PCI functions: %w", err)
 	}
 	dir := root.Sys("bus", "pci", "devices")
-	ents, err := os.ReadDir(dir)
+	ents, err := root.readDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return []Address{}, nil

@@ -15,7 +15,7 @@ import (
 // The agent asks it whether a peer on its socket is a member of its group.
 func ProcessGroups(root Root, pid int) ([]int, error) {
 	p := root.Proc(strconv.Itoa(pid), "status")
-	s, err := ReadString(p)
+	s, err := root.readString(p)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,9 @@ type Root struct {
 	walk bool
 	// treeChecked: CheckTree passed (Checked), so the readers that call it again skip it.
 	treeChecked bool
+	// t holds a root other than "/" open for reads that resolve inside it (tree), shared by
+	// the Root's copies.
+	t *tree
 }
 
 // ErrNoRoot is returned by NewRoot when the host root does not exist or is not a directory.
@@ -45,7 +48,10 @@ func NewRoot(dir string) (Root, error) {
 	if !st.IsDir() {
 		return Root{}, fmt.Errorf("open host root %s: %w (it is a file); pass a directory to --host-root or VGPU_HOST_ROOT", abs, ErrNoRoot)
 	}
-	return Root{dir: abs}, nil
+	if abs == "/" {
+		return Root{dir: abs}, nil
+	}
+	return Root{dir: abs, t: &tree{dir: abs}}, nil
 }
 
 // ErrNotATree is returned by CheckTree for a host root that is not a host's tree.

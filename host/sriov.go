@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strconv"
 )
 
@@ -15,14 +14,14 @@ import (
 // the device and the path.
 func ReadSRIOV(root Root, addr Address) (*SRIOV, []string, error) {
 	dir := root.PCIDevice(addr)
-	if _, err := os.Lstat(dir); err != nil {
+	if _, err := root.lstat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("SR-IOV of %s: no %s: %w", addr, dir, ErrNotFound)
 		}
 		return nil, nil, fmt.Errorf("SR-IOV of %s: %w", addr, err)
 	}
 	s := newScanner(root)
-	dd := openDevDir(dir)
+	dd := root.devDir(dir)
 	defer dd.close()
 	sr := s.readSRIOV(addr, dd)
 	return sr, s.warnings, nil
@@ -106,7 +105,7 @@ func virtfn(dd devDir, i int) (Address, error) {
 // sriov_numvfs write returns, so this is what a caller polls to see them appear or go. A PF
 // without VFs (or without SR-IOV) returns an empty list.
 func ReadVFs(root Root, addr Address) ([]Address, error) {
-	dd := openDevDir(root.PCIDevice(addr))
+	dd := root.devDir(root.PCIDevice(addr))
 	defer dd.close()
 	out := []Address{}
 	for i := 0; ; i++ {

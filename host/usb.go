@@ -28,7 +28,7 @@ type USBDevice struct {
 // A host without USB (no /sys/bus/usb) has none.
 func USBDevices(root Root) ([]USBDevice, error) {
 	dir := root.Sys("bus", "usb", "devices")
-	ents, err := os.ReadDir(dir)
+	ents, err := root.readDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -42,8 +42,8 @@ func USBDevices(root Root) ([]USBDevice, error) {
 			continue // an interface of a device
 		}
 		attr := func(a string) string {
-			b, _ := ReadFileLimit(root.Sys("bus", "usb", "devices", name, a), 4096)
-			return strings.TrimSpace(string(b))
+			v, _ := root.readAttr(root.Sys("bus", "usb", "devices", name, a))
+			return v
 		}
 		bus, err1 := strconv.Atoi(attr("busnum"))
 		dev, err2 := strconv.Atoi(attr("devnum"))

@@ -8,14 +8,14 @@ import (
 // (vGPU 17+): it has nvidia/creatable_vgpu_types and no mdev_supported_types. The files exist
 // while the VF is bound to the nvidia driver.
 func IsVendorVF(root Root, addr Address) bool {
-	return Exists(root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")) &&
-		!Exists(root.PCIDevice(addr, "mdev_supported_types"))
+	return root.exists(root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")) &&
+		!root.exists(root.PCIDevice(addr, "mdev_supported_types"))
 }
 
 // ReadCurrentVGPUType reads nvidia/current_vgpu_type of a vendor-VFIO VF: the vGPU type ID
 // assigned to it, 0 for none. This is what a caller reads back after writing the file.
 func ReadCurrentVGPUType(root Root, vf Address) (int, error) {
-	return readCurrentVGPUType(vf, pathDir(root.PCIDevice(vf)))
+	return readCurrentVGPUType(vf, root.pathDir(root.PCIDevice(vf)))
 }
 
 // readCurrentVGPUType is ReadCurrentVGPUType of the VF whose directory is dd.

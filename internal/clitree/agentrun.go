@@ -88,7 +88,7 @@ func hostIOFor(cmd *cli.Command, root host.Root) (host.Writer, host.ModuleLoader
 func loggedHostIO(e *Env, root host.Root, log *slog.Logger, op string, peer agentapi.Peer) (host.Writer, host.ModuleLoader) {
 	w, m := e.hostIO(root)
 	l := log.With("op", op, "uid", peer.UID, "pid", peer.PID)
-	w = host.LogWriter{W: w, Log: func(c host.LoggedWrite) {
+	w = host.LogWriter{W: w, Root: root, Log: func(c host.LoggedWrite) {
 		attrs := []any{"device", c.Device, "path", c.Path, "old", c.Old, "new", c.New}
 		if c.Err != nil {
 			l.Warn("host change failed", append(attrs, "err", c.Err)...)

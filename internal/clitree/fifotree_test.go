@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // hostileTreeCommands are the read-only commands a hostile host tree is run through.
@@ -93,10 +95,23 @@ func TestFIFOTreeNeverWaits(t *testing.T) {
 // NUL bytes. Reads of the host tree were unbounded: inspect grew its heap until the kernel (or
 // a 2 GB ulimit) killed it. Now a read stops at maxHostFile (32 MiB; a PCI function's
 // attribute at 1 MiB) with ErrTooLarge, an error quotes at most 80 bytes of what it read, and
-// the NULs in the mdev type names a table prints are escaped.
+// the NULs in the mdev type names a table prints are escaped. Reads under a --host-root
+// resolve inside it, so the links lead to the tree's own dev/zero: it is made here as the
+// kernel makes /dev/zero, character device 1:5 (mknod: root).
 func TestEndlessFileTree(t *testing.T) {
 	t.Parallel()
-	runHostile(t, hostileSnapshot(t, func(p string) error { return os.Symlink("/dev/zero", p) }))
+	testenv.RequireRoot(t)
+	dir := hostileSnapshot(t, func(p string) error { return os.Symlink("/dev/zero", p) })
+	if err := unix.Mknod(filepath.Join(dir, "dev", "zero"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 5))); err != nil {
+		t.Fatal(err)
+	}
+	runHostile(t, dir)
+	// The tree's endless file was read (the attribute is NUL bytes), and the error quotes 80 of
+	// them.
+	_, errOut, code := asMain([]string{"--host-root", dir, "--agent", "never", "inspect", "0000:01:00.0"})
+	if code != 1 || !strings.Contains(errOut, "vendor: not a hex number: \"\\x00") || len(errOut) > 1000 {
+		t.Errorf("inspect 0000:01:00.0 on a tree of /dev/zero links: exit %d, want the tree's dev/zero read and quoted short:\n%s", code, errOut)
+	}
 }
 
 // TestTerminalEscapesInTheTree: names read from the host tree reach the terminal escaped: an

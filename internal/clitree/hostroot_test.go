@@ -106,3 +106,80 @@ func asMain(argv []string) (stdout, stderr string, code int) {
 	code = execute(app, append([]string{"vgpu-host"}, argv...), &errw)
 	return outw.String(), errw.String(), code
 }
+
+// TestSnapshotLinksStayInRoot: the real-kernel snapshot with its sound-card GPU's bus entry
+// (sys/bus/pci/devices/0000:01:00.0) made an absolute link to a copy of the function outside the
+// tree that claims to be an NVIDIA H200, and the second GPU's an absolute link to its own
+// directory in the tree (/sys/devices/..., as a copy made with absolute links has it). Before,
+// every read followed the links as this machine would: inspect listed the H200 at 0000:01:00.0
+// and could not read 0000:02:00.0 (this machine has no such path). Now every read resolves
+// inside the root, as if it were "/": no command shows the decoy, and the in-tree absolute link
+// reads the tree's own function.
+func TestSnapshotLinksStayInRoot(t *testing.T) {
+	t.Parallel()
+	snap := t.TempDir()
+	if err := hosttest.UnpackSnapshot(hosttest.SharedFixture(t, "qemu-q35-iommu-6.1.tar.gz"), snap); err != nil {
+		t.Fatal(err)
+	}
+	decoy := filepath.Join(t.TempDir(), "h200")
+	src := filepath.Join(snap, "sys/devices/pci0000:00/0000:00:04.0/0000:01:00.0")
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(decoy, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(l, to)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uevent, err := os.ReadFile(filepath.Join(decoy, "uevent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ue := strings.NewReplacer("PCI_CLASS=30000", "PCI_CLASS=30200", "PCI_ID=1002:5046", "PCI_ID=10DE:2335").Replace(string(uevent))
+	if ue == string(uevent) {
+		t.Fatalf("the snapshot's uevent changed: %q", uevent)
+	}
+	for name, v := range map[string]string{"vendor": "0x10de", "device": "0x2335", "class": "0x030200", "uevent": ue} {
+		if err := os.WriteFile(filepath.Join(decoy, name), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bus := filepath.Join(snap, "sys/bus/pci/devices")
+	for addr, target := range map[string]string{"0000:01:00.0": decoy, "0000:02:00.0": "/sys/devices/pci0000:00/0000:00:05.0/0000:02:00.0"} {
+		if err := os.Remove(filepath.Join(bus, addr)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(bus, addr)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range append(append([][]string{}, hostileTreeCommands...), []string{"inspect", "0000:02:00.0"}) {
+		stdout, stderr, code := asMain(append([]string{"--host-root", snap, "--agent", "never"}, args...))
+		// The tree's path is left out: a temporary directory's name may hold the digits.
+		out := strings.ToLower(strings.ReplaceAll(stdout+stderr, snap, "ROOT"))
+		if strings.Contains(out, "10de") || strings.Contains(out, "2335") || strings.Contains(out, "h200") {
+			t.Errorf("%v read the decoy out of the tree: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	stdout, stderr, code := asMain([]string{"--host-root", snap, "--agent", "never", "inspect", "-o", "json"})
+	if code != 0 || !strings.Contains(stdout, `"address": "0000:02:00.0"`) || !strings.Contains(stdout, `"vendor_id": "1002"`) {
+		t.Errorf("inspect -o json: exit %d, want 0000:02:00.0 read through its in-tree absolute link\n%s%s", code, stdout, stderr)
+	}
+}

@@ -1,0 +1,415 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// tree is a host root other than "/" (a snapshot, a fake tree, a --host-root), held open so
+// that every read under it resolves inside it, as if it were "/" (a chroot): a symlink in the
+// tree, absolute (sys/bus/pci/devices/ADDR -> /sys/devices/...) or with enough "..", never
+// leads the read out of it to this machine's files. Reads on the real root ("/") have no tree
+// and read the paths as they are.
+//
+// Paths are resolved by openat2(2) with RESOLVE_IN_ROOT from the root's descriptor, opened once
+// per tree (the same one system call per read as an open of the whole path), or by the walk
+// OpenInRoot falls back to where the kernel lacks openat2 (before Linux 5.6).
+type tree struct {
+	dir  string // the root, absolute and clean
+	walk bool   // resolve by the component walk even where openat2 works (the fallback's tests)
+	once sync.Once
+	fd   int // the root opened O_PATH, closed when the tree is collected
+	err  error
+}
+
+// tree is r's tree for reads, or nil on the real root.
+func (r Root) tree() *tree {
+	if r.IsReal() {
+		return nil
+	}
+	if r.t != nil && r.t.walk == r.walk {
+		return r.t
+	}
+	return &tree{dir: r.Dir(), walk: r.walk} // a Root built without NewRoot, or a test's walk
+}
+
+// rootFD is the root's descriptor, opened on first use.
+func (t *tree) rootFD() (int, error) {
+	t.once.Do(func() {
+		t.fd, t.err = unix.Open(t.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if t.err == nil {
+			runtime.AddCleanup(t, func(fd int) { unix.Close(fd) }, t.fd)
+		}
+	})
+	return t.fd, t.err
+}
+
+// errNotInRoot is the error for a path a read under a tree was given that is not under its root
+// (a bug: every path read under a root is built from it).
+var errNotInRoot = errors.New("not under the host root")
+
+// rel is path relative to the root, or false when it is not under it.
+func (t *tree) rel(path string) (string, bool) {
+	path = filepath.Clean(path)
+	if path == t.dir {
+		return ".", true
+	}
+	if rel, ok := strings.CutPrefix(path, t.dir); ok && strings.HasPrefix(rel, "/") {
+		return rel[1:], true
+	}
+	return "", false
+}
+
+// open opens path (under the root) with open(2)'s flags, resolving it inside the root: the
+// descriptor, or the bare errno (or errNotInRoot).
+func (t *tree) open(path string, flags int) (int, error) {
+	rel, ok := t.rel(path)
+	if !ok {
+		return -1, errNotInRoot
+	}
+	return t.openRel(rel, "", "", flags)
+}
+
+// openRel is open of dir/name/sub relative to the root (dir "." for the root itself; name and
+// sub left out when ""), joined on the stack.
+func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
+	if dir == "" {
+		return -1, errNotInRoot // a devDir whose directory is not under the root
+	}
+	if !t.walk {
+		rfd, err := t.rootFD()
+		if err != nil {
+			return -1, err
+		}
+		fd, err := openat2Join(rfd, dir, name, sub, flags, unix.RESOLVE_IN_ROOT)
+		runtime.KeepAlive(t)
+		if err != unix.ENOSYS {
+			return fd, err
+		}
+	}
+	resolved, err := walkInRoot(t.dir, joinRel(joinRel(dir, name), sub), flags&unix.O_NOFOLLOW != 0)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return -1, err
+	}
+	// The last component was resolved by the walk: do not follow a link swapped in since.
+	return openat(atCWD, resolved, flags|unix.O_NOFOLLOW)
+}
+
+// openat2Join is openat2(2) of dir/name/sub (name and sub left out when "") relative to dirfd
+// with resolve's RESOLVE_* flags (and RESOLVE_NO_MAGICLINKS: /proc/PID/fd/N-style links never
+// resolve), retried on EINTR and on the EAGAIN a rename racing RESOLVE_IN_ROOT can give. The
+// path is joined in a buffer on the stack and passed from there, as openatJoin passes it:
+// unix.Openat2 copies it to the heap, one allocation for each of Scan's thousands of reads.
+func openat2Join(dirfd int, dir, name, sub string, flags int, resolve uint64) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Resolve: resolve | unix.RESOLVE_NO_MAGICLINKS}
+	var buf [512]byte
+	n := 0
+	for i, part := range [3]string{dir, name, sub} {
+		if part == "" {
+			continue
+		}
+		if i > 0 && n > 0 {
+			if n >= len(buf) {
+				n = -1
+				break
+			}
+			buf[n] = '/'
+			n++
+		}
+		if n+len(part) >= len(buf) || strings.IndexByte(part, 0) >= 0 {
+			n = -1
+			break
+		}
+		n += copy(buf[n:], part)
+	}
+	if n < 0 { // too long, or a NUL: x/sys copies it (and refuses a NUL with EINVAL)
+		for {
+			fd, err := unix.Openat2(dirfd, joinRel(joinRel(dir, name), sub), &how)
+			if err != unix.EINTR && err != unix.EAGAIN {
+				return fd, err
+			}
+		}
+	}
+	buf[n] = 0
+	for {
+		fd, _, errno := unix.Syscall6(unix.SYS_OPENAT2, uintptr(dirfd), uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
+		switch errno {
+		case 0:
+			return int(fd), nil
+		case unix.EINTR, unix.EAGAIN:
+			continue
+		}
+		return -1, errno
+	}
+}
+
+// openAt opens name/sub (name alone when sub is "") of d with open(2)'s flags. On the real root
+// it is openat(2) relative to d's descriptor. Under a tree, a single name is opened relative to
+// d's descriptor with RESOLVE_BENEATH (an attribute: one system call, as before); a path with
+// several components, or a name that is a link leading above d (EXDEV), is resolved from the
+// root, inside it.
+func (d devDir) openAt(name, sub string, flags int) (int, error) {
+	fd, rel := d.at(name)
+	if d.t == nil {
+		return openatJoin(fd, rel, sub, flags)
+	}
+	if fd != atCWD && sub == "" && !d.links && !strings.Contains(rel, "/") && !d.t.walk {
+		f, err := openat2Join(fd, rel, "", "", flags, unix.RESOLVE_BENEATH)
+		if err != unix.EXDEV && err != unix.ENOSYS {
+			return f, err
+		}
+	}
+	return d.t.openRel(d.rel, name, sub, flags)
+}
+
+// readlinkAt is readlink(2) of name/sub of d into buf. Under a tree, the directories on the way
+// to the link are resolved inside the root; the link itself is never followed.
+func (d devDir) readlinkAt(name, sub string, buf []byte) (int, error) {
+	fd, rel := d.at(name)
+	if d.t == nil || fd != atCWD && sub == "" && !strings.Contains(rel, "/") {
+		return readlinkatJoin(fd, rel, sub, buf) // no directory to follow on the way
+	}
+	lfd, err := d.t.openRel(d.rel, name, sub, unix.O_PATH|unix.O_NOFOLLOW)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(lfd)
+	return readlinkat(lfd, "", buf)
+}
+
+// open is openat(2) of path (under the root) with flags: resolved inside the root under a
+// tree, as it is on the real root.
+func (r Root) open(path string, flags int) (int, error) {
+	if t := r.tree(); t != nil {
+		return t.open(path, flags)
+	}
+	return openat(atCWD, path, flags)
+}
+
+// dirAt is the devDir of dir (under the root) open at fd (atCWD: not open).
+func (r Root) dirAt(fd int, dir string) devDir {
+	d := devDir{fd: fd, dir: dir, t: r.tree()}
+	if d.t != nil {
+		d.rel, _ = d.t.rel(dir) // "" when it is not under the root: every read fails (errNotInRoot)
+	}
+	return d
+}
+
+// devDir opens dir (under the root) for reading one file after another (O_PATH); close it
+// with close. A directory that cannot be opened is read by full paths (pathDir), so that every
+// read fails, or succeeds, as it would.
+func (r Root) devDir(dir string) devDir {
+	fd, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return r.pathDir(dir)
+	}
+	return r.dirAt(fd, dir)
+}
+
+// pathDir is dir under the root not opened, for a single read: opening it would cost more than
+// it saves.
+func (r Root) pathDir(dir string) devDir { return r.dirAt(atCWD, dir) }
+
+// listable opens dir under the root for reading its entries (not O_PATH) and reports whether
+// it has any, with os.ReadDir's errors. The descriptor stays usable as a devDir for reads below
+// it.
+func (r Root) listable(dir string) (devDir, bool, error) {
+	fd, err := r.open(dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return r.pathDir(dir), false, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	names, err := readNames(fd, dir, 1)
+	return r.dirAt(fd, dir), len(names) > 0, err
+}
+
+// readAttr is readAttr of path under the root.
+func (r Root) readAttr(path string) (string, error) {
+	return r.pathDir(filepath.Dir(path)).str(filepath.Base(path))
+}
+
+// readString is ReadString of path under the root.
+func (r Root) readString(path string) (string, error) {
+	b, err := r.ReadHostFile(path, 0)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// readInt is ReadInt of path under the root.
+func (r Root) readInt(path string) (int64, error) {
+	s, err := r.readString(path)
+	if err != nil {
+		return 0, err
+	}
+	return parseInt(path, s)
+}
+
+// readHex is ReadHex of path under the root.
+func (r Root) readHex(path string) (uint32, error) {
+	s, err := r.readString(path)
+	if err != nil {
+		return 0, err
+	}
+	return parseHex(path, s)
+}
+
+// ReadHostFile is ReadHostFile of path under the root: under a tree it resolves inside it.
+func (r Root) ReadHostFile(path string, limit int) ([]byte, error) {
+	t := r.tree()
+	if t == nil {
+		return ReadHostFile(path, limit)
+	}
+	fd, err := t.open(path, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return readHostFD(fd, path, limit)
+}
+
+// openHostFile is openHostFile of path under the root.
+func (r Root) openHostFile(path string) (*os.File, error) {
+	t := r.tree()
+	if t == nil {
+		return openHostFile(path)
+	}
+	fd, err := t.open(path, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// readlink is os.Readlink of path under the root: the directories on the way resolve inside
+// it, and the link itself is read, not followed.
+func (r Root) readlink(path string) (string, error) {
+	if r.tree() == nil {
+		return os.Readlink(path)
+	}
+	var stack [256]byte
+	buf := stack[:]
+	for {
+		n, err := r.pathDir(path).readlinkAt("", "", buf)
+		if err != nil {
+			return "", &fs.PathError{Op: "readlink", Path: path, Err: err}
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// linkBase is LinkBase of path under the root.
+func (r Root) linkBase(path string) (string, error) {
+	t, err := r.readlink(path)
+	if err != nil {
+		return "", fmt.Errorf("read link %s: %w", path, err)
+	}
+	return filepath.Base(t), nil
+}
+
+// stat is os.Stat of path under the root (links followed, inside it).
+func (r Root) stat(path string) (fs.FileInfo, error) {
+	if r.tree() == nil {
+		return os.Stat(path)
+	}
+	return r.statIn(path, "stat", 0)
+}
+
+// lstat is os.Lstat of path under the root (the directories on the way followed inside it, the
+// last component not).
+func (r Root) lstat(path string) (fs.FileInfo, error) {
+	if r.tree() == nil {
+		return os.Lstat(path)
+	}
+	return r.statIn(path, "lstat", unix.O_NOFOLLOW)
+}
+
+func (r Root) statIn(path, op string, nofollow int) (fs.FileInfo, error) {
+	fd, err := r.tree().open(path, unix.O_PATH|nofollow)
+	if err != nil {
+		return nil, &fs.PathError{Op: op, Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: op, Path: path, Err: err}
+	}
+	return statInfo{name: filepath.Base(path), st: st}, nil
+}
+
+// exists is Exists of path under the root.
+func (r Root) exists(path string) bool {
+	_, err := r.stat(path)
+	return err == nil
+}
+
+// readDir is os.ReadDir of dir under the root: the entries sorted by name.
+func (r Root) readDir(dir string) ([]fs.DirEntry, error) {
+	t := r.tree()
+	if t == nil {
+		return os.ReadDir(dir)
+	}
+	fd, err := t.open(dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	return ents, err
+}
+
+// glob is filepath.Glob of pattern's last element in dir under the root.
+func (r Root) glob(dir, pattern string) []string {
+	ents, err := r.readDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if ok, _ := filepath.Match(pattern, e.Name()); ok {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
+
+// statInfo is the fs.FileInfo of a stat(2) under a tree.
+type statInfo struct {
+	name string
+	st   unix.Stat_t
+}
+
+func (s statInfo) Name() string       { return s.name }
+func (s statInfo) Size() int64        { return s.st.Size }
+func (s statInfo) Mode() fs.FileMode  { return unixMode(s.st.Mode) | fs.FileMode(s.st.Mode&0o777) }
+func (s statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s statInfo) IsDir() bool        { return s.Mode().IsDir() }
+func (s statInfo) Sys() any           { return &s.st }
+
+// readHexAttr is readHexAttr of path under the root.
+func (r Root) readHexAttr(path string) (uint32, error) {
+	s, err := r.readAttr(path)
+	if err != nil {
+		return 0, err
+	}
+	return parseHex(path, s)
+}
