@@ -346,7 +346,7 @@ func checkCPU(root Root, readable bool, flags map[string]bool, vendor string, vm
 // vmx flag: the node alone does not say KVM can run guests.
 func checkKVM(root Root, vendor string, vm, cpuVirt bool) CheckResult {
 	c := CheckResult{Name: "kvm"}
-	if root.exists(root.Dev("kvm")) {
+	if root.Exists(root.Dev("kvm")) {
 		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
 		if !cpuVirt {
 			c.Verdict = VerdictWarn
@@ -535,7 +535,7 @@ func InterruptRemappingFix(root Root) string {
 
 func checkVFIO(root Root) CheckResult {
 	c := CheckResult{Name: "vfio"}
-	mod, drv := root.exists(root.Sys("module", "vfio_pci")), root.exists(root.PCIDriver(VFIODriver))
+	mod, drv := root.Exists(root.Sys("module", "vfio_pci")), root.Exists(root.PCIDriver(VFIODriver))
 	if mod || drv {
 		c.Verdict, c.Detail = VerdictOK, "vfio-pci loaded"
 		return c

@@ -31,7 +31,7 @@ func ResetOrder(root Root, policy string, methods []string) []string {
 				out = append(out, m)
 			}
 		case ResetAuto:
-			if m == "device_specific" && !root.exists(root.Sys("module", "vendor_reset")) {
+			if m == "device_specific" && !root.Exists(root.Sys("module", "vendor_reset")) {
 				continue
 			}
 			out = append(out, m)

@@ -206,7 +206,7 @@ func (h *DeviceHealth) checkConfig(root Root, a Address, base *HealthBaseline) {
 	//	00000000: ffff ffff 0000 1000 0202 0801 0000 0000
 	//
 	// so a VF is dead only when the rest of its header reads all ones too.
-	vf := root.exists(root.PCIDevice(a, "physfn"))
+	vf := root.Exists(root.PCIDevice(a, "physfn"))
 	switch {
 	case vf && binary.LittleEndian.Uint32(cfg[0x04:]) == 0xffffffff && binary.LittleEndian.Uint32(cfg[0x08:]) == 0xffffffff,
 		!vf && (vendor == 0xffff || device == 0xffff):
@@ -464,7 +464,7 @@ func sizeString(n uint64) string {
 }
 
 // OnBus reports whether a is on the PCI bus (its sysfs directory has a vendor attribute).
-func OnBus(root Root, a Address) bool { return root.exists(root.PCIDevice(a, "vendor")) }
+func OnBus(root Root, a Address) bool { return root.Exists(root.PCIDevice(a, "vendor")) }
 
 // BaselineOf is what a function looks like now, to compare later checks with.
 func BaselineOf(root Root, a Address, now time.Time) (HealthBaseline, error) {

@@ -144,7 +144,7 @@ func DriverFunctions(root Root, name string) []Address {
 }
 
 // DriverLoaded reports whether PCI driver name is registered (ROOT/sys/bus/pci/drivers/NAME).
-func DriverLoaded(root Root, name string) bool { return root.exists(root.PCIDriver(name)) }
+func DriverLoaded(root Root, name string) bool { return root.Exists(root.PCIDriver(name)) }
 
 // DriverModule returns the kernel module that provides PCI driver name (its module link),
 // "" when the driver is built in or not loaded.
@@ -168,7 +168,7 @@ func VFIODev(root Root, id int) string { return root.Dev("vfio", strconv.Itoa(id
 func VFIODevFamily(root Root) string { return HostPath(root, root.Dev("vfio")) + "/*" }
 
 // VFIODevExists reports whether group id's /dev/vfio/ID exists.
-func VFIODevExists(root Root, id int) bool { return root.exists(VFIODev(root, id)) }
+func VFIODevExists(root Root, id int) bool { return root.Exists(VFIODev(root, id)) }
 
 // HostPath turns a path under root into the path the host itself sees (for messages, and to
 // compare with /proc/PID/fd link targets): ROOT/dev/vfio/3 → /dev/vfio/3.

@@ -354,8 +354,8 @@ func (r Root) statIn(path, op string, nofollow int) (fs.FileInfo, error) {
 	return statInfo{name: filepath.Base(path), st: st}, nil
 }
 
-// exists is Exists of path under the root.
-func (r Root) exists(path string) bool {
+// Exists is Exists of path under the root: under a tree, the links on the way resolve inside it.
+func (r Root) Exists(path string) bool {
 	_, err := r.stat(path)
 	return err == nil
 }

@@ -151,7 +151,7 @@ func TestReadsStayInRoot(t *testing.T) {
 			if _, err := root.lstat(dev("0000:00:06.0", "vendor")); err == nil {
 				t.Errorf("lstat found the decoy's vendor")
 			}
-			if root.exists(dev("0000:00:02.0", "physfn", "vendor")) {
+			if root.Exists(dev("0000:00:02.0", "physfn", "vendor")) {
 				t.Errorf("exists found the decoy through physfn")
 			}
 			if l, err := root.readlink(dev("0000:00:05.0", "iommu_group")); err == nil {

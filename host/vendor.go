@@ -8,8 +8,8 @@ import (
 // (vGPU 17+): it has nvidia/creatable_vgpu_types and no mdev_supported_types. The files exist
 // while the VF is bound to the nvidia driver.
 func IsVendorVF(root Root, addr Address) bool {
-	return root.exists(root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")) &&
-		!root.exists(root.PCIDevice(addr, "mdev_supported_types"))
+	return root.Exists(root.PCIDevice(addr, "nvidia", "creatable_vgpu_types")) &&
+		!root.Exists(root.PCIDevice(addr, "mdev_supported_types"))
 }
 
 // ReadCurrentVGPUType reads nvidia/current_vgpu_type of a vendor-VFIO VF: the vGPU type ID

@@ -92,7 +92,7 @@ func fileStep(root host.Root, path, content string, dry bool) (*HostOp, error) {
 // driverctlInstalled reports whether driverctl's udev rule is present under root.
 func driverctlInstalled(root host.Root) bool {
 	for _, p := range [][]string{{"lib", "udev", "rules.d"}, {"usr", "lib", "udev", "rules.d"}} {
-		if host.Exists(root.Path(append(p, "05-driverctl.rules")...)) {
+		if root.Exists(root.Path(append(p, "05-driverctl.rules")...)) {
 			return true
 		}
 	}
@@ -275,7 +275,7 @@ func (r *run) persistedWarnings(groups []*host.Group) {
 				continue
 			}
 			p := DriverctlPath(r.root, m.Address)
-			if _, ours := r.ledger.Files[host.HostPath(r.root, p)]; ours && host.Exists(p) {
+			if _, ours := r.ledger.Files[host.HostPath(r.root, p)]; ours && r.root.Exists(p) {
 				r.res.Warnings = append(r.res.Warnings, fmt.Sprintf("%s: %s (from bind --persist) binds it to vfio-pci again at the next boot; vgpu-host unbind --persist %s removes it",
 					m.Address, host.HostPath(r.root, p), m.Address))
 			}
