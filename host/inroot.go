@@ -25,8 +25,18 @@ func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error)
 	return openInRoot(root, path, flag, perm, false)
 }
 
-// openIn is OpenInRoot under r, by the component walk when r says so (Root.walk).
+// openIn is OpenInRoot under r, by the component walk when r says so (Root.walk), and from
+// the root's descriptor its reads hold open otherwise (tree.openWrite).
 func (r Root) openIn(path string, flag int, perm os.FileMode) (*os.File, error) {
+	if t := r.tree(); t != nil && !t.walk {
+		fd, err := t.openWrite(path, flag, perm)
+		if err == nil {
+			return os.NewFile(uintptr(fd), path), nil
+		}
+		if err != unix.ENOSYS && err != errNotInRoot {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+	}
 	return openInRoot(r.Dir(), path, flag, perm, r.walk)
 }
 

@@ -92,7 +92,7 @@ func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
 		if err != nil {
 			return -1, err
 		}
-		fd, err := openat2Join(rfd, dir, name, sub, flags, unix.RESOLVE_IN_ROOT)
+		fd, err := openat2Join(rfd, dir, name, sub, flags, 0, unix.RESOLVE_IN_ROOT)
 		runtime.KeepAlive(t)
 		if err != unix.ENOSYS {
 			return fd, err
@@ -110,13 +110,34 @@ func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
 	return openat(atCWD, resolved, flags|unix.O_NOFOLLOW)
 }
 
+// openWrite is open of path (under the root) for one of vgpu-host's own files (Root.openIn: a
+// state or lock file, a sysfs write), with perm for O_CREAT, from the root's descriptor held
+// open: the root is not opened again for each. ENOSYS (no openat2) is returned as it is, for
+// the caller's walk.
+func (t *tree) openWrite(path string, flags int, perm os.FileMode) (int, error) {
+	rel, ok := t.rel(path)
+	if !ok {
+		return -1, errNotInRoot
+	}
+	rfd, err := t.rootFD()
+	if err != nil {
+		return -1, err
+	}
+	fd, err := openat2Join(rfd, rel, "", "", flags, uint32(perm.Perm()), unix.RESOLVE_IN_ROOT)
+	runtime.KeepAlive(t)
+	return fd, err
+}
+
 // openat2Join is openat2(2) of dir/name/sub (name and sub left out when "") relative to dirfd
 // with resolve's RESOLVE_* flags (and RESOLVE_NO_MAGICLINKS: /proc/PID/fd/N-style links never
 // resolve), retried on EINTR and on the EAGAIN a rename racing RESOLVE_IN_ROOT can give. The
 // path is joined in a buffer on the stack and passed from there, as openatJoin passes it:
 // unix.Openat2 copies it to the heap, one allocation for each of Scan's thousands of reads.
-func openat2Join(dirfd int, dir, name, sub string, flags int, resolve uint64) (int, error) {
+func openat2Join(dirfd int, dir, name, sub string, flags int, mode uint32, resolve uint64) (int, error) {
 	how := unix.OpenHow{Flags: uint64(flags) | unix.O_CLOEXEC, Resolve: resolve | unix.RESOLVE_NO_MAGICLINKS}
+	if flags&unix.O_CREAT != 0 {
+		how.Mode = uint64(mode)
+	}
 	var buf [512]byte
 	n := 0
 	for i, part := range [3]string{dir, name, sub} {
@@ -169,7 +190,7 @@ func (d devDir) openAt(name, sub string, flags int) (int, error) {
 		return openatJoin(fd, rel, sub, flags)
 	}
 	if fd != atCWD && sub == "" && !d.links && !strings.Contains(rel, "/") && !d.t.walk {
-		f, err := openat2Join(fd, rel, "", "", flags, unix.RESOLVE_BENEATH)
+		f, err := openat2Join(fd, rel, "", "", flags, 0, unix.RESOLVE_BENEATH)
 		if err != unix.EXDEV && err != unix.ENOSYS {
 			return f, err
 		}
