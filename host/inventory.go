@@ -160,14 +160,8 @@ func (s *scanner) readClasses(addrs []Address, names []string) {
 	first := make([]firstRead, len(addrs))
 	readGroup := func(i int) {
 		f := &first[i]
-		// A function without a group (no IOMMU) has no link: no error to report, none built.
 		f.group, f.groupErr = s.bus.linkBaseRaw(names[i], "iommu_group")
-		if errors.Is(f.groupErr, fs.ErrNotExist) {
-			f.groupErr = nil
-		} else if f.groupErr != nil {
-			f.groupErr = wrapLinkErr(s.bus.path(names[i]+"/iommu_group"), f.groupErr)
-		}
-		f.hasGroup = true
+		f.groupLinkRead(func() string { return s.bus.path(names[i] + "/iommu_group") })
 	}
 	forEachSplit(len(addrs), func(i int) {
 		f := &first[i]
@@ -175,8 +169,18 @@ func (s *scanner) readClasses(addrs []Address, names []string) {
 		if string(addrs[i].appendText(b[:0])) == names[i] {
 			f.name = names[i]
 		}
-		if f.id = readIdentity(s.bus, names[i], "uevent"); !f.id.hasClass {
-			c, err := s.bus.hex(names[i] + "/class")
+		// ADDR/uevent, ADDR/class and ADDR/iommu_group relative to the devices directory: the
+		// kernel follows the ADDR link once per file. Under a tree, where that link is resolved
+		// from the root, the function's directory is opened once instead and its files read
+		// beneath it (tree).
+		d, n := s.bus, names[i]
+		if s.bus.t != nil {
+			d, n = s.bus.sub(names[i]), ""
+			defer d.close()
+		}
+		un, us := fileOf(n, "uevent")
+		if f.id = readIdentity(d, un, us); !f.id.hasClass {
+			c, err := d.hex(joinRel(fileOf(n, "class")))
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					s.warn("%s: disappeared during the scan (%v)", addrs[i], err)
@@ -189,7 +193,8 @@ func (s *scanner) readClasses(addrs []Address, names []string) {
 		}
 		present[i] = true
 		if mayBeSelected(f.id.class) {
-			readGroup(i)
+			f.group, f.groupErr = d.linkBaseRaw(fileOf(n, "iommu_group"))
+			f.groupLinkRead(func() string { return d.path(joinRel(fileOf(n, "iommu_group"))) })
 		}
 	})
 	var candidates, others []int
@@ -223,6 +228,27 @@ func (s *scanner) readClasses(addrs []Address, names []string) {
 			s.members[id] = append(s.members[id], a)
 		}
 	}
+}
+
+// fileOf is the name and sub that read file of function n relative to the devices directory
+// (n/file), or, n being "", relative to the function's own directory (file).
+func fileOf(n, file string) (string, string) {
+	if n == "" {
+		return file, ""
+	}
+	return n, file
+}
+
+// groupLinkRead completes a read of the function's iommu_group link (linkBaseRaw's result in
+// f.group and f.groupErr): a function without a group (no IOMMU) has no link, so no error to
+// report, none built; any other error names the link, whose path is built only then.
+func (f *firstRead) groupLinkRead(path func() string) {
+	if errors.Is(f.groupErr, fs.ErrNotExist) {
+		f.groupErr = nil
+	} else if f.groupErr != nil {
+		f.groupErr = wrapLinkErr(path(), f.groupErr)
+	}
+	f.hasGroup = true
 }
 
 // groupsFromLinks decides whether Scan learns the IOMMU groups' members from the iommu_group

@@ -180,23 +180,26 @@ func openat2Join(dirfd int, dir, name, sub string, flags int, mode uint32, resol
 }
 
 // openAt opens name/sub (name alone when sub is "") of d with open(2)'s flags. On the real root
-// it is openat(2) relative to d's descriptor. Under a tree, a single name is opened relative to
-// d's descriptor with RESOLVE_BENEATH (an attribute: one system call, as before); a path with
-// several components, or a name that is a link leading above d (EXDEV), is resolved from the
-// root, inside it.
+// it is openat(2) relative to d's descriptor. Under a tree, it is opened relative to d's
+// descriptor with RESOLVE_BENEATH (an attribute, nvidia/current_vgpu_type: one system call, as
+// before), and resolved from the root, inside it, when a link on the way leads above d (EXDEV)
+// or d's entries are such links (links).
 func (d devDir) openAt(name, sub string, flags int) (int, error) {
 	fd, rel := d.at(name)
 	if d.t == nil {
 		return openatJoin(fd, rel, sub, flags)
 	}
-	if fd != atCWD && sub == "" && !d.links && !strings.Contains(rel, "/") && !d.t.walk {
-		f, err := openat2Join(fd, rel, "", "", flags, 0, unix.RESOLVE_BENEATH)
+	if d.beneath(fd) {
+		f, err := openat2Join(fd, rel, sub, "", flags, 0, unix.RESOLVE_BENEATH)
 		if err != unix.EXDEV && err != unix.ENOSYS {
 			return f, err
 		}
 	}
 	return d.t.openRel(d.rel, name, sub, flags)
 }
+
+// beneath reports whether, under a tree, a read of d open at fd is first tried beneath it.
+func (d devDir) beneath(fd int) bool { return fd != atCWD && !d.links && !d.t.walk }
 
 // readlinkAt is readlink(2) of name/sub of d into buf. Under a tree, the directories on the way
 // to the link are resolved inside the root; the link itself is never followed.
@@ -205,7 +208,14 @@ func (d devDir) readlinkAt(name, sub string, buf []byte) (int, error) {
 	if d.t == nil || fd != atCWD && sub == "" && !strings.Contains(rel, "/") {
 		return readlinkatJoin(fd, rel, sub, buf) // no directory to follow on the way
 	}
-	lfd, err := d.t.openRel(d.rel, name, sub, unix.O_PATH|unix.O_NOFOLLOW)
+	lfd := -1
+	var err error = unix.EXDEV
+	if d.beneath(fd) {
+		lfd, err = openat2Join(fd, rel, sub, "", unix.O_PATH|unix.O_NOFOLLOW, 0, unix.RESOLVE_BENEATH)
+	}
+	if err == unix.EXDEV || err == unix.ENOSYS {
+		lfd, err = d.t.openRel(d.rel, name, sub, unix.O_PATH|unix.O_NOFOLLOW)
+	}
 	if err != nil {
 		return 0, err
 	}

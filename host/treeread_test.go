@@ -20,13 +20,14 @@ func linkOutTree(t *testing.T, walk bool) (Root, string) {
 	decoy := filepath.Join(base, "decoy")
 	files := map[string]string{
 		// The decoy: what a read that left the root would see.
-		"decoy/fn/vendor":                         "0x10de\n",
-		"decoy/fn/class":                          "0x030200\n",
-		"decoy/fn/uevent":                         "DRIVER=nvidia\nPCI_SLOT_NAME=0000:00:05.0\n",
-		"decoy/kernel/iommu_groups/99/devices/.k": "",
-		"decoy/vendor":                            "0x10de\n",
-		"decoy/cpuinfo":                           "flags\t: vmx\n",
-		"decoy/types/name":                        "decoy type\n",
+		"decoy/fn/vendor":                                 "0x10de\n",
+		"decoy/fn/class":                                  "0x030200\n",
+		"decoy/fn/uevent":                                 "DRIVER=nvidia\nPCI_SLOT_NAME=0000:00:05.0\n",
+		"decoy/kernel/iommu_groups/99/devices/.k":         "",
+		"decoy/vendor":                                    "0x10de\n",
+		"decoy/cpuinfo":                                   "flags\t: vmx\n",
+		"decoy/types/name":                                "decoy type\n",
+		"decoy/nvidia/current_vgpu_type":                  "4318\n",
 		"root/sys/devices/pci0000:00/0000:00:02.0/vendor": "0x1234\n",
 		"root/sys/devices/pci0000:00/0000:00:02.0/class":  "0x030000\n",
 		"root/sys/devices/pci0000:00/0000:00:02.0/uevent": "DRIVER=bochs-drm\nPCI_SLOT_NAME=0000:00:02.0\n",
@@ -55,6 +56,7 @@ func linkOutTree(t *testing.T, walk bool) (Root, string) {
 		in + "/device":                                   filepath.Join(decoy, "vendor"),         // an attribute out
 		in + "/subsystem_vendor":                         "../../../../../decoy/vendor",
 		in + "/physfn":                                   filepath.Join(decoy, "fn"), // a directory out, read through
+		in + "/nvidia":                                   "../../../../../decoy/nvidia",
 		"sys/class/mdev_bus/decoy":                       filepath.Join(decoy),
 		"proc/cpuinfo":                                   filepath.Join(decoy, "cpuinfo"),
 		"proc/interrupts":                                "../../decoy/cpuinfo",
@@ -167,6 +169,8 @@ func TestReadsStayInRoot(t *testing.T) {
 			out("devDir.str of an attribute linked out", v, err)
 			n, err := dd.int("subsystem_vendor")
 			out("devDir.int of an attribute linked out by ..", n, err)
+			n, err = dd.int("nvidia/current_vgpu_type")
+			out("devDir.int through a subdirectory linked out by ..", n, err)
 			v, err = dd.linkBase("physfn/iommu_group")
 			out("devDir.linkBase through a directory linked out", v, err)
 			phys := dd.sub("physfn")
