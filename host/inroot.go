@@ -33,7 +33,7 @@ func (r Root) openIn(path string, flag int, perm os.FileMode) (*os.File, error) 
 		if err == nil {
 			return os.NewFile(uintptr(fd), path), nil
 		}
-		if err != unix.ENOSYS && err != errNotInRoot {
+		if !noOpenat2(err) && err != errNotInRoot {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 	}
@@ -52,7 +52,7 @@ func openInRoot(root, path string, flag int, perm os.FileMode, walk bool) (*os.F
 	}
 	if !walk {
 		f, err := openat2InRoot(root, rel, flag, perm)
-		if !errors.Is(err, unix.ENOSYS) {
+		if !noOpenat2(err) {
 			if err != nil {
 				return nil, &os.PathError{Op: "open", Path: path, Err: err}
 			}

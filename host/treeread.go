@@ -94,7 +94,7 @@ func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
 		}
 		fd, err := openat2Join(rfd, dir, name, sub, flags, 0, unix.RESOLVE_IN_ROOT)
 		runtime.KeepAlive(t)
-		if err != unix.ENOSYS {
+		if !noOpenat2(err) {
 			return fd, err
 		}
 	}
@@ -112,8 +112,8 @@ func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
 
 // openWrite is open of path (under the root) for one of vgpu-host's own files (Root.openIn: a
 // state or lock file, a sysfs write), with perm for O_CREAT, from the root's descriptor held
-// open: the root is not opened again for each. ENOSYS (no openat2) is returned as it is, for
-// the caller's walk.
+// open: the root is not opened again for each. An error that says openat2 is missing
+// (noOpenat2) is returned as it is, for the caller's walk.
 func (t *tree) openWrite(path string, flags int, perm os.FileMode) (int, error) {
 	rel, ok := t.rel(path)
 	if !ok {
@@ -126,6 +126,14 @@ func (t *tree) openWrite(path string, flags int, perm os.FileMode) (int, error) 
 	fd, err := openat2Join(rfd, rel, "", "", flags, uint32(perm.Perm()), unix.RESOLVE_IN_ROOT)
 	runtime.KeepAlive(t)
 	return fd, err
+}
+
+// noOpenat2 reports whether err from openat2(2) says the call is not there: ENOSYS before
+// Linux 5.6, or EPERM from a seccomp filter that predates it (older container runtimes' default
+// profiles). The caller then resolves the path by the walk, whose own open gives the real error
+// if there is one.
+func noOpenat2(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM)
 }
 
 // openat2Join is openat2(2) of dir/name/sub (name and sub left out when "") relative to dirfd
@@ -191,7 +199,7 @@ func (d devDir) openAt(name, sub string, flags int) (int, error) {
 	}
 	if d.beneath(fd) {
 		f, err := openat2Join(fd, rel, sub, "", flags, 0, unix.RESOLVE_BENEATH)
-		if err != unix.EXDEV && err != unix.ENOSYS {
+		if err != unix.EXDEV && !noOpenat2(err) {
 			return f, err
 		}
 	}
@@ -213,7 +221,7 @@ func (d devDir) readlinkAt(name, sub string, buf []byte) (int, error) {
 	if d.beneath(fd) {
 		lfd, err = openat2Join(fd, rel, sub, "", unix.O_PATH|unix.O_NOFOLLOW, 0, unix.RESOLVE_BENEATH)
 	}
-	if err == unix.EXDEV || err == unix.ENOSYS {
+	if err == unix.EXDEV || noOpenat2(err) {
 		lfd, err = d.t.openRel(d.rel, name, sub, unix.O_PATH|unix.O_NOFOLLOW)
 	}
 	if err != nil {
