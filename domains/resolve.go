@@ -3,7 +3,6 @@ package domains
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/vgpu"
@@ -158,7 +157,7 @@ func resolve(vm *VM, inv *host.Inventory, opts ResolveOptions) (*Allocation, err
 		alloc.VirtType = vt
 	default: // auto
 		alloc.VirtType = "kvm"
-		if inv != nil && !host.Exists(filepath.Join(inv.Root, "dev", "kvm")) {
+		if inv != nil && !inv.HasKVM() {
 			alloc.VirtType = "qemu"
 			alloc.Notes = append(alloc.Notes, "virtType auto: no /dev/kvm on this host, using qemu (TCG)")
 		}

@@ -346,7 +346,7 @@ func checkCPU(root Root, readable bool, flags map[string]bool, vendor string, vm
 // vmx flag: the node alone does not say KVM can run guests.
 func checkKVM(root Root, vendor string, vm, cpuVirt bool) CheckResult {
 	c := CheckResult{Name: "kvm"}
-	if root.Exists(root.Dev("kvm")) {
+	if KVMPresent(root) {
 		c.Verdict, c.Detail = VerdictOK, root.Dev("kvm")+" present"
 		if !cpuVirt {
 			c.Verdict = VerdictWarn
@@ -363,6 +363,16 @@ func checkKVM(root Root, vendor string, vm, cpuVirt bool) CheckResult {
 			byVendor(vendor, "VT-x", "AMD-V (SVM)") + " (see cpu-virtualization); libvirt would fall back to slow TCG"
 	}
 	return c
+}
+
+// KVMPresent reports whether the host has /dev/kvm (ROOT/dev/kvm, resolved inside the root).
+func KVMPresent(root Root) bool { return root.Exists(root.Dev("kvm")) }
+
+// HasKVM is KVMPresent of the root the inventory was read from (false when it cannot be
+// opened).
+func (inv *Inventory) HasKVM() bool {
+	root, err := NewRoot(inv.Root)
+	return err == nil && KVMPresent(root)
 }
 
 func checkIOMMU(root Root, cmdline, vendor string, vm bool) CheckResult {

@@ -64,8 +64,12 @@ func isHostRel(e ast.Expr) bool {
 }
 
 // isRootDir reports whether e is a root's directory: a call with no arguments of a method
-// Dir or Path (host.Root's; filepath.Dir always takes one).
+// Dir or Path (host.Root's; filepath.Dir always takes one), or a field Root joined as a path
+// (an Inventory's: a string, where host.Root, a struct, would not compile).
 func isRootDir(e ast.Expr) bool {
+	if s, ok := e.(*ast.SelectorExpr); ok && s.Sel.Name == "Root" {
+		return true
+	}
 	c, ok := e.(*ast.CallExpr)
 	if !ok || len(c.Args) != 0 {
 		return false
@@ -332,6 +336,7 @@ func nearJoin(p string)         { os.ReadFile(filepath.Join(filepath.Dir(p), "sy
 func fsOther(fsys fs.FS)        { fs.ReadFile(fsys, "system.yaml"); fs.ReadFile(fsys, "examples/sys.yaml") }
 func dirFSEtc(r host.Root)      { os.DirFS(r.Etc("vgpu-host")) }
 func writeByPath(r host.Root, w host.Writer) { w.Write(ctx, r.Path("sys", "bus", "pci", "rescan"), "1") }
+func invRoot(inv *host.Inventory)  { host.Exists(filepath.Join(inv.Root, "dev", "kvm")) }
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "p.go", src, 0)
@@ -344,7 +349,7 @@ func writeByPath(r host.Root, w host.Writer) { w.Write(ctx, r.Path("sys", "bus",
 		funcs = append(funcs, v[strings.LastIndex(v, " ")+1:])
 	}
 	sort.Strings(funcs)
-	want := []string{"byJoin", "byJoinVar", "byPath", "byPathJoined", "dirFSRoot", "dirFSSys", "direct", "fsRead", "literal", "viaFunc", "viaHelper", "viaVar"}
+	want := []string{"byJoin", "byJoinVar", "byPath", "byPathJoined", "dirFSRoot", "dirFSSys", "direct", "fsRead", "invRoot", "literal", "viaFunc", "viaHelper", "viaVar"}
 	if strings.Join(funcs, ",") != strings.Join(want, ",") {
 		t.Fatalf("found %v, want reads in %v", got, want)
 	}
