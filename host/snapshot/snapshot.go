@@ -136,13 +136,16 @@ func (s *snap) all(ctx context.Context) error {
 	}
 	sort.Strings(trees)
 	for _, t := range trees {
+		if !s.inside(t) {
+			continue
+		}
 		if err := s.tree(ctx, t); err != nil {
 			return err
 		}
 	}
 	for _, f := range Files {
 		p := s.root.Path(f)
-		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() && s.inside(p) {
 			if err := s.file(ctx, p, st); err != nil {
 				return err
 			}
@@ -294,7 +297,7 @@ func (s *snap) devices() error {
 		m, _ := filepath.Glob(s.root.Path(g))
 		for _, p := range m {
 			st, err := os.Lstat(p)
-			if err != nil || st.IsDir() {
+			if err != nil || st.IsDir() || !s.inside(p) {
 				continue
 			}
 			if strings.HasPrefix(s.rel(p), "dev/vfio/") {
@@ -356,6 +359,18 @@ func (s *snap) put(h *tar.Header, body []byte) error {
 	}
 	s.rep.Entries++
 	return nil
+}
+
+// inside reports whether p, its links resolved, is under the root (Root.CheckInside): a tree,
+// file or device node whose path a link in a fake root or a snapshot leads out of it, to this
+// machine's files, is left out, with the reason. The walk below a tree follows no link, and a
+// file is opened O_NOFOLLOW, so the start of each is what needs checking.
+func (s *snap) inside(p string) bool {
+	if err := s.root.CheckInside(p); err != nil {
+		s.skip(p, err.Error())
+		return false
+	}
+	return true
 }
 
 func (s *snap) skip(p, why string) {

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -135,5 +137,66 @@ func TestScrubConfigDSN(t *testing.T) {
 func TestErrLargeSaysMaxFile(t *testing.T) {
 	if want := fmt.Sprintf("larger than %d KiB", MaxFile>>10); errLarge.Error() != want {
 		t.Fatalf("errLarge = %q, want %q", errLarge, want)
+	}
+}
+
+// TestWriteStaysInRoot: a snapshot of a fake root whose sys/class and sys/module are links to a
+// decoy outside it (as sys/class -> /sys/class would be: the trees sys/class/net and
+// sys/module/vfio* lie beyond them), whose proc/cmdline is one with "..", and whose
+// sys/devices/pci0000:01 is one, leaves each of them out, saying why, instead of copying the
+// decoy (this machine's files, for links to /sys or /proc) under the root's name. Before, the
+// walks of sys/class/net and sys/module/vfio_pci copied the decoy's files. The links inside the
+// root are copied as before.
+func TestWriteStaysInRoot(t *testing.T) {
+	r := tree(t)
+	decoy := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(decoy, "class", "net", "eth0"), 0o755))
+	must(os.WriteFile(filepath.Join(decoy, "class", "net", "eth0", "address"), []byte("decoy\n"), 0o444))
+	must(os.MkdirAll(filepath.Join(decoy, "module", "vfio_pci", "parameters"), 0o755))
+	must(os.WriteFile(filepath.Join(decoy, "module", "vfio_pci", "parameters", "ids"), []byte("decoy\n"), 0o444))
+	must(os.MkdirAll(filepath.Join(decoy, "pci", "0000:01:00.0"), 0o755))
+	must(os.WriteFile(filepath.Join(decoy, "pci", "0000:01:00.0", "vendor"), []byte("decoy\n"), 0o444))
+	must(os.WriteFile(filepath.Join(decoy, "cmdline"), []byte("decoy\n"), 0o444))
+	must(os.Symlink(filepath.Join(decoy, "class"), r.Sys("class")))
+	must(os.Symlink(filepath.Join(decoy, "module"), r.Sys("module")))
+	must(os.Symlink(filepath.Join(decoy, "pci"), r.Sys("devices", "pci0000:01")))
+	must(os.Remove(r.Proc("cmdline")))
+	rel, err := filepath.Rel(r.Proc(), filepath.Join(decoy, "cmdline"))
+	must(err)
+	must(os.Symlink(rel, r.Proc("cmdline")))
+	var buf bytes.Buffer
+	rep, err := Write(context.Background(), r, &buf, Options{})
+	must(err)
+	tr := tar.NewReader(&buf)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		must(err)
+		b, _ := io.ReadAll(tr)
+		names = append(names, h.Name)
+		if strings.Contains(string(b), "decoy") {
+			t.Errorf("%s holds the decoy's %q", h.Name, b)
+		}
+	}
+	if !slices.Contains(names, "sys/devices/pci0000:00/0000:00:01.0/vendor") {
+		t.Errorf("the in-root function is missing: %v", names)
+	}
+	skipped := map[string]bool{}
+	for _, s := range rep.Skipped {
+		skipped[s.Path] = strings.Contains(s.Why, "outside the host root")
+	}
+	for _, p := range []string{"sys/class/net", "sys/module/vfio_pci", "sys/devices/pci0000:01"} {
+		if !skipped[p] {
+			t.Errorf("%s not skipped as leading out of the root: %+v", p, rep.Skipped)
+		}
 	}
 }
