@@ -377,8 +377,8 @@ func (inv *Inventory) HasKVM() bool {
 
 func checkIOMMU(root Root, cmdline, vendor string, vm bool) CheckResult {
 	c := CheckResult{Name: "iommu"}
-	units, _ := root.readDir(root.Sys("class", "iommu"))
-	groups, _ := root.readDir(root.Sys("kernel", "iommu_groups"))
+	units, _ := root.ReadDir(root.Sys("class", "iommu"))
+	groups, _ := root.ReadDir(root.Sys("kernel", "iommu_groups"))
 	if len(units) > 0 && len(groups) > 0 {
 		c.Verdict, c.Detail = VerdictOK, fmt.Sprintf("%d IOMMU unit(s), %d groups", len(units), len(groups))
 		return c

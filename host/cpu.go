@@ -62,7 +62,7 @@ func FormatCPUList(cpus []int) string {
 // (offline) are left out.
 func ThreadSiblings(root Root) (map[int][]int, error) {
 	dir := root.Sys("devices", "system", "cpu")
-	ents, err := root.readDir(dir)
+	ents, err := root.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read cpu topology: %w", err)
 	}

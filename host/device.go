@@ -105,7 +105,7 @@ func NoDevice(root Root, a Address) error {
 // DeviceMissing returns NoDevice's error when a has no ROOT/sys/bus/pci/devices/ADDR, nil
 // when it has one (or it cannot tell).
 func DeviceMissing(root Root, a Address) error {
-	if _, err := root.lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
+	if _, err := root.Lstat(root.PCIDevice(a)); errors.Is(err, fs.ErrNotExist) {
 		return NoDevice(root, a)
 	}
 	return nil

@@ -43,7 +43,7 @@ func GroupOf(root Root, addr Address) (Group, error) {
 // binding state (ReadFunction) and the viability verdict (see EvaluateGroup).
 func ReadGroup(root Root, id int) (Group, error) {
 	dir := root.Sys("kernel", "iommu_groups", strconv.Itoa(id), "devices")
-	ents, err := root.readDir(dir)
+	ents, err := root.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Group{}, fmt.Errorf("read iommu group %d at %s: %w", id, dir, ErrNotFound)
@@ -81,7 +81,7 @@ func ReadGroup(root Root, id int) (Group, error) {
 // drivers itself, saw each change confirmed, and needs to know only that no function joined or
 // left the group meanwhile (a hot-plug), instead of reading every member again.
 func GroupUnchanged(root Root, g *Group) bool {
-	ents, err := root.readDir(root.Sys("kernel", "iommu_groups", strconv.Itoa(g.ID), "devices"))
+	ents, err := root.ReadDir(root.Sys("kernel", "iommu_groups", strconv.Itoa(g.ID), "devices"))
 	if err != nil {
 		return false
 	}
@@ -135,7 +135,7 @@ func IsMdevUUID(name string) bool {
 func readGroupMdev(root Root, dir, uuid string) (GroupMdev, error) {
 	m := GroupMdev{UUID: uuid}
 	link := filepath.Join(dir, uuid)
-	target, err := root.readlink(link)
+	target, err := root.Readlink(link)
 	if err != nil {
 		return m, fmt.Errorf("mdev %s: read link %s: %w", uuid, link, err)
 	}

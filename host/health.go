@@ -170,7 +170,7 @@ func checkDevice(root Root, a Address, o CheckOptions, st *HealthState, stErr er
 	}
 	h.checkXid(root, xids, resetAt)
 	dir := root.PCIDevice(a)
-	if _, err := root.stat(root.PCIDevice(a, "vendor")); err != nil {
+	if _, err := root.Stat(root.PCIDevice(a, "vendor")); err != nil {
 		h.fail(HealthGone, "%s is not on the PCI bus (%s missing): the function was removed or fell off; a rescan (echo 1 > /sys/bus/pci/rescan) may bring it back", a, HostPath(root, dir))
 		return h
 	}

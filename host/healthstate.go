@@ -234,7 +234,7 @@ func stateAddrs(root Root, dir string) ([]Address, error) {
 	if err := root.CheckInside(d); err != nil {
 		return nil, err
 	}
-	ents, err := root.readDir(d)
+	ents, err := root.ReadDir(d)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

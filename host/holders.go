@@ -88,7 +88,7 @@ func HolderFix(comm string) string {
 func DeviceNodes(root Root, a Address, driver string, group int) []string {
 	var out []string
 	dev := func(name string) string { return HostPath(root, root.Dev(name)) }
-	if ents, err := root.readDir(root.PCIDevice(a, "drm")); err == nil {
+	if ents, err := root.ReadDir(root.PCIDevice(a, "drm")); err == nil {
 		for _, e := range ents {
 			n := e.Name()
 			if strings.HasPrefix(n, "card") || strings.HasPrefix(n, "renderD") {
@@ -96,14 +96,14 @@ func DeviceNodes(root Root, a Address, driver string, group int) []string {
 			}
 		}
 	}
-	if ents, err := root.readDir(root.PCIDevice(a, "graphics")); err == nil {
+	if ents, err := root.ReadDir(root.PCIDevice(a, "graphics")); err == nil {
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), "fb") {
 				out = append(out, dev(e.Name()))
 			}
 		}
 	}
-	if ents, err := root.readDir(root.PCIDevice(a, "sound")); err == nil {
+	if ents, err := root.ReadDir(root.PCIDevice(a, "sound")); err == nil {
 		for _, e := range ents {
 			n, ok := strings.CutPrefix(e.Name(), "card")
 			if _, err := strconv.Atoi(n); !ok || err != nil {
@@ -262,7 +262,7 @@ func matchAnyBytes(t []byte, paths []string) bool {
 // linkedUnder returns the PCI function a sysfs link lies under (e.g. /sys/class/block/vda1 ->
 // ../../devices/pci0000:00/0000:00:1e.0/virtio2/block/vda/vda1 lies under 0000:00:1e.0).
 func linkedUnder(root Root, p string) (Address, bool) {
-	t, err := root.readlink(p)
+	t, err := root.Readlink(p)
 	if err != nil {
 		return Address{}, false
 	}
@@ -295,11 +295,11 @@ func MountedBlockDevices(root Root) map[Address][]string {
 			continue
 		}
 		name := filepath.Base(fields[0])
-		if t, err := root.readlink(root.Path(fields[0])); err == nil { // /dev/mapper/x -> ../dm-0
+		if t, err := root.Readlink(root.Path(fields[0])); err == nil { // /dev/mapper/x -> ../dm-0
 			name = filepath.Base(t)
 		}
 		names := []string{name}
-		if slaves, err := root.readDir(root.Sys("class", "block", name, "slaves")); err == nil {
+		if slaves, err := root.ReadDir(root.Sys("class", "block", name, "slaves")); err == nil {
 			for _, sl := range slaves {
 				names = append(names, sl.Name())
 			}
@@ -378,7 +378,7 @@ func InterruptRemapping(root Root) IntRemap {
 	}
 	// The hardware's word: an IOMMU unit that remaps (named in the detail either way).
 	hw := ""
-	units, _ := root.readDir(root.Sys("class", "iommu"))
+	units, _ := root.ReadDir(root.Sys("class", "iommu"))
 	for _, u := range units {
 		ecap, err := root.readAttr(filepath.Join(root.Sys("class", "iommu"), u.Name(), "intel-iommu", "ecap"))
 		if err != nil {

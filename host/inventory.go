@@ -115,7 +115,7 @@ func (s *scanner) listFunctions() ([]Address, []string, error) {
 		err = &fs.PathError{Op: "open", Path: busDir, Err: err}
 	}
 	if err != nil {
-		if _, serr := s.root.stat(s.root.Dir()); serr != nil {
+		if _, serr := s.root.Stat(s.root.Dir()); serr != nil {
 			return nil, nil, fmt.Errorf("scan host root %s: %w", s.root.Dir(), serr)
 		}
 		s.warn("no PCI devices: %v", err)

@@ -37,7 +37,7 @@ func (s *scanner) mdevParents() ([]MdevParent, error) {
 		return []MdevParent{}, fmt.Errorf("list mdev parents: %w", err)
 	}
 	dir := s.root.Sys("class", "mdev_bus")
-	ents, err := s.root.readDir(dir)
+	ents, err := s.root.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return []MdevParent{}, nil
@@ -75,7 +75,7 @@ func MdevParentNamed(root Root, name string) (p MdevParent, ok bool) {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
 		return MdevParent{}, false
 	}
-	if _, err := root.stat(filepath.Join(dir, name)); err != nil {
+	if _, err := root.Stat(filepath.Join(dir, name)); err != nil {
 		return MdevParent{}, false
 	}
 	return newScanner(root).mdevParent(dir, name), true
@@ -83,7 +83,7 @@ func MdevParentNamed(root Root, name string) (p MdevParent, ok bool) {
 
 // mdevTypes reads every type directory of one parent.
 func (s *scanner) mdevTypes(parent, dir string) ([]MdevType, error) {
-	ents, err := s.root.readDir(dir)
+	ents, err := s.root.ReadDir(dir)
 	if err != nil {
 		return []MdevType{}, fmt.Errorf("mdev parent %s: list types: %w", parent, err)
 	}

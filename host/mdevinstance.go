@@ -38,7 +38,7 @@ type MdevInstance struct {
 // it) is on the bus: one lstat of ROOT/sys/bus/mdev/devices/UUID, for a caller that only waits
 // for a removal to finish and needs none of ReadMdevInstance's reads.
 func MdevInstanceExists(root Root, uuid string) bool {
-	_, err := root.lstat(root.Sys("bus", "mdev", "devices", uuid))
+	_, err := root.Lstat(root.Sys("bus", "mdev", "devices", uuid))
 	return err == nil
 }
 
@@ -54,7 +54,7 @@ func ReadMdevInstanceLinks(root Root, uuid string) (MdevInstance, error) {
 	uuid = strings.ToLower(uuid)
 	m := MdevInstance{UUID: uuid, IOMMUGroup: -1}
 	link := root.Sys("bus", "mdev", "devices", uuid)
-	target, err := root.readlink(link)
+	target, err := root.Readlink(link)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return m, fmt.Errorf("mdev instance %s: no %s (list instances with `vgpu-host mdev list`): %w", uuid, link, ErrNotFound)
@@ -138,7 +138,7 @@ func ListMdevInstances(root Root) ([]string, error) {
 		return nil, fmt.Errorf("list mdev instances: %w", err)
 	}
 	dir := root.Sys("bus", "mdev", "devices")
-	ents, err := root.readDir(dir)
+	ents, err := root.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil

@@ -39,7 +39,7 @@ func (g *Group) Endpoints() []GroupMember {
 // boot_vga. A function that does not exist is ErrNotFound, naming the path.
 func ReadFunction(root Root, a Address) (GroupMember, error) {
 	m := GroupMember{Address: a}
-	if _, err := root.lstat(root.PCIDevice(a)); err != nil {
+	if _, err := root.Lstat(root.PCIDevice(a)); err != nil {
 		return m, NoDevice(root, a)
 	}
 	class, err := root.readHexAttr(root.PCIDevice(a, "class"))
@@ -90,7 +90,7 @@ func DriverOverride(root Root, a Address) (string, error) {
 
 // IOMMUActive reports whether the kernel created any IOMMU group.
 func IOMMUActive(root Root) bool {
-	ents, err := root.readDir(root.Sys("kernel", "iommu_groups"))
+	ents, err := root.ReadDir(root.Sys("kernel", "iommu_groups"))
 	return err == nil && len(ents) > 0
 }
 
@@ -105,7 +105,7 @@ func noIOMMUError(root Root, a Address) error {
 // ErrUnsupported (and ErrNoIOMMU) when there is no IOMMU, with the fix in the message.
 func IOMMUGroupID(root Root, a Address) (int, error) {
 	dir := root.PCIDevice(a)
-	if _, err := root.lstat(dir); err != nil {
+	if _, err := root.Lstat(dir); err != nil {
 		return 0, NoDevice(root, a)
 	}
 	if !IOMMUActive(root) {
@@ -130,7 +130,7 @@ func IOMMUGroupID(root Root, a Address) (int, error) {
 // ROOT/sys/bus/pci/drivers/NAME that are addresses, sorted; none when the driver is not
 // loaded.
 func DriverFunctions(root Root, name string) []Address {
-	ents, err := root.readDir(root.PCIDriver(name))
+	ents, err := root.ReadDir(root.PCIDriver(name))
 	if err != nil {
 		return nil
 	}
@@ -186,7 +186,7 @@ func HostPath(root Root, p string) string {
 //
 //	/sys/bus/pci/devices/0000:41:00.0/vfio-dev/vfio3   ->   /dev/vfio/devices/vfio3
 func VFIOCdevs(root Root, a Address) []string {
-	ents, err := root.readDir(root.PCIDevice(a, "vfio-dev"))
+	ents, err := root.ReadDir(root.PCIDevice(a, "vfio-dev"))
 	if err != nil {
 		return nil
 	}
@@ -196,4 +196,16 @@ func VFIOCdevs(root Root, a Address) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// VFIOCdevsPresent reports whether PCI function a has VFIO device cdevs (VFIOCdevs) and each
+// one's node exists under the root.
+func VFIOCdevsPresent(root Root, a Address) bool {
+	cdevs := VFIOCdevs(root, a)
+	for _, n := range cdevs {
+		if !root.Exists(root.Path(n)) {
+			return false
+		}
+	}
+	return len(cdevs) > 0
 }

@@ -32,7 +32,7 @@ type FunctionLinks struct {
 // does.
 func ReadFunctionLinks(root Root, addr Address) (FunctionLinks, error) {
 	dir := root.PCIDevice(addr)
-	if _, err := root.lstat(dir); err != nil {
+	if _, err := root.Lstat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return FunctionLinks{IOMMUGroup: -1, NUMANode: -1}, fmt.Errorf("PCI function %s: no %s: %w", addr, dir, ErrNotFound)
 		}
@@ -108,7 +108,7 @@ func ListPCIFunctions(root Root) ([]Address, error) {
 		return nil, fmt.Errorf("list PCI functions: %w", err)
 	}
 	dir := root.Sys("bus", "pci", "devices")
-	ents, err := root.readDir(dir)
+	ents, err := root.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return []Address{}, nil

@@ -14,7 +14,7 @@ import (
 // the device and the path.
 func ReadSRIOV(root Root, addr Address) (*SRIOV, []string, error) {
 	dir := root.PCIDevice(addr)
-	if _, err := root.lstat(dir); err != nil {
+	if _, err := root.Lstat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("SR-IOV of %s: no %s: %w", addr, dir, ErrNotFound)
 		}

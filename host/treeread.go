@@ -334,9 +334,9 @@ func (r Root) openHostFile(path string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// readlink is os.Readlink of path under the root: the directories on the way resolve inside
+// Readlink is os.Readlink of path under the root: the directories on the way resolve inside
 // it, and the link itself is read, not followed.
-func (r Root) readlink(path string) (string, error) {
+func (r Root) Readlink(path string) (string, error) {
 	if r.tree() == nil {
 		return os.Readlink(path)
 	}
@@ -356,24 +356,24 @@ func (r Root) readlink(path string) (string, error) {
 
 // linkBase is LinkBase of path under the root.
 func (r Root) linkBase(path string) (string, error) {
-	t, err := r.readlink(path)
+	t, err := r.Readlink(path)
 	if err != nil {
 		return "", fmt.Errorf("read link %s: %w", path, err)
 	}
 	return filepath.Base(t), nil
 }
 
-// stat is os.Stat of path under the root (links followed, inside it).
-func (r Root) stat(path string) (fs.FileInfo, error) {
+// Stat is os.Stat of path under the root (links followed, inside it).
+func (r Root) Stat(path string) (fs.FileInfo, error) {
 	if r.tree() == nil {
 		return os.Stat(path)
 	}
 	return r.statIn(path, "stat", 0)
 }
 
-// lstat is os.Lstat of path under the root (the directories on the way followed inside it, the
+// Lstat is os.Lstat of path under the root (the directories on the way followed inside it, the
 // last component not).
-func (r Root) lstat(path string) (fs.FileInfo, error) {
+func (r Root) Lstat(path string) (fs.FileInfo, error) {
 	if r.tree() == nil {
 		return os.Lstat(path)
 	}
@@ -395,12 +395,12 @@ func (r Root) statIn(path, op string, nofollow int) (fs.FileInfo, error) {
 
 // Exists is Exists of path under the root: under a tree, the links on the way resolve inside it.
 func (r Root) Exists(path string) bool {
-	_, err := r.stat(path)
+	_, err := r.Stat(path)
 	return err == nil
 }
 
-// readDir is os.ReadDir of dir under the root: the entries sorted by name.
-func (r Root) readDir(dir string) ([]fs.DirEntry, error) {
+// ReadDir is os.ReadDir of dir under the root: the entries sorted by name.
+func (r Root) ReadDir(dir string) ([]fs.DirEntry, error) {
 	t := r.tree()
 	if t == nil {
 		return os.ReadDir(dir)
@@ -418,7 +418,7 @@ func (r Root) readDir(dir string) ([]fs.DirEntry, error) {
 
 // glob is filepath.Glob of pattern's last element in dir under the root.
 func (r Root) glob(dir, pattern string) []string {
-	ents, err := r.readDir(dir)
+	ents, err := r.ReadDir(dir)
 	if err != nil {
 		return nil
 	}

@@ -143,20 +143,20 @@ func TestReadsStayInRoot(t *testing.T) {
 				f.Close()
 				t.Errorf("openHostFile opened proc/cpuinfo out of the root")
 			}
-			ents, err := root.readDir(dev("0000:00:05.0"))
+			ents, err := root.ReadDir(dev("0000:00:05.0"))
 			if err == nil || len(ents) > 0 {
 				t.Errorf("readDir listed the decoy: %v, %v", ents, err)
 			}
-			if _, err := root.stat(dev("0000:00:05.0", "vendor")); err == nil {
+			if _, err := root.Stat(dev("0000:00:05.0", "vendor")); err == nil {
 				t.Errorf("stat found the decoy's vendor")
 			}
-			if _, err := root.lstat(dev("0000:00:06.0", "vendor")); err == nil {
+			if _, err := root.Lstat(dev("0000:00:06.0", "vendor")); err == nil {
 				t.Errorf("lstat found the decoy's vendor")
 			}
 			if root.Exists(dev("0000:00:02.0", "physfn", "vendor")) {
 				t.Errorf("exists found the decoy through physfn")
 			}
-			if l, err := root.readlink(dev("0000:00:05.0", "iommu_group")); err == nil {
+			if l, err := root.Readlink(dev("0000:00:05.0", "iommu_group")); err == nil {
 				t.Errorf("readlink read the decoy's iommu_group: %q", l)
 			}
 			if _, err := IOMMUGroupID(root, MustParseAddress("0000:00:05.0")); err == nil {
@@ -260,7 +260,7 @@ func TestReadsOutsideRootRefused(t *testing.T) {
 	if _, err := root.ReadHostFile(filepath.Join(decoy, "cpuinfo"), 0); !errors.Is(err, errNotInRoot) {
 		t.Errorf("a path beside the root: %v; want errNotInRoot", err)
 	}
-	if _, err := root.readDir(decoy); !errors.Is(err, errNotInRoot) || errors.Is(err, fs.ErrNotExist) {
+	if _, err := root.ReadDir(decoy); !errors.Is(err, errNotInRoot) || errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a directory beside the root: %v; want errNotInRoot", err)
 	}
 }

@@ -28,7 +28,7 @@ type USBDevice struct {
 // A host without USB (no /sys/bus/usb) has none.
 func USBDevices(root Root) ([]USBDevice, error) {
 	dir := root.Sys("bus", "usb", "devices")
-	ents, err := root.readDir(dir)
+	ents, err := root.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -2,7 +2,6 @@ package kube
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
@@ -94,7 +93,7 @@ func quarantined(root host.Root, d Device) *host.Quarantine {
 // pod can be given what it needs.
 func MissingGroupNode(root host.Root, d Device) (int, bool) {
 	for _, g := range d.Groups {
-		if exists(host.VFIODev(root, g)) {
+		if host.VFIODevExists(root, g) {
 			continue
 		}
 		if !hasCdevs(root, d) {
@@ -111,20 +110,9 @@ func hasCdevs(root host.Root, d Device) bool {
 		return false
 	}
 	for _, a := range append([]host.Address{*d.Address}, d.Companions...) {
-		cdevs := host.VFIOCdevs(root, a)
-		if len(cdevs) == 0 {
+		if !host.VFIOCdevsPresent(root, a) {
 			return false
-		}
-		for _, n := range cdevs {
-			if !exists(root.Path(n)) {
-				return false
-			}
 		}
 	}
 	return true
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }

@@ -295,7 +295,7 @@ func (l *Ledger) readLocked(fn func() error) error {
 	// one, no writer holds the exclusive lock, and any temporary ledger file is a dead
 	// writer's, which a reader may clear too (a destroy of a VM that a killed apply never
 	// recorded reads, finds nothing and ends: it would leave the dead apply's file behind).
-	_, serr := os.Stat(l.lock)
+	_, serr := l.root.Stat(l.lock)
 	return l.locked(filelock.Shared, func() error {
 		if serr == nil {
 			l.removeStaleTemps()
@@ -364,7 +364,7 @@ func (l *Ledger) LockVM(vm string) (unlock func(), err error) {
 		return nil, fmt.Errorf("lock VM %s: %w", vm, err)
 	}
 	return func() {
-		if _, err := os.Lstat(l.VMPath(vm)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := l.root.Lstat(l.VMPath(vm)); errors.Is(err, fs.ErrNotExist) {
 			_ = lock.RemoveAndRelease() // best effort: a lock file left behind is harmless
 			return
 		}

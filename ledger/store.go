@@ -244,7 +244,7 @@ func (l *Ledger) loadVM(idx *index, name string) (e *VM, gen uint64, enc []byte,
 // listVMs lists the VM names in ledger/vms (a readdir: no file is read) with the index's redo
 // copies laid over them.
 func (l *Ledger) listVMs(idx *index) ([]string, error) {
-	ents, err := os.ReadDir(l.vmsDir())
+	ents, err := l.root.ReadDir(l.vmsDir())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("list the ledger's VMs: %w", err)
 	}

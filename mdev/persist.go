@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -76,7 +75,7 @@ type badFile struct {
 // scanDefinitions reads every definition it can: bad holds each file that could not be read or
 // parsed, err an unreadable mdevctl.d.
 func (m *Manager) scanDefinitions() (defs []Definition, bad []badFile, err error) {
-	parents, err := os.ReadDir(m.mdevctlDir())
+	parents, err := m.Root.ReadDir(m.mdevctlDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, nil
 	}
@@ -88,7 +87,7 @@ func (m *Manager) scanDefinitions() (defs []Definition, bad []badFile, err error
 		if !p.IsDir() || p.Name() == "scripts.d" {
 			continue
 		}
-		files, err := os.ReadDir(m.mdevctlDir(p.Name()))
+		files, err := m.Root.ReadDir(m.mdevctlDir(p.Name()))
 		if err != nil {
 			bad = append(bad, badFile{m.mdevctlDir(p.Name()), fmt.Errorf("read mdev definitions in %s: %w", m.mdevctlDir(p.Name()), err)})
 			continue

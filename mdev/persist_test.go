@@ -2,6 +2,8 @@ package mdev
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,5 +93,41 @@ func TestRestoreAfterReboot(t *testing.T) {
 		if s.Result != "already" {
 			t.Fatalf("second restore step %+v", s)
 		}
+	}
+}
+
+// TestDefinitionsStayInRoot: under a fake root whose etc/mdevctl.d is a link to another
+// directory's (as etc/mdevctl.d -> /etc/mdevctl.d would be), the definitions there are not
+// this host's: the directory resolves inside the root, where there is none. Before, the listing
+// followed the link and listed this machine's definitions under the root's name.
+func TestDefinitionsStayInRoot(t *testing.T) {
+	tr := hosttest.New(t)
+	tr.Mbochs()
+	m, _ := newMgr(tr)
+	outside := t.TempDir()
+	def := filepath.Join(outside, "mbochs", "83b8f4f2-509f-382f-3c1e-e6bfe0fa1001")
+	if err := os.MkdirAll(filepath.Dir(def), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(def, []byte(`{"mdev_type": "mbochs-small", "start": "auto", "attrs": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The same file in a tree's own etc/mdevctl.d is a definition (the control).
+	tr2 := hosttest.New(t)
+	tr2.Mbochs()
+	tr2.WriteFile("etc/mdevctl.d/mbochs/83b8f4f2-509f-382f-3c1e-e6bfe0fa1001", `{"mdev_type": "mbochs-small", "start": "auto", "attrs": []}`)
+	m2, _ := newMgr(tr2)
+	if defs, err := m2.Definitions(); err != nil || len(defs) != 1 {
+		t.Fatalf("the definition in the tree: %+v, %v", defs, err)
+	}
+	if err := os.MkdirAll(tr.Root.Etc(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, tr.Root.Etc("mdevctl.d")); err != nil {
+		t.Fatal(err)
+	}
+	defs, err := m.Definitions()
+	if err != nil || len(defs) != 0 {
+		t.Errorf("definitions through etc/mdevctl.d -> %s: %+v, %v; want none", outside, defs, err)
 	}
 }

@@ -79,7 +79,7 @@ func (m *Manager) InstallUnit(execPath string) ([]string, error) {
 			}
 		}
 	}
-	if t, err := os.Readlink(link); err != nil || t != filepath.Join("..", UnitName) {
+	if t, err := m.Root.Readlink(link); err != nil || t != filepath.Join("..", UnitName) {
 		wrote = append(wrote, link)
 		if !m.DryRun {
 			if err := m.Root.CheckInside(link); err != nil {

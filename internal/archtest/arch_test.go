@@ -37,6 +37,10 @@ var readers = map[string]bool{
 	"bufio.NewScanner": false,
 }
 
+// rootReaders are host.Root's methods that read the path they are given (inside the root): a
+// read of the host all the same when the path is sysfs, /proc or /dev.
+var rootReaders = map[string]bool{"ReadDir": true, "Readlink": true, "Stat": true, "Lstat": true, "Exists": true, "ReadHostFile": true}
+
 // sysfsMakers are the host.Root methods that build a path under /sys, /proc or /dev.
 var sysfsMakers = map[string]bool{"Sys": true, "PCIDevice": true, "PCIDriver": true, "Proc": true, "Dev": true}
 
@@ -83,7 +87,8 @@ func isRootDir(e ast.Expr) bool {
 // show), or an fs function reading a path under sys, proc or dev of a file system.
 func readsHost(call *ast.CallExpr, tainted, pathFuncs map[string]bool, readFuncs map[string]bool) bool {
 	name := callName(call)
-	if !(readers[name] || readFuncs[localName(call)]) {
+	sel, isSel := call.Fun.(*ast.SelectorExpr)
+	if !(readers[name] || readFuncs[localName(call)] || isSel && rootReaders[sel.Sel.Name]) {
 		return false
 	}
 	if name == "os.DirFS" && len(call.Args) == 1 && isRootDir(call.Args[0]) {
@@ -337,6 +342,8 @@ func fsOther(fsys fs.FS)        { fs.ReadFile(fsys, "system.yaml"); fs.ReadFile(
 func dirFSEtc(r host.Root)      { os.DirFS(r.Etc("vgpu-host")) }
 func writeByPath(r host.Root, w host.Writer) { w.Write(ctx, r.Path("sys", "bus", "pci", "rescan"), "1") }
 func invRoot(inv *host.Inventory)  { host.Exists(filepath.Join(inv.Root, "dev", "kvm")) }
+func rootMethod(r host.Root)      { r.ReadDir(r.Sys("class", "mdev_bus")) }
+func rootMethodState(r host.Root) { r.ReadDir(r.StateDir("vms")); f.Stat() }
 `
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "p.go", src, 0)
@@ -349,7 +356,7 @@ func invRoot(inv *host.Inventory)  { host.Exists(filepath.Join(inv.Root, "dev", 
 		funcs = append(funcs, v[strings.LastIndex(v, " ")+1:])
 	}
 	sort.Strings(funcs)
-	want := []string{"byJoin", "byJoinVar", "byPath", "byPathJoined", "dirFSRoot", "dirFSSys", "direct", "fsRead", "invRoot", "literal", "viaFunc", "viaHelper", "viaVar"}
+	want := []string{"byJoin", "byJoinVar", "byPath", "byPathJoined", "dirFSRoot", "dirFSSys", "direct", "fsRead", "invRoot", "literal", "rootMethod", "viaFunc", "viaHelper", "viaVar"}
 	if strings.Join(funcs, ",") != strings.Join(want, ",") {
 		t.Fatalf("found %v, want reads in %v", got, want)
 	}
