@@ -45,7 +45,7 @@ func openat(dirfd int, path string, flags int) (int, error) {
 // each (756 on the 64-GPU host).
 func openatJoin(dirfd int, dir, name string, flags int) (int, error) {
 	var buf [256]byte
-	p, ok := cString(&buf, dir, name)
+	p, ok := cString(buf[:], dir, name)
 	if !ok {
 		for {
 			fd, err := unix.Openat(dirfd, joinRel(dir, name), flags|unix.O_CLOEXEC, 0)
@@ -76,7 +76,7 @@ func readlinkat(dirfd int, path string, buf []byte) (int, error) {
 // openatJoin joins it.
 func readlinkatJoin(dirfd int, dir, name string, buf []byte) (int, error) {
 	var pbuf [256]byte
-	p, ok := cString(&pbuf, dir, name)
+	p, ok := cString(pbuf[:], dir, name)
 	if !ok {
 		for {
 			n, err := unix.Readlinkat(dirfd, joinRel(dir, name), buf)
@@ -105,21 +105,33 @@ func joinRel(dir, name string) string {
 	return dir + "/" + name
 }
 
-// cString copies joinRel(dir, name) into buf with a terminating NUL and returns its first
-// byte, or false when it does not fit or holds a NUL itself (the caller then lets x/sys copy
-// it, and refuse it with EINVAL as it always did).
-func cString(buf *[256]byte, dir, name string) (*byte, bool) {
-	n := len(dir)
-	if name != "" {
-		n += 1 + len(name)
+// cString copies the parts joined as joinRel joins them (each after the first added with a "/"
+// unless it is "") into buf with a terminating NUL and returns its first byte, or false when
+// they do not fit or one holds a NUL itself (the caller then lets x/sys copy the path, and
+// refuse it with EINVAL as it always did).
+func cString(buf []byte, parts ...string) (*byte, bool) {
+	n := 0
+	for i, part := range parts {
+		if strings.IndexByte(part, 0) >= 0 {
+			return nil, false
+		}
+		if i > 0 {
+			if part == "" {
+				continue
+			}
+			if n >= len(buf) {
+				return nil, false
+			}
+			buf[n] = '/'
+			n++
+		}
+		if n+len(part) >= len(buf) {
+			return nil, false
+		}
+		n += copy(buf[n:], part)
 	}
-	if n >= len(buf) || strings.IndexByte(dir, 0) >= 0 || strings.IndexByte(name, 0) >= 0 {
+	if n >= len(buf) {
 		return nil, false
-	}
-	copy(buf[:], dir)
-	if name != "" {
-		buf[len(dir)] = '/'
-		copy(buf[len(dir)+1:], name)
 	}
 	buf[n] = 0
 	return &buf[0], true

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // OpenInRoot opens path, an absolute path under root, resolving every component inside root:
@@ -25,69 +23,25 @@ func OpenInRoot(root, path string, flag int, perm os.FileMode) (*os.File, error)
 	return openInRoot(root, path, flag, perm, false)
 }
 
-// openIn is OpenInRoot under r, by the component walk when r says so (Root.walk), and from
-// the root's descriptor its reads hold open otherwise (tree.openWrite).
+// openIn is OpenInRoot under r, from the root's descriptor its reads hold open (tree), by the
+// component walk when r says so (Root.walk).
 func (r Root) openIn(path string, flag int, perm os.FileMode) (*os.File, error) {
-	if t := r.tree(); t != nil && !t.walk {
-		fd, err := t.openWrite(path, flag, perm)
-		if err == nil {
-			return os.NewFile(uintptr(fd), path), nil
-		}
-		if !noOpenat2(err) && err != errNotInRoot {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
-		}
+	if t := r.tree(); t != nil {
+		return t.openFile(path, flag, perm)
 	}
-	return openInRoot(r.Dir(), path, flag, perm, r.walk)
+	return os.OpenFile(path, flag, perm)
 }
 
-// openInRoot is OpenInRoot, by the component walk alone when walk is set.
+// openInRoot is OpenInRoot, by the component walk alone when walk is set: a tree held for this
+// one open.
 func openInRoot(root, path string, flag int, perm os.FileMode, walk bool) (*os.File, error) {
 	root = filepath.Clean(root)
 	if root == "/" {
 		return os.OpenFile(path, flag, perm)
 	}
-	rel, err := filepath.Rel(root, filepath.Clean(path))
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not under the host root %s", root)}
-	}
-	if !walk {
-		f, err := openat2InRoot(root, rel, flag, perm)
-		if !noOpenat2(err) {
-			if err != nil {
-				return nil, &os.PathError{Op: "open", Path: path, Err: err}
-			}
-			return f, nil
-		}
-	}
-	resolved, err := walkInRoot(root, rel, flag&syscall.O_NOFOLLOW != 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	// The last component was resolved by the walk: do not follow a link swapped in since.
-	return os.OpenFile(resolved, flag|syscall.O_NOFOLLOW, perm)
-}
-
-func openat2InRoot(root, rel string, flag int, perm os.FileMode) (*os.File, error) {
-	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(dir)
-	how := &unix.OpenHow{Flags: uint64(flag) | unix.O_CLOEXEC, Mode: uint64(perm.Perm()), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-	if flag&os.O_CREATE == 0 {
-		how.Mode = 0
-	}
-	var fd int
-	for {
-		fd, err = unix.Openat2(dir, rel, how)
-		if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
-			break
-		}
-	}
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), filepath.Join(root, rel)), nil
+	t := &tree{dir: root, walk: walk}
+	defer t.close()
+	return t.openFile(path, flag, perm)
 }
 
 // walkInRoot resolves rel under root one component at a time, following symlinks as the

@@ -37,8 +37,8 @@ func (r Root) OpenFile(path string, flag int, perm os.FileMode) (*os.File, error
 		// ELOOP: the last component is a link (O_NOFOLLOW); EISDIR: a directory opened for
 		// writing; ENXIO: a socket, or a FIFO opened O_WRONLY|O_NONBLOCK without a reader.
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENXIO) {
-			if m, lerr := r.lstatMode(path); lerr == nil && !m.IsRegular() {
-				return nil, notRegular(path, m)
+			if st, lerr := r.Lstat(path); lerr == nil && !st.Mode().IsRegular() {
+				return nil, notRegular(path, st.Mode())
 			}
 		}
 		return nil, err
@@ -53,21 +53,6 @@ func (r Root) OpenFile(path string, flag int, perm os.FileMode) (*os.File, error
 		return nil, notRegular(path, st.Mode())
 	}
 	return f, nil
-}
-
-// lstatMode is the type of the file at path (os.Lstat's), its directories resolved inside the
-// root.
-func (r Root) lstatMode(path string) (fs.FileMode, error) {
-	dir, err := r.openIn(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer dir.Close()
-	var st unix.Stat_t
-	if err := unix.Fstatat(int(dir.Fd()), filepath.Base(path), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return 0, &os.PathError{Op: "lstat", Path: path, Err: err}
-	}
-	return unixMode(st.Mode), nil
 }
 
 // ReadFileLimit is ReadFileLimit for one of vgpu-host's state files under the root: it opens

@@ -29,8 +29,9 @@ type tree struct {
 	dir  string // the root, absolute and clean
 	walk bool   // resolve by the component walk even where openat2 works (the fallback's tests)
 	once sync.Once
-	fd   int // the root opened O_PATH, closed when the tree is collected
+	fd   int // the root opened O_PATH, closed when the tree is collected (or by close)
 	err  error
+	done runtime.Cleanup
 }
 
 // tree is r's tree for reads, or nil on the real root.
@@ -49,10 +50,20 @@ func (t *tree) rootFD() (int, error) {
 	t.once.Do(func() {
 		t.fd, t.err = unix.Open(t.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if t.err == nil {
-			runtime.AddCleanup(t, func(fd int) { unix.Close(fd) }, t.fd)
+			t.done = runtime.AddCleanup(t, func(fd int) { unix.Close(fd) }, t.fd)
 		}
 	})
 	return t.fd, t.err
+}
+
+// close closes the root's descriptor now, for a tree held for one open (openInRoot).
+func (t *tree) close() {
+	t.once.Do(func() { t.err = errNotInRoot }) // never opened: nothing to close, and no later open
+	if t.err == nil {
+		t.done.Stop()
+		unix.Close(t.fd)
+		t.err = errNotInRoot
+	}
 }
 
 // errNotInRoot is the error for a path a read under a tree was given that is not under its root
@@ -88,12 +99,7 @@ func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
 		return -1, errNotInRoot // a devDir whose directory is not under the root
 	}
 	if !t.walk {
-		rfd, err := t.rootFD()
-		if err != nil {
-			return -1, err
-		}
-		fd, err := openat2Join(rfd, dir, name, sub, flags, 0, unix.RESOLVE_IN_ROOT)
-		runtime.KeepAlive(t)
+		fd, err := t.openat2(dir, name, sub, flags, 0)
 		if !noOpenat2(err) {
 			return fd, err
 		}
@@ -110,22 +116,41 @@ func (t *tree) openRel(dir, name, sub string, flags int) (int, error) {
 	return openat(atCWD, resolved, flags|unix.O_NOFOLLOW)
 }
 
-// openWrite is open of path (under the root) for one of vgpu-host's own files (Root.openIn: a
-// state or lock file, a sysfs write), with perm for O_CREAT, from the root's descriptor held
-// open: the root is not opened again for each. An error that says openat2 is missing
-// (noOpenat2) is returned as it is, for the caller's walk.
-func (t *tree) openWrite(path string, flags int, perm os.FileMode) (int, error) {
-	rel, ok := t.rel(path)
-	if !ok {
-		return -1, errNotInRoot
-	}
+// openat2 is openat2(2) of dir/name/sub (openat2Join) from the root's descriptor with
+// RESOLVE_IN_ROOT, and mode for O_CREAT.
+func (t *tree) openat2(dir, name, sub string, flags int, mode uint32) (int, error) {
 	rfd, err := t.rootFD()
 	if err != nil {
 		return -1, err
 	}
-	fd, err := openat2Join(rfd, rel, "", "", flags, uint32(perm.Perm()), unix.RESOLVE_IN_ROOT)
+	fd, err := openat2Join(rfd, dir, name, sub, flags, mode, unix.RESOLVE_IN_ROOT)
 	runtime.KeepAlive(t)
 	return fd, err
+}
+
+// openFile is os.OpenFile of path inside the root (OpenInRoot, Root.openIn: a state or lock
+// file, a sysfs write): openat2 from the root's descriptor, or the component walk where openat2
+// is missing (noOpenat2) or walk is set. Errors are *os.PathError naming path.
+func (t *tree) openFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	rel, ok := t.rel(path)
+	if !ok {
+		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("not under the host root %s", t.dir)}
+	}
+	if !t.walk {
+		fd, err := t.openat2(rel, "", "", flag, uint32(perm.Perm()))
+		if !noOpenat2(err) {
+			if err != nil {
+				return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			}
+			return os.NewFile(uintptr(fd), filepath.Join(t.dir, rel)), nil
+		}
+	}
+	resolved, err := walkInRoot(t.dir, rel, flag&unix.O_NOFOLLOW != 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	// The last component was resolved by the walk: do not follow a link swapped in since.
+	return os.OpenFile(resolved, flag|unix.O_NOFOLLOW, perm)
 }
 
 // noOpenat2 reports whether err from openat2(2) says the call is not there: ENOSYS before
@@ -147,26 +172,8 @@ func openat2Join(dirfd int, dir, name, sub string, flags int, mode uint32, resol
 		how.Mode = uint64(mode)
 	}
 	var buf [512]byte
-	n := 0
-	for i, part := range [3]string{dir, name, sub} {
-		if part == "" {
-			continue
-		}
-		if i > 0 && n > 0 {
-			if n >= len(buf) {
-				n = -1
-				break
-			}
-			buf[n] = '/'
-			n++
-		}
-		if n+len(part) >= len(buf) || strings.IndexByte(part, 0) >= 0 {
-			n = -1
-			break
-		}
-		n += copy(buf[n:], part)
-	}
-	if n < 0 { // too long, or a NUL: x/sys copies it (and refuses a NUL with EINVAL)
+	p, ok := cString(buf[:], dir, name, sub)
+	if !ok { // too long, or a NUL: x/sys copies it (and refuses a NUL with EINVAL)
 		for {
 			fd, err := unix.Openat2(dirfd, joinRel(joinRel(dir, name), sub), &how)
 			if err != unix.EINTR && err != unix.EAGAIN {
@@ -174,9 +181,8 @@ func openat2Join(dirfd int, dir, name, sub string, flags int, mode uint32, resol
 			}
 		}
 	}
-	buf[n] = 0
 	for {
-		fd, _, errno := unix.Syscall6(unix.SYS_OPENAT2, uintptr(dirfd), uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
+		fd, _, errno := unix.Syscall6(unix.SYS_OPENAT2, uintptr(dirfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&how)), unsafe.Sizeof(how), 0, 0)
 		switch errno {
 		case 0:
 			return int(fd), nil
