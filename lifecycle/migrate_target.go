@@ -276,8 +276,9 @@ func (l *Lifecycle) incomingPlanOnly(ctx context.Context, req IncomingRequest) (
 // journalled before it is taken; a failure undoes what it took and forgets the reservation.
 func (l *Lifecycle) incomingPrepare(ctx context.Context, req IncomingRequest) (*IncomingReply, error) {
 	name := req.VM
-	rep, _, err := l.incomingPlan(ctx, req)
-	if err != nil {
+	// The plan's checks first (no domain of that name here, the devices resolve), outside the
+	// ledger's transaction; its reply is built again from the plan the transaction claims.
+	if _, _, err := l.incomingPlan(ctx, req); err != nil {
 		return nil, err
 	}
 	// Resolve again inside the transaction that claims: the ledger may have changed since.
@@ -312,7 +313,8 @@ func (l *Lifecycle) incomingPrepare(ctx context.Context, req IncomingRequest) (*
 	}); err != nil {
 		return nil, err
 	}
-	if rep, err = incomingReply(req, plan); err != nil {
+	rep, err := incomingReply(req, plan)
+	if err != nil {
 		return nil, l.fail(ctx, name, true, nil, err)
 	}
 	rep.URI = l.o.Conn.URI()

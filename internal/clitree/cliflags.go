@@ -9,6 +9,3 @@ type cliFlags struct{ *cli.Command }
 
 // Operands are the command's operands.
 func (f cliFlags) Operands() []string { return f.Args().Slice() }
-
-// flagsOf is cmd as flagValues.
-func flagsOf(cmd *cli.Command) flagValues { return cliFlags{cmd} }

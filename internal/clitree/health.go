@@ -1,7 +1,6 @@
 package clitree
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -20,11 +19,6 @@ import (
 // vf disable).
 func resetFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "reset", Usage: "reset every released device (each method reset_method lists, in the kernel's order) and check it again, even when it checks healthy (docs/health.md)"}
-}
-
-// handBack is ops.HandBack for the invocation: its --reset, and its quarantine lines on stderr.
-func handBack(ctx context.Context, cmd *cli.Command, root host.Root, w host.Writer, rel []host.Released, op string) []host.HandbackResult {
-	return ops.HandBack(ctx, opsEnv(cmd, root, ""), w, rel, op, cmd.Bool("reset"))
 }
 
 // healthEntry is one line of `host health` (ops.HealthEntry).

@@ -29,9 +29,8 @@ func inspectCommand() *cli.Command {
 
 // The reports inspect prints (package ops reads them).
 type (
-	deviceReport    = ops.DeviceReport
-	mdevReport      = ops.MdevReport
-	inventoryReport = ops.InventoryReport
+	deviceReport = ops.DeviceReport
+	mdevReport   = ops.MdevReport
 )
 
 // inspectRequest is inspect's request: at most one address or mdev UUID, --mig.

@@ -56,16 +56,6 @@ func renderManifest(w io.Writer, output string, v any) error {
 	return encodeAs(w, output, v)
 }
 
-// manifestFormat is --output for manifests: JSON for json, YAML otherwise (a table of a
-// manifest is the manifest).
-func manifestFormat(cmd *cli.Command) (string, error) {
-	o, err := outputOf(cmd)
-	if err != nil || o == "json" {
-		return o, err
-	}
-	return "yaml", nil
-}
-
 func devicePluginCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "device-plugin",

@@ -29,34 +29,6 @@ func vgpuManager(cmd *cli.Command) (*mdev.Manager, *host.Recorder, func(), error
 	return m, rec, done, nil
 }
 
-// mdevEnv is the operations' environment of an mdev, vf, health or layout invocation: its
-// root and output checked as vgpuManager checks them, libvirt on this machine (the agent's own
-// in the agent).
-func mdevEnv(cmd *cli.Command) (ops.Env, error) {
-	root, err := rootOf(cmd)
-	if err != nil {
-		return ops.Env{}, err
-	}
-	if _, err := outputOf(cmd); err != nil {
-		return ops.Env{}, err
-	}
-	return opsEnv(cmd, root, virt.DefaultURI), nil
-}
-
-// emitDry prints the --dry-run report of the writes rec recorded (ops.DryRun).
-func emitDry(cmd *cli.Command, rec *host.Recorder, files []string, result any) error {
-	return emitReport(cmd, ops.DryRun(rec, files, result))
-}
-
-// emitReport prints a dry run's report: as JSON, or the writes one a line.
-func emitReport(cmd *cli.Command, r *ops.DryRunReport) error {
-	o, err := outputOf(cmd)
-	if err != nil {
-		return err
-	}
-	return renderReport(cmd.Root().Writer, o, cmd.FullName(), r)
-}
-
 // renderReport prints the dry run report of the command named name (its full name, "vgpu-host
 // mdev create") in output format output.
 func renderReport(w io.Writer, output, name string, r *ops.DryRunReport) error {

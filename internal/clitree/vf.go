@@ -26,9 +26,8 @@ func vfCommand() *cli.Command {
 	}
 }
 
-func pfArg(cmd *cli.Command) (host.Address, error) { return pfArgOf(cmd.Name, cliFlags{cmd}) }
-
-// pfArgOf is pfArg of the command named name (its last word) with flags f.
+// pfArgOf is the one PF address operand of the command named name (its last word) with
+// flags f, or a usage error.
 func pfArgOf(name string, f flagValues) (host.Address, error) {
 	if len(f.Operands()) != 1 {
 		return host.Address{}, usageErr("%s needs exactly one PF address (e.g. 0000:00:0a.0)", name)

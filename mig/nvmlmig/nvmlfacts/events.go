@@ -81,32 +81,30 @@ func (d *factsDevice) register(types uint64, set nvml.EventSet) nvml.Return {
 // waiting up to timeoutms for one to fall due.
 func (es *eventSet) wait(timeoutms uint32) (nvml.EventData, nvml.Return) {
 	deadline := time.Now().Add(time.Duration(timeoutms) * time.Millisecond)
-	for {
-		e, d, due, ok := es.peek()
-		if !ok {
+	e, d, due, ok := es.peek()
+	if !ok {
+		time.Sleep(time.Until(deadline))
+		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+	if wait := time.Until(due); wait > 0 {
+		if due.After(deadline) {
 			time.Sleep(time.Until(deadline))
 			return nvml.EventData{}, nvml.ERROR_TIMEOUT
 		}
-		if wait := time.Until(due); wait > 0 {
-			if due.After(deadline) {
-				time.Sleep(time.Until(deadline))
-				return nvml.EventData{}, nvml.ERROR_TIMEOUT
-			}
-			time.Sleep(wait)
-		}
-		es.s.mu.Lock()
-		es.next++
-		es.s.mu.Unlock()
-		out := nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: e.Xid,
-			GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
-		if e.GPUInstance != nil {
-			out.GpuInstanceId = *e.GPUInstance
-		}
-		if e.ComputeInstance != nil {
-			out.ComputeInstanceId = *e.ComputeInstance
-		}
-		return out, nvml.SUCCESS
+		time.Sleep(wait)
 	}
+	es.s.mu.Lock()
+	es.next++
+	es.s.mu.Unlock()
+	out := nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: e.Xid,
+		GpuInstanceId: 0xFFFFFFFF, ComputeInstanceId: 0xFFFFFFFF}
+	if e.GPUInstance != nil {
+		out.GpuInstanceId = *e.GPUInstance
+	}
+	if e.ComputeInstance != nil {
+		out.ComputeInstanceId = *e.ComputeInstance
+	}
+	return out, nvml.SUCCESS
 }
 
 // peek returns the next event this set delivers, skipping those of GPUs not registered for it.
