@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
 // heapProbe is a program that prints the VmFlags of the mapping its heap is in
@@ -82,7 +84,7 @@ func TestGodebugDefaultNoHugePages(t *testing.T) {
 		if build == "with" {
 			args = append(args, "-ldflags", "-X runtime.godebugDefault="+godebug)
 		}
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, ".")...)
+		cmd := exec.Command(testenv.GoTool(), append(args, ".")...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,7 +197,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "vgpu-host")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		gobin := testenv.GoTool()
 		// -tags crashtest: the crash tests drive apply's VGPU_HOST_CRASH_AT_STEP hook; the agent's
 		// main: the binary is also the agent (vgpu-host-agent), metrics, reconcile and drift included.
 		out, err := exec.Command(gobin, "build", "-tags", "crashtest", "-o", binPath, "../../cmd/vgpu-host-agent").CombinedOutput()
@@ -304,7 +303,7 @@ func TestKill9RandomLibvirtd(t *testing.T) {
 				kills++
 			}
 		} else if i%2 == 0 {
-			out, code := runCLI(t, apply[:len(apply)]...)
+			out, code := runCLI(t, apply...)
 			if code != 0 || !strings.Contains(out, `"state": "running"`) {
 				t.Fatalf("round %d: apply after kill exit %d:\n%s", i, code, out)
 			}

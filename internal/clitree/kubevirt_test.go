@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host"
 	"github.com/vgpu-host/vgpu-host/internal/kubetest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/kube"
 )
 
@@ -23,7 +23,7 @@ import (
 // KubeVirt and gRPC packages (heavy init) live in the helper vgpu-host-kube and in tests only.
 func TestMainBinaryHasNoKubernetes(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/vgpu-host").CombinedOutput()
+	out, err := exec.Command(testenv.GoTool(), "list", "-deps", "../../cmd/vgpu-host").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
@@ -178,7 +178,7 @@ func TestDevicePluginExecsHelper(t *testing.T) {
 	t.Parallel()
 	bin := binary(t)
 	helper := filepath.Join(filepath.Dir(bin), kubeHelperName)
-	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", helper, "../../cmd/vgpu-host-kube").CombinedOutput(); err != nil {
+	if out, err := exec.Command(testenv.GoTool(), "build", "-o", helper, "../../cmd/vgpu-host-kube").CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", kubeHelperName, err, out)
 	}
 	tr := kubetest.ExampleHost(t)

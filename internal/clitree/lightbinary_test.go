@@ -5,12 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
 // TestMainBinaryHasNoNetHTTP: vgpu-host links neither net/http nor crypto/tls (nor the agent's
@@ -23,7 +24,7 @@ func TestMainBinaryHasNoNetHTTP(t *testing.T) {
 	t.Parallel()
 	deps := func(pkg string) []string {
 		t.Helper()
-		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-tags", "urfave_cli_no_template", "-deps", pkg).CombinedOutput()
+		out, err := exec.Command(testenv.GoTool(), "list", "-tags", "urfave_cli_no_template", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 		}
@@ -70,7 +71,7 @@ func releaseBinary(t *testing.T) string {
 			release.err = err
 			return
 		}
-		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-tags", "urfave_cli_no_template",
+		build := exec.Command(testenv.GoTool(), "build", "-trimpath", "-tags", "urfave_cli_no_template",
 			"-ldflags", "-X runtime.godebugDefault="+strings.TrimSpace(string(godebug)), "-o", release.path, "../../cmd/vgpu-host")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -216,7 +215,7 @@ func TestMdevPlaceUsesNVML(t *testing.T) {
 // while the MIG logic and the helper's client are in vgpu-host.
 func TestMainBinaryHasNoNVML(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/vgpu-host").CombinedOutput()
+	out, err := exec.Command(testenv.GoTool(), "list", "-deps", "../../cmd/vgpu-host").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}

@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	migremote "github.com/vgpu-host/vgpu-host/mig/remote"
 )
 
@@ -30,7 +29,7 @@ func releaseNVML(t *testing.T) string {
 // dgxa100 mock nor the test build's state file.
 func TestReleaseHelperHasNoMock(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/vgpu-host-nvml").CombinedOutput()
+	out, err := exec.Command(testenv.GoTool(), "list", "-deps", "../../cmd/vgpu-host-nvml").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}

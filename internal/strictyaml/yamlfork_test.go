@@ -3,21 +3,21 @@ package strictyaml
 import (
 	"math"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 )
 
 // TestYAMLIsThePatchedCopy: the module builds gopkg.in/yaml.v3 from third_party/yaml.v3
 // (go.mod's replace), whose resolve tables and regexps are built on first use instead of by
 // its package initialiser at every start (#32; third_party/yaml.v3/VGPU-HOST.md).
 func TestYAMLIsThePatchedCopy(t *testing.T) {
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-m", "-f", "{{with .Replace}}{{.Path}}{{end}}", "gopkg.in/yaml.v3").CombinedOutput()
+	out, err := exec.Command(testenv.GoTool(), "list", "-m", "-f", "{{with .Replace}}{{.Path}}{{end}}", "gopkg.in/yaml.v3").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -m gopkg.in/yaml.v3: %v\n%s", err, out)
 	}

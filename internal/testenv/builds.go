@@ -67,7 +67,7 @@ func (b *Builds) build(tags string) (string, error) {
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, b.Pkg)...)
+	cmd := exec.Command(GoTool(), append(args, b.Pkg)...)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build %s (tags %q): %v\n%s", b.Pkg, tags, err, msg)
 	}
@@ -81,4 +81,11 @@ func (b *Builds) Remove() {
 	if b.dir != "" {
 		os.RemoveAll(b.dir)
 	}
+}
+
+// GoTool is the go command of the toolchain that built the running test binary: tests that
+// build or list packages use it, so they see what `go test` saw whatever PATH holds.
+func GoTool() string {
+	//lint:ignore SA1019 the test binary's own GOROOT is the one meant: it was built moments ago on this machine
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }

@@ -7,12 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vgpu-host/vgpu-host/host"
+	"github.com/vgpu-host/vgpu-host/internal/testenv"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
 
@@ -205,7 +205,7 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("builds the helper")
 	}
 	bin := filepath.Join(t.TempDir(), HelperName)
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "../../cmd/vgpu-host-libvirt").CombinedOutput()
+	out, err := exec.Command(testenv.GoTool(), "build", "-o", bin, "../../cmd/vgpu-host-libvirt").CombinedOutput()
 	if err != nil {
 		t.Fatalf("build helper: %v\n%s", err, out)
 	}
