@@ -143,7 +143,7 @@ spec:
 	if e := entryOf(t, lb.o.Ledger, name); e != nil {
 		t.Fatalf("B's ledger keeps the reservation: %+v", e)
 	}
-	n = waitTick(t, serial, n, time.Minute)
+	waitTick(t, serial, n, time.Minute) // the guest still runs on A
 
 	// B accepts: the VM moves, live.
 	pb.RefuseMigrations(t, false)

@@ -83,12 +83,12 @@ func (l *lab) reboot(t *testing.T) *lab {
 		if _, err := os.Stat(src); err != nil {
 			continue
 		}
-		if out, err := exec.Command("cp", "-a", src+"/.", filepath.Join(n.tr.Dir(), d)+"/").CombinedOutput(); err != nil {
-			// the destination may not exist yet
-			os.MkdirAll(filepath.Join(n.tr.Dir(), d), 0o755)
-			if out, err = exec.Command("cp", "-a", src+"/.", filepath.Join(n.tr.Dir(), d)+"/").CombinedOutput(); err != nil {
-				t.Fatalf("cp %s: %v %s", d, err, out)
-			}
+		dst := filepath.Join(n.tr.Dir(), d)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-a", src+"/.", dst+"/").CombinedOutput(); err != nil {
+			t.Fatalf("cp %s: %v %s", d, err, out)
 		}
 	}
 	return n

@@ -190,7 +190,7 @@ func (k *Kernel) write(ctx context.Context, rel, v string) error {
 		return t.setNumVFs(a, n)
 	case base == "create" && filepath.Base(filepath.Dir(dirReal)) == "mdev_supported_types":
 		return t.createMdev(dirReal, v)
-	case base == "remove" && strings.Contains(realRel, "mdev_supported_types") == false && isMdevDir(dirReal):
+	case base == "remove" && !strings.Contains(realRel, "mdev_supported_types") && isMdevDir(dirReal):
 		if v != "1" {
 			return syscall.EINVAL
 		}

@@ -52,8 +52,8 @@ func TestMdevCLILifecycle(t *testing.T) {
 	}
 	// Over-ask: exit 5, nothing created.
 	out, err := runErr(t, "--host-root", r, "mdev", "create", "-p", "mbochs", "-t", "mbochs-small", "-n", "7", "--name", "vm2")
-	if exitCode(err) != 5 || !strings.Contains(err.Error(), "available_instances=6") {
-		t.Fatalf("over-ask: exit %d %v", exitCode(err), err)
+	if exitCode(err) != 5 || !strings.Contains(err.Error(), "available_instances=6") || out != "" {
+		t.Fatalf("over-ask: exit %d %v, printed %q", exitCode(err), err, out)
 	}
 	// Unknown type: exit 6 and the message lists the types.
 	_, err = runErr(t, "--host-root", r, "mdev", "create", "-p", "mbochs", "-t", "huge")

@@ -71,16 +71,14 @@ func TestRenderCLI(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata: {name: x}\nspec:\n  vcpus: 2\n  memory: -1GiB\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, errOut, code = runSplit(t, "render", "--offline", bad)
-	if code != 2 {
-		t.Errorf("bad spec: exit %d, want 2", code)
+	if _, err := runErr(t, "render", "--offline", bad); exitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), bad+": invalid spec: line 6: spec.memory") {
+		t.Errorf("bad spec: exit %d, want 2 and the file, line and field named: %v", exitCode(err), err)
 	}
 	nomatch := filepath.Join(dir, "nomatch.yaml")
 	if err := os.WriteFile(nomatch, []byte("apiVersion: vgpu-host/v1\nkind: VirtualMachine\nmetadata: {name: x}\nspec:\n  vcpus: 2\n  memory: 1GiB\n  gpus:\n    - passthrough: {model: H100}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, _, code = runSplit(t, "--host-root", tr.Dir(), "render", nomatch)
-	if code != 6 {
-		t.Errorf("selector matching nothing: exit %d, want 6", code)
+	if _, err := runErr(t, "--host-root", tr.Dir(), "render", nomatch); exitCode(err) != 6 || err == nil || !strings.Contains(err.Error(), `spec.gpus[0].passthrough: no GPU matches selector model="H100"`) {
+		t.Errorf("selector matching nothing: exit %d, want 6 and the selector named: %v", exitCode(err), err)
 	}
 }

@@ -35,7 +35,7 @@ func TestRegexp(t *testing.T) {
 	if m := r.FindStringSubmatch("7kib"); len(m) != 3 || m[1] != "7" || m[2] != "kib" {
 		t.Fatalf("FindStringSubmatch = %q", m)
 	}
-	if r.Get() != r.Get() {
+	if first, again := r.Get(), r.Get(); first != again {
 		t.Fatal("Get compiled twice")
 	}
 }
