@@ -98,10 +98,19 @@ demo: build-static ## no root, installs nothing: check this host, then inspect, 
 # container runtime, is vetted on its own by scripts/vet-fakecri.sh, which also checks that
 # go.mod's k8s.io/cri-* are the staging version of the Kubernetes test/k8s/build.sh builds.
 VET_TAGS := "" nvmlmock,crashtest,fakekernel
-lint: ## gofmt and go vet (every build tag the builds and tests use)
+# staticcheck, at a fixed version, run by `go run` from the module proxy's copy: it is a tool of
+# the build, not of the product, so it stays out of go.mod (its golang.org/x/tools would move
+# the versions the product's modules agree on). Beyond vet it finds code nothing calls and test
+# values computed and never checked (the first run found nine dead helpers and two tests that
+# checked an exit code but not the error they promised); `//lint:ignore CHECK reason` marks the
+# few deliberate cases. The first run on a fresh machine downloads and builds it (about a
+# minute); each run after is about 30 s a tag set on 2 cores.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint: ## gofmt, go vet and staticcheck (every build tag the builds and tests use)
 	@scripts/deps.sh helper
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@for tags in $(VET_TAGS); do echo "go vet -tags '$$tags' ./..."; $(GO) vet -tags "$$tags" ./... || exit 1; done
+	@for tags in $(VET_TAGS); do echo "staticcheck -tags '$$tags' ./..."; $(GO) run $(STATICCHECK) -tags "$$tags" ./... || exit 1; done
 	@scripts/vet-fakecri.sh
 
 # scripts/test-tmpdir.sh: the tests' temporary files (fake host trees, test binaries) on

@@ -136,6 +136,8 @@ type connKind int
 
 const (
 	// connNone: none of the command's choosing (inspect, check, bind, unbind).
+	//
+	//lint:ignore U1000 the zero value, which the commands without a connection leave as is
 	connNone connKind = iota
 	// connLocal: this machine's libvirt (mdev remove's in-use check; the agent's own in the agent).
 	connLocal

@@ -18,6 +18,7 @@ type (
 		ByN   map[int][]bool    `json:"by_n"`
 		Inner struct{ On bool } `json:"inner"`
 		Skip  float64           `json:"-"`
+		//lint:ignore U1000 an unexported field, which the encoder must leave out
 		quiet float64
 		*embeddedPlain
 	}
