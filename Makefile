@@ -101,7 +101,7 @@ VET_TAGS := "" nvmlmock,crashtest,fakekernel
 # staticcheck, at a fixed version, run by `go run` from the module proxy's copy: it is a tool of
 # the build, not of the product, so it stays out of go.mod (its golang.org/x/tools would move
 # the versions the product's modules agree on). Beyond vet it finds code nothing calls and test
-# values computed and never checked (the first run found nine dead helpers and two tests that
+# values computed and never checked (the first run found eight dead helpers and two tests that
 # checked an exit code but not the error they promised); `//lint:ignore CHECK reason` marks the
 # few deliberate cases. The first run on a fresh machine downloads and builds it (about a
 # minute); each run after is about 30 s a tag set on 2 cores.
