@@ -236,7 +236,6 @@ func (l *Lifecycle) migrationSource(ctx context.Context, name string, o MigrateO
 	if err := refuseUnmigratable(name, src.live, o); err != nil {
 		return nil, err
 	}
-	var inv *host.Inventory
 	for _, c := range e.Claims {
 		switch c.Kind {
 		case vgpu.ClaimMdev:
@@ -252,11 +251,10 @@ func (l *Lifecycle) migrationSource(ctx context.Context, name string, o MigrateO
 			src.devices = append(src.devices, MigratingDevice{Kind: c.Kind, Type: c.Detail, Source: c.ID})
 		case vgpu.ClaimVendorVGPU:
 			src.devices = append(src.devices, MigratingDevice{Kind: c.Kind, Type: vendorTypeOf(c.Detail), Source: c.ID})
-		default:
-			if inv == nil {
-				if inv, err = l.o.Scan(l.o.Root); err != nil {
-					return nil, fmt.Errorf("migrate %s: scan host: %w", name, err)
-				}
+		default: // a passthrough function: refused, naming its driver
+			inv, err := l.o.Scan(l.o.Root)
+			if err != nil {
+				return nil, fmt.Errorf("migrate %s: scan host: %w", name, err)
 			}
 			drv := "unknown"
 			for _, d := range inv.Devices {
