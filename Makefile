@@ -148,6 +148,10 @@ race: ## go test -race on the packages with concurrency
 	$(GO) test -race -count=1 ./internal/filelock ./internal/future ./ledger ./mdev ./mig/remote ./vfio
 	$(GO) test -race -count=1 -run 'ForEachSplit|WriteEach|SysfsWriter|Scan|ConcurrentLookups|NVIDIAGate' ./host
 	$(GO) test -race -count=1 -run 'TestRace(VF|Mdev)' ./internal/clitree
+	# The long-running parts: the agent (its server, drift watch, metrics, boot reconcile), the
+	# device plugin and DRA driver, and the lifecycle they call. Their real-libvirtd tests ran
+	# in test-go; here they skip, saying so. About a minute here with a warm build cache.
+	VGPU_TEST_LIBVIRTD=ran-in-the-untagged-pass $(GO) test -race -count=1 ./agent/... ./kube/... ./lifecycle ./ops
 
 e2e: build ## real-kernel lab: boot Debian's kernel under QEMU with an IOMMU and run the scenarios
 	@scripts/deps.sh e2e
