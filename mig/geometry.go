@@ -2,7 +2,6 @@ package mig
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -87,7 +86,7 @@ func DocumentedGPU(address string, compute int, profiles []string) (GPU, error) 
 		}
 		g.Profiles = append(g.Profiles, p)
 	}
-	sort.SliceStable(g.Profiles, func(i, j int) bool { return g.Profiles[i].ComputeSlices < g.Profiles[j].ComputeSlices })
+	SortProfiles(g.Profiles)
 	return g, nil
 }
 

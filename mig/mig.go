@@ -8,7 +8,11 @@
 // pure Go: the types, placement (which lists of profiles fit on a GPU), and planning.
 package mig
 
-import "context"
+import (
+	"context"
+	"sort"
+	"strings"
+)
 
 // Profile is one GPU-instance profile a GPU offers, named the way nvidia-smi and NVIDIA's
 // operators name it ("1g.18gb", "3g.71gb", "1g.18gb+me").
@@ -36,6 +40,24 @@ type Profile struct {
 	// Placements are the memory-slice ranges an instance of this profile may occupy (NVML's
 	// possible placements): profiles occupy fixed slices, so free capacity is not just a sum.
 	Placements []Placement `json:"placements"`
+}
+
+// SortProfiles orders profiles as nvidia-smi mig -lgip lists them, so that a listing reads
+// against nvidia-smi's line by line: by compute slices, then memory, a variant with a suffix
+// (1g.18gb+me) after its plain profile, and otherwise in the order given (NVML's profile
+// index). NVML's own index order puts the variants last (an H200: 1g.18gb, 2g.35gb, 3g.71gb,
+// 4g.71gb, 7g.141gb, 1g.18gb+me, 1g.35gb; nvidia-smi: 1g.18gb, 1g.18gb+me, 1g.35gb, 2g.35gb, ...).
+func SortProfiles(ps []Profile) {
+	sort.SliceStable(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		if a.ComputeSlices != b.ComputeSlices {
+			return a.ComputeSlices < b.ComputeSlices
+		}
+		if a.MemoryMiB != b.MemoryMiB {
+			return a.MemoryMiB < b.MemoryMiB
+		}
+		return !strings.Contains(a.Name, "+") && strings.Contains(b.Name, "+")
+	})
 }
 
 // Placement is a range of memory slices [Start, Start+Size); nvidia-smi writes it {Start}:Size.

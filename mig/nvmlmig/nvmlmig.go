@@ -256,6 +256,7 @@ func (b *Backend) readGPU(index int, dev nvml.Device) (*gpu, error) {
 			g.g.Instances = append(g.g.Instances, in)
 		}
 	}
+	mig.SortProfiles(g.g.Profiles)
 	sort.Slice(g.g.Instances, func(i, j int) bool { return g.g.Instances[i].ID < g.g.Instances[j].ID })
 	return g, nil
 }

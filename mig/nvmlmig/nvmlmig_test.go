@@ -112,7 +112,7 @@ func TestStateNamesTheMockProfiles(t *testing.T) {
 		names = append(names, fmt.Sprintf("%s(id %d, max %d)", p.Name, p.ID, p.Max))
 	}
 	got := strings.Join(names, " ")
-	want := "1g.5gb(id 19, max 7) 2g.10gb(id 14, max 3) 3g.20gb(id 9, max 2) 4g.20gb(id 5, max 1) 7g.40gb(id 0, max 1) 1g.5gb+me(id 20, max 1) 1g.10gb(id 15, max 4)"
+	want := "1g.5gb(id 19, max 7) 1g.5gb+me(id 20, max 1) 1g.10gb(id 15, max 4) 2g.10gb(id 14, max 3) 3g.20gb(id 9, max 2) 4g.20gb(id 5, max 1) 7g.40gb(id 0, max 1)"
 	if got != want {
 		t.Errorf("profiles:\n got %s\nwant %s", got, want)
 	}

@@ -54,6 +54,7 @@ func replay(t *testing.T, capture string) (*nvmlfacts.Server, mig.Backend) {
 // smiProfile is one GPU-instance profile as nvidia-smi mig -lgip and -lgipp print it.
 type smiProfile struct {
 	name              string
+	pos               int // its place in -lgip's listing, from 0
 	id, free, total   int
 	starts            []int
 	size              int
@@ -76,7 +77,7 @@ func nvidiaSMI(t *testing.T, capture string) map[int]*smiProfile {
 	sc := bufio.NewScanner(fh)
 	for sc.Scan() {
 		if m := lgip.FindStringSubmatch(sc.Text()); m != nil {
-			p := &smiProfile{name: m[1]}
+			p := &smiProfile{name: m[1], pos: len(out)}
 			p.id, _ = strconv.Atoi(m[2])
 			p.free, _ = strconv.Atoi(m[3])
 			p.total, _ = strconv.Atoi(m[4])
@@ -126,11 +127,14 @@ func profilesAsNvidiaSMI(t *testing.T, capture, name string) {
 	}
 	smi := nvidiaSMI(t, capture)
 	seen := map[int]bool{}
-	for _, p := range g.Profiles {
+	for i, p := range g.Profiles {
 		want := smi[p.ID]
 		if want == nil {
 			t.Errorf("vgpu-host lists %s (ID %d), nvidia-smi does not", p.Name, p.ID)
 			continue
+		}
+		if want.pos != i { // mig show and inspect list them as nvidia-smi does (mig.SortProfiles)
+			t.Errorf("vgpu-host lists %s %d. in its profiles, nvidia-smi mig -lgip %d.", p.Name, i+1, want.pos+1)
 		}
 		seen[p.ID] = true
 		var starts []int
