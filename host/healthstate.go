@@ -185,37 +185,29 @@ func LoadQuarantine(root Root, a Address) (*Quarantine, error) {
 
 // Quarantines lists every quarantine record, by address.
 func Quarantines(root Root) ([]Quarantine, error) {
-	addrs, err := stateAddrs(root, "quarantine")
-	if err != nil {
-		return nil, err
-	}
-	var out []Quarantine
-	for _, a := range addrs {
-		q, err := LoadQuarantine(root, a)
-		if err != nil {
-			return out, err
-		}
-		if q != nil {
-			out = append(out, *q)
-		}
-	}
-	return out, nil
+	return loadAll(root, "quarantine", LoadQuarantine)
 }
 
 // HealthStates lists every health file, by address.
 func HealthStates(root Root) ([]HealthState, error) {
-	addrs, err := stateAddrs(root, "health")
+	return loadAll(root, "health", LoadHealthState)
+}
+
+// loadAll loads every ADDR.json of the state directory dir with load, by address: those read
+// before one that cannot be, with its error.
+func loadAll[T any](root Root, dir string, load func(Root, Address) (*T, error)) ([]T, error) {
+	addrs, err := stateAddrs(root, dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []HealthState
+	var out []T
 	for _, a := range addrs {
-		st, err := LoadHealthState(root, a)
+		v, err := load(root, a)
 		if err != nil {
 			return out, err
 		}
-		if st != nil {
-			out = append(out, *st)
+		if v != nil {
+			out = append(out, *v)
 		}
 	}
 	return out, nil
