@@ -87,6 +87,3 @@ func renderDestroy(o opOutput, results []*lifecycle.DestroyResult) error {
 		return nil
 	})
 }
-
-// releasedBy are the PCI functions a destroy gave back (ops.ReleasedBy).
-func releasedBy(r *lifecycle.DestroyResult) []host.Released { return ops.ReleasedBy(r) }

@@ -12,6 +12,7 @@ import (
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/ledger"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 	"github.com/vgpu-host/vgpu-host/vfio"
 	"github.com/vgpu-host/vgpu-host/virt"
 )
@@ -217,7 +218,7 @@ func TestReleasedByDestroy(t *testing.T) {
 		{Kind: ledger.KindMdev, ID: "6b1f3d1e-0000-4000-8000-000000000001"}, {Kind: ledger.KindVendorVGPU, ID: "0000:41:00.4"},
 	}}
 	var got []string
-	for _, rel := range releasedBy(r) {
+	for _, rel := range ops.ReleasedBy(r) {
 		got = append(got, rel.Address.String())
 	}
 	if strings.Join(got, " ") != "0000:01:00.0 0000:01:00.1 0000:41:00.4" {

@@ -214,21 +214,6 @@ func renderKubeVirtLabels(w io.Writer, output string, res *ops.KubeVirtLabelsRes
 	})
 }
 
-// kubeVirtVMRequest is kubevirt vm's request: its one operand, the spec (loaded by the
-// operation), --container-disk NAME=IMAGE, --config and --strict.
-func kubeVirtVMRequest(f flagValues) (ops.KubeVirtVMRequest, error) {
-	if n := len(f.Operands()); n != 1 {
-		return ops.KubeVirtVMRequest{}, usageErr("kubevirt vm takes one SPEC.yaml, got %d arguments", n)
-	}
-	disks, err := containerDisks(f)
-	if err != nil {
-		return ops.KubeVirtVMRequest{}, err
-	}
-	req := ops.KubeVirtVMRequest{Spec: ops.Spec{Path: f.Operands()[0]}, ContainerDisks: disks, Strict: f.Bool("strict")}
-	req.KubeConfig, err = kubeConfigOf(f, "kubevirt vm")
-	return req, err
-}
-
 // kubeVirtVMSpecRequest is kubevirt vm's request in the order the command always took its
 // steps: the disks, the spec (read by the CLI, the content the caller sent in the agent) and
 // its disks checked; kubeVirtVMConfig adds --config after the root.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os/exec"
 	"strings"
 
@@ -265,6 +264,3 @@ func migrateTable(w io.Writer, r *lifecycle.MigrateResult) error {
 	}
 	return nil
 }
-
-// sshWords is the command that runs vgpu-host on the host of a qemu+ssh URI (ops.SSHWords).
-func sshWords(u *url.URL) []string { return ops.SSHWords(u) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vgpu-host/vgpu-host/host/hosttest"
 	"github.com/vgpu-host/vgpu-host/lifecycle"
+	"github.com/vgpu-host/vgpu-host/ops"
 )
 
 // TestMigrateCLITwoFakeHosts drives `vgpu-host migrate` between two processes' worth of hosts:
@@ -145,7 +146,7 @@ func TestMigrateTargetCommand(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Join(sshWords(u), " "); got != want {
+		if got := strings.Join(ops.SSHWords(u), " "); got != want {
 			t.Errorf("%s: %q, want %q", uri, got, want)
 		}
 	}

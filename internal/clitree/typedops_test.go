@@ -112,6 +112,33 @@ type typedCase struct {
 // checkTypedCases runs each case's command line with --output json and its request through
 // ops.Run: the same exit code, the same error text, the result's JSON byte for byte the CLI's,
 // and that JSON decodes into the result type and encodes to the same bytes.
+// asCommandBuilds builds the request of the operation-backed command name from f as the
+// command does (runOpCommand's order, less the host root it never needs): its operand check,
+// its request builder, then its finishing step, whose site it must not need.
+func asCommandBuilds[Q any](t *testing.T, name string, f flagValues) (ops.Request, error) {
+	t.Helper()
+	oc, ok := opCommandNamed(name)
+	if !ok {
+		t.Fatalf("no operation-backed command %q", name)
+	}
+	if oc.pre != nil {
+		if err := oc.pre(f); err != nil {
+			return nil, err
+		}
+	}
+	req, err := oc.request(f)
+	if err != nil {
+		return nil, err
+	}
+	if oc.finish != nil {
+		if req, err = oc.finish(f, req, nil); err != nil {
+			return nil, err
+		}
+	}
+	q := req.(Q)
+	return any(&q).(ops.Request), nil
+}
+
 func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 	t.Helper()
 	for _, c := range cases {
@@ -638,7 +665,8 @@ func TestKubeVirtOpsAreTheCLIs(t *testing.T) {
 	vmCase := func(vals map[string]string, args ...string) typedCase {
 		ff := fakeFlags{vals: vals, operands: args}
 		return typedCase{args: cl([]string{"kubevirt", "vm"}, vals, []string{"config", "container-disk", "strict"}, args),
-			build: func() (ops.Request, error) { r, err := kubeVirtVMRequest(ff); return &r, err }, back: roundTrip[ops.KubeVirtVMResult]}
+			build: func() (ops.Request, error) { return asCommandBuilds[ops.KubeVirtVMRequest](t, "kubevirt vm", ff) },
+			back:  roundTrip[ops.KubeVirtVMResult]}
 	}
 	spec := "../../examples/virgl-workstation.yaml"
 	unknown := filepath.Join(t.TempDir(), "vm.yaml")
