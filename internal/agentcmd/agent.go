@@ -82,6 +82,11 @@ func agentParts(cmd *cli.Command, srv *agent.Server) (watcher *drift.Watcher, re
 	srv.Ready = func(ctx context.Context) error {
 		defer close(ready)
 		defer done()
+		// systemctl status shows this while the unit is "activating" (it may take a while:
+		// MIG instances, VFs and a driver probe per function bound).
+		if _, nerr := reconcile.NotifyStatus("boot reconcile: restoring the stored host layout, VFs, vGPU instances and vfio-pci bindings"); nerr != nil {
+			log.Warn("sd_notify", "err", nerr)
+		}
 		res, err := rec.Run(ctx)
 		m.Reconcile(res)
 		if _, nerr := reconcile.NotifyResult(res); nerr != nil {
@@ -206,6 +211,14 @@ func runAgent(ctx context.Context, cmd *cli.Command, nvml *migremote.Shared) err
 			}
 		})
 	}
+	// At SIGTERM, systemd hears that the agent is stopping (STOPPING=1) while it finishes the
+	// requests in flight, up to --shutdown-timeout.
+	bg.Go(func() {
+		<-ctx.Done()
+		if _, err := reconcile.NotifyStopping("stopping: finishing the requests in flight"); err != nil {
+			srv.Log.Warn("sd_notify", "err", err)
+		}
+	})
 	afterReady(func() { _ = watcher.Run(ctx) })
 	afterReady(func() { keepMIGCache(ctx, cmd, srv.Root, srv.Log) })
 	afterReady(func() { keepCheckingHealth(ctx, srv.Root, srv.Log) })
