@@ -247,10 +247,6 @@ func checkedState(root Root, st *HealthState, h DeviceHealth, resets []ResetAtte
 	return st
 }
 
-// RecordCheck stores a check made outside a handback (release-quarantine, the agent's
-// periodic check) as the function's last.
-func RecordCheck(root Root, h DeviceHealth) error { return recordCheck(root, h, nil) }
-
 // ReleaseQuarantine checks a quarantined function again and, when it is healthy, removes its
 // record. A function still unhealthy stays quarantined and the error (ErrRefused) says why.
 func ReleaseQuarantine(root Root, a Address, now time.Time) (DeviceHealth, error) {

@@ -12,7 +12,7 @@ import (
 // a fitting fake datacenter node, and those without MIG apply there and then plan nothing; the
 // MIG ones are refused as unsupported while NVML is not wired in (no go-nvml mock of our own).
 func TestExamples(t *testing.T) {
-	f, err := Load("../examples/host-layouts.yaml")
+	f, _, err := ReadFile("../examples/host-layouts.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

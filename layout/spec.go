@@ -175,13 +175,8 @@ func (s Selector) String() string {
 	return "nothing"
 }
 
-// Load reads, parses and validates the layout file at path (at most host.MaxSpecSize bytes).
-func Load(path string) (*File, error) {
-	f, _, err := ReadFile(path)
-	return f, err
-}
-
-// ReadFile is Load that also returns the file's content (apply stores it with the selection).
+// ReadFile reads, parses and validates the layout file at path (at most host.MaxSpecSize
+// bytes), and returns its content too (apply stores it with the selection).
 func ReadFile(path string) (*File, []byte, error) {
 	b, err := host.ReadFileLimit(path, host.MaxSpecSize)
 	if errors.Is(err, host.ErrInvalid) {

@@ -20,13 +20,10 @@ func serialFile(name string) bool {
 	return false
 }
 
-// uuidRE is a UUID written out (8-4-4-4-12 hex digits). Compiled on first use, as idRE: a
-// package-level regexp.MustCompile runs at every start of the binary, `vgpu-host --version`
-// included (#32: this package's init was the largest of vgpu-host's own).
-var uuidRE = lazy.Regexp{Expr: `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`}
-
 // idRE is an identifier on the kernel command line or in /proc/mounts: UUID=…, PARTUUID=…,
-// by-uuid/…, by-partuuid/…, by-id/….
+// by-uuid/…, by-partuuid/…, by-id/…. Compiled on first use: a package-level
+// regexp.MustCompile runs at every start of the binary, `vgpu-host --version` included (#32:
+// this package's init was the largest of vgpu-host's own).
 var idRE = lazy.Regexp{Expr: `((?:PART)?UUID=|by-(?:part)?uuid/|by-id/)([^\s,]+)`}
 
 // Scrub zeroes serial numbers and UUIDs in the file at rel (relative to the host root) whose
@@ -48,11 +45,6 @@ func Scrub(rel string, b []byte) []byte {
 		})
 	}
 	return b
-}
-
-// ScrubUUIDs zeroes every UUID written out in b (for text outside sysfs: nvidia-smi -q).
-func ScrubUUIDs(b []byte) []byte {
-	return uuidRE.Get().ReplaceAllFunc(b, zeroAlnum)
 }
 
 func zeroAlnum(b []byte) []byte {
