@@ -114,7 +114,7 @@ type typedCase struct {
 // and that JSON decodes into the result type and encodes to the same bytes.
 // asCommandBuilds builds the request of the operation-backed command name from f as the
 // command does (runOpCommand's order, less the host root it never needs): its operand check,
-// its request builder, then its finishing step, whose site it must not need.
+// its request builder, then its finishing step, at a testSite.
 func asCommandBuilds[Q any](t *testing.T, name string, f flagValues) (ops.Request, error) {
 	t.Helper()
 	oc, ok := opCommandNamed(name)
@@ -131,13 +131,21 @@ func asCommandBuilds[Q any](t *testing.T, name string, f flagValues) (ops.Reques
 		return nil, err
 	}
 	if oc.finish != nil {
-		if req, err = oc.finish(f, req, nil); err != nil {
+		if req, err = oc.finish(f, req, testSite{}); err != nil {
 			return nil, err
 		}
 	}
 	q := req.(Q)
 	return any(&q).(ops.Request), nil
 }
+
+// testSite is the site asCommandBuilds gives a command's finishing step: a one-shot CLI whose
+// progress reaches no terminal. The rest of opSite is left nil: a finishing step that asks for
+// it fails the test.
+type testSite struct{ opSite }
+
+func (testSite) oneShot() bool      { return true }
+func (testSite) liveProgress() bool { return false }
 
 func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 	t.Helper()
@@ -451,7 +459,7 @@ func TestHotplugOpsAreTheCLIs(t *testing.T) {
 			}
 		}
 		ff := fakeFlags{vals: vals, operands: args}
-		return typedCase{args: cl, env: env, build: func() (ops.Request, error) { r, err := attachRequest(ff); return &r, err },
+		return typedCase{args: cl, env: env, build: func() (ops.Request, error) { return asCommandBuilds[ops.AttachRequest](t, "attach", ff) },
 			back: roundTrip[ops.HotplugResult]}
 	}
 	detachCase := func(timeout string, args ...string) typedCase {
@@ -604,7 +612,7 @@ func TestRenderOpIsTheCLIs(t *testing.T) {
 			}
 		}
 		ff := fakeFlags{vals: vals, operands: args}
-		return typedCase{args: append(cl, args...), build: func() (ops.Request, error) { r, err := renderRequest(ff); return &r, err },
+		return typedCase{args: append(cl, args...), build: func() (ops.Request, error) { return asCommandBuilds[ops.RenderRequest](t, "render", ff) },
 			back: roundTrip[ops.RenderResult]}
 	}
 	cases := []typedCase{
@@ -655,12 +663,16 @@ func TestKubeVirtOpsAreTheCLIs(t *testing.T) {
 	configCase := func(vals map[string]string, args ...string) typedCase {
 		ff := fakeFlags{vals: vals, operands: args}
 		return typedCase{args: cl([]string{"kubevirt", "config"}, vals, []string{"config"}, args),
-			build: func() (ops.Request, error) { r, err := kubeVirtConfigRequest(ff); return &r, err }, back: roundTrip[ops.KubeVirtConfigResult]}
+			build: func() (ops.Request, error) {
+				return asCommandBuilds[ops.KubeVirtConfigRequest](t, "kubevirt config", ff)
+			}, back: roundTrip[ops.KubeVirtConfigResult]}
 	}
 	labelsCase := func(vals map[string]string, args ...string) typedCase {
 		ff := fakeFlags{vals: vals, operands: args}
 		return typedCase{args: cl([]string{"kubevirt", "labels"}, vals, []string{"config", "write"}, args),
-			build: func() (ops.Request, error) { r, err := kubeVirtLabelsRequest(ff); return &r, err }, back: roundTrip[ops.KubeVirtLabelsResult]}
+			build: func() (ops.Request, error) {
+				return asCommandBuilds[ops.KubeVirtLabelsRequest](t, "kubevirt labels", ff)
+			}, back: roundTrip[ops.KubeVirtLabelsResult]}
 	}
 	vmCase := func(vals map[string]string, args ...string) typedCase {
 		ff := fakeFlags{vals: vals, operands: args}
@@ -716,7 +728,7 @@ func TestExportOpIsTheCLIs(t *testing.T) {
 		}
 		ff := fakeFlags{vals: vals, operands: args}
 		return typedCase{args: append(cl, args...), env: env,
-			build: func() (ops.Request, error) { r, err := exportRequest(ff); return &r, err }, back: roundTrip[ops.ExportResult]}
+			build: func() (ops.Request, error) { return asCommandBuilds[ops.ExportRequest](t, "image export", ff) }, back: roundTrip[ops.ExportResult]}
 	}
 	img := filepath.Join(dir, "out.qcow2")
 	checkTypedCases(t, dir, []typedCase{
