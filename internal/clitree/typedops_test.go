@@ -109,9 +109,6 @@ type typedCase struct {
 	same func(string) string
 }
 
-// checkTypedCases runs each case's command line with --output json and its request through
-// ops.Run: the same exit code, the same error text, the result's JSON byte for byte the CLI's,
-// and that JSON decodes into the result type and encodes to the same bytes.
 // asCommandBuilds builds the request of the operation-backed command name from f as the
 // command does (runOpCommand's order, less the host root it never needs): its operand check,
 // its request builder, then its finishing step, at a testSite.
@@ -147,6 +144,9 @@ type testSite struct{ opSite }
 func (testSite) oneShot() bool      { return true }
 func (testSite) liveProgress() bool { return false }
 
+// checkTypedCases runs each case's command line with --output json and its request through
+// ops.Run: the same exit code, the same error text, the result's JSON byte for byte the CLI's,
+// and that JSON decodes into the result type and encodes to the same bytes.
 func checkTypedCases(t *testing.T, dir string, cases []typedCase) {
 	t.Helper()
 	for _, c := range cases {
