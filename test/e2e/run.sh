@@ -10,7 +10,9 @@
 #
 # Environment: VGPU_LAB_TIMEOUT (seconds for the whole guest run, default 900),
 # VGPU_LAB_KVER (kernel version; default: newest with image, modules and headers installed),
-# VGPU_LAB_CACHE (default .cache/lab), VGPU_LAB_BIN (default bin/vgpu-host).
+# VGPU_LAB_CACHE (default .cache/lab), VGPU_LAB_BIN (default bin/vgpu-host),
+# VGPU_LAB_BOOT_TIMEOUT (seconds for init's first line before one more boot, default 180),
+# VGPU_LAB_VERBOSE_BOOT=1 (the kernel's boot messages on the console from the first boot).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,7 +25,7 @@ bin=${VGPU_LAB_BIN:-$repo/bin/vgpu-host}
 out=$here/out
 snapshot_dest=$repo/host/testdata/lab-snapshot.tar.gz
 
-usage() { sed -n '2,14s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,16s/^# \{0,1\}//p' "$0"; }
 die() { echo "lab: $*" >&2; exit 1; }
 log() { echo "lab: $*" >&2; }
 
@@ -79,7 +81,7 @@ need() {
   for t in "$@"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
   [ ${#missing[@]} -eq 0 ] || die "missing tools: ${missing[*]} (run 'make deps')"
 }
-need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd flock mkfs.ext4
+need qemu-system-x86_64 modprobe cpio tar xz make sha256sum timeout ldd flock mkfs.ext4 fallocate df
 
 # pick_kver: the newest kernel that has an image in /boot, modules and headers (build link).
 pick_kver() {
@@ -341,10 +343,21 @@ rm -f "$out/run.cpio"
 # a plain tar to it in --snapshot mode. In test mode it is the guest's persistent disk: an
 # empty ext4 file system that init mounts for /etc and /var/lib, so state written with
 # --persist survives the guest's reboot (scenarios that call request_reboot; docs/lab.md).
+# Made afresh for each boot (make_disk, below). Its blocks are allocated up front where the
+# file system can (fallocate): a guest write must never be the one that finds the host's disk
+# full, and QEMU reports an I/O error to the guest (werror=report) instead of pausing it, which
+# would look like a hung guest until the timeout.
 disk=$out/disk.img
-rm -f "$disk"
-truncate -s 16M "$disk"
-[ "$mode" != test ] || mkfs.ext4 -q -F -L vgpulab -E root_owner=0:0 "$disk"
+make_disk() {
+  local err
+  rm -f "$disk"
+  if ! err=$(fallocate -l 16M "$disk" 2>&1); then
+    case $err in *"No space"*) die "no room for the lab's 16 MiB disk $disk: $(df -h --output=avail "$out" | tail -n 1) free there" ;; esac
+    truncate -s 16M "$disk" || die "cannot make the lab's disk $disk"
+  fi
+  [ "$mode" != test ] || mkfs.ext4 -q -F -L vgpulab -E root_owner=0:0 "$disk" ||
+    die "mkfs.ext4 failed on the lab's disk $disk"
+}
 
 # A scenario that reboots the guest (request_reboot in lib.sh) needs QEMU to reset on the
 # guest's reboot instead of exiting (-no-reboot). Only then: a run without one keeps
@@ -358,7 +371,18 @@ if [ "$mode" = test ]; then
 fi
 
 console=$out/console.log
-: >"$console"
+
+# The kernel's command line. quiet: only errors reach the console, so the scenarios' lines are
+# not interleaved with the kernel's. A boot that printed nothing is retried once with
+# boot_verbose (boot_guest, below): the kernel's messages from its first one, and init turns
+# the console quiet again when it starts.
+cmdline_base="console=ttyS0 intel_iommu=on iommu=pt no_timer_check panic=-1 rdinit=/init"
+boot_quiet="quiet loglevel=3"
+boot_verbose="loglevel=7 earlyprintk=serial,ttyS0,115200"
+[ -z "${VGPU_LAB_VERBOSE_BOOT:-}" ] || boot_quiet=$boot_verbose
+# Seconds the guest has to print init's first line ("== lab: kernel ..."); here it comes about
+# 3 s after QEMU starts, and at a load of 7 on two cores still within 30 s.
+boot_s=${VGPU_LAB_BOOT_TIMEOUT:-180}
 
 # Device layout: keep in sync with lab.env (00-kernel.sh checks the kernel agrees).
 # no_timer_check: under TCG on a loaded host the kernel's early check that the IO-APIC timer
@@ -374,7 +398,6 @@ qemu_args=(
   -nodefaults -display none -monitor none ${no_reboot:+"$no_reboot"}
   -serial "file:$console"
   -kernel "$kernel" -initrd "$out/initrd.cpio"
-  -append "console=ttyS0 intel_iommu=on iommu=pt no_timer_check quiet loglevel=3 panic=-1 rdinit=/init"
   -device intel-iommu,intremap=on,caching-mode=on
   -audiodev none,id=snd0
   # 00:02.0 boot VGA
@@ -405,23 +428,63 @@ qemu_args=(
   -device pcie-root-port,id=rp3,bus=pxb1,addr=00.0,chassis=3,port=3
   -device ati-vga,bus=rp3,addr=00.0
   # 00:1e.0 the lab's disk
-  -drive "file=$disk,if=none,id=disk0,format=raw"
+  -drive "file=$disk,if=none,id=disk0,format=raw,werror=report,rerror=report"
   -device virtio-blk-pci,drive=disk0,bus=pcie.0,addr=1e.0
 )
 
+# boot_guest VERBOSITY: one QEMU run. Returns QEMU's status, 124/137 at the timeout, or 200 when
+# the guest printed nothing at all within boot_s (QEMU stopped then).
+boot_guest() {
+  local verbosity=$1 qpid tpid rc=0 waited=0 booted=
+  make_disk
+  : >"$console"
+  timeout -k 10 "$timeout_s" qemu-system-x86_64 "${qemu_args[@]}" \
+    -append "$cmdline_base $verbosity" >"$out/qemu.log" 2>&1 &
+  qpid=$!
+  # shellcheck disable=SC2064 # qpid is this boot's, now
+  trap "kill $qpid 2>/dev/null || true" EXIT INT TERM
+  # Live progress: the scenario lines, as they arrive.
+  tail -n +1 -F --pid="$qpid" "$console" 2>/dev/null | tr -d '\r' |
+    grep --line-buffered -E '^(PASS|FAIL|SKIP|BENCH|== )' &
+  tpid=$!
+  while [ -z "$booted" ] && kill -0 "$qpid" 2>/dev/null; do
+    if grep -q '^== lab: ' "$console"; then booted=1; break; fi
+    if [ "$waited" -ge "$boot_s" ]; then
+      kill "$qpid" 2>/dev/null || true
+      wait "$qpid" 2>/dev/null || true
+      wait "$tpid" || true
+      trap - EXIT INT TERM
+      return 200
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  wait "$qpid" || rc=$?
+  wait "$tpid" || true
+  trap - EXIT INT TERM
+  return "$rc"
+}
+
+# What a guest that printed nothing leaves to go on: the space left where QEMU writes its
+# console and disk (a full disk loses the console's lines), and QEMU's own messages.
+boot_hang_report() {
+  log "the guest printed nothing within ${boot_s}s of QEMU's start (init's first line comes after about 3s)"
+  df -h "$out" >&2 || true
+  if [ -s "$out/qemu.log" ]; then sed 's/^/qemu: /' "$out/qemu.log" >&2; fi
+  if [ -s "$console" ]; then tr -d '\r' <"$console" | tail -n 40 | sed 's/^/console: /' >&2; fi
+}
+
 log "kernel $kver, mode $mode${only:+, only *$only*}; booting (timeout ${timeout_s}s, console: ${console#"$repo/"})"
 t0=$SECONDS
-timeout -k 10 "$timeout_s" qemu-system-x86_64 "${qemu_args[@]}" >"$out/qemu.log" 2>&1 &
-qpid=$!
-trap 'kill "$qpid" 2>/dev/null || true' EXIT INT TERM
-# Live progress: the scenario lines, as they arrive.
-tail -n +1 -F --pid="$qpid" "$console" 2>/dev/null | tr -d '\r' |
-  grep --line-buffered -E '^(PASS|FAIL|SKIP|BENCH|== )' &
-tpid=$!
 rc=0
-wait "$qpid" || rc=$?
-wait "$tpid" || true
-trap - EXIT INT TERM
+boot_guest "$boot_quiet" || rc=$?
+if [ "$rc" -eq 200 ]; then
+  boot_hang_report
+  log "booting once more, with the kernel's messages on the console"
+  t0=$SECONDS
+  rc=0
+  boot_guest "$boot_verbose" || rc=$?
+fi
 elapsed=$((SECONDS - t0))
 
 transcript=$out/console.txt
@@ -437,6 +500,10 @@ failed() {
   die "$*"
 }
 
+if [ "$rc" -eq 200 ]; then
+  df -h "$out" >&2 || true
+  failed "the guest printed nothing within ${boot_s}s, twice; the kernel's own messages from the second boot are above"
+fi
 if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
   failed "timeout: the guest did not finish within ${timeout_s}s"
 fi
