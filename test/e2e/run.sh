@@ -110,6 +110,15 @@ if ! flock -n 9; then
 fi
 rm -rf "$out"/run-root.* "$out"/snapshot.* "$cache"/build-* # left by an interrupted run
 
+# Room in out/ first: the run writes about 230 MiB there at its peak (the crash-test binary,
+# the run's cpio and its staging, the initramfs with libvirt's part, the 16 MiB disk). On a
+# full disk a copy or cpio would stop with "No space left on device" and no word of where; a
+# guest whose console cannot be written looks hung.
+need_mib=320
+free_mib=$(df -Pm "$out" | awk 'NR == 2 { print $4 }')
+[ "${free_mib:-0}" -ge "$need_mib" ] ||
+  die "only ${free_mib:-0} MiB free for $out (df -m); a lab run needs about $need_mib MiB there: free some space on that file system"
+
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 
 # build_mdev_samples: mtty/mdpy/mbochs .ko for $kver, cached by kernel, source and Kbuild.
