@@ -3,7 +3,7 @@
 //
 // Every package initialiser runs at every start of every binary that links the package,
 // `vgpu-host --version` included, and on a machine where a page fault is dear each one costs
-// about its share of the start (README, Benchmarks: an initialiser's code and data are pages
+// about its share of the start (docs/benchmarks.md, start-up: an initialiser's code and data are pages
 // touched before main). A package-level Value or Regexp whose fields are constants or a
 // function literal that captures nothing is laid out by the compiler as data: no initialiser
 // runs for it. sync.OnceValue is a call, so a package-level sync.OnceValue is one, and
