@@ -466,6 +466,9 @@ boot_guest() {
     reboots=$(grep -c '^== lab: rebooting ' "$console" || true)
     if [ "$inits" -gt "$reboots" ]; then
       up_at=$SECONDS # init runs in the current boot
+      # With -no-reboot a reboot ends QEMU: no later boot to watch, so nothing polls while the
+      # scenarios or the benches run.
+      [ -z "$no_reboot" ] || break
     elif [ $((SECONDS - up_at)) -ge "$boot_s" ]; then
       kill "$qpid" 2>/dev/null || true
       wait "$qpid" 2>/dev/null || true
