@@ -110,10 +110,10 @@ if ! flock -n 9; then
 fi
 rm -rf "$out"/run-root.* "$out"/snapshot.* "$cache"/build-* # left by an interrupted run
 
-# Room in out/ first: the run writes about 230 MiB there at its peak (the crash-test binary,
-# the run's cpio and its staging, the initramfs with libvirt's part, the 16 MiB disk). On a
-# full disk a copy or cpio would stop with "No space left on device" and no word of where; a
-# guest whose console cannot be written looks hung.
+# Room in out/ first: a full run left 183 MiB there (the crash-test binary, the initramfs with
+# libvirt's part, the 16 MiB disk; the run's cpio and its staging come and go before), and the
+# whole lab passed in a 330 MiB tmpfs. On a full disk a copy or cpio would stop with "No space
+# left on device" and no word of where; a guest whose console cannot be written looks hung.
 need_mib=320
 free_mib=$(df -Pm "$out" | awk 'NR == 2 { print $4 }')
 [ "${free_mib:-0}" -ge "$need_mib" ] ||
