@@ -175,7 +175,11 @@ test-web: cockpit ## the Cockpit page in a real browser: cockpit-ws, chromium, t
 	@scripts/deps.sh helper web
 	@cockpit/test/run.sh
 
-test: lint test-go fuzz race test-install test-deb test-web e2e ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, the Cockpit page in a browser, real-kernel lab
+# make test's stages, in order; scripts/test-stages.sh runs each as its own make call and ends
+# with the seconds each took (CI's log: what every suite costs on the machine that ran it).
+TEST_STAGES := lint test-go fuzz race test-install test-deb test-web e2e
+test: ## everything CI runs: lint, all Go tests (with a real libvirtd), fuzzing, race detector, install and the package, the Cockpit page in a browser, real-kernel lab
+	+@MAKE='$(MAKE)' scripts/test-stages.sh $(TEST_STAGES)
 
 .PHONY: test-k8s
 test-k8s: build-kube ## the device plugin and DRA driver on upstream Kubernetes built from source, on three fake hosts (root; cold build far over CI's margin, so not in test: docs/k8s-upstream.md)
