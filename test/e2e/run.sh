@@ -446,10 +446,13 @@ qemu_args=(
 # boot_guest VERBOSITY TCG: one QEMU run, TCG being multi (a host thread per vCPU) or single
 # (one thread for both: the whole lab about 25% slower, 227 s against 180 s here, without
 # multi-threaded TCG's cross-vCPU timing). Returns QEMU's status, 124/137 at the timeout, or
-# 200 when init did not start within boot_s of QEMU's start or of the guest's reboot (a
-# scenario's request_reboot; init says "== lab: rebooting" first): QEMU is stopped then.
+# 200 when init did not start within boot_s of QEMU's start: QEMU is stopped then. Only the
+# first boot is watched. The boot after 60-reboot's reboot reached init 5 s into the new
+# kernel when 60-reboot ran alone, but up to 60 and 102 s in full runs, after
+# 58-hotplug-libvirtd's nested guest: in one (VGPU_LAB_VERBOSE_BOOT=1) the kernel took 56 s to
+# unpack the same initramfs. That boot is left to the run's timeout.
 boot_guest() {
-  local verbosity=$1 tcg=$2 qpid tpid rc=0 up_at=$SECONDS inits reboots
+  local verbosity=$1 tcg=$2 qpid tpid rc=0
   make_disk
   : >"$console"
   timeout -k 10 "$timeout_s" qemu-system-x86_64 -accel "tcg,thread=$tcg" "${qemu_args[@]}" \
@@ -461,15 +464,9 @@ boot_guest() {
   tail -n +1 -F --pid="$qpid" "$console" 2>/dev/null | tr -d '\r' |
     grep --line-buffered -E '^(PASS|FAIL|SKIP|BENCH|== )' &
   tpid=$!
-  while kill -0 "$qpid" 2>/dev/null; do
-    inits=$(grep -c '^== lab: kernel ' "$console" || true)
-    reboots=$(grep -c '^== lab: rebooting ' "$console" || true)
-    if [ "$inits" -gt "$reboots" ]; then
-      up_at=$SECONDS # init runs in the current boot
-      # With -no-reboot a reboot ends QEMU: no later boot to watch, so nothing polls while the
-      # scenarios or the benches run.
-      [ -z "$no_reboot" ] || break
-    elif [ $((SECONDS - up_at)) -ge "$boot_s" ]; then
+  local t0=$SECONDS
+  while kill -0 "$qpid" 2>/dev/null && ! grep -q '^== lab: kernel ' "$console"; do
+    if [ $((SECONDS - t0)) -ge "$boot_s" ]; then
       kill "$qpid" 2>/dev/null || true
       wait "$qpid" 2>/dev/null || true
       wait "$tpid" || true
@@ -487,7 +484,7 @@ boot_guest() {
 # What a guest whose init did not start leaves to go on: the space left where QEMU writes its
 # console and disk (a full disk loses the console's lines), and QEMU's own messages.
 boot_hang_report() {
-  log "init did not start within ${boot_s}s of QEMU's start or the guest's reboot (its first line comes after about 3s)"
+  log "init did not start within ${boot_s}s of QEMU's start (its first line comes after about 3s)"
   df -h "$out" >&2 || true
   if [ -s "$out/qemu.log" ]; then sed 's/^/qemu: /' "$out/qemu.log" >&2; fi
   if [ -s "$console" ]; then tr -d '\r' <"$console" | tail -n 40 | sed 's/^/console: /' >&2; fi
